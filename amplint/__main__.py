@@ -1,0 +1,3 @@
+from amplint.cli import main
+
+raise SystemExit(main())

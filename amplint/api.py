@@ -1,0 +1,122 @@
+"""The check run, shared by the command line and the Python API: discover, lint (or fix), filter."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from amplint.config import Settings, load_settings
+from amplint.diagnostics import Diagnostic, sort_diagnostics
+from amplint.discovery import discover
+from amplint.fixes import fix_source, unified_diff, write_atomic
+from amplint.rule import Rule
+from amplint.rules import all_rules
+from amplint.runner import UNPARSABLE, FileResult, lint_file, lint_source, lint_text, unparsable_diagnostic
+from amplint.source import SourceError, display_path, read_source
+
+
+@dataclass
+class CheckRun:
+    diagnostics: list[Diagnostic] = field(default_factory=list)  # what remains, sorted
+    sources: dict[str, str] = field(default_factory=dict)  # display path -> text, for snippets
+    files_checked: int = 0
+    fixed: int = 0
+    diffs: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # internal errors: the run exits 2
+
+
+def rules_for(settings: Settings, path: Path) -> list[type[Rule]]:
+    """The enabled rules for one file, after select/ignore and per-file-ignores."""
+    return [
+        rule
+        for rule in all_rules()
+        if rule.code != UNPARSABLE
+        and settings.is_selected(rule.code)
+        and not settings.is_ignored_for(rule.code, path)
+    ]
+
+
+def _keep(settings: Settings, diagnostic: Diagnostic, path: Path) -> bool:
+    # A file that could not be checked is always reported unless ignored by name.
+    if diagnostic.code == UNPARSABLE:
+        return UNPARSABLE not in settings.ignore and not settings.is_ignored_for(UNPARSABLE, path)
+    return True
+
+
+def run_check(
+    paths: Sequence[Path], settings: Settings, *, fix: bool = False, diff: bool = False
+) -> CheckRun:
+    run = CheckRun()
+    found = discover(paths, settings)
+    for path, message in found.problems:
+        run.diagnostics.append(unparsable_diagnostic(display_path(path), message))
+    for path in found.files:
+        display = display_path(path)
+        rules = rules_for(settings, path)
+        result = (
+            _fix_file(run, path, rules, display, write=fix)
+            if fix or diff
+            else lint_file(path, rules, display)
+        )
+        run.files_checked += 1
+        run.errors.extend(result.internal_errors)
+        if result.source is not None:
+            run.sources[display] = result.source.text
+        run.diagnostics.extend(d for d in result.diagnostics if _keep(settings, d, path))
+    run.diagnostics = sort_diagnostics(run.diagnostics)
+    return run
+
+
+def _fix_file(run: CheckRun, path: Path, rules: list[type[Rule]], display: str, *, write: bool) -> FileResult:
+    try:
+        source = read_source(path)
+    except SourceError as exc:
+        return FileResult(
+            path, display, None, [unparsable_diagnostic(display, exc.message, exc.line, exc.column)]
+        )
+    outcome = fix_source(source, rules, display)
+    run.errors.extend(outcome.errors)
+    if not outcome.changed:
+        return outcome.result
+    run.fixed += outcome.fixed
+    if not write:
+        run.diffs.append(unified_diff(display, source.text, outcome.new_text))
+        # Report what is there now, not what the fixed text would contain.
+        return lint_source(source, rules, display)
+    try:
+        if read_source(path).text != source.text:
+            run.errors.append(f"{display}: changed while it was being fixed; left as it is")
+            return lint_source(source, rules, display)
+        write_atomic(source, outcome.new_text)
+    except (OSError, SourceError) as exc:
+        run.errors.append(f"{display}: could not write the fix: {exc}")
+        return lint_source(source, rules, display)
+    outcome.result.source = replace(source, text=outcome.new_text)
+    return outcome.result
+
+
+def check_paths(
+    paths: Sequence[str | Path],
+    *,
+    select: Sequence[str] | None = None,
+    ignore: Sequence[str] | None = None,
+    config: str | Path | None = None,
+) -> list[Diagnostic]:
+    """Lint files and directories as `amplint check` does, honouring `[tool.amplint]`."""
+    resolved = [Path(p) for p in paths]
+    settings = load_settings(resolved, Path(config) if config else None)
+    settings = settings.with_overrides(select=select, ignore=ignore)
+    return run_check(resolved, settings).diagnostics
+
+
+def check_source(
+    source: str,
+    path: str = "<string>",
+    *,
+    select: Sequence[str] = ("AMP",),
+    ignore: Sequence[str] = (),
+) -> list[Diagnostic]:
+    """Lint Python source text; no file is read and no configuration is loaded."""
+    settings = Settings().with_overrides(select=list(select), ignore=list(ignore))
+    return lint_text(source, rules_for(settings, Path(path)), path).diagnostics

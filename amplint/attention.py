@@ -1,0 +1,101 @@
+"""Recognising attention-score products (`q @ k^T` in its many spellings), shared by the rules
+about attention scores and softmax."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amplint.context import FileContext
+from amplint.flow import Flow
+from amplint.patterns import argument, function_call, method_call
+
+SOFTMAX_FUNCTIONS = frozenset(
+    {
+        "torch.softmax",
+        "torch.log_softmax",
+        "torch.nn.functional.softmax",
+        "torch.nn.functional.log_softmax",
+        "torch.special.softmax",
+        "torch.special.log_softmax",
+    }
+)
+SOFTMAX_METHODS = frozenset({"softmax", "log_softmax"})
+_TRANSPOSE_METHODS = frozenset({"transpose", "permute", "t", "swapaxes", "swapdims"})
+_PRODUCT_FUNCTIONS = frozenset({"torch.matmul", "torch.bmm"})
+_PRODUCT_METHODS = frozenset({"matmul", "bmm"})
+
+
+def is_softmax(ctx: FileContext, node: cst.CSTNode) -> bool:
+    if function_call(ctx, node, SOFTMAX_FUNCTIONS) or method_call(ctx, node, SOFTMAX_METHODS) is not None:
+        return True
+    # `self.softmax(scores)`: an nn.Softmax submodule.
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and isinstance(node.func.value, cst.Name)
+        and node.func.value.value == "self"
+        and "softmax" in node.func.attr.value.lower()
+    )
+
+
+def _is_transposed(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None) -> bool:
+    node = flow.resolve(node) if flow is not None else node
+    if isinstance(node, cst.Attribute) and node.attr.value in {"mT", "T", "mH"}:
+        return True
+    if method_call(ctx, node, _TRANSPOSE_METHODS) is not None:
+        return True
+    return function_call(ctx, node, frozenset({"torch.transpose", "torch.permute", "torch.swapaxes"}))
+
+
+def _einsum_operands(
+    ctx: FileContext, node: cst.Call
+) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """The two operands of an einsum that contracts the last index of both (`...qd,...kd->...qk`)."""
+    if not function_call(ctx, node, frozenset({"torch.einsum"})) or len(node.args) != 3:
+        return None
+    equation = node.args[0].value
+    if not isinstance(equation, cst.SimpleString):
+        return None
+    text = str(equation.evaluated_value).replace(" ", "")
+    inputs, _, output = text.partition("->")
+    parts = inputs.split(",")
+    if len(parts) != 2 or not all(parts) or not output:
+        return None
+    left, right = parts
+    if left[-1] == right[-1] and left[-1] not in output and left[-2:-1] != right[-2:-1]:
+        return node.args[1].value, node.args[2].value
+    return None
+
+
+def score_operands(
+    ctx: FileContext, node: cst.CSTNode, flow: Flow | None = None
+) -> tuple[cst.BaseExpression, cst.BaseExpression, cst.Call | cst.BinaryOperation] | None:
+    """`(queries, keys, product)` when `node` multiplies queries by transposed keys."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+        if _is_transposed(ctx, node.right, flow):
+            return node.left, node.right, node
+        return None
+    if not isinstance(node, cst.Call):
+        return None
+    if function_call(ctx, node, _PRODUCT_FUNCTIONS):
+        left = argument(node, 0, "input")
+        right = argument(node, 1, "other") or argument(node, 1, "mat2")
+    elif function_call(ctx, node, frozenset({"torch.baddbmm"})):
+        left, right = argument(node, 1, "batch1"), argument(node, 2, "batch2")
+    elif (receiver := method_call(ctx, node, _PRODUCT_METHODS)) is not None:
+        left, right = receiver, argument(node, 0, "other") or argument(node, 0, "mat2")
+    else:
+        operands = _einsum_operands(ctx, node)
+        return (*operands, node) if operands is not None else None
+    if left is None or right is None or not _is_transposed(ctx, right, flow):
+        return None
+    return left, right, node
+
+
+def scaled_inside(ctx: FileContext, node: cst.Call | cst.BinaryOperation) -> bool:
+    """`baddbmm(..., alpha=scale)`: the scale is applied in the product's fp32 accumulator."""
+    return (
+        isinstance(node, cst.Call)
+        and argument(node, 4, "alpha") is not None
+        and function_call(ctx, node, frozenset({"torch.baddbmm"}))
+    )

@@ -1,0 +1,149 @@
+"""`amplint check`, `amplint rule`, `amplint --version`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from amplint import __version__
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"amplint: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="amplint", description="Find PyTorch mixed-precision hazards before they cost a run."
+    )
+    parser.add_argument("--version", action="version", version=f"amplint {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    check = commands.add_parser("check", help="lint files and directories")
+    check.add_argument("paths", nargs="*", metavar="PATH", help="files or directories (default: .)")
+    check.add_argument("--select", action="append", metavar="CODES", help="rule codes or prefixes to enable")
+    check.add_argument("--ignore", action="append", metavar="CODES", help="rule codes or prefixes to disable")
+    check.add_argument("--extend-exclude", action="append", metavar="PATTERNS", help="more paths to skip")
+    check.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text")
+    check.add_argument("--output", "-o", type=Path, metavar="FILE", help="write the report to FILE")
+    check.add_argument("--diff", action="store_true", help="show the fixes as a diff; write nothing")
+    check.add_argument("--fix", action="store_true", help="apply fixes (they change numerics on purpose)")
+    check.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
+    check.add_argument("--config", type=Path, metavar="FILE", help="pyproject.toml or amplint.toml to use")
+    check.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")
+    check.add_argument("--statistics", action="store_true", help="count findings per rule")
+    check.add_argument("--no-color", action="store_true", help="never colour the text output")
+
+    rule = commands.add_parser("rule", help="explain a rule, or list them all")
+    rule.add_argument("code", nargs="?", help="a rule code such as AMP001")
+    rule.add_argument("--all", action="store_true", help="list every rule")
+    rule.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "check":
+        return _check(args)
+    if args.command == "rule":
+        return _rule(args, parser)
+    parser.print_help(sys.stderr)
+    return EXIT_ERROR
+
+
+def _error(message: str) -> int:
+    print(f"amplint: error: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _check(args: argparse.Namespace) -> int:
+    from amplint.api import run_check
+    from amplint.config import ConfigError, load_settings
+    from amplint.reporters import ReportSummary, render
+
+    if args.fix and args.diff:
+        return _error("--fix and --diff cannot be used together")
+    paths = [Path(p) for p in args.paths] or [Path(".")]
+    missing = [str(p) for p in paths if not os.path.lexists(p)]
+    if missing:
+        return _error(f"path does not exist: {', '.join(missing)}")
+    if args.config is not None and not args.config.is_file():
+        return _error(f"config file does not exist: {args.config}")
+    try:
+        settings = load_settings(paths, args.config).with_overrides(
+            select=args.select, ignore=args.ignore, extend_exclude=args.extend_exclude
+        )
+    except ConfigError as exc:
+        return _error(str(exc))
+
+    try:
+        run = run_check(paths, settings, fix=args.fix, diff=args.diff)
+    except Exception as exc:  # a bug in amplint, not in the user's code
+        import traceback
+
+        traceback.print_exc()
+        return _error(f"internal error: {exc}")
+
+    for message in run.errors:
+        print(f"amplint: error: {message}", file=sys.stderr)
+    if args.diff:
+        sys.stdout.write("".join(run.diffs))
+        sys.stdout.flush()
+    to_terminal = args.output is None and sys.stdout.isatty()
+    color = to_terminal and not args.no_color and "NO_COLOR" not in os.environ
+    summary = ReportSummary(
+        files_checked=run.files_checked,
+        fixed=run.fixed,
+        fix_applied=args.fix,
+        diff=args.diff,
+        root=str(settings.root),
+        quiet=args.quiet,
+    )
+    report = render(
+        args.format,
+        run.diagnostics,
+        sources=run.sources,
+        color=color,
+        statistics=args.statistics,
+        summary=summary,
+    )
+    if args.output is not None:
+        try:
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+            args.output.write_text(report, encoding="utf-8")
+        except OSError as exc:
+            return _error(f"cannot write {args.output}: {exc.strerror or exc}")
+    elif args.diff:
+        # The diff owns stdout so that it can be piped to `git apply`; the report goes to stderr.
+        sys.stderr.write(report)
+    else:
+        sys.stdout.write(report)
+    if run.errors:
+        return EXIT_ERROR
+    if args.exit_zero:
+        return EXIT_CLEAN
+    return EXIT_FINDINGS if run.diagnostics or (args.diff and run.diffs) else EXIT_CLEAN
+
+
+def _rule(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from amplint.docs import rule_json, rule_page, rule_table
+    from amplint.rules import rule_by_code
+
+    if args.all:
+        print(rule_json(None) if args.format == "json" else rule_table(markdown=args.format == "markdown"))
+        return EXIT_CLEAN
+    if not args.code:
+        return _error("give a rule code such as AMP001, or --all")
+    rule = rule_by_code(args.code)
+    if rule is None:
+        return _error(f"unknown rule {args.code!r}; `amplint rule --all` lists them")
+    print(rule_json(rule) if args.format == "json" else rule_page(rule))
+    return EXIT_CLEAN

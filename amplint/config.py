@@ -1,0 +1,294 @@
+"""Settings from `[tool.amplint]` in `pyproject.toml` (or the top level of another TOML file).
+
+All path patterns (`exclude`, `extend-exclude`, `per-file-ignores`) are gitignore-style and anchored at
+`Settings.root`, the directory of the configuration file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from amplint.gitignore import PatternSet
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+__all__ = [
+    "DEFAULT_EXCLUDE",
+    "ConfigError",
+    "Settings",
+    "find_config",
+    "load_settings",
+    "validate_codes",
+]
+
+DEFAULT_EXCLUDE: tuple[str, ...] = (
+    ".git",
+    ".hg",
+    ".svn",
+    ".bzr",
+    ".venv",
+    "venv",
+    ".tox",
+    ".nox",
+    ".eggs",
+    "*.egg-info",
+    "build",
+    "dist",
+    "__pycache__",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+    ".amplint_cache",
+    "node_modules",
+    "site-packages",
+    "__pypackages__",
+    "_build",
+    "buck-out",
+    ".ipynb_checkpoints",
+)
+
+_CODE_RE = re.compile(r"AMP[0-9]{0,3}")
+_CODES_EXPECTED = 'rule codes such as "AMP001" or prefixes such as "AMP0"'
+_PATTERNS_EXPECTED = 'gitignore-style patterns such as "build" or "tests/data/"'
+_KNOWN_KEYS = ("exclude", "extend-exclude", "ignore", "per-file-ignores", "runtime", "select")
+
+
+class ConfigError(Exception):
+    """A configuration problem; the message names the file (or CLI flag) and the offending key."""
+
+
+def _show(value: object) -> str:
+    return repr(value) if not isinstance(value, bool) else str(value).lower()
+
+
+def validate_codes(values: object, where: str) -> tuple[str, ...]:
+    """Check a list of rule codes or prefixes and return them upper-cased.
+
+    `where` starts the error message: a key (`"pyproject.toml: [tool.amplint] 'select'"`) or a flag.
+    """
+    if not isinstance(values, list | tuple) or not all(isinstance(v, str) for v in values):
+        raise ConfigError(f"{where} must be a list of {_CODES_EXPECTED}, got {_show(values)}")
+    codes: list[str] = []
+    for value in values:
+        code = value.strip().upper()
+        if not _CODE_RE.fullmatch(code):
+            raise ConfigError(f"{where} has an invalid rule code {value!r} (expected {_CODES_EXPECTED})")
+        codes.append(code)
+    return tuple(codes)
+
+
+def _validate_patterns(values: object, where: str) -> tuple[str, ...]:
+    if not isinstance(values, list | tuple) or not all(isinstance(v, str) and v.strip() for v in values):
+        raise ConfigError(f"{where} must be a list of {_PATTERNS_EXPECTED}, got {_show(values)}")
+    return tuple(values)
+
+
+def _longest_prefix(code: str, prefixes: Iterable[str]) -> int:
+    return max((len(p) for p in prefixes if code.startswith(p)), default=-1)
+
+
+@dataclass(frozen=True)
+class Settings:
+    select: tuple[str, ...] = ("AMP",)
+    ignore: tuple[str, ...] = ()
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (glob, codes) in file order
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    extend_exclude: tuple[str, ...] = ()
+    root: Path = field(default_factory=Path.cwd)  # relative patterns are anchored here
+    config_path: Path | None = None
+    # `[tool.amplint.runtime]`, kept raw until the runtime pass defines its keys.
+    runtime: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        # Lexical absolute path: symlinked checkouts keep the path the user sees.
+        object.__setattr__(self, "root", Path(os.path.abspath(self.root)))
+
+    def is_selected(self, code: str) -> bool:
+        """Whether `code` is on: the longest matching prefix in select/ignore decides; ties go to ignore."""
+        code = code.upper()
+        return _longest_prefix(code, self.select) > _longest_prefix(code, self.ignore)
+
+    @cached_property
+    def exclude_patterns(self) -> PatternSet:
+        """`exclude` + `extend-exclude` as one pattern set anchored at `root` (later patterns win)."""
+        return PatternSet((*self.exclude, *self.extend_exclude), self.root)
+
+    def is_excluded(self, path: Path, is_dir: bool) -> bool:
+        """Whether `path` (relative to the cwd, or absolute) or one of its parent directories below `root`
+        is excluded."""
+        return self.exclude_patterns.is_ignored(Path(os.path.abspath(path)), is_dir)
+
+    @cached_property
+    def _per_file_matchers(self) -> tuple[tuple[PatternSet, bool, tuple[str, ...]], ...]:
+        matchers = []
+        for glob, codes in self.per_file_ignores:
+            # A leading '!' (as in ruff) applies the codes to files that do NOT match.
+            negated = glob.startswith("!")
+            matchers.append((PatternSet([glob[1:] if negated else glob], self.root), negated, codes))
+        return tuple(matchers)
+
+    def ignored_codes_for(self, path: Path) -> frozenset[str]:
+        """Codes and prefixes that `per-file-ignores` turns off for the file `path`."""
+        abs_path = Path(os.path.abspath(path))
+        codes: set[str] = set()
+        for patterns, negated, glob_codes in self._per_file_matchers:
+            # is_ignored also matches parent directories, so "tests/" covers files deep under tests.
+            if patterns.is_ignored(abs_path, is_dir=False) != negated:
+                codes.update(glob_codes)
+        return frozenset(codes)
+
+    def is_ignored_for(self, code: str, path: Path) -> bool:
+        """Whether `per-file-ignores` turns `code` off for the file `path`."""
+        code = code.upper()
+        return any(code.startswith(prefix) for prefix in self.ignored_codes_for(path))
+
+    def with_overrides(
+        self,
+        *,
+        select: Sequence[str] | None = None,
+        ignore: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+        extend_exclude: Sequence[str] | None = None,
+    ) -> Settings:
+        """Apply command-line flags: `--select` and `--exclude` replace the configured lists, `--ignore`
+        and `--extend-exclude` add to them. Values may be comma-separated."""
+        changes: dict[str, Any] = {}
+        new_ignore = self.ignore
+        if select is not None:
+            changes["select"] = validate_codes(_split(select), "--select")
+            # Naming a code on the command line beats the config ignoring that very code.
+            new_ignore = tuple(c for c in new_ignore if c not in changes["select"])
+        if ignore is not None:
+            new_ignore = (*new_ignore, *validate_codes(_split(ignore), "--ignore"))
+        if new_ignore != self.ignore:
+            changes["ignore"] = new_ignore
+        if exclude is not None:
+            changes["exclude"] = _validate_patterns(_split(exclude), "--exclude")
+        if extend_exclude is not None:
+            changes["extend_exclude"] = (
+                *self.extend_exclude,
+                *_validate_patterns(_split(extend_exclude), "--extend-exclude"),
+            )
+        return replace(self, **changes) if changes else self
+
+
+def _split(values: Sequence[str]) -> list[str]:
+    if isinstance(values, str):
+        values = [values]
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid UTF-8: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+
+
+def _amplint_table(data: Mapping[str, Any]) -> object | None:
+    tool = data.get("tool")
+    return tool.get("amplint") if isinstance(tool, dict) else None
+
+
+def find_config(start: Path) -> Path | None:
+    """The first `pyproject.toml` with a `[tool.amplint]` table in `start` or a parent directory.
+
+    Files without the table are skipped; one that is not valid TOML raises ConfigError.
+    """
+    directory = Path(os.path.abspath(start))
+    if not directory.is_dir() and directory.exists():
+        directory = directory.parent
+    for candidate_dir in (directory, *directory.parents):
+        candidate = candidate_dir / "pyproject.toml"
+        if candidate.is_file() and _amplint_table(_read_toml(candidate)) is not None:
+            return candidate
+    return None
+
+
+def _settings_from_table(table: object, path: Path, section: str) -> Settings:
+    prefix = f"{path}: {section}"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{prefix.rstrip()} must be a table, got {_show(table)}")
+    for key in table:
+        if key not in _KNOWN_KEYS:
+            message = f"{prefix}unknown key {key!r} (known keys: {', '.join(_KNOWN_KEYS)})"
+            close = difflib.get_close_matches(key.replace("_", "-").lower(), _KNOWN_KEYS, n=1)
+            raise ConfigError(message + (f"; did you mean {close[0]!r}?" if close else ""))
+    changes: dict[str, Any] = {"root": path.parent, "config_path": path}
+    if "select" in table:
+        changes["select"] = validate_codes(table["select"], f"{prefix}'select'")
+    if "ignore" in table:
+        changes["ignore"] = validate_codes(table["ignore"], f"{prefix}'ignore'")
+    if "exclude" in table:
+        changes["exclude"] = _validate_patterns(table["exclude"], f"{prefix}'exclude'")
+    if "extend-exclude" in table:
+        changes["extend_exclude"] = _validate_patterns(table["extend-exclude"], f"{prefix}'extend-exclude'")
+    if "per-file-ignores" in table:
+        per_file = table["per-file-ignores"]
+        if not isinstance(per_file, dict):
+            raise ConfigError(
+                f"{prefix}'per-file-ignores' must be a table mapping gitignore-style patterns to lists of "
+                f"{_CODES_EXPECTED}, got {_show(per_file)}"
+            )
+        changes["per_file_ignores"] = tuple(
+            (glob, validate_codes(codes, f"{prefix}'per-file-ignores' entry {glob!r}"))
+            for glob, codes in per_file.items()
+        )
+    if "runtime" in table:
+        runtime = table["runtime"]
+        if not isinstance(runtime, dict):
+            raise ConfigError(f"{prefix}'runtime' must be a table, got {_show(runtime)}")
+        changes["runtime"] = runtime
+    return Settings(**changes)
+
+
+def _common_directory(paths: Sequence[Path], cwd: Path) -> Path:
+    dirs = []
+    for path in paths:
+        full = Path(os.path.abspath(cwd / path))
+        dirs.append(str(full if full.is_dir() else full.parent))
+    return Path(os.path.commonpath(dirs)) if dirs else cwd
+
+
+def load_settings(
+    paths: Sequence[Path], config_file: Path | None = None, cwd: Path | None = None
+) -> Settings:
+    """Settings for linting `paths` (relative to `cwd`, default the process cwd).
+
+    With `config_file`: a `pyproject.toml` must hold `[tool.amplint]`; any other TOML file holds the
+    settings at its top level. Without: the nearest `pyproject.toml` with `[tool.amplint]` above the
+    common directory of `paths`; defaults (anchored at `cwd`) when there is none.
+    """
+    cwd = Path(os.path.abspath(cwd if cwd is not None else Path.cwd()))
+    if config_file is not None:
+        path = Path(os.path.abspath(cwd / config_file))
+        if not path.is_file():
+            raise ConfigError(f"{config_file}: config file not found")
+        data = _read_toml(path)
+        if path.name != "pyproject.toml":
+            return _settings_from_table(data, path, "")
+        table = _amplint_table(data)
+        if table is None:
+            raise ConfigError(f"{path}: no [tool.amplint] table")
+        return _settings_from_table(table, path, "[tool.amplint] ")
+    found = find_config(_common_directory(paths, cwd))
+    if found is None:
+        return Settings(root=cwd)
+    return _settings_from_table(_amplint_table(_read_toml(found)), found, "[tool.amplint] ")

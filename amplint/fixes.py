@@ -1,0 +1,138 @@
+"""Applying fixes: text edits to a fixpoint, a unified diff, and an atomic write that never leaves
+a half-written or unparsable file."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import stat
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+
+from amplint.diagnostics import Diagnostic, Edit
+from amplint.rule import Rule
+from amplint.runner import FileResult, lint_source
+from amplint.source import LineIndex, SourceFile
+
+# Fixes can overlap (two findings in one expression); each round applies those that do not, then
+# re-lints. A handful of rounds reaches a fixpoint on real code.
+MAX_ROUNDS = 10
+
+
+class FixError(Exception):
+    pass
+
+
+def apply_edits(text: str, edits: Iterable[Edit]) -> tuple[str, int]:
+    """Apply non-overlapping edits (later ones that overlap an earlier one are skipped).
+    Returns the new text and how many edits were applied."""
+    index = LineIndex(text)
+    spans = sorted(
+        {(index.offset(e.line, e.column), index.offset(e.end_line, e.end_column), e.content) for e in edits}
+    )
+    pieces: list[str] = []
+    cursor = 0
+    applied = 0
+    for start, end, content in spans:
+        if start < cursor:
+            continue
+        pieces.append(text[cursor:start])
+        pieces.append(content)
+        cursor = end
+        applied += 1
+    pieces.append(text[cursor:])
+    return "".join(pieces), applied
+
+
+def _fix_edits(diagnostics: Sequence[Diagnostic]) -> list[tuple[Diagnostic, tuple[Edit, ...]]]:
+    return [(d, d.fix.edits) for d in diagnostics if d.fix is not None]
+
+
+def _non_overlapping(candidates: list[tuple[Diagnostic, tuple[Edit, ...]]]) -> list[Edit]:
+    """Whole fixes whose replacements do not overlap one another (insertions such as
+    `import torch` at the same spot are shared)."""
+    chosen: list[Edit] = []
+    taken: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    for _, edits in candidates:
+        ranges = [((e.line, e.column), (e.end_line, e.end_column)) for e in edits if e not in chosen]
+        if any(start < t_end and t_start < end for start, end in ranges for t_start, t_end in taken):
+            continue
+        chosen.extend(e for e in edits if e not in chosen)
+        taken.extend(r for r in ranges if r[0] != r[1])
+    return chosen
+
+
+@dataclass
+class FixOutcome:
+    result: FileResult
+    new_text: str
+    fixed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.result.source is not None and self.new_text != self.result.source.text
+
+
+def fix_source(source: SourceFile, rules: Sequence[type[Rule]], display: str) -> FixOutcome:
+    """Lint, apply every fix that applies cleanly, and repeat until nothing is left to fix."""
+    text = source.text
+    result = lint_source(source, rules, display)
+    fixed = 0
+    for _ in range(MAX_ROUNDS):
+        candidates = _fix_edits(result.diagnostics)
+        if not candidates:
+            break
+        edits = _non_overlapping(candidates)
+        new_text, _ = apply_edits(text, edits)
+        if new_text == text:
+            break
+        try:
+            cst.parse_module(new_text)
+        except cst.ParserSyntaxError as exc:
+            outcome = FixOutcome(result, text, fixed)
+            outcome.errors.append(
+                f"{display}: a fix produced invalid code ({exc.message}); file left unchanged"
+            )
+            return outcome
+        before = len(result.diagnostics)
+        text = new_text
+        result = lint_source(
+            SourceFile(source.path, text, source.encoding, source.bom, source.newline), rules, display
+        )
+        fixed += max(before - len(result.diagnostics), 0)
+    result.source = source
+    return FixOutcome(result, text, fixed)
+
+
+def unified_diff(display: str, old: str, new: str) -> str:
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{display}", f"b/{display}"
+    )
+    return "".join(
+        line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n" for line in lines
+    )
+
+
+def write_atomic(source: SourceFile, new_text: str) -> None:
+    """Write next to the file, then rename over it: readers see the old or the new file, never a mix.
+    Mode, encoding, BOM and line endings (already in `new_text`) are kept."""
+    # Replace the target of a symlink, not the link itself.
+    path = source.path.resolve() if source.path.is_symlink() else source.path
+    data = source.encode(new_text)
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".amplint")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,273 @@
+"""Forward dataflow inside one function: which values derive from a seed expression, and where
+they end up (a sink call, a name, a recurrence). Straight-line and approximate on purpose: loop
+bodies run twice so a value can reach an earlier statement of the loop, assignments inside a
+branch add to what a name may hold instead of replacing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from amplint.scopes import Scope, suite_body
+
+Origins = frozenset[cst.CSTNode]
+_EMPTY: Origins = frozenset()
+# Attributes that describe a tensor rather than carry its values.
+_METADATA_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout"})
+_METADATA_METHODS = frozenset(
+    {"size", "dim", "numel", "item", "tolist", "data_ptr", "stride", "element_size"}
+)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A seed's value reached a sink. `kind` is `call` (e.g. `exp`), `name` (bound to a telling
+    name) or `recurrence` (multiplied into a state inside a loop); `label` names it."""
+
+    origin: cst.CSTNode
+    sink: cst.CSTNode
+    kind: str
+    label: str
+
+
+@dataclass
+class Policy:
+    """What a rule tracks. Every callback receives the flow, to look up what a name was bound to."""
+
+    seed: Callable[[cst.BaseExpression, Flow], bool]
+    sink: Callable[[cst.BaseExpression, Flow], str | None] = lambda node, flow: None
+    blocks: Callable[[cst.BaseExpression, Flow], bool] = lambda node, flow: False
+    name_sink: Callable[[str], bool] = lambda name: False
+    recurrence: bool = False
+
+
+@dataclass
+class Flow:
+    policy: Policy
+    env: dict[str, Origins] = field(default_factory=dict)
+    # Every expression (or augmented assignment) bound to a name so far, oldest first.
+    history: dict[str, list[cst.CSTNode]] = field(default_factory=dict)
+    hits: dict[tuple[cst.CSTNode, cst.CSTNode, str], Hit] = field(default_factory=dict)
+
+    # -- what a name holds -------------------------------------------------------------------
+    def resolve(self, node: cst.BaseExpression, depth: int = 4) -> cst.BaseExpression:
+        """Follow `x = <expr>` bindings so predicates see what a name stands for."""
+        while depth and isinstance(node, cst.Name):
+            bound = self.history.get(node.value)
+            if not bound or not isinstance(bound[-1], cst.BaseExpression) or bound[-1] is node:
+                break
+            node, depth = bound[-1], depth - 1
+        return node
+
+    def _record(self, name: str, value: cst.CSTNode) -> None:
+        self.history.setdefault(name, []).append(value)
+
+    # -- expressions -------------------------------------------------------------------------
+    def taint(self, node: cst.CSTNode) -> Origins:
+        if not isinstance(node, cst.BaseExpression):
+            return _EMPTY
+        policy = self.policy
+        if policy.seed(node, self):
+            self._visit_children(node)  # a seed nested in a seed still reaches its own sinks
+            return frozenset({node})
+        if isinstance(node, cst.Name):
+            return self.env.get(node.value, _EMPTY)
+        if isinstance(node, cst.Attribute) and node.attr.value in _METADATA_ATTRS:
+            self.taint(node.value)
+            return _EMPTY
+        if isinstance(node, (cst.Lambda, cst.BaseComp)):
+            return _EMPTY
+        origins = self._visit_children(node)
+        label = policy.sink(node, self)
+        if label is not None and origins:
+            for origin in origins:
+                self._hit(Hit(origin, node, "call", label))
+            return _EMPTY
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in _METADATA_METHODS
+        ):
+            return _EMPTY
+        if isinstance(node, cst.Comparison) or policy.blocks(node, self):
+            return _EMPTY
+        return origins
+
+    def _visit_children(self, node: cst.BaseExpression) -> Origins:
+        origins: set[cst.CSTNode] = set()
+        for child in _value_children(node):
+            origins |= self.taint(child)
+        return frozenset(origins)
+
+    def _hit(self, hit: Hit) -> None:
+        self.hits.setdefault((hit.origin, hit.sink, hit.kind), hit)
+
+    # -- statements --------------------------------------------------------------------------
+    def run(self, body: Iterable[cst.BaseStatement], *, loop: bool = False, branch: bool = False) -> None:
+        for statement in body:
+            self._statement(statement, loop=loop, branch=branch)
+
+    def _statement(self, node: cst.BaseStatement, *, loop: bool, branch: bool) -> None:
+        if isinstance(node, cst.SimpleStatementLine):
+            for small in node.body:
+                self._small(small, loop=loop, branch=branch)
+        elif isinstance(node, cst.If):
+            self.taint(node.test)
+            self.run(suite_body(node.body), loop=loop, branch=True)
+            if node.orelse is not None:
+                orelse = node.orelse
+                self._statement(orelse, loop=loop, branch=True) if isinstance(orelse, cst.If) else self.run(
+                    suite_body(orelse.body), loop=loop, branch=True
+                )
+        elif isinstance(node, (cst.For, cst.While)):
+            if isinstance(node, cst.For):
+                self._bind(node.target, self.taint(node.iter), None, loop=True, branch=True)
+            else:
+                self.taint(node.test)
+            for _ in range(2):
+                self.run(suite_body(node.body), loop=True, branch=True)
+            if node.orelse is not None:
+                self.run(suite_body(node.orelse.body), loop=loop, branch=True)
+        elif isinstance(node, cst.With):
+            for item in node.items:
+                origins = self.taint(item.item)
+                if item.asname is not None:
+                    self._bind(item.asname.name, origins, item.item, loop=loop, branch=branch)
+            self.run(suite_body(node.body), loop=loop, branch=branch)
+        elif isinstance(node, cst.Try):
+            self.run(suite_body(node.body), loop=loop, branch=True)
+            for handler in node.handlers:
+                self.run(suite_body(handler.body), loop=loop, branch=True)
+            for extra in (node.orelse, node.finalbody):
+                if extra is not None:
+                    self.run(suite_body(extra.body), loop=loop, branch=True)
+
+    def _small(self, node: cst.BaseSmallStatement, *, loop: bool, branch: bool) -> None:
+        if isinstance(node, cst.Assign):
+            origins = self.taint(node.value)
+            for target in node.targets:
+                self._bind(target.target, origins, node.value, loop=loop, branch=branch)
+        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            self._bind(node.target, self.taint(node.value), node.value, loop=loop, branch=branch)
+        elif isinstance(node, cst.AugAssign):
+            origins = self.taint(node.value)
+            if isinstance(node.target, cst.Name):
+                name = node.target.value
+                if (
+                    origins
+                    and loop
+                    and self.policy.recurrence
+                    and isinstance(node.operator, cst.MultiplyAssign)
+                ):
+                    for origin in origins:
+                        self._hit(Hit(origin, node, "recurrence", name))
+                self.env[name] = self.env.get(name, _EMPTY) | origins
+                self._record(name, node)
+                self._name_hits(name, origins, node)
+            else:
+                self.taint(node.target)
+        elif isinstance(node, (cst.Expr, cst.Return)) and node.value is not None:
+            self.taint(node.value)
+
+    def _bind(
+        self,
+        target: cst.BaseExpression,
+        origins: Origins,
+        value: cst.BaseExpression | None,
+        *,
+        loop: bool,
+        branch: bool,
+    ) -> None:
+        if isinstance(target, cst.Name):
+            name = target.value
+            if loop and self.policy.recurrence and value is not None:
+                for origin in self._multiplied_into(name, value):
+                    self._hit(Hit(origin, target, "recurrence", name))
+            self.env[name] = (self.env.get(name, _EMPTY) | origins) if branch else origins
+            if value is not None:
+                self._record(name, value)
+            self._name_hits(name, origins, target)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            values: list[cst.BaseExpression | None] = [None] * len(target.elements)
+            if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(target.elements):
+                values = [element.value for element in value.elements]
+            for element, element_value in zip(target.elements, values, strict=True):
+                element_origins = self.taint(element_value) if element_value is not None else origins
+                self._bind(element.value, element_origins, element_value, loop=loop, branch=branch)
+        elif isinstance(target, cst.StarredElement):
+            self._bind(target.value, origins, None, loop=loop, branch=branch)
+        elif isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
+            # `out[:, t] = value` adds to what `out` holds.
+            name = target.value.value
+            self.env[name] = self.env.get(name, _EMPTY) | origins
+
+    def _name_hits(self, name: str, origins: Origins, where: cst.CSTNode) -> None:
+        if origins and self.policy.name_sink(name):
+            for origin in origins:
+                self._hit(Hit(origin, where, "name", name))
+
+    def _multiplied_into(self, name: str, value: cst.BaseExpression) -> Iterator[cst.CSTNode]:
+        """Origins of values multiplied with `name` in `name = ... name * w ...` (a recurrence)."""
+        for node in _walk(value):
+            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+                for state, factor in ((node.left, node.right), (node.right, node.left)):
+                    if name in _names(state):
+                        yield from self.taint(factor)
+
+
+def _value_children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The sub-expressions whose values flow into `node`'s value."""
+    if isinstance(node, cst.Attribute):
+        yield node.value
+    elif isinstance(node, cst.Call):
+        yield node.func
+        for arg in node.args:
+            yield arg.value
+    elif isinstance(node, cst.Subscript):
+        yield node.value
+    elif isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+        for element in node.elements:
+            yield element.value
+    elif isinstance(node, cst.Dict):
+        for element in node.elements:
+            if isinstance(element, cst.DictElement):
+                yield element.value
+    else:
+        yield from (child for child in node.children if isinstance(child, cst.BaseExpression))
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
+
+
+def _names(node: cst.CSTNode) -> set[str]:
+    """Variable names read by an expression (attribute names and keywords excluded)."""
+    names: set[str] = set()
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Name):
+            names.add(current.value)
+        else:
+            stack.extend(_value_children(current))
+    return names
+
+
+def analyse(scope: Scope, policy: Policy) -> Flow:
+    flow = Flow(policy)
+    flow.run(scope.body)
+    return flow
+
+
+def analyse_all(scopes: Iterable[Scope], policy: Policy) -> list[Hit]:
+    hits: list[Hit] = []
+    for scope in scopes:
+        hits.extend(analyse(scope, policy).hits.values())
+    return hits

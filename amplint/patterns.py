@@ -1,0 +1,235 @@
+"""Shared recognisers for tensor expressions: calls by qualified name or method, dtypes, upcasts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from amplint.context import FileContext
+from amplint.flow import Flow
+
+FP32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
+HALF_DTYPES = frozenset({"torch.float16", "torch.half", "torch.bfloat16"})
+_FP32_STRINGS = frozenset({"float32", "float", "float64", "double", "torch.float32", "torch.float64"})
+MATMUL_FUNCTIONS = frozenset(
+    {
+        "torch.matmul",
+        "torch.mm",
+        "torch.bmm",
+        "torch.baddbmm",
+        "torch.einsum",
+        "torch.nn.functional.linear",
+        "torch.addmm",
+        "torch.tensordot",
+    }
+)
+MATMUL_METHODS = frozenset({"matmul", "mm", "bmm", "baddbmm", "addmm"})
+
+
+def method_call(ctx: FileContext, node: cst.CSTNode, names: frozenset[str]) -> cst.BaseExpression | None:
+    """The receiver of `<receiver>.name(...)` when `name` is in `names` and the receiver is a value,
+    not an imported module (so `torch.exp(x)` is not a method call on `torch`)."""
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in names
+        and ctx.qualified(node.func) is None
+    ):
+        return node.func.value
+    return None
+
+
+def function_call(ctx: FileContext, node: cst.CSTNode, qualified: frozenset[str]) -> bool:
+    return isinstance(node, cst.Call) and ctx.qualified(node.func) in qualified
+
+
+def call_name(ctx: FileContext, node: cst.CSTNode) -> str | None:
+    """The short name of the function or method a call invokes (`softmax` for `F.softmax(x)`)."""
+    if not isinstance(node, cst.Call):
+        return None
+    if isinstance(node.func, cst.Name):
+        qualified = ctx.qualified(node.func)
+        return qualified.rsplit(".", 1)[-1] if qualified else node.func.value
+    if isinstance(node.func, cst.Attribute):
+        return node.func.attr.value
+    return None
+
+
+def argument(call: cst.Call, position: int | None, keyword: str) -> cst.BaseExpression | None:
+    """The argument passed as `keyword=` or at `position` (counting positional arguments only)."""
+    positional = 0
+    for arg in call.args:
+        if arg.keyword is not None:
+            if arg.keyword.value == keyword:
+                return arg.value
+        elif arg.star:
+            return None
+        else:
+            if positional == position:
+                return arg.value
+            positional += 1
+    return None
+
+
+def is_fp32_dtype(ctx: FileContext, node: cst.BaseExpression | None) -> bool:
+    if node is None:
+        return False
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value in _FP32_STRINGS
+    return ctx.qualified(node) in FP32_DTYPES or (
+        isinstance(node, cst.Attribute) and node.attr.value in {"float32", "float64", "double"}
+    )
+
+
+def is_half_dtype(ctx: FileContext, node: cst.BaseExpression | None) -> bool:
+    if node is None:
+        return False
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value in {"float16", "half", "bfloat16"}
+    return ctx.qualified(node) in HALF_DTYPES
+
+
+def is_upcast(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """`x.float()`, `x.double()`, `x.to(torch.float32)`, `x.to(dtype=torch.float)`, `x.type(torch.float32)`,
+    `x.to(device, torch.float32)`."""
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return False
+    method = node.func.attr.value
+    if method in {"float", "double"} and not node.args:
+        return True
+    if method in {"to", "type"}:
+        return any(
+            is_fp32_dtype(ctx, arg.value) for arg in node.args if arg.keyword is None
+        ) or is_fp32_dtype(ctx, argument(node, None, "dtype"))
+    return False
+
+
+def _is_cast(node: cst.CSTNode) -> bool:
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in {"to", "type", "type_as", "half", "bfloat16", "float", "double"}
+    )
+
+
+def lineage(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None) -> Iterator[cst.CSTNode]:
+    """`node`, then what its value derives from: the receiver of a method chain, the first argument
+    of a function, and the expressions a name was bound to (most recent first, so that
+    `q = q.view(...)` leads on to the `q` before it)."""
+    used: dict[str, int] = {}
+    current: cst.CSTNode | None = node
+    for _ in range(16):
+        if current is None:
+            return
+        yield current
+        if isinstance(current, cst.AugAssign):
+            current = current.target
+        elif isinstance(current, cst.Call):
+            func = current.func
+            is_method = (
+                isinstance(func, cst.Attribute)
+                and ctx.qualified(func) is None
+                and not (isinstance(func.value, cst.Name) and func.value.value == "self")
+            )
+            if is_method:
+                current = func.value  # type: ignore[attr-defined]
+            else:
+                current = next(
+                    (arg.value for arg in current.args if arg.keyword is None and not arg.star), None
+                )
+        elif isinstance(current, (cst.Attribute, cst.Subscript)):
+            current = current.value
+        elif isinstance(current, cst.Name) and flow is not None:
+            history = flow.history.get(current.value, [])
+            seen = used.get(current.value, 0)
+            if seen >= len(history):
+                return
+            used[current.value] = seen + 1
+            current = history[-1 - seen]
+        else:
+            return
+
+
+def is_fp32_value(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None) -> bool:
+    """The value was upcast to float32 (directly, or earlier in the function) and not cast again
+    or multiplied in a low-precision product since."""
+    for step in lineage(ctx, node, flow):
+        if is_upcast(ctx, step):
+            return True
+        if _is_cast(step) or is_matmul(ctx, step):
+            return False
+    return False
+
+
+def is_scaled(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None) -> bool:
+    """The value was multiplied or divided since its last product (`q * scale`, `q /= sqrt(d)`)."""
+    for step in lineage(ctx, node, flow):
+        if isinstance(step, cst.AugAssign) and isinstance(
+            step.operator, (cst.MultiplyAssign, cst.DivideAssign)
+        ):
+            return True
+        if isinstance(step, cst.BinaryOperation) and isinstance(step.operator, (cst.Multiply, cst.Divide)):
+            return True
+        if (
+            isinstance(step, cst.Call)
+            and isinstance(step.func, cst.Attribute)
+            and step.func.attr.value in {"mul", "div", "mul_", "div_"}
+        ):
+            return True
+        if is_matmul(ctx, step):
+            return False
+    return False
+
+
+def is_matmul(ctx: FileContext, node: cst.CSTNode, *, submodules: bool = True) -> bool:
+    """A product that produces a new low-precision value: `@`, `torch.matmul` and friends, and with
+    `submodules` a call such as `self.proj(x)`, which in a model is almost always a Linear."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+        return True
+    if not isinstance(node, cst.Call):
+        return False
+    if function_call(ctx, node, MATMUL_FUNCTIONS) or method_call(ctx, node, MATMUL_METHODS) is not None:
+        return True
+    func = node.func
+    return (
+        submodules
+        and isinstance(func, cst.Attribute)
+        and isinstance(func.value, cst.Name)
+        and func.value.value == "self"
+    )
+
+
+def needs_parentheses(node: cst.BaseExpression) -> bool:
+    """Whether `node.attr` would bind wrongly without parentheses around `node`."""
+    if node.lpar:
+        return False
+    return not isinstance(
+        node,
+        (
+            cst.Name,
+            cst.Attribute,
+            cst.Call,
+            cst.Subscript,
+            cst.SimpleString,
+            cst.ConcatenatedString,
+            cst.List,
+            cst.Tuple,
+            cst.Dict,
+            cst.Set,
+            cst.ListComp,
+            cst.SetComp,
+            cst.DictComp,
+            cst.GeneratorExp,
+        ),
+    )
+
+
+def with_method(node: cst.BaseExpression, method: str, *args: cst.BaseExpression) -> cst.Call:
+    """`node.method(*args)`, parenthesising `node` where needed."""
+    if needs_parentheses(node):
+        node = node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.Call(
+        func=cst.Attribute(value=node, attr=cst.Name(method)),
+        args=[cst.Arg(value=arg) for arg in args],
+    )

@@ -1,0 +1,59 @@
+"""Output formats for diagnostics: one `render()` entry point, one module per format."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from amplint.diagnostics import Diagnostic, sort_diagnostics
+
+FORMATS = ("text", "json", "sarif", "github")
+
+
+@dataclass(frozen=True)
+class ReportSummary:
+    """What the run did besides finding things.
+
+    The diagnostics handed to `render()` are the ones that remain: after `--fix` they exclude
+    the `fixed` ones; with `--diff` they exclude the ones the diff would fix.
+    """
+
+    files_checked: int | None = None
+    fixed: int = 0
+    fix_applied: bool = False  # --fix
+    diff: bool = False  # --diff
+    # Absolute directory that relative paths are relative to; lets SARIF say where %SRCROOT% is.
+    root: str | None = None
+    quiet: bool = False  # --quiet: findings only, no summary lines
+
+
+def render(
+    fmt: str,
+    diagnostics: Sequence[Diagnostic],
+    *,
+    sources: Mapping[str, str],
+    color: bool,
+    statistics: bool = False,
+    summary: ReportSummary | None = None,
+) -> str:
+    """Render `diagnostics` in `fmt` (one of FORMATS). `sources` maps a path to its decoded text,
+    `color` and `statistics` only affect the text format."""
+    ordered = sort_diagnostics(list(diagnostics))
+    # Imported here so that choosing one format never loads the others (SARIF loads the catalogue).
+    if fmt == "text":
+        from amplint.reporters import text
+
+        return text.render(ordered, sources=sources, color=color, statistics=statistics, summary=summary)
+    if fmt == "json":
+        from amplint.reporters import json
+
+        return json.render(ordered, summary=summary)
+    if fmt == "sarif":
+        from amplint.reporters import sarif
+
+        return sarif.render(ordered, summary=summary)
+    if fmt == "github":
+        from amplint.reporters import github
+
+        return github.render(ordered)
+    raise ValueError(f"unknown output format {fmt!r}; expected one of {', '.join(FORMATS)}")

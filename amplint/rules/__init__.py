@@ -1,0 +1,39 @@
+"""The rule catalogue: every module in this package named `ampNNN_*` defines one rule."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import cache
+
+from amplint.rule import Rule
+
+README_URL = "https://github.com/amplint/amplint/blob/main/README.md"
+
+
+@cache
+def all_rules() -> tuple[type[Rule], ...]:
+    """Every rule class, sorted by code."""
+    found: list[type[Rule]] = []
+    for info in pkgutil.iter_modules(__path__):
+        if not info.name.startswith("amp"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        found.extend(
+            obj
+            for obj in vars(module).values()
+            if isinstance(obj, type)
+            and issubclass(obj, Rule)
+            and obj is not Rule
+            and obj.__module__ == module.__name__
+        )
+    return tuple(sorted(found, key=lambda rule: rule.code))
+
+
+def rule_by_code(code: str) -> type[Rule] | None:
+    return next((rule for rule in all_rules() if rule.code == code.upper()), None)
+
+
+def help_uri(rule: type[Rule]) -> str:
+    """Where a rule is documented: its row in the README's rule table."""
+    return f"{README_URL}#{rule.code.lower()}-{rule.name}"

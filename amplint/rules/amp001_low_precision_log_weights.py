@@ -1,0 +1,342 @@
+"""AMP001: the RWKV7 regression (case 1)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import libcst as cst
+
+from amplint.context import FileContext, Finding, FixPlan
+from amplint.flow import Flow, Policy, analyse_all
+from amplint.patterns import argument, function_call, is_fp32_value, is_matmul, method_call, with_method
+from amplint.rule import Bad, Good, Rule
+
+_FUNCTIONS = {
+    "torch.sigmoid": "sigmoid",
+    "torch.tanh": "tanh",
+    "torch.special.expit": "sigmoid",
+    "torch.nn.functional.sigmoid": "sigmoid",
+    "torch.nn.functional.tanh": "tanh",
+    "torch.nn.functional.logsigmoid": "logsigmoid",
+}
+_METHODS = frozenset({"sigmoid", "tanh"})
+_SINK_FUNCTIONS = {
+    f"torch.{name}": name for name in ("exp", "exp2", "expm1", "cumsum", "cumprod", "logcumsumexp")
+}
+_SINK_METHODS = frozenset(name for name in _SINK_FUNCTIONS.values())
+# Names that code in the RWKV/GLA/Mamba family gives to log-space decays and gates.
+_LOG_DECAY_NAME = re.compile(
+    r"^(w|log_?w|w_?log|gk|log_?gk|log_?g|g_?log|log_?gates?|log_?alpha|alpha_?log|.*decay.*)$",
+    re.IGNORECASE,
+)
+
+
+class LowPrecisionLogWeights(Rule):
+    """
+    ## What it does
+    Flags `sigmoid`, `tanh` and `logsigmoid` whose output becomes a log-space weight or decay (it
+    flows into `exp`, `cumsum`/`cumprod` or a multiplicative recurrence, or is bound to a log-decay
+    name such as `w`, `log_w`, `decay` or `gk`) while their input is not upcast to float32.
+
+    ## Why is this bad?
+    CUDA autocast runs `exp`, `softplus`, `cumsum` and friends in float32, but `sigmoid`, `tanh` and
+    `logsigmoid` are on no cast list: they keep their input's dtype, which after a Linear layer is
+    bfloat16 (8 mantissa bits) or float16. The log-space weight is then rounded before anything
+    upcasts it, and in a recurrence the decay is multiplied over thousands of steps, so the error
+    compounds with context length. This is how RWKV7's log-decay silently moved from float32 to
+    bfloat16 when `-softplus(...) - 0.5` was rewritten as `-exp(-0.5) * sigmoid(...)`.
+
+    ## Example
+    ```python
+    w = -math.exp(-0.5) * self.w_lora(xw).sigmoid()
+    ```
+
+    ## Fix
+    Upcast the input before the op that does not upcast by itself (this changes numerics on purpose):
+    ```python
+    w = -math.exp(-0.5) * self.w_lora(xw).to(torch.float32).sigmoid()
+    ```
+
+    ## References
+    - PyTorch autocast op reference: https://pytorch.org/docs/stable/amp.html#autocast-op-reference
+    - flash-linear-attention RWKV7 time-mix, log-decay `w`
+    """
+
+    code = "AMP001"
+    name = "low-precision-log-weights"
+    summary = "sigmoid/tanh/logsigmoid output used as a log-space weight or decay without a float32 upcast"
+    triggers = frozenset({"sigmoid", "tanh", "logsigmoid", "expit"})
+
+    bad = (
+        Bad(
+            """\
+import math
+import torch
+from torch import nn
+
+
+class TimeMix(nn.Module):
+    def forward(self, xw):
+        w = -math.exp(-0.5) * self.w_lora(xw).sigmoid()
+        return w
+""",
+            fixed="""\
+import math
+import torch
+from torch import nn
+
+
+class TimeMix(nn.Module):
+    def forward(self, xw):
+        w = -math.exp(-0.5) * self.w_lora(xw).to(torch.float32).sigmoid()
+        return w
+""",
+        ),
+        Bad(
+            """\
+import torch as th
+
+
+def decay_weights(x):
+    return th.exp(-th.sigmoid(x))
+""",
+            fixed="""\
+import torch as th
+
+
+def decay_weights(x):
+    return th.exp(-th.sigmoid(x.to(th.float32)))
+""",
+        ),
+        Bad(
+            """\
+from torch.nn import functional as F
+
+
+def gates(self, x):
+    gk = F.logsigmoid(self.gk_proj(x)) / 16
+    return gk
+""",
+            fixed="""\
+import torch
+from torch.nn import functional as F
+
+
+def gates(self, x):
+    gk = F.logsigmoid(self.gk_proj(x).to(torch.float32)) / 16
+    return gk
+""",
+        ),
+        Bad(
+            """\
+import torch
+
+
+def scan(x, k, v):
+    a = torch.sigmoid(x)
+    state = torch.zeros_like(v[:, 0])
+    for t in range(x.shape[1]):
+        state = state * a[:, t] + k[:, t] * v[:, t]
+    return state
+""",
+            fixed="""\
+import torch
+
+
+def scan(x, k, v):
+    a = torch.sigmoid(x.to(torch.float32))
+    state = torch.zeros_like(v[:, 0])
+    for t in range(x.shape[1]):
+        state = state * a[:, t] + k[:, t] * v[:, t]
+    return state
+""",
+        ),
+        Bad(
+            """\
+import torch
+
+
+def cumulative_gate(a, b):
+    g = (a + b).tanh()
+    return g.cumsum(dim=1).exp()
+""",
+            fixed="""\
+import torch
+
+
+def cumulative_gate(a, b):
+    g = (a + b).to(torch.float32).tanh()
+    return g.cumsum(dim=1).exp()
+""",
+        ),
+        Bad(
+            """\
+from torch import sigmoid, cumsum
+
+
+def log_decay(x):
+    return cumsum(-sigmoid(x - 1), dim=-1)
+""",
+            fixed="""\
+import torch
+from torch import sigmoid, cumsum
+
+
+def log_decay(x):
+    return cumsum(-sigmoid((x - 1).to(torch.float32)), dim=-1)
+""",
+        ),
+    )
+    good = (
+        Good(
+            """\
+import math
+
+
+def forward(self, xw):
+    w = -math.exp(-0.5) * self.w_lora(xw).float().sigmoid()
+    return w
+""",
+            "the input is upcast before the sigmoid",
+        ),
+        Good(
+            """\
+import torch
+import torch.nn.functional as F
+
+
+def forward(self, xw):
+    w = -F.softplus(-(self.w0 + torch.tanh(xw @ self.w1) @ self.w2)) - 0.5
+    return w
+""",
+            "the tanh output feeds a matmul, which rounds to the autocast dtype anyway; the log-decay "
+            "comes from softplus, which autocast runs in float32",
+        ),
+        Good(
+            """\
+import torch
+
+
+def forward(self, x):
+    x = x.to(dtype=torch.float32)
+    w = torch.sigmoid(x)
+    return torch.exp(-w)
+""",
+            "the name was bound to a float32 upcast earlier in the function",
+        ),
+        Good(
+            """\
+import torch
+
+
+def forward(self, x):
+    gate = torch.sigmoid(self.gate_proj(x))
+    return x * gate
+""",
+            "a multiplicative gate, not a log-space weight",
+        ),
+        Good(
+            """\
+import math
+import torch
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+""",
+            "tanh inside an activation function",
+        ),
+        Good(
+            """\
+def sigmoid(x):
+    return 1 / (1 + x)
+
+
+def forward(x):
+    w = sigmoid(x)
+    return w
+""",
+            "a local function named sigmoid is not torch's",
+        ),
+    )
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        def seed(node: cst.BaseExpression, flow: Flow) -> bool:
+            source = _input(ctx, node)
+            return source is not None and not is_fp32_value(ctx, source, flow)
+
+        def sink(node: cst.BaseExpression, flow: Flow) -> str | None:
+            if isinstance(node, cst.Call):
+                qualified = ctx.qualified(node.func)
+                if qualified in _SINK_FUNCTIONS:
+                    return _SINK_FUNCTIONS[qualified]
+                if method_call(ctx, node, _SINK_METHODS) is not None:
+                    return node.func.attr.value  # type: ignore[attr-defined]
+            return None
+
+        policy = Policy(
+            seed=seed,
+            sink=sink,
+            blocks=lambda node, flow: is_matmul(ctx, node),
+            name_sink=lambda name: bool(_LOG_DECAY_NAME.match(name)),
+            recurrence=True,
+        )
+        reported: set[cst.CSTNode] = set()
+        for hit in analyse_all(ctx.scopes, policy):
+            if hit.origin in reported:
+                continue
+            reported.add(hit.origin)
+            assert isinstance(hit.origin, cst.Call)
+            yield _finding(ctx, hit.origin, hit.kind, hit.label)
+
+
+def _op_name(ctx: FileContext, call: cst.Call) -> str:
+    qualified = ctx.qualified(call.func)
+    if qualified in _FUNCTIONS:
+        return _FUNCTIONS[qualified]
+    assert isinstance(call.func, cst.Attribute)
+    return call.func.attr.value
+
+
+def _input(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The tensor a sigmoid/tanh/logsigmoid call reads, or None if `node` is not such a call."""
+    if not isinstance(node, cst.Call):
+        return None
+    if function_call(ctx, node, frozenset(_FUNCTIONS)):
+        return argument(node, 0, "input")
+    receiver = method_call(ctx, node, _METHODS)
+    if receiver is not None and not any(arg.keyword is None for arg in node.args):
+        return receiver
+    return None
+
+
+def _finding(ctx: FileContext, call: cst.Call, kind: str, label: str) -> Finding:
+    op = _op_name(ctx, call)
+    if kind == "call":
+        how = f"flows into `{label}`"
+    elif kind == "name":
+        how = f"becomes the log-space weight `{label}`"
+    else:
+        how = f"decays the state `{label}` inside a loop, so rounding errors compound with every step"
+    message = (
+        f"`{op}` output {how} while still in the input's low-precision dtype: autocast does not "
+        f"upcast `{op}`, so the value is rounded to bfloat16/float16 before anything upcasts it"
+    )
+    source = _input(ctx, call)
+    assert source is not None
+    float32, missing_import = ctx.float32()
+    upcast = with_method(source, "to", float32)
+    if isinstance(call.func, cst.Attribute) and source is call.func.value:
+        fixed = call.with_changes(func=call.func.with_changes(value=upcast))
+    else:
+        fixed = call.with_changes(
+            args=[arg.with_changes(value=upcast) if arg.value is source else arg for arg in call.args]
+        )
+    fix = FixPlan(f"Upcast the input of `{op}` to float32", ((call, fixed),), missing_import)
+    return Finding(call, message, fix=fix, help=f"upcast first: `{_short(ctx.code(fixed))}`")
+
+
+def _short(code: str, limit: int = 80) -> str:
+    code = " ".join(code.split())
+    return code if len(code) <= limit else code[: limit - 3] + "..."

@@ -1,0 +1,233 @@
+"""AMP002: the Qwen2 fp16 eager-attention overflow (case 2)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from amplint.attention import is_softmax, scaled_inside, score_operands
+from amplint.context import FileContext, Finding
+from amplint.flow import Flow, Policy, analyse_all
+from amplint.patterns import function_call, is_fp32_value, is_scaled, method_call
+from amplint.rule import Bad, Good, Rule
+
+# Clipping after the product maps inf back to a finite value before softmax sees it.
+_CLIP_FUNCTIONS = frozenset({"torch.clamp", "torch.clip", "torch.nan_to_num"})
+_CLIP_METHODS = frozenset({"clamp", "clip", "clamp_", "clip_", "nan_to_num", "nan_to_num_"})
+
+
+class HalfPrecisionAttentionScores(Rule):
+    """
+    ## What it does
+    Flags attention scores formed as a product of queries and transposed keys (`q @ k.transpose(-2, -1)`,
+    `torch.matmul`, `torch.bmm`, `baddbmm`, `einsum`, `.mT`) that feed a softmax, when the scale is
+    applied after the product (or not at all) and neither operand is upcast to float32 first.
+
+    ## Why is this bad?
+    In float16 the largest finite value is 65504. A dot product over a 128-wide head of activations
+    from a bf16-trained model easily exceeds it on long inputs; the product becomes `inf`, softmax
+    turns `inf - inf` into NaN, and generation degenerates (Qwen2 in fp16 with eager attention
+    emits endless "!"). Multiplying by `1/sqrt(d)` after the product does not help: the overflow has
+    already happened. Fused kernels (SDPA, flash-attention) scale inside the kernel and do not overflow.
+
+    ## Example
+    ```python
+    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d)
+    probs = scores.softmax(dim=-1)
+    ```
+
+    ## Fix
+    Use `torch.nn.functional.scaled_dot_product_attention(q, k, v)`, or scale the queries before the
+    product (`(q * d**-0.5) @ k.transpose(-2, -1)`), or compute the scores in float32.
+
+    ## References
+    - Qwen2 fp16 eager attention producing "!!!!": https://github.com/huggingface/transformers/issues/30568
+    - `torch.nn.functional.scaled_dot_product_attention`
+    """
+
+    code = "AMP002"
+    name = "half-precision-attention-scores"
+    summary = "q @ k^T attention scores computed in half precision with the scale applied after the product"
+    triggers = frozenset({"softmax", "log_softmax", "Softmax"})
+
+    bad = (
+        Bad(
+            """\
+import math
+import torch
+
+
+def attention(q, k, v):
+    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+    return scores.softmax(dim=-1) @ v
+"""
+        ),
+        Bad(
+            """\
+import torch.nn.functional as F
+
+
+def attention(self, q, k, v, mask):
+    attn = (q @ k.mT) * self.scale + mask
+    attn = F.softmax(attn, dim=-1)
+    return attn @ v
+"""
+        ),
+        Bad(
+            """\
+import torch
+
+
+def attention(q, k, v):
+    k_t = k.transpose(1, 2)
+    weights = torch.bmm(q, k_t)
+    weights = torch.softmax(weights, -1)
+    return torch.bmm(weights, v)
+"""
+        ),
+        Bad(
+            """\
+import torch
+
+
+def attention(q, k, v):
+    sim = torch.einsum("bhid,bhjd->bhij", q, k) * q.shape[-1] ** -0.5
+    attn = sim.softmax(dim=-1)
+    return torch.einsum("bhij,bhjd->bhid", attn, v)
+"""
+        ),
+        Bad(
+            """\
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.softmax = nn.Softmax(dim=-1)
+
+    def forward(self, query, key, value):
+        scores = torch.matmul(query, key.transpose(-1, -2))
+        return torch.matmul(self.softmax(scores), value)
+"""
+        ),
+    )
+    good = (
+        Good(
+            """\
+import torch.nn.functional as F
+
+
+def attention(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+""",
+            "fused attention scales inside the kernel",
+        ),
+        Good(
+            """\
+import torch
+
+
+def attention(self, q, k, v):
+    q = q * self.scale
+    scores = torch.matmul(q, k.transpose(-2, -1))
+    return scores.softmax(dim=-1) @ v
+""",
+            "the queries are scaled before the product",
+        ),
+        Good(
+            """\
+import torch
+
+
+def attention(self, hidden, k, v):
+    q = self.q_proj(hidden) * self.scaling
+    q = q.view(2, 8, -1, 64).transpose(1, 2)
+    scores = torch.matmul(q, k.transpose(2, 3))
+    return torch.softmax(scores, dim=-1) @ v
+""",
+            "scaled at the projection, then reshaped",
+        ),
+        Good(
+            """\
+import torch
+
+
+def attention(q, k, v):
+    scores = torch.matmul(q.float(), k.float().transpose(-2, -1))
+    return scores.softmax(dim=-1).to(v.dtype) @ v
+""",
+            "both operands are upcast to float32 before the product",
+        ),
+        Good(
+            """\
+import torch
+
+
+def attention(q, k, v, scale):
+    scores = torch.baddbmm(torch.empty(1), q, k.transpose(1, 2), beta=0.0, alpha=scale)
+    return torch.softmax(scores, dim=-1) @ v
+""",
+            "baddbmm applies alpha in its accumulator, before rounding",
+        ),
+        Good(
+            """\
+import torch
+
+
+def attention(q, k, v):
+    scores = torch.matmul(q, k.transpose(-2, -1))
+    scores = torch.clamp(scores, min=-65504.0, max=65504.0)
+    return scores.softmax(dim=-1) @ v
+""",
+            "scores clipped to the float16 range before softmax",
+        ),
+        Good(
+            """\
+import torch
+
+
+def pairwise(x, y):
+    return torch.cdist(x, y) @ y.transpose(0, 1)
+""",
+            "a product that never reaches a softmax",
+        ),
+    )
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        def seed(node: cst.BaseExpression, flow: Flow) -> bool:
+            operands = score_operands(ctx, node, flow)
+            if operands is None:
+                return False
+            queries, keys, product = operands
+            if scaled_inside(ctx, product):
+                return False
+            if is_scaled(ctx, queries, flow) or is_scaled(ctx, keys, flow):
+                return False
+            return not (is_fp32_value(ctx, queries, flow) and is_fp32_value(ctx, keys, flow))
+
+        def clips(node: cst.BaseExpression, flow: Flow) -> bool:
+            return (
+                function_call(ctx, node, _CLIP_FUNCTIONS) or method_call(ctx, node, _CLIP_METHODS) is not None
+            )
+
+        policy = Policy(
+            seed=seed,
+            sink=lambda node, flow: "softmax" if is_softmax(ctx, node) else None,
+            blocks=clips,
+        )
+        reported: set[cst.CSTNode] = set()
+        for hit in analyse_all(ctx.scopes, policy):
+            if hit.origin in reported:
+                continue
+            reported.add(hit.origin)
+            yield Finding(
+                hit.origin,
+                "attention scores `q @ k^T` are formed in half precision and scaled only after the "
+                "product, so large logits overflow float16 (max 65504) to inf before softmax turns "
+                "them into NaN",
+                help="use `torch.nn.functional.scaled_dot_product_attention`, scale the queries before "
+                "the product, or compute the scores in float32",
+            )

@@ -1,0 +1,319 @@
+"""AMP003: softmax over attention scores or logits in half precision (cases 2 and 4)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import libcst as cst
+
+from amplint.attention import SOFTMAX_FUNCTIONS, SOFTMAX_METHODS, score_operands
+from amplint.context import FileContext, Finding, FixPlan
+from amplint.flow import Flow, Policy, analyse, analyse_all
+from amplint.patterns import (
+    argument,
+    function_call,
+    is_fp32_value,
+    is_half_dtype,
+    is_matmul,
+    method_call,
+    with_method,
+)
+from amplint.rule import Bad, Good, Rule
+
+# Names under which code holds attention scores or logits.
+_SCORE_NAME = re.compile(
+    r"(score|logit|attn|attention|energ|similarit|^sim$|^sims$|^qk$|^dots?$|^lm_head$)", re.IGNORECASE
+)
+
+
+class HalfPrecisionSoftmax(Rule):
+    """
+    ## What it does
+    Flags `softmax` and `log_softmax` over attention scores or logits that are not asked to compute
+    in float32 (`dtype=torch.float32`) and whose input is not upcast.
+
+    ## Why is this bad?
+    A softmax in float16 or bfloat16 exponentiates and sums in the low-precision dtype: fully
+    masked rows become NaN, large logits overflow, and the normalisation loses the small
+    probabilities that sampling and attention depend on. Autocast upcasts softmax on CUDA, but a
+    model run with `.half()`/`torch_dtype=torch.float16` weights and no autocast, or on CPU autocast,
+    does not. The eager attention path of many models shows NaN in fine-tuning for this reason
+    while fused kernels stay stable.
+
+    ## Example
+    ```python
+    probs = F.softmax(attn_weights, dim=-1)
+    out = probs @ v
+    ```
+
+    ## Fix
+    Compute the softmax in float32 and cast back where the result feeds a low-precision product:
+    ```python
+    probs = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(attn_weights.dtype)
+    out = probs @ v
+    ```
+
+    ## References
+    - transformers' eager attention: `softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)`
+    - `torch.nn.functional.softmax(input, dim, dtype=...)`
+    """
+
+    code = "AMP003"
+    name = "half-precision-softmax"
+    summary = "softmax/log_softmax over attention scores or logits without dtype=torch.float32"
+    triggers = frozenset({"softmax", "log_softmax"})
+
+    bad = (
+        Bad(
+            """\
+import torch
+import torch.nn.functional as F
+
+
+def attend(attn_weights, v):
+    probs = F.softmax(attn_weights, dim=-1)
+    return probs @ v
+""",
+            fixed="""\
+import torch
+import torch.nn.functional as F
+
+
+def attend(attn_weights, v):
+    probs = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(attn_weights.dtype)
+    return probs @ v
+""",
+        ),
+        Bad(
+            """\
+import torch
+
+
+def sample(logits, temperature):
+    probs = torch.softmax(logits / temperature, dim=-1)
+    return torch.multinomial(probs, num_samples=1)
+""",
+            fixed="""\
+import torch
+
+
+def sample(logits, temperature):
+    probs = torch.softmax(logits / temperature, dim=-1, dtype=torch.float32)
+    return torch.multinomial(probs, num_samples=1)
+""",
+        ),
+        Bad(
+            """\
+import torch as th
+
+
+def attention(q, k, v):
+    w = (q @ k.transpose(-2, -1)).log_softmax(-1)
+    return w
+""",
+            fixed="""\
+import torch as th
+
+
+def attention(q, k, v):
+    w = (q @ k.transpose(-2, -1)).log_softmax(-1, dtype=th.float32)
+    return w
+""",
+        ),
+        Bad(
+            """\
+from torch.nn import functional as F
+
+
+def router(self, hidden):
+    router_logits = self.gate(hidden)
+    return F.softmax(router_logits, dim=1)
+""",
+            fixed="""\
+import torch
+from torch.nn import functional as F
+
+
+def router(self, hidden):
+    router_logits = self.gate(hidden)
+    return F.softmax(router_logits, dim=1, dtype=torch.float32)
+""",
+        ),
+        Bad(
+            """\
+import torch
+
+
+def attend(scores, v):
+    p = torch.softmax(scores, dim=-1, dtype=torch.float16)
+    return torch.matmul(p, v)
+""",
+            fixed="""\
+import torch
+
+
+def attend(scores, v):
+    p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+    return torch.matmul(p, v)
+""",
+        ),
+    )
+    good = (
+        Good(
+            """\
+import torch
+from torch import nn
+
+
+def attend(attn_weights, query, value):
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    return torch.matmul(attn_weights, value)
+""",
+            "transformers' eager attention: float32 softmax, cast back",
+        ),
+        Good(
+            """\
+import torch.nn.functional as F
+
+
+def attend(scores, v):
+    return F.softmax(scores.float(), dim=-1).type_as(scores) @ v
+""",
+            "the input is upcast",
+        ),
+        Good(
+            """\
+import torch.nn.functional as F
+
+
+def mix(self):
+    return F.softmax(self.layer_weights, dim=0)
+""",
+            "a softmax over learned mixing weights, not scores or logits",
+        ),
+        Good(
+            """\
+import torch
+
+
+def attend(scores, dtype):
+    return torch.softmax(scores, dim=-1, dtype=dtype)
+""",
+            "an explicit dtype chosen by the caller",
+        ),
+    )
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        fed_by_scores = {
+            hit.sink
+            for hit in analyse_all(
+                ctx.scopes,
+                Policy(
+                    seed=lambda node, flow: score_operands(ctx, node, flow) is not None,
+                    sink=lambda node, flow: "softmax" if _is_softmax(ctx, node) else None,
+                ),
+            )
+        }
+        for scope in ctx.scopes:
+            flow = analyse(scope, Policy(seed=lambda node, flow: False))
+            for call in _softmax_calls(ctx, scope.node):
+                data = _input(ctx, call)
+                if data is None or not _low_precision(ctx, call, data, flow):
+                    continue
+                if call not in fed_by_scores and not _looks_like_scores(data):
+                    continue
+                yield _finding(ctx, scope, call, data)
+
+
+def _is_softmax(ctx: FileContext, node: cst.CSTNode) -> bool:
+    return function_call(ctx, node, SOFTMAX_FUNCTIONS) or method_call(ctx, node, SOFTMAX_METHODS) is not None
+
+
+def _softmax_calls(ctx: FileContext, scope: cst.CSTNode) -> Iterator[cst.Call]:
+    """Softmax calls directly in `scope`, not in functions nested inside it."""
+    stack = list(scope.children) if isinstance(scope, cst.Module) else [scope.body]  # type: ignore[attr-defined]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.Call) and _is_softmax(ctx, node):
+            yield node
+        stack.extend(node.children)
+
+
+def _input(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
+    receiver = method_call(ctx, call, SOFTMAX_METHODS)
+    return receiver if receiver is not None else argument(call, 0, "input")
+
+
+def _dtype_argument(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
+    if method_call(ctx, call, SOFTMAX_METHODS) is not None:
+        return argument(call, 1, "dtype")
+    if ctx.qualified(call.func) in {"torch.softmax", "torch.log_softmax"}:
+        return argument(call, 2, "dtype")
+    return argument(call, 3, "dtype")
+
+
+def _low_precision(ctx: FileContext, call: cst.Call, data: cst.BaseExpression, flow: Flow) -> bool:
+    dtype = _dtype_argument(ctx, call)
+    if dtype is not None:
+        return is_half_dtype(ctx, dtype)  # any other explicit dtype is the caller's choice
+    return not is_fp32_value(ctx, data, flow)
+
+
+def _looks_like_scores(data: cst.BaseExpression) -> bool:
+    stack: list[cst.CSTNode] = [data]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Name) and _SCORE_NAME.search(node.value):
+            return True
+        if isinstance(node, cst.Attribute):
+            if _SCORE_NAME.search(node.attr.value):
+                return True
+            stack.append(node.value)
+        elif isinstance(node, cst.Call):
+            stack.append(node.func)
+            stack.extend(arg.value for arg in node.args)
+        elif not isinstance(node, cst.Name):
+            stack.extend(node.children)
+    return False
+
+
+def _finding(ctx: FileContext, scope: object, call: cst.Call, data: cst.BaseExpression) -> Finding:
+    float32, missing_import = ctx.float32()
+    dtype_arg = cst.Arg(
+        keyword=cst.Name("dtype"),
+        value=float32,
+        equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+        ),
+    )
+    existing = [arg for arg in call.args if not (arg.keyword is not None and arg.keyword.value == "dtype")]
+    positional_dtype = _dtype_argument(ctx, call)
+    existing = [arg for arg in existing if arg.value is not positional_dtype]
+    if existing:
+        existing[-1] = existing[-1].with_changes(
+            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+        )
+    fixed: cst.BaseExpression = call.with_changes(args=[*existing, dtype_arg])
+    cast_back = _feeds_product(ctx, scope, call) and isinstance(data, (cst.Name, cst.Attribute))
+    if cast_back:
+        fixed = with_method(fixed, "to", cst.Attribute(value=data, attr=cst.Name("dtype")))
+    description = "Compute the softmax in float32" + (" and cast back" if cast_back else "")
+    return Finding(
+        call,
+        "softmax over attention scores or logits runs in the input's half-precision dtype when the "
+        "model runs in float16/bfloat16 without CUDA autocast: pass `dtype=torch.float32`",
+        fix=FixPlan(description, ((call, fixed),), missing_import),
+        help=f"`{' '.join(ctx.code(fixed).split())}`",
+    )
+
+
+def _feeds_product(ctx: FileContext, scope: object, call: cst.Call) -> bool:
+    """Whether the softmax result reaches a matmul in its function (then it must be cast back)."""
+    policy = Policy(
+        seed=lambda node, flow: node is call,
+        sink=lambda node, flow: "matmul" if is_matmul(ctx, node, submodules=False) else None,
+    )
+    return bool(analyse(scope, policy).hits)  # type: ignore[arg-type]

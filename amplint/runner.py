@@ -1,0 +1,165 @@
+"""The static pass over one file: read, pre-scan, parse, run the rules, turn findings into diagnostics."""
+
+from __future__ import annotations
+
+import re
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+
+from amplint.context import FileContext, Finding, FixPlan
+from amplint.diagnostics import Diagnostic, Edit, Fix, Severity, sort_diagnostics
+from amplint.rule import Rule
+from amplint.source import LineIndex, SourceError, SourceFile, decode_source, display_path, read_source
+from amplint.suppression import file_is_exempt, line_suppresses
+
+UNPARSABLE = "AMP900"
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass
+class FileResult:
+    path: Path
+    display: str
+    source: SourceFile | None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    internal_errors: list[str] = field(default_factory=list)
+
+
+def unparsable_diagnostic(display: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
+    return Diagnostic(
+        code=UNPARSABLE,
+        name="unparsable-file",
+        message=message,
+        path=display,
+        line=line,
+        column=column,
+        end_line=line,
+        end_column=column,
+        severity=Severity.ERROR,
+    )
+
+
+def lint_file(path: Path, rules: Sequence[type[Rule]], display: str | None = None) -> FileResult:
+    display = display if display is not None else display_path(path)
+    try:
+        source = read_source(path)
+    except SourceError as exc:
+        return FileResult(
+            path, display, None, [unparsable_diagnostic(display, exc.message, exc.line, exc.column)]
+        )
+    return lint_source(source, rules, display)
+
+
+def lint_text(text: str, rules: Sequence[type[Rule]], path: str = "<string>") -> FileResult:
+    source = decode_source(text.encode("utf-8"), Path(path))
+    return lint_source(source, rules, path)
+
+
+def lint_source(source: SourceFile, rules: Sequence[type[Rule]], display: str) -> FileResult:
+    result = FileResult(source.path, display, source)
+    text = source.text
+    if file_is_exempt(text):
+        return result
+    words = set(_WORD.findall(text)) if rules else set()
+    active = [rule for rule in rules if not rule.triggers or rule.triggers & words]
+    if not active:
+        # Nothing could match: the fast C parser is enough to report a broken file.
+        try:
+            compile(text, display, "exec", flags=0x400, dont_inherit=True)  # ast.PyCF_ONLY_AST
+        except SyntaxError as exc:
+            result.diagnostics.append(
+                unparsable_diagnostic(display, f"SyntaxError: {exc.msg}", exc.lineno or 1, exc.offset or 1)
+            )
+        except ValueError as exc:
+            result.diagnostics.append(unparsable_diagnostic(display, f"SyntaxError: {exc}"))
+        return result
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        message = f"SyntaxError: {exc.message}"
+        result.diagnostics.append(unparsable_diagnostic(display, message, exc.raw_line, exc.raw_column + 1))
+        return result
+    ctx = FileContext(source.path, module)
+    lines = LineIndex(text)
+    for rule in active:
+        try:
+            findings = list(rule().check(ctx))
+        except Exception:
+            result.internal_errors.append(f"{rule.code} crashed on {display}:\n{traceback.format_exc()}")
+            continue
+        for finding in findings:
+            diagnostic = _diagnostic(ctx, rule, finding, display, source.newline)
+            if not line_suppresses(lines.line_text(diagnostic.line), diagnostic.code):
+                result.diagnostics.append(diagnostic)
+    result.diagnostics = sort_diagnostics(result.diagnostics)
+    return result
+
+
+def _diagnostic(
+    ctx: FileContext, rule: type[Rule], finding: Finding, display: str, newline: str
+) -> Diagnostic:
+    where = ctx.positions[finding.node]
+    return Diagnostic(
+        code=rule.code,
+        name=rule.name,
+        message=finding.message,
+        path=display,
+        line=where.start.line,
+        column=where.start.column + 1,
+        end_line=where.end.line,
+        end_column=where.end.column + 1,
+        severity=rule.severity,
+        fix=_fix(ctx, finding.fix, newline) if finding.fix else None,
+        help=finding.help,
+        extra=dict(finding.extra),
+    )
+
+
+def _fix(ctx: FileContext, plan: FixPlan, newline: str) -> Fix:
+    edits = []
+    for old, new in plan.replacements:
+        where = ctx.positions[old]
+        # Positions exclude a node's own parentheses, so render the replacement without them too.
+        if getattr(old, "lpar", None) and getattr(new, "lpar", None):
+            new = new.with_changes(lpar=[], rpar=[])
+        edits.append(
+            Edit(
+                where.start.line,
+                where.start.column + 1,
+                where.end.line,
+                where.end.column + 1,
+                ctx.code(new),
+            )
+        )
+    if plan.needs_torch_import:
+        line = _import_line(ctx)
+        edits.append(Edit(line, 1, line, 1, f"import torch{newline}"))
+    return Fix(plan.description, tuple(sorted(edits)))
+
+
+def _import_line(ctx: FileContext) -> int:
+    """Where `import torch` goes: before the first import, else after the docstring and
+    `from __future__` imports."""
+    body = ctx.module.body
+    fallback: cst.BaseStatement | None = None
+    for index, statement in enumerate(body):
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        is_docstring = (
+            index == 0 and isinstance(small, cst.Expr) and isinstance(small.value, cst.SimpleString)
+        )
+        is_future = isinstance(small, cst.ImportFrom) and _is_future(small)
+        if isinstance(small, (cst.Import, cst.ImportFrom)) and not is_future:
+            return ctx.positions[statement].start.line
+        if fallback is None and not is_docstring and not is_future:
+            fallback = statement
+    if fallback is not None:
+        return ctx.positions[fallback].start.line
+    return len(ctx.module.code.splitlines()) + 1
+
+
+def _is_future(node: cst.ImportFrom) -> bool:
+    return isinstance(node.module, cst.Name) and node.module.value == "__future__"

@@ -1,0 +1,51 @@
+"""Every rule's bad and good examples are its tests: bad ones are flagged and fixed exactly as the
+rule documents, good ones are not flagged."""
+
+from __future__ import annotations
+
+import pytest
+
+from amplint.fixes import fix_source
+from amplint.rule import Bad, Good, Rule
+from amplint.rules import all_rules
+from amplint.runner import lint_text
+from amplint.source import decode_source
+
+CASES = [(rule, i, ex) for rule in all_rules() for i, ex in enumerate(rule.bad)]
+GOOD = [(rule, i, ex) for rule in all_rules() for i, ex in enumerate(rule.good)]
+
+
+def _id(case: tuple[type[Rule], int, Bad | Good]) -> str:
+    return f"{case[0].code}-{case[1]}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_bad_example_is_flagged_and_fixed(case: tuple[type[Rule], int, Bad], tmp_path) -> None:
+    rule, _, example = case
+    result = lint_text(example.code, [rule])
+    assert [d.code for d in result.diagnostics].count(rule.code) >= 1, result.diagnostics
+    assert not result.internal_errors
+    if example.fixed is None:
+        assert all(d.fix is None for d in result.diagnostics)
+        return
+    source = decode_source(example.code.encode(), tmp_path / "example.py")
+    outcome = fix_source(source, [rule], "example.py")
+    assert outcome.new_text == example.fixed
+    assert not [d for d in lint_text(outcome.new_text, [rule]).diagnostics if d.code == rule.code]
+
+
+@pytest.mark.parametrize("case", GOOD, ids=_id)
+def test_good_example_is_not_flagged(case: tuple[type[Rule], int, Good]) -> None:
+    rule, _, example = case
+    result = lint_text(example.code, [rule])
+    assert [d for d in result.diagnostics if d.code == rule.code] == []
+    assert not result.internal_errors
+
+
+def test_every_rule_documents_itself() -> None:
+    for rule in all_rules():
+        docs = rule.docs()
+        for section in ("## What it does", "## Why is this bad?", "## Example", "## Fix"):
+            assert section in docs, (rule.code, section)
+        assert rule.bad and rule.good, rule.code
+        assert rule.name == rule.name.lower() and " " not in rule.name
