@@ -75,7 +75,8 @@ class _Walker:
         self.settings = settings
         self.exclude = settings.exclude_patterns
         self.root = str(settings.root)
-        self.found: list[tuple[Path, tuple[int, int]]] = []  # (path as shown, (st_dev, st_ino))
+        # (path as shown, reached through a symbolic link, (st_dev, st_ino))
+        self.found: list[tuple[Path, bool, tuple[int, int]]] = []
         self.problems: list[tuple[Path, str]] = []
         self.walked: set[tuple[int, int]] = set()
 
@@ -94,7 +95,7 @@ class _Walker:
                 self.walk(display, abs_path, st)
         elif stat.S_ISREG(st.st_mode):
             if not self.settings.is_excluded(Path(abs_path), is_dir=False):
-                self.found.append((path, (st.st_dev, st.st_ino)))
+                self.found.append((path, os.path.islink(abs_path), (st.st_dev, st.st_ino)))
         else:
             self.problems.append((path, "not a regular file or directory"))
 
@@ -198,7 +199,7 @@ class _Walker:
                     self.problems.append((Path(display), describe_error(entry.path, exc)))
                 return
             if is_py and stat.S_ISREG(target.st_mode):
-                self.found.append((Path(display), (target.st_dev, target.st_ino)))
+                self.found.append((Path(display), True, (target.st_dev, target.st_ino)))
             return
         if is_dir:
             try:
@@ -215,7 +216,7 @@ class _Walker:
             stack.append((display, entry.path, child_rel, child_ignores, st.st_dev))
         elif entry.is_file(follow_symlinks=False):
             # A regular file lives on its directory's device; inode() is free from scandir.
-            self.found.append((Path(display), (dev, entry.inode())))
+            self.found.append((Path(display), False, (dev, entry.inode())))
 
 
 def discover(paths: Sequence[Path], settings: Settings) -> Discovery:
@@ -223,12 +224,12 @@ def discover(paths: Sequence[Path], settings: Settings) -> Discovery:
     walker = _Walker(settings)
     for path in paths:
         walker.add(Path(path))
-    files: list[Path] = []
-    seen: set[tuple[int, int]] = set()
-    # Sort first so that a file reached twice (overlapping paths, links) keeps its first name.
-    for path, identity in sorted(walker.found, key=lambda item: item[0]):
-        if identity not in seen:
-            seen.add(identity)
-            files.append(path)
+    # A file reached twice (overlapping paths, links) keeps one name: its own rather than a link's,
+    # then the first in sort order.
+    chosen: dict[tuple[int, int], tuple[bool, Path]] = {}
+    for path, via_link, identity in walker.found:
+        if identity not in chosen or (via_link, path) < chosen[identity]:
+            chosen[identity] = (via_link, path)
+    files = sorted(path for _, path in chosen.values())
     problems = sorted(set(walker.problems), key=lambda item: (item[0], item[1]))
     return Discovery(files=files, problems=problems)

@@ -39,7 +39,8 @@ class Pattern:
     text: str  # the line as written (after trimming), for messages
     negated: bool
     dir_only: bool
-    # Anchored patterns match the whole path relative to the base; others match the name at any depth.
+    # Anchored patterns match the whole path relative to the base; others match the last name, which is
+    # the same as matching at any depth since they cannot match a '/'.
     anchored: bool
     regex: re.Pattern[str] | None  # None: malformed (e.g. unterminated `[`), never matches, like git
 
@@ -47,7 +48,7 @@ class Pattern:
         """Whether the pattern matches `rel`, a '/'-separated path relative to the base."""
         if self.regex is None or (self.dir_only and not is_dir):
             return False
-        return self.regex.fullmatch(rel) is not None
+        return self.regex.fullmatch(rel if self.anchored else rel[rel.rfind("/") + 1 :]) is not None
 
 
 def _trim_trailing_spaces(line: str) -> str:
@@ -180,8 +181,6 @@ def parse_pattern(line: str) -> Pattern | None:
     if pat.startswith("/"):
         pat = pat[1:]
     body = _translate(pat)
-    if body is not None and not anchored:
-        body = "(?:.*/)?" + body  # a name at any depth
     regex = None if body is None else re.compile(body, re.DOTALL)
     return Pattern(text=text, negated=negated, dir_only=dir_only, anchored=anchored, regex=regex)
 
@@ -196,6 +195,19 @@ class PatternSet:
         self.patterns: tuple[Pattern, ...] = tuple(p for p in parsed if p is not None)
         # Last matching pattern wins, so search from the end.
         self._reversed = self.patterns[::-1]
+        # Most paths match nothing: one combined regex per kind rejects them in a single call.
+        self._quick = {is_dir: self._combine(is_dir) for is_dir in (False, True)}
+
+    def _combine(self, is_dir: bool) -> tuple[re.Pattern[str] | None, re.Pattern[str] | None]:
+        def join(anchored: bool) -> re.Pattern[str] | None:
+            sources = [
+                f"(?:{p.regex.pattern})"
+                for p in self.patterns
+                if p.regex is not None and p.anchored == anchored and (is_dir or not p.dir_only)
+            ]
+            return re.compile("|".join(sources), re.DOTALL) if sources else None
+
+        return join(True), join(False)
 
     def __len__(self) -> int:
         return len(self.patterns)
@@ -209,6 +221,12 @@ class PatternSet:
         True: ignored; False: re-included by a negated pattern; None: no pattern matched.
         Only the path itself is matched, not its parent directories (see `is_ignored`).
         """
+        anchored, unanchored = self._quick[is_dir]
+        if not (
+            (anchored is not None and anchored.fullmatch(rel))
+            or (unanchored is not None and unanchored.fullmatch(rel[rel.rfind("/") + 1 :]))
+        ):
+            return None
         for pattern in self._reversed:
             if pattern.matches(rel, is_dir):
                 return not pattern.negated

@@ -1,0 +1,275 @@
+"""Settings: finding and validating `[tool.amplint]`, selection, per-file ignores and excludes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from amplint.config import DEFAULT_EXCLUDE, ConfigError, Settings, find_config, load_settings
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _load_table(tmp_path: Path, body: str) -> Settings:
+    config = _write(tmp_path / "pyproject.toml", "[tool.amplint]\n" + body)
+    return load_settings([tmp_path], config_file=config)
+
+
+# --- finding the config ----------------------------------------------------------------------------
+
+
+def test_find_config_walks_up(tmp_path: Path) -> None:
+    config = _write(tmp_path / "proj" / "pyproject.toml", "[tool.amplint]\n")
+    start = tmp_path / "proj" / "src" / "pkg"
+    start.mkdir(parents=True)
+    assert find_config(start) == config
+
+
+def test_find_config_skips_pyproject_without_table(tmp_path: Path) -> None:
+    config = _write(tmp_path / "pyproject.toml", "[tool.amplint]\nselect = ['AMP0']\n")
+    _write(tmp_path / "sub" / "pyproject.toml", "[project]\nname = 'x'\n[tool.ruff]\n")
+    (tmp_path / "sub" / "deep").mkdir()
+    assert find_config(tmp_path / "sub" / "deep") == config
+
+
+def test_find_config_rejects_invalid_toml_on_the_way(tmp_path: Path) -> None:
+    _write(tmp_path / "pyproject.toml", "[tool.amplint]\n")
+    bad = _write(tmp_path / "sub" / "pyproject.toml", "[project\n")
+    with pytest.raises(ConfigError) as info:
+        find_config(tmp_path / "sub")
+    assert str(bad) in str(info.value) and "invalid TOML" in str(info.value)
+
+
+def test_load_settings_uses_common_parent_of_paths(tmp_path: Path) -> None:
+    config = _write(tmp_path / "proj" / "pyproject.toml", "[tool.amplint]\nignore = ['AMP002']\n")
+    a = _write(tmp_path / "proj" / "a" / "x.py", "")
+    b = _write(tmp_path / "proj" / "b" / "y.py", "")
+    settings = load_settings([a, b])
+    assert settings.config_path == config
+    assert settings.root == config.parent
+    assert settings.ignore == ("AMP002",)
+
+
+def test_load_settings_relative_paths_use_cwd(tmp_path: Path) -> None:
+    config = _write(tmp_path / "pyproject.toml", "[tool.amplint]\n")
+    (tmp_path / "src").mkdir()
+    assert load_settings([Path("src")], cwd=tmp_path).config_path == config
+
+
+def test_no_config_gives_defaults_rooted_at_cwd(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    settings = load_settings([Path("src")], cwd=tmp_path)
+    assert settings.config_path is None
+    assert settings.root == tmp_path
+    assert settings.select == ("AMP",)
+    assert settings.exclude == DEFAULT_EXCLUDE
+
+
+def test_explicit_pyproject_without_table_is_an_error(tmp_path: Path) -> None:
+    config = _write(tmp_path / "pyproject.toml", "[tool.ruff]\n")
+    with pytest.raises(ConfigError, match=r"no \[tool\.amplint\] table"):
+        load_settings([], config_file=config)
+
+
+def test_explicit_other_toml_uses_top_level_keys(tmp_path: Path) -> None:
+    config = _write(tmp_path / "conf" / "amplint.toml", "select = ['amp001']\n[runtime]\nsteps = 3\n")
+    settings = load_settings([], config_file=config)
+    assert settings.select == ("AMP001",)
+    assert settings.root == tmp_path / "conf"
+    assert settings.runtime == {"steps": 3}
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.toml: config file not found"):
+        load_settings([], config_file=Path("nope.toml"), cwd=tmp_path)
+
+
+def test_invalid_toml_names_the_file(tmp_path: Path) -> None:
+    config = _write(tmp_path / "amplint.toml", "select = [\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings([], config_file=config)
+    assert str(info.value).startswith(f"{config}: invalid TOML: ")
+
+
+# --- validation ------------------------------------------------------------------------------------
+
+
+def test_unknown_key_names_the_key_and_the_known_ones(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        _load_table(tmp_path, "selct = ['AMP001']\n")
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'pyproject.toml'}: [tool.amplint] unknown key 'selct'")
+    assert "known keys: exclude, extend-exclude, ignore, per-file-ignores, runtime, select" in message
+    assert "did you mean 'select'?" in message
+
+
+def test_underscore_key_suggests_dashes(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="did you mean 'per-file-ignores'"):
+        _load_table(tmp_path, "per_file_ignores = {}\n")
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            "select = 42\n",
+            "[tool.amplint] 'select' must be a list of rule codes such as \"AMP001\" "
+            'or prefixes such as "AMP0", got 42',
+        ),
+        ("ignore = 'AMP001'\n", "'ignore' must be a list of rule codes such as \"AMP001\""),
+        ("select = ['E501']\n", "'select' has an invalid rule code 'E501'"),
+        ("select = ['AMP0001']\n", "'select' has an invalid rule code 'AMP0001'"),
+        ("exclude = 'build'\n", "'exclude' must be a list of gitignore-style patterns"),
+        ("extend-exclude = [1]\n", "'extend-exclude' must be a list of gitignore-style patterns"),
+        ("per-file-ignores = ['tests/*']\n", "'per-file-ignores' must be a table"),
+        ("[tool.amplint.per-file-ignores]\n'tests/*' = 'AMP001'\n", "'per-file-ignores' entry 'tests/*'"),
+        ("runtime = 1\n", "'runtime' must be a table, got 1"),
+    ],
+)
+def test_bad_values(tmp_path: Path, body: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        _load_table(tmp_path, body)
+    assert expected in str(info.value)
+    assert str(tmp_path / "pyproject.toml") in str(info.value)
+
+
+def test_table_must_be_a_table(tmp_path: Path) -> None:
+    config = _write(tmp_path / "pyproject.toml", "[tool]\namplint = 3\n")
+    with pytest.raises(ConfigError, match=r"\[tool\.amplint\] must be a table, got 3"):
+        load_settings([], config_file=config)
+
+
+def test_valid_table_is_loaded(tmp_path: Path) -> None:
+    settings = _load_table(
+        tmp_path,
+        "select = ['amp0', 'AMP1']\nignore = ['Amp003']\nextend-exclude = ['tests/data']\n"
+        "[tool.amplint.per-file-ignores]\n'tests/*' = ['AMP001']\n'conftest.py' = ['AMP0']\n"
+        "[tool.amplint.runtime]\nanything = {goes = 'here'}\n",
+    )
+    assert settings.select == ("AMP0", "AMP1")
+    assert settings.ignore == ("AMP003",)
+    assert settings.extend_exclude == ("tests/data",)
+    assert settings.exclude == DEFAULT_EXCLUDE
+    assert settings.per_file_ignores == (("tests/*", ("AMP001",)), ("conftest.py", ("AMP0",)))
+    assert settings.runtime == {"anything": {"goes": "here"}}
+
+
+# --- selection -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("select", "ignore", "code", "expected"),
+    [
+        (("AMP",), (), "AMP001", True),
+        (("AMP",), ("AMP001",), "AMP001", False),
+        (("AMP",), ("AMP001",), "AMP002", True),
+        (("AMP001",), ("AMP",), "AMP001", True),  # the more specific select wins
+        (("AMP001",), ("AMP",), "AMP002", False),
+        (("AMP0",), ("AMP0",), "AMP001", False),  # a tie goes to ignore
+        (("AMP1",), (), "AMP001", False),  # not selected at all
+        (("AMP",), ("AMP0",), "AMP101", True),
+        (("AMP",), (), "amp001", True),  # case-insensitive
+    ],
+)
+def test_is_selected(select: tuple[str, ...], ignore: tuple[str, ...], code: str, expected: bool) -> None:
+    assert Settings(select=select, ignore=ignore).is_selected(code) is expected
+
+
+def test_overrides_select_replaces_and_ignore_adds(tmp_path: Path) -> None:
+    base = Settings(select=("AMP",), ignore=("AMP001", "AMP002"), root=tmp_path)
+    over = base.with_overrides(select=["AMP0,amp1"], ignore=["AMP003"])
+    assert over.select == ("AMP0", "AMP1")
+    assert over.ignore == ("AMP001", "AMP002", "AMP003")
+    assert not over.is_selected("AMP003") and not over.is_selected("AMP001") and over.is_selected("AMP004")
+    assert base.is_selected("AMP003")  # the original is untouched
+
+
+def test_overrides_cli_select_beats_the_same_code_ignored_in_config(tmp_path: Path) -> None:
+    base = Settings(ignore=("AMP001", "AMP0"), root=tmp_path)
+    over = base.with_overrides(select=["AMP001"])
+    assert over.is_selected("AMP001")
+    assert over.ignore == ("AMP0",)
+    # ...but naming it in --ignore too turns it off again (a tie goes to ignore).
+    assert not base.with_overrides(select=["AMP001"], ignore=["AMP001"]).is_selected("AMP001")
+
+
+@pytest.mark.parametrize("flag", ["select", "ignore"])
+def test_overrides_validate_codes_and_name_the_flag(tmp_path: Path, flag: str) -> None:
+    with pytest.raises(ConfigError, match=f"--{flag} has an invalid rule code 'F401'"):
+        Settings(root=tmp_path).with_overrides(**{flag: ["AMP001", "F401"]})
+
+
+def test_overrides_excludes(tmp_path: Path) -> None:
+    base = Settings(extend_exclude=("a",), root=tmp_path)
+    over = base.with_overrides(exclude=["only"], extend_exclude=["b"])
+    assert over.exclude == ("only",)
+    assert over.extend_exclude == ("a", "b")
+    assert base.with_overrides() is base
+
+
+# --- per-file-ignores ------------------------------------------------------------------------------
+
+
+def test_per_file_ignores(tmp_path: Path) -> None:
+    settings = Settings(
+        per_file_ignores=(
+            ("tests/*", ("AMP001",)),
+            ("docs/", ("AMP002",)),
+            ("conftest.py", ("AMP0",)),
+            ("src/gen/*.py", ("AMP1",)),
+        ),
+        root=tmp_path,
+    )
+    assert settings.is_ignored_for("AMP001", tmp_path / "tests" / "deep" / "down" / "test_x.py")
+    assert settings.is_ignored_for("AMP001", tmp_path / "tests" / "test_x.py")
+    assert not settings.is_ignored_for("AMP002", tmp_path / "tests" / "test_x.py")
+    assert not settings.is_ignored_for("AMP001", tmp_path / "src" / "tests.py")
+    assert not settings.is_ignored_for("AMP001", tmp_path / "src" / "tests" / "x.py")  # anchored at root
+    assert settings.is_ignored_for("AMP002", tmp_path / "docs" / "a" / "b.py")
+    assert settings.is_ignored_for("AMP005", tmp_path / "pkg" / "sub" / "conftest.py")  # prefix, any depth
+    assert not settings.is_ignored_for("AMP105", tmp_path / "pkg" / "conftest.py")
+    assert settings.is_ignored_for("amp105", tmp_path / "src" / "gen" / "x.py")
+    assert not settings.is_ignored_for("AMP105", tmp_path / "other" / "src" / "gen" / "x.py")
+    assert settings.ignored_codes_for(tmp_path / "tests" / "conftest.py") == frozenset({"AMP001", "AMP0"})
+
+
+def test_per_file_ignores_relative_path_and_negation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings(per_file_ignores=(("!src/", ("AMP003",)),), root=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert settings.is_ignored_for("AMP003", Path("scripts/run.py"))
+    assert not settings.is_ignored_for("AMP003", Path("src/model.py"))
+
+
+# --- excludes --------------------------------------------------------------------------------------
+
+
+def test_default_excludes(tmp_path: Path) -> None:
+    settings = Settings(root=tmp_path)
+    assert settings.is_excluded(tmp_path / "build", is_dir=True)
+    assert settings.is_excluded(tmp_path / "a" / ".venv" / "lib" / "x.py", is_dir=False)  # via a parent
+    assert settings.is_excluded(tmp_path / "pkg.egg-info", is_dir=True)
+    assert not settings.is_excluded(tmp_path / "src" / "builder.py", is_dir=False)
+
+
+def test_exclude_replaces_defaults_and_extend_exclude_adds(tmp_path: Path) -> None:
+    replaced = _load_table(tmp_path, "exclude = ['generated']\n")
+    assert not replaced.is_excluded(tmp_path / "build", is_dir=True)
+    assert replaced.is_excluded(tmp_path / "x" / "generated", is_dir=True)
+
+    extended = _load_table(tmp_path, "extend-exclude = ['tests/data', '*_pb2.py']\n")
+    assert extended.is_excluded(tmp_path / "build", is_dir=True)
+    assert extended.is_excluded(tmp_path / "tests" / "data" / "bad" / "x.py", is_dir=False)
+    assert not extended.is_excluded(tmp_path / "other" / "tests" / "data" / "x.py", is_dir=False)
+    assert extended.is_excluded(tmp_path / "pkg" / "model_pb2.py", is_dir=False)
+
+
+def test_is_excluded_relative_to_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings(extend_exclude=("tests/data",), root=tmp_path)
+    monkeypatch.chdir(tmp_path / ".")
+    assert settings.is_excluded(Path("tests/data/x.py"), is_dir=False)
+    assert not settings.is_excluded(Path("tests/x.py"), is_dir=False)

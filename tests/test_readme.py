@@ -1,0 +1,54 @@
+"""The README is the first thing a user runs: its commands, rule table and JSON schema stay true."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from amplint.diagnostics import Diagnostic, Edit, Fix
+from amplint.docs import TABLE_END, TABLE_START, rule_table
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _first_code_block() -> list[str]:
+    block = re.search(r"```bash\n(.*?)```", README, re.S)
+    assert block is not None
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_readme_starts_with_the_two_commands() -> None:
+    install, tests = _first_code_block()
+    assert README.index("```bash") < 600, "the set-up commands must be at the top"
+    assert "amplint check fixtures/" in install
+    assert tests.endswith("pytest")
+    assert "torch==2.13.0" in tests
+
+
+def test_ci_runs_the_readme_test_command_verbatim() -> None:
+    _, tests = _first_code_block()
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert tests in ci.splitlines()
+
+
+def test_rule_table_is_generated_from_the_catalogue() -> None:
+    start = README.index(TABLE_START) + len(TABLE_START)
+    end = README.index(TABLE_END)
+    assert README[start:end].strip() == rule_table(markdown=True), (
+        "README rule table is stale: regenerate it with `amplint rule --all --format markdown`"
+    )
+
+
+def test_documented_json_keys_match_the_data_model() -> None:
+    block = re.search(r"```json\n(.*?)```", README, re.S)
+    assert block is not None
+    text = re.sub(r"^  ", "", block.group(1), flags=re.M)
+    documented = json.loads(text)["diagnostics"][0]
+    real = Diagnostic(
+        "AMP001", "n", "m", "p", 1, 1, 1, 2, fix=Fix("d", (Edit(1, 1, 1, 2, "x"),)), help="h"
+    ).to_dict()
+    assert set(documented) == set(real)
+    assert set(documented["fix"]) == set(real["fix"])
+    assert set(documented["fix"]["edits"][0]) == set(real["fix"]["edits"][0])
