@@ -228,20 +228,6 @@ def test_symlinks_found_while_walking(tmp_path: Path) -> None:
 # --- unreadable directories ------------------------------------------------------------------------
 
 
-def test_unreadable_directory_with_chmod(tmp_path: Path) -> None:
-    _tree(tmp_path, "a.py", "locked/x.py", "z/b.py")
-    locked = tmp_path / "locked"
-    locked.chmod(0)
-    try:
-        if os.access(locked, os.R_OK):
-            pytest.skip("running with privileges that ignore permissions (root); see the monkeypatch test")
-        result = discover([tmp_path], Settings(root=tmp_path))
-    finally:
-        locked.chmod(0o755)
-    assert _rel(tmp_path, result.files) == ["a.py", "z/b.py"]
-    assert result.problems == [(locked, "permission denied")]
-
-
 def test_permission_denied_reported_and_walk_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _tree(tmp_path, "a.py", "locked/x.py", "locked/deeper/y.py", "z/b.py")
     locked = str(tmp_path / "locked")
