@@ -50,7 +50,9 @@ def run_check(
     run = CheckRun()
     found = discover(paths, settings)
     for path, message in found.problems:
-        run.diagnostics.append(unparsable_diagnostic(display_path(path), message))
+        problem = unparsable_diagnostic(display_path(path), message)
+        if _keep(settings, problem, path):
+            run.diagnostics.append(problem)
     for path in found.files:
         display = display_path(path)
         rules = rules_for(settings, path)

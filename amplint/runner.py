@@ -68,20 +68,19 @@ def lint_source(source: SourceFile, rules: Sequence[type[Rule]], display: str) -
     active = [rule for rule in rules if not rule.triggers or rule.triggers & words]
     if not active:
         # Nothing could match: the fast C parser is enough to report a broken file.
-        try:
-            compile(text, display, "exec", flags=0x400, dont_inherit=True)  # ast.PyCF_ONLY_AST
-        except SyntaxError as exc:
-            result.diagnostics.append(
-                unparsable_diagnostic(display, f"SyntaxError: {exc.msg}", exc.lineno or 1, exc.offset or 1)
-            )
-        except ValueError as exc:
-            result.diagnostics.append(unparsable_diagnostic(display, f"SyntaxError: {exc}"))
+        error = _compile_error(text, display)
+        if error is not None:
+            result.diagnostics.append(error)
         return result
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
-        message = f"SyntaxError: {exc.message}"
-        result.diagnostics.append(unparsable_diagnostic(display, message, exc.raw_line, exc.raw_column + 1))
+        # Report what Python itself says (its message and position, as for a file no rule could
+        # match); libcst's own message only when Python accepts what libcst cannot parse.
+        error = _compile_error(text, display) or unparsable_diagnostic(
+            display, f"SyntaxError: {exc.message}", exc.raw_line, exc.raw_column + 1
+        )
+        result.diagnostics.append(error)
         return result
     ctx = FileContext(source.path, module)
     lines = LineIndex(text)
@@ -97,6 +96,17 @@ def lint_source(source: SourceFile, rules: Sequence[type[Rule]], display: str) -
                 result.diagnostics.append(diagnostic)
     result.diagnostics = sort_diagnostics(result.diagnostics)
     return result
+
+
+def _compile_error(text: str, display: str) -> Diagnostic | None:
+    """The AMP900 diagnostic for text that Python's own parser rejects, else None."""
+    try:
+        compile(text, display, "exec", flags=0x400, dont_inherit=True)  # ast.PyCF_ONLY_AST
+    except SyntaxError as exc:
+        return unparsable_diagnostic(display, f"SyntaxError: {exc.msg}", exc.lineno or 1, exc.offset or 1)
+    except ValueError as exc:
+        return unparsable_diagnostic(display, f"SyntaxError: {exc}")
+    return None
 
 
 def _diagnostic(

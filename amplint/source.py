@@ -51,7 +51,11 @@ def decode_source(raw: bytes, path: Path) -> SourceFile:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
     except SyntaxError as exc:
-        raise SourceError(f"cannot decode: {exc}") from None
+        if "invalid or missing encoding declaration" not in str(exc):
+            raise SourceError(f"cannot decode: {exc}") from None
+        # No usable coding cookie and a first or second line that is not UTF-8: decoding as
+        # UTF-8 below says which byte, and where, instead of blaming line 1.
+        encoding = "utf-8"
     bom = raw.startswith(codecs.BOM_UTF8)
     if encoding == "utf-8-sig":
         encoding = "utf-8"
@@ -59,8 +63,10 @@ def decode_source(raw: bytes, path: Path) -> SourceFile:
     try:
         text = body.decode(encoding)
     except UnicodeDecodeError as exc:
+        line_start = body.rfind(b"\n", 0, exc.start) + 1
         line = body[: exc.start].count(b"\n") + 1
-        column = exc.start - (body.rfind(b"\n", 0, exc.start) + 1) + 1
+        # Columns count characters: decode what precedes the bad byte on its line (it decodes).
+        column = len(body[line_start : exc.start].decode(encoding, errors="replace")) + 1
         raise SourceError(
             f"cannot decode as {encoding}: {exc.reason} (byte 0x{body[exc.start]:02x})", line, column
         ) from None

@@ -196,4 +196,6 @@ def render(
             lines.extend(_finding(diagnostic, sources, style))
             lines.append("")
     lines.extend(_summary_lines(diagnostics, summary))
-    return "\n".join(lines) + "\n"
+    while lines and not lines[-1]:
+        lines.pop()  # --quiet leaves no summary after the blank separator
+    return "\n".join(lines) + "\n" if lines else ""

@@ -100,6 +100,16 @@ def attention(q, k, v):
         Bad(
             """\
 import torch
+
+
+def attention(bias, q, k, v, scale):
+    scores = torch.baddbmm(bias, q, k.transpose(1, 2)) * scale
+    return torch.bmm(torch.softmax(scores, dim=-1), v)
+"""
+        ),
+        Bad(
+            """\
+import torch
 from torch import nn
 
 

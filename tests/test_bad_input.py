@@ -1,0 +1,414 @@
+"""Bad input gets a clear AMP900 diagnostic for that file, and the run goes on to the next one."""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from amplint.api import run_check
+from amplint.config import load_settings
+
+HAZARD = """\
+import torch
+
+
+def decay(x):
+    w = torch.sigmoid(x)
+    return w
+"""
+HAZARD_LINE, HAZARD_COLUMN = 5, 9
+FIXED_LINE = "    w = torch.sigmoid(x.to(torch.float32))"
+
+
+def amplint_run(cwd: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "amplint", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def check_json(cwd: Path, *args: str | Path) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+    proc = amplint_run(cwd, "check", "--format", "json", *args)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    return proc, json.loads(proc.stdout)["diagnostics"]
+
+
+def by_path(diagnostics: list[dict]) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = {}
+    for diagnostic in diagnostics:
+        grouped.setdefault(diagnostic["path"], []).append(diagnostic)
+    return grouped
+
+
+def only(diagnostics: dict[str, list[dict]], path: str, code: str = "AMP900") -> dict:
+    found = diagnostics.get(path, [])
+    assert [d["code"] for d in found] == [code], (path, found)
+    return found[0]
+
+
+def can_read(path: Path) -> bool:
+    try:
+        with path.open("rb"):
+            return True
+    except PermissionError:
+        return False
+
+
+@pytest.fixture
+def bad_dir(tmp_path: Path) -> Path:
+    """One directory with a good (hazardous) file among every kind of bad input."""
+    d = tmp_path / "proj"
+    d.mkdir()
+    (d / "good.py").write_text(HAZARD, encoding="utf-8")
+    # A syntax error on line 4 of a file that mentions what the rules look for (libcst path) and
+    # one that does not (the fast path): both report Python's message and position.
+    (d / "syntax_torch.py").write_text(
+        "import torch\n\n\ndef f(x:\n    return torch.sigmoid(x)\n", encoding="utf-8"
+    )
+    (d / "syntax_plain.py").write_text("x = 1\ny = (2,\nz = 3 +\n", encoding="utf-8")
+    (d / "undecodable.py").write_bytes(b"x = '\xff\xfe'\n")
+    (d / "undecodable_line2.py").write_bytes(b"# plain\ny = '\xff'\n")
+    (d / "binary.py").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00torch.sigmoid\x00\x00")
+    (d / "empty.py").write_bytes(b"")
+    (d / "unknown_cookie.py").write_bytes(b"# -*- coding: klingon -*-\nx = 1\n")
+    os.symlink(".", d / "loop")
+    os.symlink("b.py", d / "a.py")
+    os.symlink("a.py", d / "b.py")
+    os.symlink("nowhere.py", d / "dangling.py")
+    return d
+
+
+def test_bad_inputs_are_reported_and_run_goes_on(bad_dir: Path) -> None:
+    proc, diagnostics = check_json(bad_dir.parent, "proj")
+    assert proc.returncode == 1
+    found = by_path(diagnostics)
+
+    good = only(found, "proj/good.py", "AMP001")
+    assert (good["line"], good["column"]) == (HAZARD_LINE, HAZARD_COLUMN)
+
+    syntax = only(found, "proj/syntax_torch.py")
+    assert syntax["message"].startswith("SyntaxError:")
+    assert (syntax["line"], syntax["column"]) == (4, 6)  # the '(' that is never closed
+    assert "never closed" in syntax["message"] or "invalid syntax" in syntax["message"]
+    syntax = only(found, "proj/syntax_plain.py")
+    assert syntax["message"].startswith("SyntaxError:")
+    assert syntax["line"] == 2
+
+    undecodable = only(found, "proj/undecodable.py")
+    assert "decode" in undecodable["message"]
+    assert "0xff" in undecodable["message"]
+    assert (undecodable["line"], undecodable["column"]) == (1, 6)
+    undecodable = only(found, "proj/undecodable_line2.py")
+    assert "decode" in undecodable["message"]
+    assert (undecodable["line"], undecodable["column"]) == (2, 6)
+    cookie = only(found, "proj/unknown_cookie.py")
+    assert "klingon" in cookie["message"]
+
+    assert "binary" in only(found, "proj/binary.py")["message"]
+    assert "proj/empty.py" not in found
+
+    assert "loop" in only(found, "proj/a.py")["message"]
+    assert "loop" in only(found, "proj/b.py")["message"]
+    assert "broken symbolic link" in only(found, "proj/dangling.py")["message"]
+    # `loop -> .` is a link to a directory: not followed, not walked twice, not reported.
+    assert not any("proj/loop" in path for path in found)
+
+    assert all(d["severity"] == "error" for d in diagnostics if d["code"] == "AMP900")
+    assert set(found) == {
+        "proj/good.py",
+        "proj/syntax_torch.py",
+        "proj/syntax_plain.py",
+        "proj/undecodable.py",
+        "proj/undecodable_line2.py",
+        "proj/unknown_cookie.py",
+        "proj/binary.py",
+        "proj/a.py",
+        "proj/b.py",
+        "proj/dangling.py",
+    }
+
+
+def test_bad_inputs_in_text_format(bad_dir: Path) -> None:
+    proc = amplint_run(bad_dir.parent, "check", "proj")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert f"proj/good.py:{HAZARD_LINE}:{HAZARD_COLUMN}: AMP001" in proc.stdout
+    assert "proj/binary.py:1:1: AMP900" in proc.stdout
+
+
+def test_fix_goes_on_past_bad_inputs(bad_dir: Path) -> None:
+    before = {p.name: p.read_bytes() for p in bad_dir.iterdir() if p.is_file() and p.name != "good.py"}
+    proc = amplint_run(bad_dir.parent, "check", "--fix", "proj")
+    assert proc.returncode == 1  # the AMP900 findings remain
+    assert "Traceback" not in proc.stderr
+    assert FIXED_LINE in (bad_dir / "good.py").read_text(encoding="utf-8")
+    assert {name: (bad_dir / name).read_bytes() for name in before} == before
+
+
+def test_ignoring_amp900_hides_bad_inputs(bad_dir: Path) -> None:
+    proc, diagnostics = check_json(bad_dir.parent, "--ignore", "AMP900", "proj")
+    assert proc.returncode == 1
+    assert [(d["path"], d["code"]) for d in diagnostics] == [("proj/good.py", "AMP001")]
+
+
+def test_per_file_ignores_amp900(bad_dir: Path) -> None:
+    (bad_dir.parent / "pyproject.toml").write_text(
+        '[tool.amplint.per-file-ignores]\n"proj/a.py" = ["AMP900"]\n"proj/binary.py" = ["AMP900"]\n',
+        encoding="utf-8",
+    )
+    _, diagnostics = check_json(bad_dir.parent, "proj")
+    paths = {d["path"] for d in diagnostics}
+    assert "proj/a.py" not in paths  # a problem found while walking
+    assert "proj/binary.py" not in paths  # a problem found while reading
+    assert {"proj/b.py", "proj/good.py", "proj/undecodable.py"} <= paths
+
+
+def test_selecting_other_rules_still_reports_unparsable(bad_dir: Path) -> None:
+    # A file that could not be checked is reported unless AMP900 is ignored by name.
+    _, diagnostics = check_json(bad_dir.parent, "--select", "AMP003", "proj")
+    assert {d["code"] for d in diagnostics} == {"AMP900"}
+    assert "proj/binary.py" in {d["path"] for d in diagnostics}
+
+
+def test_symlink_loop_named_explicitly(bad_dir: Path) -> None:
+    proc, diagnostics = check_json(bad_dir, "a.py", "good.py")
+    assert proc.returncode == 1
+    found = by_path(diagnostics)
+    assert "loop" in only(found, "a.py")["message"]
+    only(found, "good.py", "AMP001")
+
+
+def test_directory_symlink_loop_named_explicitly(bad_dir: Path) -> None:
+    # Following `loop -> .` explicitly walks the directory once, not forever.
+    proc, diagnostics = check_json(bad_dir, "loop")
+    assert proc.returncode == 1
+    assert [d["code"] for d in diagnostics if d["path"].endswith("good.py")] == ["AMP001"]
+
+
+def test_nonexistent_path_exits_2_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "good.py").write_text(HAZARD, encoding="utf-8")
+    proc = amplint_run(tmp_path, "check", "good.py", "missing/model.py")
+    assert proc.returncode == 2
+    assert "missing/model.py" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_empty_file_alone_is_clean(tmp_path: Path) -> None:
+    (tmp_path / "empty.py").write_bytes(b"")
+    (tmp_path / "blank.py").write_bytes(b"\n\n   \n")
+    proc = amplint_run(tmp_path, "check", "empty.py", "blank.py")
+    assert proc.returncode == 0, proc.stdout
+
+
+# --- unreadable files -------------------------------------------------------------------------------
+
+
+def test_permission_denied_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root reads everything, so simulate an unreadable file inside the process."""
+    d = tmp_path / "proj"
+    d.mkdir()
+    (d / "good.py").write_text(HAZARD, encoding="utf-8")
+    (d / "secret.py").write_text(HAZARD, encoding="utf-8")
+    real_read_bytes = Path.read_bytes
+
+    def read_bytes(self: Path) -> bytes:
+        if self.name == "secret.py":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_bytes(self)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    for fix in (False, True):
+        run = run_check([Path("proj")], load_settings([Path("proj")]), fix=fix)
+        assert run.errors == []
+        found = [(d.path, d.code, d.message) for d in run.diagnostics]
+        assert ("proj/secret.py", "AMP900", "permission denied") in found
+        if fix:
+            assert [f for f in found if f[0] == "proj/good.py"] == []
+            assert FIXED_LINE in (d / "good.py").read_text(encoding="utf-8")
+        else:
+            assert [(f[0], f[1]) for f in found if f[0] == "proj/good.py"] == [("proj/good.py", "AMP001")]
+    assert (d / "secret.py").read_text(encoding="utf-8") == HAZARD
+
+
+def _without_read_override(secret: Path) -> list[str] | None:
+    """A command prefix under which `secret` (mode 000) cannot be read: none needed for a normal
+    user; for root, `setpriv` dropping the capabilities that bypass file permissions; None when
+    neither works."""
+    if not can_read(secret):
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    prefix = [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--"]
+    probe = subprocess.run(
+        [*prefix, sys.executable, "-c", "import sys; open(sys.argv[1], 'rb')", str(secret)],
+        capture_output=True,
+        text=True,
+    )
+    return prefix if "PermissionError" in probe.stderr else None
+
+
+def test_permission_denied_subprocess(tmp_path: Path) -> None:
+    d = tmp_path / "proj"
+    d.mkdir()
+    (d / "good.py").write_text(HAZARD, encoding="utf-8")
+    secret = d / "secret.py"
+    secret.write_text(HAZARD, encoding="utf-8")
+    locked = d / "locked"
+    locked.mkdir()
+    (locked / "inner.py").write_text(HAZARD, encoding="utf-8")
+    secret.chmod(0)
+    locked.chmod(0)
+    try:
+        prefix = _without_read_override(secret)
+        if prefix is None:
+            pytest.skip("running as root: mode 000 does not stop reads (covered in-process)")
+        proc = subprocess.run(
+            [*prefix, sys.executable, "-m", "amplint", "check", "--format", "json", "proj"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "Traceback" not in proc.stderr
+        diagnostics = json.loads(proc.stdout)["diagnostics"]
+        assert proc.returncode == 1
+        found = by_path(diagnostics)
+        assert "permission denied" in only(found, "proj/secret.py")["message"]
+        assert "permission denied" in only(found, "proj/locked")["message"]
+        only(found, "proj/good.py", "AMP001")
+    finally:
+        secret.chmod(0o644)
+        locked.chmod(0o755)
+
+
+# --- size -------------------------------------------------------------------------------------------
+
+
+def test_50000_line_file(tmp_path: Path) -> None:
+    lines = ["import torch", ""]
+    for i in range(12_500):
+        lines += [f"def f{i}(x):", f"    y = x * {i}", "    return y", ""]
+    lines += ["", "def decay(x):", "    w = torch.sigmoid(x)", "    return w", ""]
+    (tmp_path / "big.py").write_text("\n".join(lines), encoding="utf-8")
+    hazard_line = lines.index("    w = torch.sigmoid(x)") + 1
+    assert hazard_line > 50_000
+    start = time.monotonic()
+    proc, diagnostics = check_json(tmp_path, "big.py")
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1
+    assert [(d["code"], d["line"], d["column"]) for d in diagnostics] == [("AMP001", hazard_line, 9)]
+    assert elapsed < 60, f"{elapsed:.1f}s for a 50,000-line file"
+
+
+# --- encodings and line endings -----------------------------------------------------------------------
+
+
+def test_crlf_positions_and_fix_keeps_crlf(tmp_path: Path) -> None:
+    path = tmp_path / "crlf.py"
+    path.write_bytes(HAZARD.replace("\n", "\r\n").encode())
+    proc, diagnostics = check_json(tmp_path, "crlf.py")
+    assert [(d["line"], d["column"], d["end_column"]) for d in diagnostics] == [
+        (HAZARD_LINE, HAZARD_COLUMN, HAZARD_COLUMN + 16)
+    ]
+    proc = amplint_run(tmp_path, "check", "--fix", "crlf.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = path.read_bytes()
+    assert b"\n" not in data.replace(b"\r\n", b""), data
+    assert b"\r" not in data.replace(b"\r\n", b""), data
+    assert data == (HAZARD.replace("    w = torch.sigmoid(x)", FIXED_LINE).replace("\n", "\r\n")).encode()
+
+
+def test_crlf_inserted_import_uses_crlf(tmp_path: Path) -> None:
+    source = (
+        "from torch.nn import functional as F\r\n\r\n\r\n"
+        "def gates(self, x):\r\n    gk = F.logsigmoid(self.gk_proj(x)) / 16\r\n    return gk\r\n"
+    )
+    path = tmp_path / "gates.py"
+    path.write_bytes(source.encode())
+    proc = amplint_run(tmp_path, "check", "--fix", "gates.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = path.read_bytes()
+    assert data.startswith(b"import torch\r\nfrom torch.nn import functional as F\r\n")
+    assert b"\n" not in data.replace(b"\r\n", b""), data
+
+
+def test_cr_only_line_endings(tmp_path: Path) -> None:
+    path = tmp_path / "mac.py"
+    path.write_bytes(HAZARD.replace("\n", "\r").encode())
+    _, diagnostics = check_json(tmp_path, "mac.py")
+    assert [(d["line"], d["column"]) for d in diagnostics] == [(HAZARD_LINE, HAZARD_COLUMN)]
+    assert amplint_run(tmp_path, "check", "--fix", "mac.py").returncode == 0
+    data = path.read_bytes()
+    assert b"\n" not in data
+    assert FIXED_LINE.encode() + b"\r" in data
+
+
+def test_bom_positions_and_fix_keeps_bom(tmp_path: Path) -> None:
+    path = tmp_path / "bom.py"
+    path.write_bytes(codecs.BOM_UTF8 + HAZARD.encode())
+    proc, diagnostics = check_json(tmp_path, "bom.py")
+    assert [(d["line"], d["column"]) for d in diagnostics] == [(HAZARD_LINE, HAZARD_COLUMN)]
+    proc = amplint_run(tmp_path, "check", "--fix", "bom.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = path.read_bytes()
+    assert data.startswith(codecs.BOM_UTF8)
+    assert not data[3:].startswith(codecs.BOM_UTF8)
+    assert data[3:].decode("utf-8") == HAZARD.replace("    w = torch.sigmoid(x)", FIXED_LINE)
+
+
+def test_bom_on_first_line_hazard_column(tmp_path: Path) -> None:
+    # The BOM is not a column: a hazard on line 1 still starts at column 5.
+    (tmp_path / "bom2.py").write_bytes(codecs.BOM_UTF8 + b"import torch; w = torch.sigmoid(torch.ones(1))\n")
+    _, diagnostics = check_json(tmp_path, "bom2.py")
+    assert [(d["line"], d["column"]) for d in diagnostics] == [(1, 19)]
+
+
+def test_latin1_cookie_fix_keeps_encoding(tmp_path: Path) -> None:
+    text = (
+        "# -*- coding: latin-1 -*-\n"
+        "import torch\n"
+        "\n"
+        "\n"
+        "def decay(x):\n"
+        '    note = "d\xe9croissance"; w = torch.sigmoid(x)\n'
+        "    return w, note\n"
+    )
+    path = tmp_path / "latin.py"
+    path.write_bytes(text.encode("latin-1"))
+    _, diagnostics = check_json(tmp_path, "latin.py")
+    # Columns count characters: the one-byte 'é' (two bytes in UTF-8) is one column.
+    assert [(d["line"], d["column"]) for d in diagnostics] == [(6, 32)]
+    proc = amplint_run(tmp_path, "check", "--fix", "latin.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = path.read_bytes()
+    assert b"d\xe9croissance" in data
+    assert "é".encode() not in data
+    assert data.decode("latin-1") == text.replace(
+        "torch.sigmoid(x)\n", "torch.sigmoid(x.to(torch.float32))\n"
+    )
+
+
+def test_utf8_non_ascii_columns_count_characters(tmp_path: Path) -> None:
+    text = HAZARD.replace("    w = torch.sigmoid(x)", '    s = "é😀"; w = torch.sigmoid(x)')
+    path = tmp_path / "uni.py"
+    path.write_text(text, encoding="utf-8")
+    _, diagnostics = check_json(tmp_path, "uni.py")
+    assert [(d["line"], d["column"], d["end_column"]) for d in diagnostics] == [(5, 19, 35)]
+    assert amplint_run(tmp_path, "check", "--fix", "uni.py").returncode == 0
+    assert path.read_text(encoding="utf-8") == text.replace(
+        "torch.sigmoid(x)", "torch.sigmoid(x.to(torch.float32))"
+    )

@@ -1,0 +1,628 @@
+"""The command line as users run it: `python -m amplint` in a subprocess, on real files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import amplint
+from amplint.rules import all_rules, rule_by_code
+
+# AMP001 flags `torch.sigmoid(x)` at line 5, column 9 (1-based), and fixes it.
+HAZARD = """\
+import torch
+
+
+def decay(x):
+    w = torch.sigmoid(x)
+    return w
+"""
+HAZARD_LINE, HAZARD_COLUMN = 5, 9
+
+# AMP002 (no automatic fix) on line 6, AMP003 on the line after.
+ATTENTION = """\
+import math
+import torch
+
+
+def attention(q, k, v):
+    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+    return scores.softmax(dim=-1) @ v
+"""
+
+CLEAN = """\
+import torch
+
+
+def forward(x):
+    return torch.relu(x)
+"""
+
+
+def amplint_run(cwd: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "amplint", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def check_json(cwd: Path, *args: str | Path) -> tuple[int, dict]:
+    proc = amplint_run(cwd, "check", "--format", "json", *args)
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def codes(report: dict) -> list[str]:
+    return [d["code"] for d in report["diagnostics"]]
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --- exit codes -------------------------------------------------------------------------------
+
+
+def test_clean_file_exits_0(tmp_path: Path) -> None:
+    write(tmp_path / "clean.py", CLEAN)
+    proc = amplint_run(tmp_path, "check", "clean.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "AMP" not in proc.stdout
+
+
+def test_finding_exits_1_and_names_position(tmp_path: Path) -> None:
+    write(tmp_path / "model.py", HAZARD)
+    proc = amplint_run(tmp_path, "check", "model.py")
+    assert proc.returncode == 1, proc.stderr
+    assert f"model.py:{HAZARD_LINE}:{HAZARD_COLUMN}: AMP001" in proc.stdout
+
+
+def test_default_path_is_cwd(tmp_path: Path) -> None:
+    write(tmp_path / "pkg" / "model.py", HAZARD)
+    proc = amplint_run(tmp_path, "check")
+    assert proc.returncode == 1
+    assert f"pkg/model.py:{HAZARD_LINE}:{HAZARD_COLUMN}: AMP001" in proc.stdout
+
+
+def test_exit_zero(tmp_path: Path) -> None:
+    write(tmp_path / "model.py", HAZARD)
+    proc = amplint_run(tmp_path, "check", "--exit-zero", "model.py")
+    assert proc.returncode == 0
+    assert "AMP001" in proc.stdout
+
+
+def test_nonexistent_path_exits_2_naming_it(tmp_path: Path) -> None:
+    write(tmp_path / "model.py", HAZARD)
+    proc = amplint_run(tmp_path, "check", "model.py", "no_such_dir")
+    assert proc.returncode == 2
+    assert "no_such_dir" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", "--no-such-flag"],
+        ["check", "--format", "xml"],
+        ["check", "--select", "FOO1"],
+        ["check", "--ignore", "E501"],
+        ["check", "--fix", "--diff"],
+        ["frobnicate"],
+        [],
+    ],
+    ids=["unknown-flag", "bad-format", "bad-select", "bad-ignore", "fix-and-diff", "bad-command", "none"],
+)
+def test_usage_errors_exit_2(tmp_path: Path, args: list[str]) -> None:
+    write(tmp_path / "model.py", HAZARD)
+    proc = amplint_run(tmp_path, *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip()
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_select_names_the_code(tmp_path: Path) -> None:
+    write(tmp_path / "model.py", HAZARD)
+    proc = amplint_run(tmp_path, "check", "--select", "AMP001,XYZ9", "model.py")
+    assert proc.returncode == 2
+    assert "XYZ9" in proc.stderr
+
+
+# --- select / ignore ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], ["AMP002", "AMP003", "AMP001"]),
+        (["--select", "AMP001"], ["AMP001"]),
+        (["--select", "AMP002,AMP003"], ["AMP002", "AMP003"]),
+        (["--select", "AMP002", "--select", "AMP001"], ["AMP002", "AMP001"]),
+        (["--select", "amp003"], ["AMP003"]),
+        (["--select", "AMP00"], ["AMP002", "AMP003", "AMP001"]),
+        (["--ignore", "AMP001"], ["AMP002", "AMP003"]),
+        (["--ignore", "AMP001,AMP003"], ["AMP002"]),
+        (["--ignore", "AMP001", "--ignore", "AMP002"], ["AMP003"]),
+        (["--ignore", "AMP0"], []),
+        (["--ignore", "AMP"], []),
+        (["--select", "AMP0", "--ignore", "AMP002"], ["AMP003", "AMP001"]),
+        # The longest matching prefix decides.
+        (["--select", "AMP001", "--ignore", "AMP0"], ["AMP001"]),
+    ],
+)
+def test_select_and_ignore(tmp_path: Path, args: list[str], expected: list[str]) -> None:
+    write(tmp_path / "a_attention.py", ATTENTION)
+    write(tmp_path / "b_decay.py", HAZARD)
+    returncode, report = check_json(tmp_path, *args, ".")
+    assert codes(report) == expected
+    assert returncode == (1 if expected else 0)
+
+
+# --- output formats and options ----------------------------------------------------------------
+
+
+def test_json_format_has_documented_keys(tmp_path: Path) -> None:
+    write(tmp_path / "model.py", HAZARD)
+    returncode, report = check_json(tmp_path, "model.py")
+    assert returncode == 1
+    assert set(report) >= {"version", "diagnostics", "summary"}
+    assert report["version"] == amplint.__version__
+    [diagnostic] = report["diagnostics"]
+    assert set(diagnostic) >= {
+        "code",
+        "name",
+        "message",
+        "path",
+        "line",
+        "column",
+        "end_line",
+        "end_column",
+        "severity",
+        "confidence",
+        "fix",
+        "help",
+    }
+    assert diagnostic["code"] == "AMP001"
+    assert diagnostic["name"] == "low-precision-log-weights"
+    assert diagnostic["path"] == "model.py"
+    assert (diagnostic["line"], diagnostic["column"]) == (HAZARD_LINE, HAZARD_COLUMN)
+    # `torch.sigmoid(x)` is 16 characters; the end is exclusive.
+    assert (diagnostic["end_line"], diagnostic["end_column"]) == (HAZARD_LINE, HAZARD_COLUMN + 16)
+    assert diagnostic["severity"] == "warning"
+    assert diagnostic["fix"]["edits"][0]["content"] == "torch.sigmoid(x.to(torch.float32))"
+    summary = report["summary"]
+    assert summary["files_checked"] == 1
+    assert summary["findings"] == 1
+    assert summary["fixable"] == 1
+
+
+def test_json_format_clean_is_empty_list(tmp_path: Path) -> None:
+    write(tmp_path / "clean.py", CLEAN)
+    returncode, report = check_json(tmp_path, "clean.py")
+    assert returncode == 0
+    assert report["diagnostics"] == []
+    assert report["summary"]["findings"] == 0
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_output_file_gets_report_and_stdout_nothing(tmp_path: Path, fmt: str) -> None:
+    write(tmp_path / "model.py", HAZARD)
+    proc = amplint_run(tmp_path, "check", "--format", fmt, "--output", "reports/out.txt", "model.py")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == ""
+    report = (tmp_path / "reports" / "out.txt").read_text(encoding="utf-8")
+    assert "AMP001" in report
+    if fmt == "json":
+        assert json.loads(report)["diagnostics"][0]["line"] == HAZARD_LINE
+    else:
+        assert "\x1b[" not in report  # no colour codes in a file
+        assert f"model.py:{HAZARD_LINE}:{HAZARD_COLUMN}:" in report
+
+
+def test_quiet_prints_findings_but_no_summary(tmp_path: Path) -> None:
+    write(tmp_path / "model.py", HAZARD)
+    loud = amplint_run(tmp_path, "check", "model.py")
+    quiet = amplint_run(tmp_path, "check", "--quiet", "model.py")
+    assert loud.returncode == quiet.returncode == 1
+    assert "Found 1 finding" in loud.stdout
+    assert "Found" not in quiet.stdout
+    assert "fixable" not in quiet.stdout
+    assert "model.py:5:9: AMP001" in quiet.stdout
+
+
+def test_quiet_clean_prints_nothing(tmp_path: Path) -> None:
+    write(tmp_path / "clean.py", CLEAN)
+    proc = amplint_run(tmp_path, "check", "-q", "clean.py")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == ""
+
+
+def test_statistics_counts_per_rule(tmp_path: Path) -> None:
+    write(tmp_path / "a.py", HAZARD)
+    write(tmp_path / "b.py", HAZARD)
+    write(tmp_path / "c.py", ATTENTION)
+    proc = amplint_run(tmp_path, "check", "--statistics", ".")
+    assert proc.returncode == 1
+    lines = [line.split() for line in proc.stdout.splitlines()]
+    counts = {line[1]: int(line[0]) for line in lines if len(line) >= 2 and line[1].startswith("AMP")}
+    assert counts == {"AMP001": 2, "AMP002": 1, "AMP003": 1}
+
+
+def test_no_color_when_piped(tmp_path: Path) -> None:
+    write(tmp_path / "model.py", HAZARD)
+    proc = amplint_run(tmp_path, "check", "model.py")
+    assert "\x1b[" not in proc.stdout
+
+
+# --- version and rule docs ----------------------------------------------------------------------
+
+
+def test_version(tmp_path: Path) -> None:
+    proc = amplint_run(tmp_path, "--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"amplint {amplint.__version__}"
+
+
+def test_rule_page_has_docs_and_examples(tmp_path: Path) -> None:
+    proc = amplint_run(tmp_path, "rule", "AMP001")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    rule = rule_by_code("AMP001")
+    assert rule is not None
+    assert out.startswith("# AMP001 low-precision-log-weights")
+    for section in (
+        "## What it does",
+        "## Why is this bad?",
+        "## Fix",
+        "## Flagged (1)",
+        "## Not flagged (1)",
+    ):
+        assert section in out
+    assert "After `--fix`:" in out
+    # Every example's code appears (indented) on the page.
+    for example in (*rule.bad, *rule.good):
+        for line in example.code.splitlines():
+            if line.strip():
+                assert f"    {line}" in out, line
+    assert rule.bad[0].fixed is not None
+    for line in rule.bad[0].fixed.splitlines():
+        if line.strip():
+            assert f"    {line}" in out
+
+
+def test_rule_code_is_case_insensitive(tmp_path: Path) -> None:
+    proc = amplint_run(tmp_path, "rule", "amp001")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("# AMP001 ")
+
+
+def test_rule_all_lists_every_code(tmp_path: Path) -> None:
+    proc = amplint_run(tmp_path, "rule", "--all")
+    assert proc.returncode == 0
+    listed = [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
+    assert listed == [rule.code for rule in all_rules()]
+    assert {"AMP001", "AMP002", "AMP003", "AMP900"} <= set(listed)
+
+
+def test_rule_all_json(tmp_path: Path) -> None:
+    proc = amplint_run(tmp_path, "rule", "--all", "--format", "json")
+    assert proc.returncode == 0
+    data = json.loads(proc.stdout)
+    assert [item["code"] for item in data] == [rule.code for rule in all_rules()]
+
+
+@pytest.mark.parametrize("args", [["rule", "NOPE"], ["rule", "AMP999"], ["rule"]])
+def test_rule_unknown_exits_2(tmp_path: Path, args: list[str]) -> None:
+    proc = amplint_run(tmp_path, *args)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    if len(args) > 1:
+        assert args[1] in proc.stderr
+
+
+# --- configuration ------------------------------------------------------------------------------
+
+
+def pyproject(tmp_path: Path, body: str) -> None:
+    write(tmp_path / "pyproject.toml", "[project]\nname = 'demo'\n\n[tool.amplint]\n" + body)
+
+
+def test_config_select(tmp_path: Path) -> None:
+    write(tmp_path / "a.py", ATTENTION)
+    write(tmp_path / "b.py", HAZARD)
+    pyproject(tmp_path, 'select = ["AMP003"]\n')
+    _, report = check_json(tmp_path, ".")
+    assert codes(report) == ["AMP003"]
+
+
+def test_config_ignore(tmp_path: Path) -> None:
+    write(tmp_path / "b.py", HAZARD)
+    pyproject(tmp_path, 'ignore = ["AMP001"]\n')
+    proc = amplint_run(tmp_path, "check", "b.py")
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_cli_select_overrides_config_ignore(tmp_path: Path) -> None:
+    write(tmp_path / "b.py", HAZARD)
+    pyproject(tmp_path, 'ignore = ["AMP001"]\n')
+    returncode, report = check_json(tmp_path, "--select", "AMP001", "b.py")
+    assert returncode == 1
+    assert codes(report) == ["AMP001"]
+
+
+def test_config_found_from_subdirectory_path(tmp_path: Path) -> None:
+    write(tmp_path / "src" / "b.py", HAZARD)
+    pyproject(tmp_path, 'ignore = ["AMP001"]\n')
+    proc = amplint_run(tmp_path / "src", "check", "b.py")
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_config_per_file_ignores(tmp_path: Path) -> None:
+    write(tmp_path / "legacy" / "old.py", HAZARD)
+    write(tmp_path / "src" / "new.py", HAZARD)
+    pyproject(tmp_path, '[tool.amplint.per-file-ignores]\n"legacy/*.py" = ["AMP001"]\n')
+    _, report = check_json(tmp_path, ".")
+    assert [d["path"] for d in report["diagnostics"]] == ["src/new.py"]
+
+
+def test_config_exclude_and_extend_exclude(tmp_path: Path) -> None:
+    write(tmp_path / "generated" / "g.py", HAZARD)
+    write(tmp_path / "vendor" / "v.py", HAZARD)
+    write(tmp_path / "src" / "s.py", HAZARD)
+    pyproject(tmp_path, 'extend-exclude = ["vendor/"]\n')
+    _, report = check_json(tmp_path, ".")
+    assert sorted(d["path"] for d in report["diagnostics"]) == ["generated/g.py", "src/s.py"]
+
+    pyproject(tmp_path, 'exclude = ["generated"]\nextend-exclude = ["vendor/"]\n')
+    _, report = check_json(tmp_path, ".")
+    assert [d["path"] for d in report["diagnostics"]] == ["src/s.py"]
+
+
+def test_cli_extend_exclude(tmp_path: Path) -> None:
+    write(tmp_path / "vendor" / "v.py", HAZARD)
+    write(tmp_path / "src" / "s.py", HAZARD)
+    _, report = check_json(tmp_path, "--extend-exclude", "vendor", ".")
+    assert [d["path"] for d in report["diagnostics"]] == ["src/s.py"]
+
+
+def test_config_unknown_key_exits_2_naming_it(tmp_path: Path) -> None:
+    write(tmp_path / "b.py", HAZARD)
+    pyproject(tmp_path, 'selct = ["AMP001"]\n')
+    proc = amplint_run(tmp_path, "check", "b.py")
+    assert proc.returncode == 2
+    assert "selct" in proc.stderr
+    assert "AMP001" not in proc.stdout
+
+
+def test_config_invalid_toml_exits_2(tmp_path: Path) -> None:
+    write(tmp_path / "b.py", HAZARD)
+    pyproject(tmp_path, "select = [\n")
+    proc = amplint_run(tmp_path, "check", "b.py")
+    assert proc.returncode == 2
+    assert "pyproject.toml" in proc.stderr
+
+
+def test_config_bad_code_exits_2(tmp_path: Path) -> None:
+    write(tmp_path / "b.py", HAZARD)
+    pyproject(tmp_path, 'ignore = ["E501"]\n')
+    proc = amplint_run(tmp_path, "check", "b.py")
+    assert proc.returncode == 2
+    assert "E501" in proc.stderr
+
+
+def test_config_flag_with_amplint_toml(tmp_path: Path) -> None:
+    write(tmp_path / "b.py", HAZARD)
+    write(tmp_path / "ci" / "amplint.toml", 'ignore = ["AMP001"]\n')
+    assert amplint_run(tmp_path, "check", "b.py").returncode == 1
+    proc = amplint_run(tmp_path, "check", "--config", "ci/amplint.toml", "b.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_config_flag_beats_discovered_pyproject(tmp_path: Path) -> None:
+    write(tmp_path / "b.py", HAZARD)
+    pyproject(tmp_path, 'ignore = ["AMP001"]\n')
+    write(tmp_path / "strict.toml", 'select = ["AMP"]\n')
+    assert amplint_run(tmp_path, "check", "b.py").returncode == 0
+    assert amplint_run(tmp_path, "check", "--config", "strict.toml", "b.py").returncode == 1
+
+
+def test_config_flag_missing_file_exits_2(tmp_path: Path) -> None:
+    write(tmp_path / "b.py", HAZARD)
+    proc = amplint_run(tmp_path, "check", "--config", "missing.toml", "b.py")
+    assert proc.returncode == 2
+    assert "missing.toml" in proc.stderr
+
+
+def test_config_flag_unknown_key_exits_2(tmp_path: Path) -> None:
+    write(tmp_path / "b.py", HAZARD)
+    write(tmp_path / "amplint.toml", 'ignroe = ["AMP001"]\n')
+    proc = amplint_run(tmp_path, "check", "--config", "amplint.toml", "b.py")
+    assert proc.returncode == 2
+    assert "ignroe" in proc.stderr
+
+
+# --- suppression --------------------------------------------------------------------------------
+
+
+def with_comment(comment: str) -> str:
+    return HAZARD.replace("torch.sigmoid(x)\n", f"torch.sigmoid(x)  {comment}\n")
+
+
+@pytest.mark.parametrize(
+    ("comment", "suppressed"),
+    [
+        ("# noqa", True),
+        ("# noqa: AMP001", True),
+        ("# noqa:AMP001", True),
+        ("# noqa: AMP003, AMP001", True),
+        ("# NOQA: amp001", True),
+        ("# noqa: AMP003", False),
+        ("# noqa: AMP0011", False),
+        ("# nothing to see", False),
+    ],
+)
+def test_line_noqa(tmp_path: Path, comment: str, suppressed: bool) -> None:
+    write(tmp_path / "model.py", with_comment(comment))
+    returncode, report = check_json(tmp_path, "model.py")
+    if suppressed:
+        assert (returncode, codes(report)) == (0, [])
+    else:
+        assert (returncode, codes(report)) == (1, ["AMP001"])
+
+
+def test_noqa_on_another_line_does_not_suppress(tmp_path: Path) -> None:
+    write(tmp_path / "model.py", HAZARD.replace("    return w\n", "    return w  # noqa\n"))
+    returncode, report = check_json(tmp_path, "model.py")
+    assert (returncode, codes(report)) == (1, ["AMP001"])
+
+
+def test_file_noqa(tmp_path: Path) -> None:
+    write(tmp_path / "exempt.py", "# amplint: noqa\n" + HAZARD)
+    write(tmp_path / "checked.py", HAZARD)
+    returncode, report = check_json(tmp_path, ".")
+    assert returncode == 1
+    assert [d["path"] for d in report["diagnostics"]] == ["checked.py"]
+
+
+def test_fix_respects_noqa(tmp_path: Path) -> None:
+    path = write(tmp_path / "model.py", with_comment("# noqa: AMP001"))
+    before = path.read_bytes()
+    proc = amplint_run(tmp_path, "check", "--fix", "model.py")
+    assert proc.returncode == 0
+    assert path.read_bytes() == before
+
+
+# --- which files are checked --------------------------------------------------------------------
+
+
+def test_explicit_file_with_other_suffix_is_checked(tmp_path: Path) -> None:
+    write(tmp_path / "model.txt", HAZARD)
+    proc = amplint_run(tmp_path, "check", "model.txt")
+    assert proc.returncode == 1
+    assert f"model.txt:{HAZARD_LINE}:{HAZARD_COLUMN}: AMP001" in proc.stdout
+
+
+def test_walk_only_takes_py_files(tmp_path: Path) -> None:
+    write(tmp_path / "model.txt", HAZARD)
+    write(tmp_path / "notes.md", HAZARD)
+    write(tmp_path / "model.py", HAZARD)
+    returncode, report = check_json(tmp_path, ".")
+    assert returncode == 1
+    assert [d["path"] for d in report["diagnostics"]] == ["model.py"]
+    assert report["summary"]["files_checked"] == 1
+
+
+def test_walk_skips_default_excludes_and_gitignored(tmp_path: Path) -> None:
+    for skipped in (
+        ".venv/lib/m.py",
+        "build/lib/m.py",
+        "__pycache__/m.py",
+        ".git/hooks/m.py",
+        "pkg/__pycache__/m.py",
+        "ignored_dir/m.py",
+        "pkg/ignored_file.py",
+        "pkg/secret_generated.py",
+        "env_named_oddly/lib/m.py",
+    ):
+        write(tmp_path / skipped, HAZARD)
+    write(tmp_path / "env_named_oddly" / "pyvenv.cfg", "home = /usr/bin\n")
+    write(tmp_path / ".gitignore", "ignored_dir/\nignored_file.py\n")
+    write(tmp_path / "pkg" / ".gitignore", "*_generated.py\n")
+    write(tmp_path / "pkg" / "model.py", HAZARD)
+    write(tmp_path / "top.py", HAZARD)
+    returncode, report = check_json(tmp_path, ".")
+    assert returncode == 1
+    assert [d["path"] for d in report["diagnostics"]] == ["pkg/model.py", "top.py"]
+    assert report["summary"]["files_checked"] == 2
+
+
+def test_walk_skips_gitignored_inside_git_repo(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    write(tmp_path / ".gitignore", "scratch/\n")
+    write(tmp_path / "scratch" / "m.py", HAZARD)
+    write(tmp_path / "src" / "m.py", HAZARD)
+    # Walking from a subdirectory still honours the repository's top-level .gitignore.
+    write(tmp_path / "src" / "scratch" / "x.py", HAZARD)
+    _, report = check_json(tmp_path, ".")
+    assert [d["path"] for d in report["diagnostics"]] == ["src/m.py"]
+    _, report = check_json(tmp_path / "src", ".")
+    assert [d["path"] for d in report["diagnostics"]] == ["m.py"]
+
+
+def test_same_file_twice_is_reported_once(tmp_path: Path) -> None:
+    write(tmp_path / "pkg" / "model.py", HAZARD)
+    _, report = check_json(tmp_path, "pkg", "pkg/model.py", "./pkg/model.py")
+    assert codes(report) == ["AMP001"]
+
+
+# --- ordering and positions ---------------------------------------------------------------------
+
+
+def test_diagnostics_sorted_by_path_line_column(tmp_path: Path) -> None:
+    two = HAZARD + "\n\ndef more(y):\n    log_w = 2 * torch.sigmoid(y)\n    return log_w\n"
+    write(tmp_path / "z.py", two)
+    write(tmp_path / "a" / "b.py", ATTENTION)
+    write(tmp_path / "m.py", HAZARD)
+    write(tmp_path / "a.py", two)
+    returncode, report = check_json(tmp_path, "z.py", ".")
+    assert returncode == 1
+    found = [(d["path"], d["line"], d["column"], d["code"]) for d in report["diagnostics"]]
+    assert found == sorted(found)
+    assert [f[0] for f in found] == ["a.py", "a.py", "a/b.py", "a/b.py", "m.py", "z.py", "z.py"]
+    assert ("m.py", HAZARD_LINE, HAZARD_COLUMN, "AMP001") in found
+    assert ("z.py", 10, 17, "AMP001") in found  # `torch.sigmoid(y)` after `log_w = 2 * `
+
+
+def test_text_positions_are_one_based(tmp_path: Path) -> None:
+    # A hazard at the very start of a line reports column 1.
+    write(tmp_path / "m.py", "import torch\nw = torch.sigmoid(torch.ones(2))\n")
+    proc = amplint_run(tmp_path, "check", "m.py")
+    assert proc.returncode == 1, proc.stdout
+    assert "m.py:2:5: AMP001" in proc.stdout
+
+
+# --- Python API ---------------------------------------------------------------------------------
+
+
+def test_api_check_source() -> None:
+    diagnostics = amplint.check_source(HAZARD)
+    assert [type(d) for d in diagnostics] == [amplint.Diagnostic]
+    [d] = diagnostics
+    assert (d.code, d.line, d.column, d.path) == ("AMP001", HAZARD_LINE, HAZARD_COLUMN, "<string>")
+    assert d.fix is not None
+    assert amplint.check_source(HAZARD, ignore=["AMP001"]) == []
+    assert amplint.check_source(CLEAN) == []
+
+
+def test_api_check_source_syntax_error() -> None:
+    [d] = amplint.check_source("def f(:\n", path="broken.py")
+    assert (d.code, d.path, d.line) == ("AMP900", "broken.py", 1)
+
+
+def test_api_check_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path / "pkg" / "a.py", HAZARD)
+    write(tmp_path / "pkg" / "b.py", ATTENTION)
+    monkeypatch.chdir(tmp_path)
+    diagnostics = amplint.check_paths([tmp_path / "pkg"])
+    assert all(isinstance(d, amplint.Diagnostic) for d in diagnostics)
+    assert [(d.path, d.code) for d in diagnostics] == [
+        ("pkg/a.py", "AMP001"),
+        ("pkg/b.py", "AMP002"),
+        ("pkg/b.py", "AMP003"),
+    ]
+    assert [d.code for d in amplint.check_paths(["pkg"], select=["AMP001"])] == ["AMP001"]
+    assert [d.code for d in amplint.check_paths(["pkg"], ignore=["AMP00"])] == []
+
+
+def test_api_check_paths_honours_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path / "pkg" / "a.py", HAZARD)
+    pyproject(tmp_path, 'ignore = ["AMP001"]\n')
+    monkeypatch.chdir(tmp_path)
+    assert amplint.check_paths(["pkg"]) == []
