@@ -25,16 +25,26 @@ _PRODUCT_FUNCTIONS = frozenset({"torch.matmul", "torch.bmm"})
 _PRODUCT_METHODS = frozenset({"matmul", "bmm"})
 
 
-def is_softmax(ctx: FileContext, node: cst.CSTNode) -> bool:
-    if function_call(ctx, node, SOFTMAX_FUNCTIONS) or method_call(ctx, node, SOFTMAX_METHODS) is not None:
-        return True
-    # `self.softmax(scores)`: an nn.Softmax submodule.
+def softmax_module_call(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """`self.softmax(scores)` (an `nn.Softmax` submodule) or `nn.Softmax(dim=-1)(scores)`."""
+    if not isinstance(node, cst.Call):
+        return False
+    func = node.func
+    if isinstance(func, cst.Call):
+        return ctx.qualified(func.func) in {"torch.nn.Softmax", "torch.nn.LogSoftmax"}
     return (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and isinstance(node.func.value, cst.Name)
-        and node.func.value.value == "self"
-        and "softmax" in node.func.attr.value.lower()
+        isinstance(func, cst.Attribute)
+        and isinstance(func.value, cst.Name)
+        and func.value.value == "self"
+        and "softmax" in func.attr.value.lower()
+    )
+
+
+def is_softmax(ctx: FileContext, node: cst.CSTNode) -> bool:
+    return (
+        function_call(ctx, node, SOFTMAX_FUNCTIONS)
+        or method_call(ctx, node, SOFTMAX_METHODS) is not None
+        or softmax_module_call(ctx, node)
     )
 
 
@@ -50,20 +60,23 @@ def _is_transposed(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None
 def _einsum_operands(
     ctx: FileContext, node: cst.Call
 ) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
-    """The two operands of an einsum that contracts the last index of both (`...qd,...kd->...qk`)."""
-    if not function_call(ctx, node, frozenset({"torch.einsum"})) or len(node.args) != 3:
+    """The two operands of an einsum that contracts the last index of both (`...qd,...kd->...qk`),
+    given as two arguments or as one list."""
+    if not function_call(ctx, node, frozenset({"torch.einsum"})) or len(node.args) < 2:
         return None
     equation = node.args[0].value
-    if not isinstance(equation, cst.SimpleString):
+    operands = [arg.value for arg in node.args[1:]]
+    if len(operands) == 1 and isinstance(operands[0], (cst.List, cst.Tuple)):
+        operands = [element.value for element in operands[0].elements]
+    if not isinstance(equation, cst.SimpleString) or len(operands) != 2:
         return None
-    text = str(equation.evaluated_value).replace(" ", "")
-    inputs, _, output = text.partition("->")
+    inputs, _, output = str(equation.evaluated_value).replace(" ", "").partition("->")
     parts = inputs.split(",")
     if len(parts) != 2 or not all(parts) or not output:
         return None
     left, right = parts
-    if left[-1] == right[-1] and left[-1] not in output and left[-2:-1] != right[-2:-1]:
-        return node.args[1].value, node.args[2].value
+    if left[-1] == right[-1] and left[-1] not in output:
+        return operands[0], operands[1]
     return None
 
 

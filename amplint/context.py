@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
 from amplint.imports import ImportMap
-from amplint.scopes import Scope, collect_scopes
+from amplint.scopes import ModuleIndex, Scope, index_module
+
+_NEWLINE = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass(frozen=True)
@@ -36,20 +39,56 @@ class FileContext:
     def __init__(self, path: Path, module: cst.Module) -> None:
         self.path = path
         self.module = module
+        self._position_cache: dict[cst.CSTNode, tuple[int, Mapping[cst.CSTNode, CodeRange]]] = {}
+
+    @cached_property
+    def index(self) -> ModuleIndex:
+        return index_module(self.module)
 
     @cached_property
     def imports(self) -> ImportMap:
-        return ImportMap(self.module)
+        return ImportMap(self.index.aliases)
 
-    @cached_property
+    @property
     def scopes(self) -> list[Scope]:
-        return collect_scopes(self.module)
+        return self.index.scopes
+
+    def position(self, node: cst.CSTNode) -> CodeRange:
+        """Where a node is. Position metadata for a whole module costs several times its parse, so
+        it is computed for the one top-level statement that holds the node, and shifted."""
+        top = self.index.top_of.get(node)
+        if top is None:
+            return self._module_positions[node]
+        offset, positions = self._statement_positions(top)
+        where = positions[node]
+        return CodeRange(
+            CodePosition(where.start.line + offset, where.start.column),
+            CodePosition(where.end.line + offset, where.end.column),
+        )
 
     @cached_property
-    def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
-        # Resolved only when something is reported: most files have no findings.
-        wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-        return wrapper.resolve(PositionProvider)
+    def _module_positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        return MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+
+    @cached_property
+    def _line_offsets(self) -> dict[cst.CSTNode, int]:
+        """For each top-level statement, the number of lines before it (its leading comments included)."""
+        offsets: dict[cst.CSTNode, int] = {}
+        lines = len(self.module.header)  # one EmptyLine per line
+        for statement in self.module.body:
+            offsets[statement] = lines
+            lines += len(_NEWLINE.findall(self.module.code_for_node(statement)))
+        return offsets
+
+    def _statement_positions(
+        self, statement: cst.BaseStatement
+    ) -> tuple[int, Mapping[cst.CSTNode, CodeRange]]:
+        cached = self._position_cache.get(statement)
+        if cached is None:
+            alone = self.module.with_changes(body=[statement], header=[], footer=[])
+            positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
+            cached = self._position_cache[statement] = (self._line_offsets[statement], positions)
+        return cached
 
     def qualified(self, node: cst.BaseExpression) -> str | None:
         return self.imports.qualified(node)

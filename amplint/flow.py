@@ -40,7 +40,8 @@ class Policy:
     seed: Callable[[cst.BaseExpression, Flow], bool]
     sink: Callable[[cst.BaseExpression, Flow], str | None] = lambda node, flow: None
     blocks: Callable[[cst.BaseExpression, Flow], bool] = lambda node, flow: False
-    name_sink: Callable[[str], bool] = lambda name: False
+    # Whether binding a seed-derived value to this name (from this expression) is itself the hazard.
+    name_sink: Callable[[str, cst.CSTNode], bool] = lambda name, value: False
     recurrence: bool = False
 
 
@@ -51,6 +52,8 @@ class Flow:
     # Every expression (or augmented assignment) bound to a name so far, oldest first.
     history: dict[str, list[cst.CSTNode]] = field(default_factory=dict)
     hits: dict[tuple[cst.CSTNode, cst.CSTNode, str], Hit] = field(default_factory=dict)
+    # Names bound from scratch earlier in the current loop iteration (they carry no state).
+    fresh: set[str] = field(default_factory=set)
 
     # -- what a name holds -------------------------------------------------------------------
     def resolve(self, node: cst.BaseExpression, depth: int = 4) -> cst.BaseExpression:
@@ -98,7 +101,7 @@ class Flow:
 
     def _visit_children(self, node: cst.BaseExpression) -> Origins:
         origins: set[cst.CSTNode] = set()
-        for child in _value_children(node):
+        for child in value_children(node):
             origins |= self.taint(child)
         return frozenset(origins)
 
@@ -127,8 +130,11 @@ class Flow:
                 self._bind(node.target, self.taint(node.iter), None, loop=True, branch=True)
             else:
                 self.taint(node.test)
+            outer = self.fresh
             for _ in range(2):
+                self.fresh = set()
                 self.run(suite_body(node.body), loop=True, branch=True)
+            self.fresh = outer
             if node.orelse is not None:
                 self.run(suite_body(node.orelse.body), loop=loop, branch=True)
         elif isinstance(node, cst.With):
@@ -156,17 +162,14 @@ class Flow:
             origins = self.taint(node.value)
             if isinstance(node.target, cst.Name):
                 name = node.target.value
-                if (
-                    origins
-                    and loop
-                    and self.policy.recurrence
-                    and isinstance(node.operator, cst.MultiplyAssign)
-                ):
+                # `h *= sigmoid(h)` is an activation (SiLU), not a decay of a carried state.
+                decays = isinstance(node.operator, cst.MultiplyAssign) and name not in names_read(node.value)
+                if origins and loop and self.policy.recurrence and decays and name not in self.fresh:
                     for origin in origins:
                         self._hit(Hit(origin, node, "recurrence", name))
                 self.env[name] = self.env.get(name, _EMPTY) | origins
                 self._record(name, node)
-                self._name_hits(name, origins, node)
+                self._name_hits(name, origins, node, node)
             else:
                 self.taint(node.target)
         elif isinstance(node, (cst.Expr, cst.Return)) and node.value is not None:
@@ -189,14 +192,18 @@ class Flow:
             self.env[name] = (self.env.get(name, _EMPTY) | origins) if branch else origins
             if value is not None:
                 self._record(name, value)
-            self._name_hits(name, origins, target)
+                if loop and name not in names_read(value):
+                    self.fresh.add(name)
+            self._name_hits(name, origins, target, value)
         elif isinstance(target, (cst.Tuple, cst.List)):
             values: list[cst.BaseExpression | None] = [None] * len(target.elements)
             if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(target.elements):
                 values = [element.value for element in value.elements]
             for element, element_value in zip(target.elements, values, strict=True):
+                # `a, i = logits.float().topk(k)`: each name derives from the whole right-hand side.
                 element_origins = self.taint(element_value) if element_value is not None else origins
-                self._bind(element.value, element_origins, element_value, loop=loop, branch=branch)
+                bound = element_value if element_value is not None else value
+                self._bind(element.value, element_origins, bound, loop=loop, branch=branch)
         elif isinstance(target, cst.StarredElement):
             self._bind(target.value, origins, None, loop=loop, branch=branch)
         elif isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
@@ -204,28 +211,43 @@ class Flow:
             name = target.value.value
             self.env[name] = self.env.get(name, _EMPTY) | origins
 
-    def _name_hits(self, name: str, origins: Origins, where: cst.CSTNode) -> None:
-        if origins and self.policy.name_sink(name):
+    def _name_hits(self, name: str, origins: Origins, where: cst.CSTNode, value: cst.CSTNode | None) -> None:
+        if origins and value is not None and self.policy.name_sink(name, value):
             for origin in origins:
                 self._hit(Hit(origin, where, "name", name))
 
     def _multiplied_into(self, name: str, value: cst.BaseExpression) -> Iterator[cst.CSTNode]:
-        """Origins of values multiplied with `name` in `name = ... name * w ...` (a recurrence)."""
-        for node in _walk(value):
+        """Origins of the factors that decay a carried state in `name = name * w + ...`. A factor
+        computed from the state itself (`h * sigmoid(h)`, a SiLU) is an activation, not a decay;
+        a name already rebound earlier in the same iteration carries nothing across steps."""
+        if name in self.fresh:
+            return
+        stack: list[cst.CSTNode] = [value]
+        while stack:
+            node = stack.pop()
+            stack.extend(value_children(node))
             if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
                 for state, factor in ((node.left, node.right), (node.right, node.left)):
-                    if name in _names(state):
+                    if name in names_read(state) and name not in names_read(factor):
                         yield from self.taint(factor)
 
 
-def _value_children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """The sub-expressions whose values flow into `node`'s value."""
+def value_children(node: cst.CSTNode) -> Iterator[cst.BaseExpression]:
+    """The sub-expressions whose values flow into `node`'s value. Spelled out per node type:
+    libcst's generic `children` re-runs a visitor on every call, which dominated the run time."""
+    if isinstance(node, cst.Name):
+        return
     if isinstance(node, cst.Attribute):
         yield node.value
     elif isinstance(node, cst.Call):
         yield node.func
         for arg in node.args:
             yield arg.value
+    elif isinstance(node, (cst.BinaryOperation, cst.BooleanOperation)):
+        yield node.left
+        yield node.right
+    elif isinstance(node, cst.UnaryOperation):
+        yield node.expression
     elif isinstance(node, cst.Subscript):
         yield node.value
     elif isinstance(node, (cst.Tuple, cst.List, cst.Set)):
@@ -235,19 +257,24 @@ def _value_children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         for element in node.elements:
             if isinstance(element, cst.DictElement):
                 yield element.value
+    elif isinstance(node, cst.IfExp):
+        yield node.body
+        yield node.orelse
+    elif isinstance(node, cst.Comparison):
+        yield node.left
+        for target in node.comparisons:
+            yield target.comparator
+    elif isinstance(node, (cst.Await, cst.StarredElement)):
+        yield node.expression if isinstance(node, cst.Await) else node.value
+    elif isinstance(node, cst.NamedExpr):
+        yield node.value
+    elif isinstance(node, (cst.BaseNumber, cst.BaseString, cst.Ellipsis, cst.Lambda, cst.BaseComp)):
+        return
     else:
         yield from (child for child in node.children if isinstance(child, cst.BaseExpression))
 
 
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(current.children)
-
-
-def _names(node: cst.CSTNode) -> set[str]:
+def names_read(node: cst.CSTNode) -> set[str]:
     """Variable names read by an expression (attribute names and keywords excluded)."""
     names: set[str] = set()
     stack: list[cst.CSTNode] = [node]
@@ -256,7 +283,7 @@ def _names(node: cst.CSTNode) -> set[str]:
         if isinstance(current, cst.Name):
             names.add(current.value)
         else:
-            stack.extend(_value_children(current))
+            stack.extend(value_children(current))
     return names
 
 

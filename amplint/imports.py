@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 
@@ -24,41 +26,34 @@ def _module_name(node: cst.BaseExpression) -> str:
     return name
 
 
-class _ImportCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.aliases: dict[str, str] = {}
-
-    def visit_Import(self, node: cst.Import) -> bool:
+def import_aliases(node: cst.Import | cst.ImportFrom) -> Iterator[tuple[str, str]]:
+    """(local name, qualified name) pairs that an import statement binds."""
+    if isinstance(node, cst.Import):
         for alias in node.names:
             module = _module_name(alias.name)
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                self.aliases[alias.asname.name.value] = module
+                yield alias.asname.name.value, module
             else:
                 # `import torch.nn.functional` binds only `torch`.
                 root = module.split(".")[0]
-                self.aliases[root] = root
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
-            return False
-        module = _module_name(node.module)
-        for alias in node.names:
-            name = _module_name(alias.name)
-            local = name
-            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                local = alias.asname.name.value
-            self.aliases[local] = f"{module}.{name}"
-        return False
+                yield root, root
+        return
+    if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+        return
+    module = _module_name(node.module)
+    for alias in node.names:
+        name = _module_name(alias.name)
+        local = name
+        if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+            local = alias.asname.name.value
+        yield local, f"{module}.{name}"
 
 
 class ImportMap:
     """Local names bound by import statements anywhere in a module, to their qualified names."""
 
-    def __init__(self, module: cst.Module) -> None:
-        collector = _ImportCollector()
-        module.visit(collector)
-        self.aliases = collector.aliases
+    def __init__(self, aliases: dict[str, str]) -> None:
+        self.aliases = aliases
 
     def qualified(self, node: cst.BaseExpression) -> str | None:
         """`torch.nn.functional.softmax` for `F.softmax` after `import torch.nn.functional as F`."""

@@ -28,32 +28,34 @@ MATMUL_METHODS = frozenset({"matmul", "mm", "bmm", "baddbmm", "addmm"})
 
 
 def method_call(ctx: FileContext, node: cst.CSTNode, names: frozenset[str]) -> cst.BaseExpression | None:
-    """The receiver of `<receiver>.name(...)` when `name` is in `names` and the receiver is a value,
-    not an imported module (so `torch.exp(x)` is not a method call on `torch`)."""
+    """The receiver of `<receiver>.name(...)` when `name` is in `names` and the receiver is a tensor
+    value: not an imported module (`torch.exp(x)`) and not `self` (`self.softmax(x)` calls a submodule)."""
     if (
         isinstance(node, cst.Call)
         and isinstance(node.func, cst.Attribute)
         and node.func.attr.value in names
+        and not _is_self(node.func.value)
         and ctx.qualified(node.func) is None
     ):
         return node.func.value
     return None
 
 
+def _is_self(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "self"
+
+
+def submodule_call(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """`self.proj(x)`: in a model almost always a Linear or another layer. A method the file defines
+    itself (`self._to_blocks(q)`), or a private one, is a helper instead."""
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return False
+    name = node.func.attr.value
+    return _is_self(node.func.value) and not name.startswith("_") and name not in ctx.index.function_names
+
+
 def function_call(ctx: FileContext, node: cst.CSTNode, qualified: frozenset[str]) -> bool:
     return isinstance(node, cst.Call) and ctx.qualified(node.func) in qualified
-
-
-def call_name(ctx: FileContext, node: cst.CSTNode) -> str | None:
-    """The short name of the function or method a call invokes (`softmax` for `F.softmax(x)`)."""
-    if not isinstance(node, cst.Call):
-        return None
-    if isinstance(node.func, cst.Name):
-        qualified = ctx.qualified(node.func)
-        return qualified.rsplit(".", 1)[-1] if qualified else node.func.value
-    if isinstance(node.func, cst.Attribute):
-        return node.func.attr.value
-    return None
 
 
 def argument(call: cst.Call, position: int | None, keyword: str) -> cst.BaseExpression | None:
@@ -113,6 +115,82 @@ def _is_cast(node: cst.CSTNode) -> bool:
     )
 
 
+def _dtype_source(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """`other` in `x.to(other.dtype)`, `x.to(dtype=other.dtype)`, `x.type(other.dtype)`, `x.type_as(other)`."""
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return None
+    method = node.func.attr.value
+    if method == "type_as":
+        return argument(node, 0, "other")
+    if method in {"to", "type"}:
+        for arg in node.args:
+            value = arg.value
+            if (
+                (arg.keyword is None or arg.keyword.value == "dtype")
+                and isinstance(value, cst.Attribute)
+                and value.attr.value == "dtype"
+            ):
+                return value.value
+    return None
+
+
+def matmul_operands(ctx: FileContext, node: cst.CSTNode) -> list[cst.BaseExpression] | None:
+    """The two factors of a product (`a @ b`, `torch.matmul(a, b)`, `baddbmm(c, a, b)`, `F.linear(x, w)`,
+    `a.matmul(b)`), or None when `node` is not such a product."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+        return [node.left, node.right]
+    if not isinstance(node, cst.Call):
+        return None
+    positional = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
+    qualified = ctx.qualified(node.func)
+    if qualified in MATMUL_FUNCTIONS:
+        if qualified in {"torch.baddbmm", "torch.addmm"}:
+            return positional[1:3]
+        if qualified == "torch.einsum":
+            return positional[1:]
+        return positional[:2]
+    receiver = method_call(ctx, node, MATMUL_METHODS)
+    if receiver is not None:
+        return (
+            [receiver, *positional[:1]] if node.func.attr.value in {"matmul", "mm", "bmm"} else positional[:2]
+        )  # type: ignore[attr-defined]
+    return None
+
+
+def _is_fp32_step(ctx: FileContext, step: cst.CSTNode, flow: Flow | None, depth: int) -> bool | None:
+    """True/False when this step of a value's lineage decides its precision; None to look further."""
+    if is_upcast(ctx, step):
+        return True
+    source = _dtype_source(step)
+    if source is not None:
+        return depth < 4 and is_fp32_value(ctx, source, flow, depth + 1)
+    if _is_cast(step):
+        return False
+    if isinstance(step, cst.BinaryOperation):
+        if isinstance(step.operator, cst.MatrixMultiply):
+            return all(is_fp32_value(ctx, side, flow, depth + 1) for side in (step.left, step.right))
+        # Type promotion: one float32 operand makes the result float32.
+        return depth < 4 and any(
+            is_fp32_value(ctx, side, flow, depth + 1) for side in (step.left, step.right)
+        )
+    if isinstance(step, (cst.List, cst.Tuple)):
+        values = [element.value for element in step.elements]
+        return bool(values) and depth < 4 and all(is_fp32_value(ctx, v, flow, depth + 1) for v in values)
+    if not isinstance(step, cst.Call):
+        return None
+    operands = matmul_operands(ctx, step)
+    if operands is not None:
+        # A product of upcast operands is the author's float32 intent.
+        return bool(operands) and depth < 4 and all(is_fp32_value(ctx, o, flow, depth + 1) for o in operands)
+    if submodule_call(ctx, step):
+        return False
+    if isinstance(step.func, cst.Name) and ctx.qualified(step.func) is None:
+        # An opaque function (`logits_processor(input_ids, scores)`): float32 if any input is.
+        arguments = [arg.value for arg in step.args if not arg.star]
+        return depth < 4 and any(is_fp32_value(ctx, arg, flow, depth + 1) for arg in arguments)
+    return None
+
+
 def lineage(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None) -> Iterator[cst.CSTNode]:
     """`node`, then what its value derives from: the receiver of a method chain, the first argument
     of a function, and the expressions a name was bound to (most recent first, so that
@@ -151,14 +229,14 @@ def lineage(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None) -> It
             return
 
 
-def is_fp32_value(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None) -> bool:
-    """The value was upcast to float32 (directly, or earlier in the function) and not cast again
-    or multiplied in a low-precision product since."""
+def is_fp32_value(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None, depth: int = 0) -> bool:
+    """The value is float32 by the author's intent: upcast (directly, or earlier in the function),
+    promoted by arithmetic with a float32 operand, or a product of float32 operands; and not cast
+    back or passed through a submodule since."""
     for step in lineage(ctx, node, flow):
-        if is_upcast(ctx, step):
-            return True
-        if _is_cast(step) or is_matmul(ctx, step):
-            return False
+        decided = _is_fp32_step(ctx, step, flow, depth)
+        if decided is not None:
+            return decided
     return False
 
 
@@ -191,13 +269,7 @@ def is_matmul(ctx: FileContext, node: cst.CSTNode, *, submodules: bool = True) -
         return False
     if function_call(ctx, node, MATMUL_FUNCTIONS) or method_call(ctx, node, MATMUL_METHODS) is not None:
         return True
-    func = node.func
-    return (
-        submodules
-        and isinstance(func, cst.Attribute)
-        and isinstance(func.value, cst.Name)
-        and func.value.value == "self"
-    )
+    return submodules and submodule_call(ctx, node)
 
 
 def needs_parentheses(node: cst.BaseExpression) -> bool:

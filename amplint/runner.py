@@ -91,7 +91,7 @@ def lint_source(source: SourceFile, rules: Sequence[type[Rule]], display: str) -
             result.internal_errors.append(f"{rule.code} crashed on {display}:\n{traceback.format_exc()}")
             continue
         for finding in findings:
-            diagnostic = _diagnostic(ctx, rule, finding, display, source.newline)
+            diagnostic = _diagnostic(ctx, rule, finding, display, lines)
             if not line_suppresses(lines.line_text(diagnostic.line), diagnostic.code):
                 result.diagnostics.append(diagnostic)
     result.diagnostics = sort_diagnostics(result.diagnostics)
@@ -110,9 +110,9 @@ def _compile_error(text: str, display: str) -> Diagnostic | None:
 
 
 def _diagnostic(
-    ctx: FileContext, rule: type[Rule], finding: Finding, display: str, newline: str
+    ctx: FileContext, rule: type[Rule], finding: Finding, display: str, lines: LineIndex
 ) -> Diagnostic:
-    where = ctx.positions[finding.node]
+    where = ctx.position(finding.node)
     return Diagnostic(
         code=rule.code,
         name=rule.name,
@@ -123,32 +123,56 @@ def _diagnostic(
         end_line=where.end.line,
         end_column=where.end.column + 1,
         severity=rule.severity,
-        fix=_fix(ctx, finding.fix, newline) if finding.fix else None,
+        fix=_fix(ctx, finding.fix, lines) if finding.fix else None,
         help=finding.help,
         extra=dict(finding.extra),
     )
 
 
-def _fix(ctx: FileContext, plan: FixPlan, newline: str) -> Fix:
+def _fix(ctx: FileContext, plan: FixPlan, lines: LineIndex) -> Fix | None:
     edits = []
     for old, new in plan.replacements:
-        where = ctx.positions[old]
+        where = ctx.position(old)
         # Positions exclude a node's own parentheses, so render the replacement without them too.
         if getattr(old, "lpar", None) and getattr(new, "lpar", None):
             new = new.with_changes(lpar=[], rpar=[])
+            old = old.with_changes(lpar=[], rpar=[])
+        start = lines.offset(where.start.line, where.start.column + 1)
+        end = lines.offset(where.end.line, where.end.column + 1)
+        content = _render(ctx, old, new, lines.text[start:end], lines.line_text(where.start.line))
+        if content is None:
+            return None
         edits.append(
-            Edit(
-                where.start.line,
-                where.start.column + 1,
-                where.end.line,
-                where.end.column + 1,
-                ctx.code(new),
-            )
+            Edit(where.start.line, where.start.column + 1, where.end.line, where.end.column + 1, content)
         )
     if plan.needs_torch_import:
         line = _import_line(ctx)
-        edits.append(Edit(line, 1, line, 1, f"import torch{newline}"))
+        edits.append(Edit(line, 1, line, 1, f"import torch{ctx.module.default_newline}"))
     return Fix(plan.description, tuple(sorted(edits)))
+
+
+def _render(
+    ctx: FileContext, old: cst.CSTNode, new: cst.CSTNode, original: str, first_line: str
+) -> str | None:
+    """The code for `new` as it must appear in the file. A node rendered on its own lacks the
+    indentation of the block around it on continuation lines; find the indentation that turns the
+    old node's rendering into the file's text, and apply it to the new one. None if none does."""
+    rendered_old = ctx.code(old)
+    if rendered_old == original:
+        return ctx.code(new)
+    newline = ctx.module.default_newline
+    whitespace = first_line[: len(first_line) - len(first_line.lstrip())]
+    for width in range(len(whitespace), 0, -1):
+        indent = whitespace[:width]
+        for blank_lines_too in (False, True):
+            if _indent(rendered_old, indent, newline, blank_lines_too) == original:
+                return _indent(ctx.code(new), indent, newline, blank_lines_too)
+    return None
+
+
+def _indent(code: str, indent: str, newline: str, blank_lines_too: bool) -> str:
+    first, *rest = code.split(newline)
+    return newline.join([first, *(indent + line if line or blank_lines_too else line for line in rest)])
 
 
 def _import_line(ctx: FileContext) -> int:
@@ -163,11 +187,11 @@ def _import_line(ctx: FileContext) -> int:
         )
         is_future = isinstance(small, cst.ImportFrom) and _is_future(small)
         if isinstance(small, (cst.Import, cst.ImportFrom)) and not is_future:
-            return ctx.positions[statement].start.line
+            return ctx.position(statement).start.line
         if fallback is None and not is_docstring and not is_future:
             fallback = statement
     if fallback is not None:
-        return ctx.positions[fallback].start.line
+        return ctx.position(fallback).start.line
     return len(ctx.module.code.splitlines()) + 1
 
 

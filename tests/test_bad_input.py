@@ -22,7 +22,7 @@ import torch
 
 def decay(x):
     w = torch.sigmoid(x)
-    return w
+    return torch.exp(w)
 """
 HAZARD_LINE, HAZARD_COLUMN = 5, 9
 FIXED_LINE = "    w = torch.sigmoid(x.to(torch.float32))"
@@ -302,7 +302,7 @@ def test_50000_line_file(tmp_path: Path) -> None:
     lines = ["import torch", ""]
     for i in range(12_500):
         lines += [f"def f{i}(x):", f"    y = x * {i}", "    return y", ""]
-    lines += ["", "def decay(x):", "    w = torch.sigmoid(x)", "    return w", ""]
+    lines += ["", "def decay(x):", "    w = torch.sigmoid(x)", "    return torch.exp(w)", ""]
     (tmp_path / "big.py").write_text("\n".join(lines), encoding="utf-8")
     hazard_line = lines.index("    w = torch.sigmoid(x)") + 1
     assert hazard_line > 50_000
@@ -372,7 +372,9 @@ def test_bom_positions_and_fix_keeps_bom(tmp_path: Path) -> None:
 
 def test_bom_on_first_line_hazard_column(tmp_path: Path) -> None:
     # The BOM is not a column: a hazard on line 1 still starts at column 5.
-    (tmp_path / "bom2.py").write_bytes(codecs.BOM_UTF8 + b"import torch; w = torch.sigmoid(torch.ones(1))\n")
+    (tmp_path / "bom2.py").write_bytes(
+        codecs.BOM_UTF8 + b"import torch; w = torch.sigmoid(torch.ones(1)).exp()\n"
+    )
     _, diagnostics = check_json(tmp_path, "bom2.py")
     assert [(d["line"], d["column"]) for d in diagnostics] == [(1, 19)]
 
@@ -385,7 +387,7 @@ def test_latin1_cookie_fix_keeps_encoding(tmp_path: Path) -> None:
         "\n"
         "def decay(x):\n"
         '    note = "d\xe9croissance"; w = torch.sigmoid(x)\n'
-        "    return w, note\n"
+        "    return torch.exp(w), note\n"
     )
     path = tmp_path / "latin.py"
     path.write_bytes(text.encode("latin-1"))

@@ -19,7 +19,7 @@ import torch
 
 def decay(x):
     w = torch.sigmoid(x)
-    return w
+    return torch.exp(w)
 """
 HAZARD_LINE, HAZARD_COLUMN = 5, 9
 
@@ -478,7 +478,10 @@ def test_line_noqa(tmp_path: Path, comment: str, suppressed: bool) -> None:
 
 
 def test_noqa_on_another_line_does_not_suppress(tmp_path: Path) -> None:
-    write(tmp_path / "model.py", HAZARD.replace("    return w\n", "    return w  # noqa\n"))
+    write(
+        tmp_path / "model.py",
+        HAZARD.replace("    return torch.exp(w)\n", "    return torch.exp(w)  # noqa\n"),
+    )
     returncode, report = check_json(tmp_path, "model.py")
     assert (returncode, codes(report)) == (1, ["AMP001"])
 
@@ -582,7 +585,7 @@ def test_diagnostics_sorted_by_path_line_column(tmp_path: Path) -> None:
 
 def test_text_positions_are_one_based(tmp_path: Path) -> None:
     # A hazard at the very start of a line reports column 1.
-    write(tmp_path / "m.py", "import torch\nw = torch.sigmoid(torch.ones(2))\n")
+    write(tmp_path / "m.py", "import torch\nw = torch.sigmoid(torch.ones(2)).exp()\n")
     proc = amplint_run(tmp_path, "check", "m.py")
     assert proc.returncode == 1, proc.stdout
     assert "m.py:2:5: AMP001" in proc.stdout

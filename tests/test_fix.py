@@ -26,7 +26,7 @@ import torch
 
 def decay(x):
     w = torch.sigmoid(x)
-    return w
+    return torch.exp(w)
 """
 FIXED = HAZARD.replace("torch.sigmoid(x)", "torch.sigmoid(x.to(torch.float32))")
 
@@ -88,7 +88,7 @@ def test_diff_prints_unified_diff_and_writes_nothing(tmp_path: Path) -> None:
         " def decay(x):",
         "-    w = torch.sigmoid(x)",
         "+    w = torch.sigmoid(x.to(torch.float32))",
-        "     return w",
+        "     return torch.exp(w)",
     ]
     # The report goes to stderr so that stdout can be piped to `git apply` / `patch`.
     assert "Would fix 1 finding" in proc.stderr
@@ -369,10 +369,6 @@ def test_fix_through_chained_symlinks(tmp_path: Path) -> None:
     assert target.read_text(encoding="utf-8") == FIXED
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a multi-line replacement is rendered without its block's indentation (valid, but ugly)",
-)
 def test_fix_of_multiline_call_keeps_indentation(tmp_path: Path) -> None:
     source = HAZARD.replace("torch.sigmoid(x)", "torch.sigmoid(\n        x\n    )")
     path = write(tmp_path / "model.py", source)
@@ -380,6 +376,19 @@ def test_fix_of_multiline_call_keeps_indentation(tmp_path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     compile(text, "model.py", "exec")
     assert text == source.replace("        x\n", "        x.to(torch.float32)\n")
+
+
+def test_fix_inside_nested_blocks_keeps_indentation(tmp_path: Path) -> None:
+    source = (
+        "import torch\n\n\nclass Mix:\n    def forward(self, x):\n        if x is not None:\n"
+        "            decay = torch.exp(\n                -torch.sigmoid(\n                    x\n"
+        "                )\n            )\n            return decay\n"
+    )
+    path = write(tmp_path / "model.py", source)
+    assert amplint_run(tmp_path, "check", "--fix", "model.py").returncode == 0
+    assert path.read_text(encoding="utf-8") == source.replace(
+        "                    x\n", "                    x.to(torch.float32)\n"
+    )
 
 
 def test_fix_keeps_text_without_trailing_newline(tmp_path: Path) -> None:

@@ -27,9 +27,12 @@ _SINK_FUNCTIONS = {
 _SINK_METHODS = frozenset(name for name in _SINK_FUNCTIONS.values())
 # Names that code in the RWKV/GLA/Mamba family gives to log-space decays and gates.
 _LOG_DECAY_NAME = re.compile(
-    r"^(w|log_?w|w_?log|gk|log_?gk|log_?g|g_?log|log_?gates?|log_?alpha|alpha_?log|.*decay.*)$",
+    r"^(log_?w|w_?log|gk|log_?gk|log_?g|g_?log|log_?gates?|log_?alpha|alpha_?log|.*decay.*)$",
     re.IGNORECASE,
 )
+# `w` alone is also a weight, a window, a soft-capped logit: it counts as a log-decay only when the
+# value is negated, as log-decays are (`w = -exp(-0.5) * sigmoid(x)`).
+_GENERIC_DECAY_NAME = re.compile(r"^w$", re.IGNORECASE)
 
 
 class LowPrecisionLogWeights(Rule):
@@ -259,6 +262,61 @@ def forward(x):
 """,
             "a local function named sigmoid is not torch's",
         ),
+        Good(
+            """\
+import torch
+
+
+def decode(self, hidden_states):
+    for conv in self.time_conv:
+        hidden_states = conv(hidden_states)
+        hidden_states *= torch.sigmoid(hidden_states)
+    return hidden_states
+""",
+            "SiLU inside a loop over layers: the factor is computed from the state itself (emu3)",
+        ),
+        Good(
+            """\
+def detect(detector, prompts):
+    results = []
+    for prompt in prompts:
+        out = detector(prompt)
+        probs = out.pred_logits.sigmoid()
+        presence = out.presence_logits.sigmoid()
+        probs = probs * presence
+        results.append(probs)
+    return results
+""",
+            "a name rebound afresh in every iteration carries no state across steps (sam3_video)",
+        ),
+        Good(
+            """\
+import torch
+import torch.nn.functional as F
+
+
+def route(flat, weight, idx):
+    with torch.autocast("cuda", enabled=False):
+        logits = F.linear(flat.float(), weight.float())
+        top = torch.cat([logits.gather(-1, idx), logits[..., -1:]], dim=-1)
+        log_probs = F.logsigmoid(top)
+        return torch.exp(log_probs - torch.logsumexp(log_probs, dim=-1, keepdim=True))
+""",
+            "a product of upcast operands, concatenated, is float32 (inkling)",
+        ),
+        Good(
+            """\
+import torch
+
+
+def attend(q, k, v, scaling, softcap):
+    w = torch.matmul(q * scaling, k.transpose(-1, -2))
+    w = torch.tanh(w / softcap) * softcap
+    w = torch.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+    return w @ v
+""",
+            "`w` holding soft-capped attention logits is not a log-decay",
+        ),
     )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
@@ -279,7 +337,7 @@ def forward(x):
             seed=seed,
             sink=sink,
             blocks=lambda node, flow: is_matmul(ctx, node),
-            name_sink=lambda name: bool(_LOG_DECAY_NAME.match(name)),
+            name_sink=_is_log_decay_binding,
             recurrence=True,
         )
         reported: set[cst.CSTNode] = set()
@@ -289,6 +347,26 @@ def forward(x):
             reported.add(hit.origin)
             assert isinstance(hit.origin, cst.Call)
             yield _finding(ctx, hit.origin, hit.kind, hit.label)
+
+
+def _is_log_decay_binding(name: str, value: cst.CSTNode) -> bool:
+    if _LOG_DECAY_NAME.match(name):
+        return True
+    return bool(_GENERIC_DECAY_NAME.match(name)) and _negates(value)
+
+
+def _negates(value: cst.CSTNode) -> bool:
+    """A unary minus in the arithmetic that forms the value (not inside call arguments: `dim=-1`)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.UnaryOperation):
+            if isinstance(node.operator, cst.Minus):
+                return True
+            stack.append(node.expression)
+        elif isinstance(node, cst.BinaryOperation):
+            stack.extend((node.left, node.right))
+    return False
 
 
 def _op_name(ctx: FileContext, call: cst.Call) -> str:

@@ -8,13 +8,15 @@ import libcst as cst
 
 from amplint.attention import is_softmax, scaled_inside, score_operands
 from amplint.context import FileContext, Finding
-from amplint.flow import Flow, Policy, analyse_all
+from amplint.flow import Flow, Policy, analyse
 from amplint.patterns import function_call, is_fp32_value, is_scaled, method_call
 from amplint.rule import Bad, Good, Rule
 
-# Clipping after the product maps inf back to a finite value before softmax sees it.
-_CLIP_FUNCTIONS = frozenset({"torch.clamp", "torch.clip", "torch.nan_to_num"})
-_CLIP_METHODS = frozenset({"clamp", "clip", "clamp_", "clip_", "nan_to_num", "nan_to_num_"})
+# Clipping or soft-capping (`tanh(s / c) * c`) after the product maps inf back to a finite value
+# before softmax sees it.
+_CLIP_FUNCTIONS = frozenset({"torch.clamp", "torch.clip", "torch.nan_to_num", "torch.tanh"})
+_CLIP_METHODS = frozenset({"clamp", "clip", "clamp_", "clip_", "nan_to_num", "nan_to_num_", "tanh"})
+_UNIT = frozenset({"1", "1.0", "1."})
 
 
 class HalfPrecisionAttentionScores(Rule):
@@ -49,7 +51,7 @@ class HalfPrecisionAttentionScores(Rule):
     code = "AMP002"
     name = "half-precision-attention-scores"
     summary = "q @ k^T attention scores computed in half precision with the scale applied after the product"
-    triggers = frozenset({"softmax", "log_softmax", "Softmax"})
+    triggers = frozenset({"softmax", "log_softmax", "Softmax", "LogSoftmax"})
 
     bad = (
         Bad(
@@ -121,6 +123,28 @@ class Attention(nn.Module):
     def forward(self, query, key, value):
         scores = torch.matmul(query, key.transpose(-1, -2))
         return torch.matmul(self.softmax(scores), value)
+"""
+        ),
+        Bad(
+            """\
+import torch
+from torch import nn
+
+
+def attention(query, key, value):
+    scores = torch.matmul(query, key.transpose(-1, -2))
+    probs = nn.Softmax(dim=-1)(scores)
+    return torch.matmul(probs, value)
+"""
+        ),
+        Bad(
+            """\
+import torch
+
+
+def attention(q, k, v, scale):
+    attn = torch.einsum("bhlk,bhtk->bhlt", [q, k]) * scale
+    return torch.einsum("bhlt,bhtv->bhlv", [attn.softmax(dim=-1), v])
 """
         ),
     )
@@ -204,6 +228,69 @@ def pairwise(x, y):
 """,
             "a product that never reaches a softmax",
         ),
+        Good(
+            """\
+import torch
+from torch import nn
+
+
+def eager_attention_forward(query, key, value, scaling):
+    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    return torch.matmul(attn_weights, value)
+
+
+class Attention(nn.Module):
+    def forward(self, hidden, key, value):
+        query = self.q_proj(hidden) * self.scaling
+        return eager_attention_forward(query, key, value, scaling=1.0)
+""",
+            "the caller scales the queries and passes `scaling=1.0` (Whisper, OPT, BART)",
+        ),
+        Good(
+            """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class BlockAttention(nn.Module):
+    def forward(self, hidden):
+        q = self.q_proj(hidden).float() * self.q_scale
+        k = self.k_proj(hidden).float() * self.k_scale
+        q = self._to_blocks(q)
+        k = self._to_blocks(k)
+        scores = q @ k.transpose(-1, -2)
+        return F.softmax(scores, dim=-1, dtype=torch.float32)
+""",
+            "a private helper method reshapes; it is not a Linear (gemma4 audio)",
+        ),
+        Good(
+            """\
+import torch
+import torch.nn.functional as F
+
+
+def attend(q, k, scale):
+    q = q.float() * scale
+    k = k.to(dtype=q.dtype)
+    scores = q @ k.transpose(-1, -2)
+    return F.softmax(scores, dim=-1)
+""",
+            "`k` is cast to the dtype of the float32 queries",
+        ),
+        Good(
+            """\
+import torch
+
+
+def attend(q, k, v, scaling, softcap):
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scaling
+    scores = torch.tanh(scores / softcap) * softcap
+    return torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype) @ v
+""",
+            "logit soft-capping saturates an overflowed score instead of passing inf to softmax",
+        ),
     )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
@@ -228,16 +315,38 @@ def pairwise(x, y):
             sink=lambda node, flow: "softmax" if is_softmax(ctx, node) else None,
             blocks=clips,
         )
-        reported: set[cst.CSTNode] = set()
-        for hit in analyse_all(ctx.scopes, policy):
-            if hit.origin in reported:
+        prescaled = _prescaled_parameters(ctx)
+        for scope in ctx.scopes:
+            if isinstance(scope.node, cst.FunctionDef) and _parameters(scope.node) & prescaled:
                 continue
-            reported.add(hit.origin)
-            yield Finding(
-                hit.origin,
-                "attention scores `q @ k^T` are formed in half precision and scaled only after the "
-                "product, so large logits overflow float16 (max 65504) to inf before softmax turns "
-                "them into NaN",
-                help="use `torch.nn.functional.scaled_dot_product_attention`, scale the queries before "
-                "the product, or compute the scores in float32",
-            )
+            reported: set[cst.CSTNode] = set()
+            for hit in analyse(scope, policy).hits.values():
+                if hit.origin in reported:
+                    continue
+                reported.add(hit.origin)
+                yield Finding(
+                    hit.origin,
+                    "attention scores `q @ k^T` are formed in half precision and scaled only after the "
+                    "product, so large logits overflow float16 (max 65504) to inf before softmax turns "
+                    "them into NaN",
+                    help="use `torch.nn.functional.scaled_dot_product_attention`, scale the queries before "
+                    "the product, or compute the scores in float32",
+                )
+
+
+def _prescaled_parameters(ctx: FileContext) -> set[str]:
+    """Keywords that some call in the file passes as exactly 1 (`scaling=1.0`): the caller scaled
+    the queries itself, as Whisper, OPT and BART do before calling a shared attention function."""
+    return {
+        arg.keyword.value
+        for call in ctx.index.calls
+        for arg in call.args
+        if arg.keyword is not None
+        and isinstance(arg.value, (cst.Integer, cst.Float))
+        and arg.value.value in _UNIT
+    }
+
+
+def _parameters(function: cst.FunctionDef) -> set[str]:
+    params = function.params
+    return {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}

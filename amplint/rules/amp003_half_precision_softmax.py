@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from amplint.attention import SOFTMAX_FUNCTIONS, SOFTMAX_METHODS, score_operands
+from amplint.attention import SOFTMAX_FUNCTIONS, SOFTMAX_METHODS, score_operands, softmax_module_call
 from amplint.context import FileContext, Finding, FixPlan
-from amplint.flow import Flow, Policy, analyse, analyse_all
+from amplint.flow import Flow, Policy, analyse
 from amplint.patterns import (
     argument,
     function_call,
@@ -20,7 +20,13 @@ from amplint.patterns import (
     with_method,
 )
 from amplint.rule import Bad, Good, Rule
+from amplint.scopes import Scope
 
+_MESSAGE = (
+    "softmax over attention scores or logits returns float16/bfloat16 probabilities when the model runs "
+    "in half precision without CUDA autocast: small probabilities flush or lose precision and masked "
+    "rows can turn into NaN"
+)
 # Names under which code holds attention scores or logits.
 _SCORE_NAME = re.compile(
     r"(score|logit|attn|attention|energ|similarit|^sim$|^sims$|^qk$|^dots?$|^lm_head$)", re.IGNORECASE
@@ -62,7 +68,7 @@ class HalfPrecisionSoftmax(Rule):
     code = "AMP003"
     name = "half-precision-softmax"
     summary = "softmax/log_softmax over attention scores or logits without dtype=torch.float32"
-    triggers = frozenset({"softmax", "log_softmax"})
+    triggers = frozenset({"softmax", "log_softmax", "Softmax", "LogSoftmax"})
 
     bad = (
         Bad(
@@ -158,6 +164,23 @@ def attend(scores, v):
     return torch.matmul(p, v)
 """,
         ),
+        Bad(
+            """\
+import math
+import torch
+from torch import nn
+
+
+class SelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.softmax = nn.Softmax(dim=-1)
+
+    def forward(self, query, key, value):
+        score = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(query.size(-1))
+        return torch.matmul(self.softmax(score), value)
+"""
+        ),
     )
     good = (
         Good(
@@ -202,44 +225,95 @@ def attend(scores, dtype):
 """,
             "an explicit dtype chosen by the caller",
         ),
+        Good(
+            """\
+import torch
+import torch.nn.functional as F
+
+
+def route(hidden_states, weight, top_k):
+    router_logits = F.linear(hidden_states, weight).float()
+    top_k_logits, top_k_index = router_logits.topk(top_k, dim=-1)
+    top_k_weights = torch.softmax(top_k_logits, dim=-1).type_as(hidden_states)
+    return top_k_weights, top_k_index
+""",
+            "float32 logits unpacked from `topk` (granitemoe, jetmoe)",
+        ),
+        Good(
+            """\
+import torch
+from torch import nn
+
+
+def attn(query, key, value, scale):
+    query = query.to(torch.float32)
+    key = key.to(torch.float32)
+    attn_weights = torch.matmul(query, key.transpose(-1, -2)) / scale
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1)
+    return torch.matmul(attn_weights.to(value.dtype), value)
+""",
+            "a product of float32 operands (GPT-2's upcast attention, GPT-J)",
+        ),
+        Good(
+            """\
+import torch
+
+
+def pool(gate_scores, ape, valid):
+    logits = gate_scores.float() + ape.float()
+    logits = logits.masked_fill(~valid, float("-inf"))
+    return torch.nan_to_num(logits.softmax(dim=-1))
+""",
+            "arithmetic with float32 operands is float32",
+        ),
+        Good(
+            """\
+import torch
+from torch import nn
+
+
+def sample_step(outputs, input_ids, logits_processor):
+    next_token_logits = outputs.logits[:, -1, :].to(dtype=torch.float32)
+    next_token_scores = logits_processor(input_ids, next_token_logits)
+    probs = nn.functional.softmax(next_token_scores, dim=-1)
+    return torch.multinomial(probs, num_samples=1)
+""",
+            "float32 logits passed through a logits processor (generation utilities)",
+        ),
     )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        fed_by_scores = {
-            hit.sink
-            for hit in analyse_all(
-                ctx.scopes,
-                Policy(
-                    seed=lambda node, flow: score_operands(ctx, node, flow) is not None,
-                    sink=lambda node, flow: "softmax" if _is_softmax(ctx, node) else None,
-                ),
-            )
-        }
         for scope in ctx.scopes:
-            flow = analyse(scope, Policy(seed=lambda node, flow: False))
-            for call in _softmax_calls(ctx, scope.node):
-                data = _input(ctx, call)
-                if data is None or not _low_precision(ctx, call, data, flow):
-                    continue
-                if call not in fed_by_scores and not _looks_like_scores(data):
-                    continue
-                yield _finding(ctx, scope, call, data)
+            low_precision, fed_by_scores = _scan(ctx, scope)
+            for call, data in low_precision.items():
+                if call in fed_by_scores or _looks_like_scores(data):
+                    yield _finding(ctx, scope, call, data)
+
+
+def _scan(ctx: FileContext, scope: Scope) -> tuple[dict[cst.Call, cst.BaseExpression], set[cst.CSTNode]]:
+    """The softmax calls in a scope that compute in half precision (with their input), and those
+    that attention scores reach. Judged when the flow reaches each call, so that names mean what
+    they mean at that line."""
+    low_precision: dict[cst.Call, cst.BaseExpression] = {}
+
+    def seed(node: cst.BaseExpression, flow: Flow) -> bool:
+        if isinstance(node, cst.Call) and node not in low_precision and _is_softmax(ctx, node):
+            data = _input(ctx, node)
+            if data is not None and _low_precision(ctx, node, data, flow):
+                low_precision[node] = data
+        return score_operands(ctx, node, flow) is not None
+
+    policy = Policy(seed=seed, sink=lambda node, flow: "softmax" if _is_softmax(ctx, node) else None)
+    flow = analyse(scope, policy)
+    return low_precision, {hit.sink for hit in flow.hits.values()}
 
 
 def _is_softmax(ctx: FileContext, node: cst.CSTNode) -> bool:
-    return function_call(ctx, node, SOFTMAX_FUNCTIONS) or method_call(ctx, node, SOFTMAX_METHODS) is not None
-
-
-def _softmax_calls(ctx: FileContext, scope: cst.CSTNode) -> Iterator[cst.Call]:
-    """Softmax calls directly in `scope`, not in functions nested inside it."""
-    stack = list(scope.children) if isinstance(scope, cst.Module) else [scope.body]  # type: ignore[attr-defined]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (cst.FunctionDef, cst.Lambda)):
-            continue
-        if isinstance(node, cst.Call) and _is_softmax(ctx, node):
-            yield node
-        stack.extend(node.children)
+    return (
+        function_call(ctx, node, SOFTMAX_FUNCTIONS)
+        or method_call(ctx, node, SOFTMAX_METHODS) is not None
+        or softmax_module_call(ctx, node)
+    )
 
 
 def _input(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
@@ -247,7 +321,17 @@ def _input(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
     return receiver if receiver is not None else argument(call, 0, "input")
 
 
+def _module_softmax_finding(ctx: FileContext, call: cst.Call) -> Finding:
+    return Finding(
+        call,
+        f"{_MESSAGE}; an `nn.Softmax` module cannot take a dtype",
+        help="call `torch.softmax(x, dim=..., dtype=torch.float32)` instead of the `nn.Softmax` module",
+    )
+
+
 def _dtype_argument(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
+    if softmax_module_call(ctx, call):
+        return None
     if method_call(ctx, call, SOFTMAX_METHODS) is not None:
         return argument(call, 1, "dtype")
     if ctx.qualified(call.func) in {"torch.softmax", "torch.log_softmax"}:
@@ -280,7 +364,9 @@ def _looks_like_scores(data: cst.BaseExpression) -> bool:
     return False
 
 
-def _finding(ctx: FileContext, scope: object, call: cst.Call, data: cst.BaseExpression) -> Finding:
+def _finding(ctx: FileContext, scope: Scope, call: cst.Call, data: cst.BaseExpression) -> Finding:
+    if softmax_module_call(ctx, call):
+        return _module_softmax_finding(ctx, call)
     float32, missing_import = ctx.float32()
     dtype_arg = cst.Arg(
         keyword=cst.Name("dtype"),
@@ -303,17 +389,16 @@ def _finding(ctx: FileContext, scope: object, call: cst.Call, data: cst.BaseExpr
     description = "Compute the softmax in float32" + (" and cast back" if cast_back else "")
     return Finding(
         call,
-        "softmax over attention scores or logits runs in the input's half-precision dtype when the "
-        "model runs in float16/bfloat16 without CUDA autocast: pass `dtype=torch.float32`",
+        f"{_MESSAGE}: pass `dtype=torch.float32`",
         fix=FixPlan(description, ((call, fixed),), missing_import),
         help=f"`{' '.join(ctx.code(fixed).split())}`",
     )
 
 
-def _feeds_product(ctx: FileContext, scope: object, call: cst.Call) -> bool:
+def _feeds_product(ctx: FileContext, scope: Scope, call: cst.Call) -> bool:
     """Whether the softmax result reaches a matmul in its function (then it must be cast back)."""
     policy = Policy(
         seed=lambda node, flow: node is call,
         sink=lambda node, flow: "matmul" if is_matmul(ctx, node, submodules=False) else None,
     )
-    return bool(analyse(scope, policy).hits)  # type: ignore[arg-type]
+    return bool(analyse(scope, policy).hits)
