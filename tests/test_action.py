@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 import yaml
+from support import HAZARD
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ACTION_FILE = REPO_ROOT / "action.yml"
 
-HAZARD = "import torch\n\n\ndef gate(x):\n    w = torch.sigmoid(x)\n    return torch.exp(w)\n"
 CLEAN = "def add(a, b):\n    return a + b\n"
 
 EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")

@@ -12,30 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+from support import HAZARD, HAZARD_COLUMN, HAZARD_LINE, amplint_run
 
 from amplint.api import run_check
 from amplint.config import load_settings
 
-HAZARD = """\
-import torch
-
-
-def decay(x):
-    w = torch.sigmoid(x)
-    return torch.exp(w)
-"""
-HAZARD_LINE, HAZARD_COLUMN = 5, 9
 FIXED_LINE = "    w = torch.sigmoid(x.to(torch.float32))"
-
-
-def amplint_run(cwd: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "amplint", *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def check_json(cwd: Path, *args: str | Path) -> tuple[subprocess.CompletedProcess[str], list[dict]]:

@@ -3,36 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import ATTENTION, HAZARD, HAZARD_COLUMN, HAZARD_LINE, amplint_run, write
 
 import amplint
 from amplint.rules import all_rules, rule_by_code
 
 # AMP001 flags `torch.sigmoid(x)` at line 5, column 9 (1-based), and fixes it.
-HAZARD = """\
-import torch
-
-
-def decay(x):
-    w = torch.sigmoid(x)
-    return torch.exp(w)
-"""
-HAZARD_LINE, HAZARD_COLUMN = 5, 9
 
 # AMP002 (no automatic fix) on line 6, AMP003 on the line after.
-ATTENTION = """\
-import math
-import torch
-
-
-def attention(q, k, v):
-    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
-    return scores.softmax(dim=-1) @ v
-"""
 
 CLEAN = """\
 import torch
@@ -43,16 +24,6 @@ def forward(x):
 """
 
 
-def amplint_run(cwd: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "amplint", *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def check_json(cwd: Path, *args: str | Path) -> tuple[int, dict]:
     proc = amplint_run(cwd, "check", "--format", "json", *args)
     assert proc.returncode in (0, 1), proc.stderr
@@ -61,12 +32,6 @@ def check_json(cwd: Path, *args: str | Path) -> tuple[int, dict]:
 
 def codes(report: dict) -> list[str]:
     return [d["code"] for d in report["diagnostics"]]
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 # --- exit codes -------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import ATTENTION, HAZARD, amplint_run, write
 
 import amplint
 import amplint.fixes
@@ -20,36 +21,9 @@ from amplint.config import load_settings
 from amplint.fixes import apply_edits
 from amplint.rules import rule_by_code
 
-HAZARD = """\
-import torch
-
-
-def decay(x):
-    w = torch.sigmoid(x)
-    return torch.exp(w)
-"""
 FIXED = HAZARD.replace("torch.sigmoid(x)", "torch.sigmoid(x.to(torch.float32))")
 
 # AMP002 (no automatic fix) and AMP003 (fixable) in one function.
-ATTENTION = """\
-import math
-import torch
-
-
-def attention(q, k, v):
-    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
-    return scores.softmax(dim=-1) @ v
-"""
-
-
-def amplint_run(cwd: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "amplint", *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def snapshot(directory: Path) -> dict[str, tuple[bytes, int, int, int]]:
@@ -62,12 +36,6 @@ def snapshot(directory: Path) -> dict[str, tuple[bytes, int, int, int]]:
         )
         result[path.relative_to(directory).as_posix()] = (content, st.st_mode, st.st_ino, st.st_mtime_ns)
     return result
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 # --- --diff -------------------------------------------------------------------------------------

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import HAZARD
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOOKS_FILE = REPO_ROOT / ".pre-commit-hooks.yaml"
 
-HAZARD = "import torch\n\n\ndef gate(x):\n    w = torch.sigmoid(x)\n    return torch.exp(w)\n"
 CLEAN = "def add(a, b):\n    return a + b\n"
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
