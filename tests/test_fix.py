@@ -59,7 +59,7 @@ def test_diff_prints_unified_diff_and_writes_nothing(tmp_path: Path) -> None:
         "     return torch.exp(w)",
     ]
     # The report goes to stderr so that stdout can be piped to `git apply` / `patch`.
-    assert "Would fix 1 finding" in proc.stderr
+    assert "Would fix 1 finding, 0 remaining." in proc.stderr
 
 
 def test_diff_applies_with_git_apply(tmp_path: Path) -> None:

@@ -196,8 +196,9 @@ def test_text_summary_lines() -> None:
     # Nothing fixed: the ordinary summary, and no hint to run --fix again.
     assert text([], summary=ReportSummary(fix_applied=True)) == "All checks passed!\n"
     assert text([make(fix=FIX)], summary=ReportSummary(fix_applied=True)).endswith("\nFound 1 finding.\n")
+    # With --diff the report lists the findings in the file as it is, the fixable ones included.
     diff = ReportSummary(fixed=1, diff=True)
-    assert text([make()], summary=diff).endswith("\nWould fix 1 finding, 1 remaining.\n")
+    assert text([make(fix=FIX), make(line=2)], summary=diff).endswith("\nWould fix 1 finding, 1 remaining.\n")
 
 
 def test_text_statistics_table() -> None:

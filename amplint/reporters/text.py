@@ -148,8 +148,10 @@ def _summary_lines(diagnostics: Sequence[Diagnostic], summary: ReportSummary | N
     remaining = len(diagnostics)
     fixable = sum(diagnostic.fix is not None for diagnostic in diagnostics)
     if summary is not None and (summary.fix_applied or summary.diff) and summary.fixed:
-        verb = "Fixed" if summary.fix_applied else "Would fix"
-        return [f"{verb} {_plural(summary.fixed, 'finding')}, {remaining} remaining."]
+        if summary.fix_applied:
+            return [f"Fixed {_plural(summary.fixed, 'finding')}, {remaining} remaining."]
+        # With --diff the findings shown are those in the file as it is, the fixable ones included.
+        return [f"Would fix {_plural(summary.fixed, 'finding')}, {remaining - summary.fixed} remaining."]
     if remaining == 0:
         return ["All checks passed!"]
     lines = [f"Found {_plural(remaining, 'finding')}."]
