@@ -254,9 +254,9 @@ def value_children(node: cst.CSTNode) -> Iterator[cst.BaseExpression]:
         for element in node.elements:
             yield element.value
     elif isinstance(node, cst.Dict):
-        for element in node.elements:
-            if isinstance(element, cst.DictElement):
-                yield element.value
+        for item in node.elements:
+            if isinstance(item, cst.DictElement):
+                yield item.value
     elif isinstance(node, cst.IfExp):
         yield node.body
         yield node.orelse

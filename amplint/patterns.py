@@ -150,11 +150,10 @@ def matmul_operands(ctx: FileContext, node: cst.CSTNode) -> list[cst.BaseExpress
             return positional[1:]
         return positional[:2]
     receiver = method_call(ctx, node, MATMUL_METHODS)
-    if receiver is not None:
-        return (
-            [receiver, *positional[:1]] if node.func.attr.value in {"matmul", "mm", "bmm"} else positional[:2]
-        )  # type: ignore[attr-defined]
-    return None
+    if receiver is None or not isinstance(node.func, cst.Attribute):
+        return None
+    # `a.matmul(b)` multiplies the receiver; `c.baddbmm(a, b)` adds to it.
+    return [receiver, *positional[:1]] if node.func.attr.value in {"matmul", "mm", "bmm"} else positional[:2]
 
 
 def _is_fp32_step(ctx: FileContext, step: cst.CSTNode, flow: Flow | None, depth: int) -> bool | None:

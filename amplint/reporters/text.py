@@ -111,7 +111,8 @@ def _plural(count: int, noun: str) -> str:
 
 
 def _finding(diagnostic: Diagnostic, sources: Mapping[str, str], style: _Style) -> list[str]:
-    severity_style = _SEVERITY_STYLE.get(_severity(diagnostic.severity), _BOLD)
+    severity = _severity(diagnostic.severity)
+    severity_style = _SEVERITY_STYLE.get(severity, _BOLD) if severity is not None else _BOLD
     fixable = f" {style('[*]', _CYAN)}" if diagnostic.fix is not None else ""
     header = (
         f"{style(_sanitize(diagnostic.path), _BOLD)}:{diagnostic.line}:{diagnostic.column}: "
