@@ -111,7 +111,10 @@ def fix_source(source: SourceFile, rules: Sequence[type[Rule]], display: str) ->
 
 def unified_diff(display: str, old: str, new: str) -> str:
     lines = difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{display}", f"b/{display}"
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        f"a/{display.lstrip('/')}",
+        f"b/{display.lstrip('/')}",
     )
     return "".join(
         line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n" for line in lines

@@ -60,6 +60,9 @@ class LowPrecisionLogWeights(Rule):
     ```python
     w = -math.exp(-0.5) * self.w_lora(xw).to(torch.float32).sigmoid()
     ```
+    The log-weight then stays float32, as the recurrence wants it. Under autocast the matmuls
+    that consume it cast it back by themselves; code that runs in bfloat16 without autocast may
+    need a cast before a low-precision matmul that takes it.
 
     ## References
     - PyTorch autocast op reference: https://pytorch.org/docs/stable/amp.html#autocast-op-reference

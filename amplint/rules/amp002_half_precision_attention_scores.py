@@ -11,6 +11,7 @@ from amplint.context import FileContext, Finding
 from amplint.flow import Flow, Policy, analyse
 from amplint.patterns import function_call, is_fp32_value, is_scaled, method_call
 from amplint.rule import Bad, Good, Rule
+from amplint.scopes import walk
 
 # Clipping or soft-capping (`tanh(s / c) * c`) after the product maps inf back to a finite value
 # before softmax sees it.
@@ -145,6 +146,44 @@ import torch
 def attention(q, k, v, scale):
     attn = torch.einsum("bhlk,bhtk->bhlt", [q, k]) * scale
     return torch.einsum("bhlt,bhtv->bhlv", [attn.softmax(dim=-1), v])
+"""
+        ),
+        Bad(
+            """\
+import torch
+import torch.nn.functional as F
+
+
+def attention(q, k, v, dim):
+    scores = torch.matmul(q, k.transpose(-1, -2)) / dim**0.5
+    return torch.matmul(F.softmax(scores, dim=-1), v)
+
+
+def merge(a, b):
+    return torch.cat([a, b], dim=1)
+"""
+        ),
+        Bad(
+            """\
+import torch
+from torch import nn
+
+
+def eager_attention_forward(query, key, value, scaling):
+    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    return torch.matmul(attn_weights, value)
+
+
+class TextAttention(nn.Module):
+    def forward(self, hidden, key, value):
+        query = self.q_proj(hidden) * self.scaling
+        return eager_attention_forward(query, key, value, scaling=1.0)
+
+
+class VisionAttention(nn.Module):
+    def forward(self, hidden, key, value):
+        return eager_attention_forward(self.q_proj(hidden), key, value, scaling=self.scaling)
 """
         ),
     )
@@ -317,7 +356,9 @@ def attend(q, k, v, scaling, softcap):
         )
         prescaled = _prescaled_parameters(ctx)
         for scope in ctx.scopes:
-            if isinstance(scope.node, cst.FunctionDef) and _parameters(scope.node) & prescaled:
+            if isinstance(scope.node, cst.FunctionDef) and _scales_by(
+                scope.node, _parameters(scope.node) & prescaled
+            ):
                 continue
             reported: set[cst.CSTNode] = set()
             for hit in analyse(scope, policy).hits.values():
@@ -335,16 +376,28 @@ def attend(q, k, v, scaling, softcap):
 
 
 def _prescaled_parameters(ctx: FileContext) -> set[str]:
-    """Keywords that some call in the file passes as exactly 1 (`scaling=1.0`): the caller scaled
-    the queries itself, as Whisper, OPT and BART do before calling a shared attention function."""
-    return {
-        arg.keyword.value
-        for call in ctx.index.calls
-        for arg in call.args
-        if arg.keyword is not None
-        and isinstance(arg.value, (cst.Integer, cst.Float))
-        and arg.value.value in _UNIT
-    }
+    """Keywords that every call of the file's own functions passes as exactly 1 (`scaling=1.0`):
+    the callers scaled the queries themselves, as Whisper and OPT do before calling a shared
+    attention function. Calls into torch or other libraries (`F.pad(..., value=1)`) do not count."""
+    unit: dict[str, bool] = {}
+    for call in ctx.index.calls:
+        if ctx.qualified(call.func) is not None:
+            continue
+        for arg in call.args:
+            if arg.keyword is not None:
+                is_unit = isinstance(arg.value, (cst.Integer, cst.Float)) and arg.value.value in _UNIT
+                unit[arg.keyword.value] = unit.get(arg.keyword.value, True) and is_unit
+    return {name for name, always in unit.items() if always}
+
+
+def _scales_by(function: cst.FunctionDef, names: set[str]) -> bool:
+    """Whether the function multiplies or divides by one of these names (its scale parameter)."""
+    return bool(names) and any(
+        isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, (cst.Multiply, cst.Divide))
+        and any(isinstance(side, cst.Name) and side.value in names for side in (node.left, node.right))
+        for node in walk(function.body)
+    )
 
 
 def _parameters(function: cst.FunctionDef) -> set[str]:

@@ -15,7 +15,6 @@ from amplint.patterns import (
     function_call,
     is_fp32_value,
     is_half_dtype,
-    is_matmul,
     method_call,
     with_method,
 )
@@ -27,6 +26,7 @@ _MESSAGE = (
     "in half precision without CUDA autocast: small probabilities flush or lose precision and masked "
     "rows can turn into NaN"
 )
+_SAMPLERS = frozenset({"torch.multinomial"})
 # Names under which code holds attention scores or logits.
 _SCORE_NAME = re.compile(
     r"(score|logit|attn|attention|energ|similarit|^sim$|^sims$|^qk$|^dots?$|^lm_head$)", re.IGNORECASE
@@ -123,7 +123,7 @@ import torch as th
 
 
 def attention(q, k, v):
-    w = (q @ k.transpose(-2, -1)).log_softmax(-1, dtype=th.float32)
+    w = (q @ k.transpose(-2, -1)).log_softmax(-1, dtype=th.float32).to(q.dtype)
     return w
 """,
         ),
@@ -143,7 +143,7 @@ from torch.nn import functional as F
 
 def router(self, hidden):
     router_logits = self.gate(hidden)
-    return F.softmax(router_logits, dim=1, dtype=torch.float32)
+    return F.softmax(router_logits, dim=1, dtype=torch.float32).to(router_logits.dtype)
 """,
         ),
         Bad(
@@ -368,25 +368,17 @@ def _finding(ctx: FileContext, scope: Scope, call: cst.Call, data: cst.BaseExpre
     if softmax_module_call(ctx, call):
         return _module_softmax_finding(ctx, call)
     float32, missing_import = ctx.float32()
-    dtype_arg = cst.Arg(
-        keyword=cst.Name("dtype"),
-        value=float32,
-        equal=cst.AssignEqual(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-        ),
-    )
-    existing = [arg for arg in call.args if not (arg.keyword is not None and arg.keyword.value == "dtype")]
-    positional_dtype = _dtype_argument(ctx, call)
-    existing = [arg for arg in existing if arg.value is not positional_dtype]
-    if existing:
-        existing[-1] = existing[-1].with_changes(
-            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
-        )
-    fixed: cst.BaseExpression = call.with_changes(args=[*existing, dtype_arg])
-    cast_back = _feeds_product(ctx, scope, call) and isinstance(data, (cst.Name, cst.Attribute))
-    if cast_back:
-        fixed = with_method(fixed, "to", cst.Attribute(value=data, attr=cst.Name("dtype")))
-    description = "Compute the softmax in float32" + (" and cast back" if cast_back else "")
+    fixed: cst.BaseExpression = _with_dtype(ctx, call, float32)
+    description = "Compute the softmax in float32"
+    # Cast back so that everything downstream sees the dtype it saw before (a float32 result
+    # reaching a bf16 Linear or scatter would raise); sampling is the exception: float32
+    # probabilities are what `multinomial` should get (case 5).
+    if not _sampled(ctx, scope, call):
+        reference = _dtype_reference(data)
+        if reference is None:
+            return Finding(call, f"{_MESSAGE}: pass `dtype=torch.float32` and cast the result back")
+        fixed = with_method(fixed, "to", cst.Attribute(value=reference, attr=cst.Name("dtype")))
+        description += " and cast back"
     return Finding(
         call,
         f"{_MESSAGE}: pass `dtype=torch.float32`",
@@ -395,10 +387,76 @@ def _finding(ctx: FileContext, scope: Scope, call: cst.Call, data: cst.BaseExpre
     )
 
 
-def _feeds_product(ctx: FileContext, scope: Scope, call: cst.Call) -> bool:
-    """Whether the softmax result reaches a matmul in its function (then it must be cast back)."""
+def _with_dtype(ctx: FileContext, call: cst.Call, dtype: cst.BaseExpression) -> cst.Call:
+    """`call` with `dtype=<dtype>` as its last argument (replacing any dtype it had), laid out like
+    the call's own arguments: on a line of its own in a call that puts one there."""
+    positional_dtype = _dtype_argument(ctx, call)
+    args = [
+        arg
+        for arg in call.args
+        if arg.value is not positional_dtype
+        and not (arg.keyword is not None and arg.keyword.value == "dtype")
+    ]
+    keyword = cst.Arg(
+        keyword=cst.Name("dtype"),
+        value=dtype,
+        equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+        ),
+    )
+    if not args:
+        return call.with_changes(args=[keyword])
+    if args[-1] is not call.args[-1]:
+        # The old dtype came last: its ending (trailing comma, whitespace before `)`) moves up.
+        ending = call.args[-1]
+        args[-1] = args[-1].with_changes(comma=ending.comma, whitespace_after_arg=ending.whitespace_after_arg)
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):
+        # A trailing comma: the new argument takes the last place, keeping the comma and the
+        # whitespace before `)`; the old last argument gets the separator the others use.
+        before = args[-2].comma if len(args) > 1 else None
+        separator = before.whitespace_after if isinstance(before, cst.Comma) else call.whitespace_before_args
+        args[-1] = last.with_changes(comma=last.comma.with_changes(whitespace_after=separator))
+        return call.with_changes(args=[*args, keyword.with_changes(comma=last.comma)])
+    # No trailing comma: whatever stood before `)` now follows the new argument.
+    args[-1] = last.with_changes(
+        comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+        whitespace_after_arg=cst.SimpleWhitespace(""),
+    )
+    return call.with_changes(
+        args=[*args, keyword.with_changes(whitespace_after_arg=last.whitespace_after_arg)]
+    )
+
+
+def _dtype_reference(data: cst.BaseExpression) -> cst.BaseExpression | None:
+    """A tensor whose dtype is the softmax input's: the input itself when it is a name or an
+    attribute, else the tensor it is computed from (`logits` in `logits / temperature`)."""
+    node: cst.BaseExpression = data
+    for _ in range(8):
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            return node.with_changes(lpar=[], rpar=[])
+        if isinstance(node, cst.BinaryOperation):
+            node = node.right if isinstance(node.left, (cst.Integer, cst.Float)) else node.left
+        elif isinstance(node, cst.UnaryOperation):
+            node = node.expression
+        elif isinstance(node, cst.Subscript):
+            node = node.value
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            node = node.func.value
+        else:
+            return None
+    return None
+
+
+def _sampled(ctx: FileContext, scope: Scope, call: cst.Call) -> bool:
+    """Whether the softmax result is sampled from in its function (`torch.multinomial`)."""
     policy = Policy(
         seed=lambda node, flow: node is call,
-        sink=lambda node, flow: "matmul" if is_matmul(ctx, node, submodules=False) else None,
+        sink=lambda node, flow: (
+            "multinomial"
+            if function_call(ctx, node, _SAMPLERS)
+            or method_call(ctx, node, frozenset({"multinomial"})) is not None
+            else None
+        ),
     )
     return bool(analyse(scope, policy).hits)
