@@ -1,11 +1,12 @@
 """Wall time of the static pass against its peers, side by side on one corpus in one run.
 
-    python benchmarks/static_speed.py CORPUS_DIR [--subset 'b*,c*'] [--runs 3]
+    python benchmarks/static_speed.py CORPUS_DIR [--subset 'b*,c*'] [--runs 3] [--single FILE]
         [--torchfix PATH] [--fixit PATH] [--ruff PATH]
 
 CORPUS_DIR is typically the `transformers/models` folder of an installed transformers. Each tool
 runs over the same directories `--runs` times with caches off; the table gives the median, the
-spread and the ratio to amplint. Peers missing from PATH (or not given) are left out. TorchFix and
+spread and the ratio to amplint. `--single FILE` adds the same table for one file, as a pre-commit
+hook runs it (interpreter start included). Peers missing from PATH (or not given) are left out. TorchFix and
 Fixit are installed in an environment of their own, as they pin their own libcst.
 """
 
@@ -68,11 +69,18 @@ def main() -> None:
     parser.add_argument("--torchfix")
     parser.add_argument("--fixit")
     parser.add_argument("--ruff")
+    parser.add_argument("--single", help="also time the tools on this one file")
     args = parser.parse_args()
 
     paths = _corpus(args.corpus, args.subset)
-    files, lines = _size(paths)
-    print(f"corpus: {args.corpus} {args.subset or ''}: {files} files, {lines} lines, {args.runs} runs each")
+    _table(args, paths, f"{args.corpus} {args.subset or ''}".strip())
+    if args.single:
+        _table(args, [Path(args.single)], args.single)
+
+
+def _table(args: argparse.Namespace, paths: list[Path], label: str) -> None:
+    files, lines = _size(paths) if paths[0].is_dir() else (1, paths[0].read_bytes().count(b"\n"))
+    print(f"corpus: {label}: {files} files, {lines} lines, {args.runs} runs each")
     timings: dict[str, list[float]] = {}
     for name, command in _commands(args, [str(p) for p in paths]).items():
         for _ in range(args.runs):
@@ -90,6 +98,7 @@ def main() -> None:
         print(
             f"| {name} | {files} | {lines} | {median:.2f} | {min(runs):.2f}-{max(runs):.2f} | {median / base:.2f} |"
         )
+    print()
 
 
 if __name__ == "__main__":
