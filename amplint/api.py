@@ -63,8 +63,8 @@ def run_check(
         )
         run.files_checked += 1
         run.errors.extend(result.internal_errors)
-        if result.source is not None:
-            run.sources[display] = result.source.text
+        if result.source is not None and result.diagnostics:
+            run.sources[display] = result.source.text  # only reports with findings show snippets
         run.diagnostics.extend(d for d in result.diagnostics if _keep(settings, d, path))
     run.diagnostics = sort_diagnostics(run.diagnostics)
     return run

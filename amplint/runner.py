@@ -11,12 +11,13 @@ from pathlib import Path
 import libcst as cst
 
 from amplint.context import FileContext, Finding, FixPlan
-from amplint.diagnostics import Diagnostic, Edit, Fix, Severity, sort_diagnostics
+from amplint.diagnostics import Diagnostic, Edit, Fix, sort_diagnostics
 from amplint.rule import Rule
+from amplint.rules.amp900_unparsable_file import UnparsableFile
 from amplint.source import LineIndex, SourceError, SourceFile, decode_source, display_path, read_source
 from amplint.suppression import file_is_exempt, line_suppresses
 
-UNPARSABLE = "AMP900"
+UNPARSABLE = UnparsableFile.code
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -31,15 +32,15 @@ class FileResult:
 
 def unparsable_diagnostic(display: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
     return Diagnostic(
-        code=UNPARSABLE,
-        name="unparsable-file",
+        code=UnparsableFile.code,
+        name=UnparsableFile.name,
         message=message,
         path=display,
         line=line,
         column=column,
         end_line=line,
         end_column=column,
-        severity=Severity.ERROR,
+        severity=UnparsableFile.severity,
     )
 
 
