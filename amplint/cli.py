@@ -41,6 +41,20 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--statistics", action="store_true", help="count findings per rule")
     check.add_argument("--no-color", action="store_true", help="never colour the text output")
 
+    trace = commands.add_parser("trace", help="trace a model under autocast and show each op's dtype")
+    trace.add_argument("target", metavar="TARGET", help="path/to/file.py:factory or package.module:factory")
+    trace.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="whose autocast policy")
+    trace.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16", help="autocast dtype")
+    trace.add_argument("--no-autocast", action="store_true", help="trace without autocast")
+    trace.add_argument("--param-dtype", choices=("bfloat16", "float16", "float32"), help="cast parameters")
+    trace.add_argument("--format", choices=("text", "json"), default="text")
+    trace.add_argument("--output", "-o", type=Path, metavar="FILE", help="write the report to FILE")
+    trace.add_argument("--op", metavar="PATTERN", help="only ops matching this glob (e.g. 'soft*')")
+    trace.add_argument("--module", metavar="PATTERN", help="only ops in modules matching this glob")
+    trace.add_argument("--changed-dtype", action="store_true", help="only casts and ops that change dtype")
+    trace.add_argument("--timeout", type=float, default=300.0, help="seconds before the trace is given up")
+    trace.add_argument("--in-process", action="store_true", help="trace in this process (for debugging)")
+
     rule = commands.add_parser("rule", help="explain a rule, or list them all")
     rule.add_argument("code", nargs="?", help="a rule code such as AMP001")
     rule.add_argument("--all", action="store_true", help="list every rule")
@@ -55,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _check(args)
     if args.command == "rule":
         return _rule(args, parser)
+    if args.command == "trace":
+        return _trace(args)
     parser.print_help(sys.stderr)
     return EXIT_ERROR
 
@@ -131,6 +147,44 @@ def _check(args: argparse.Namespace) -> int:
     if args.exit_zero:
         return EXIT_CLEAN
     return EXIT_FINDINGS if run.diagnostics or (args.diff and run.diffs) else EXIT_CLEAN
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from importlib.util import find_spec
+
+    from amplint.runtime.report import render_json, render_text, select
+
+    if find_spec("torch") is None:
+        return _error("tracing needs torch: pip install 'amplint[runtime]'")
+    from amplint.runtime.child import ChildError, run_traced, trace_in_child
+    from amplint.runtime.target import TargetError
+
+    spec = {
+        "target": args.target,
+        "device": args.device,
+        "dtype": args.dtype,
+        "autocast": not args.no_autocast,
+        "param_dtype": args.param_dtype,
+    }
+    try:
+        if args.in_process:
+            from amplint.runtime.tracer import TraceError
+
+            try:
+                graph = run_traced(spec)
+            except TraceError as exc:
+                return _error(str(exc))
+        else:
+            graph = trace_in_child(spec, args.timeout)
+    except (TargetError, ChildError) as exc:
+        return _error(str(exc))
+    nodes = select(graph, op=args.op, module=args.module, changed_dtype=args.changed_dtype)
+    report = render_json(graph, nodes) if args.format == "json" else render_text(graph, nodes)
+    if args.output is not None:
+        args.output.write_text(report, encoding="utf-8")
+    else:
+        sys.stdout.write(report)
+    return EXIT_CLEAN
 
 
 def _rule(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -1,0 +1,29 @@
+"""The runtime pass: trace a model under autocast and record the dtype every op ran in.
+
+`amplint.runtime.graph` is plain data and imports nothing heavy; `trace` needs torch
+(`pip install 'amplint[runtime]'`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from amplint.runtime.graph import DtypeGraph, DtypeNode, Source
+
+# torch warns at import when NumPy is absent; tracing never needs NumPy.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
+if TYPE_CHECKING:
+    from amplint.runtime.tracer import TraceError, trace
+
+__all__ = ["DtypeGraph", "DtypeNode", "Source", "TraceError", "trace"]
+
+
+def __getattr__(name: str) -> Any:
+    # torch is imported only when tracing is asked for.
+    if name in {"trace", "TraceError"}:
+        from amplint.runtime import tracer
+
+        return getattr(tracer, name)
+    raise AttributeError(name)

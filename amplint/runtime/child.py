@@ -1,0 +1,97 @@
+"""The trace, run in a child process: an abort inside torch (a C++ terminate) ends this process,
+not the user's command, and a hang is ended by the parent's timeout.
+
+    python -m amplint.runtime.child SPEC_JSON OUTPUT_JSON
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any
+
+from amplint.runtime.graph import DtypeGraph
+
+# Exit codes of the child, read by the parent.
+USAGE, FACTORY_FAILED = 2, 3
+
+
+class ChildError(Exception):
+    pass
+
+
+def run_traced(spec: dict[str, Any]) -> DtypeGraph:
+    """Load the target, call its factory and trace, in this process."""
+    import torch
+
+    from amplint.runtime.target import call_factory, load_factory
+    from amplint.runtime.tracer import trace
+
+    factory = load_factory(spec["target"])
+    try:
+        model, args, kwargs = call_factory(factory)
+    except Exception as exc:
+        from amplint.runtime.target import TargetError
+
+        if isinstance(exc, TargetError):
+            raise
+        raise ChildError("the factory raised:\n" + "".join(traceback.format_exception(exc))) from None
+    param_dtype = getattr(torch, spec["param_dtype"]) if spec.get("param_dtype") else None
+    return trace(
+        model,
+        args,
+        kwargs,
+        device=spec["device"],
+        dtype=getattr(torch, spec["dtype"]),
+        autocast=spec["autocast"],
+        param_dtype=param_dtype,
+    )
+
+
+def trace_in_child(spec: dict[str, Any], timeout: float) -> DtypeGraph:
+    with tempfile.TemporaryDirectory(prefix="amplint-trace-") as scratch:
+        output = Path(scratch) / "graph.json"
+        command = [sys.executable, "-m", "amplint.runtime.child", json.dumps(spec), str(output)]
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=timeout, env=os.environ.copy()
+            )
+        except subprocess.TimeoutExpired:
+            raise ChildError(
+                f"the trace did not finish within {timeout:g} s (raise it with --timeout)"
+            ) from None
+        if done.returncode == 0:
+            return DtypeGraph.load(output)
+        message = done.stderr.strip() or done.stdout.strip()
+        if done.returncode < 0 or done.returncode > FACTORY_FAILED:
+            raise ChildError(
+                f"the trace aborted inside torch (exit status {done.returncode}); "
+                f"run with --in-process to see where.\n{message[-2000:]}"
+            )
+        raise ChildError(message)
+
+
+def main(argv: list[str]) -> int:
+    spec, output = json.loads(argv[0]), Path(argv[1])
+    from amplint.runtime.target import TargetError
+    from amplint.runtime.tracer import TraceError
+
+    try:
+        graph = run_traced(spec)
+    except (TargetError, TraceError) as exc:
+        print(exc, file=sys.stderr)
+        return USAGE
+    except ChildError as exc:
+        print(exc, file=sys.stderr)
+        return FACTORY_FAILED
+    graph.save(output)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,134 @@
+"""The dtype graph: what the runtime tracer hands to rules and reports. Plain data, no torch.
+
+Each node is one aten op of the traced forward pass, with the dtype it produced, the dtypes it
+read, the autocast policy that decided its dtype, the user's source line and the module it ran in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT_VERSION = 1
+
+# How a node's output dtype was decided.
+POLICIES = (
+    "lower_precision",  # autocast ran the op in the autocast dtype (matmul, linear, conv, sdpa)
+    "fp32",  # autocast ran the op in float32 (exp, log, pow, softplus, norms)
+    "fp32_set_opt_dtype",  # float32 unless the call asked for a dtype (softmax, sum, cumsum)
+    "promote",  # autocast promoted mixed inputs to the widest dtype (cat, stack, index_put)
+    "inherited",  # not on any autocast list: the output keeps the input dtype (sigmoid, tanh, add)
+    "explicit_cast",  # the user's `.float()` / `.to(dtype)`
+    "autocast_cast",  # a cast autocast inserted in front of a listed op
+    "input",  # a placeholder: a parameter, buffer or argument
+)
+
+
+@dataclass(frozen=True)
+class Source:
+    path: str
+    line: int
+    column: int | None = None
+
+
+@dataclass
+class DtypeNode:
+    id: int
+    op: str  # short name: "exp", "mm", "_to_copy"
+    target: str  # the aten overload: "aten.exp.default"
+    dtype: str | None  # output dtype ("bfloat16"); None for non-tensor outputs
+    input_dtypes: list[str | None]
+    shape: list[int] | None
+    policy: str
+    source: Source | None
+    module: str | None  # "model.layers.3.self_attn"
+    inputs: list[int] = field(default_factory=list)  # ids of the producer nodes
+
+
+@dataclass
+class DtypeGraph:
+    nodes: list[DtypeNode]
+    device: str  # "cuda" or "cpu": whose autocast policy
+    dtype: str  # the autocast dtype
+    autocast: bool
+    param_dtype: str | None
+    torch_version: str
+    emulated: bool = False  # CUDA autocast reproduced on fake CUDA tensors without a GPU
+
+    def node(self, node_id: int) -> DtypeNode:
+        return self.nodes[node_id]
+
+    def producers(self, node: DtypeNode) -> list[DtypeNode]:
+        return [self.nodes[i] for i in node.inputs]
+
+    def consumers(self, node: DtypeNode) -> list[DtypeNode]:
+        return [other for other in self.nodes if node.id in other.inputs]
+
+    def find(
+        self, op: str | None = None, *, line: int | None = None, path: str | None = None
+    ) -> list[DtypeNode]:
+        """Nodes by short op name and/or source line (path matched by suffix)."""
+        return [
+            n
+            for n in self.nodes
+            if (op is None or n.op == op)
+            and (line is None or (n.source is not None and n.source.line == line))
+            and (path is None or (n.source is not None and n.source.path.endswith(path)))
+        ]
+
+    def summary(self) -> dict[str, Any]:
+        ops = [n for n in self.nodes if n.policy != "input"]
+        per_dtype = Counter(n.dtype for n in ops if n.dtype is not None and n.policy not in _CASTS)
+        casts = Counter(f"{n.input_dtypes[0]}->{n.dtype}" for n in ops if n.policy == "autocast_cast")
+        return {
+            "ops": len(ops),
+            "ops_per_dtype": dict(sorted(per_dtype.items())),
+            "autocast_casts": sum(casts.values()),
+            "autocast_casts_by_direction": dict(sorted(casts.items())),
+            "explicit_casts": sum(1 for n in ops if n.policy == "explicit_cast"),
+            "fp32_islands": [n.id for n in self.fp32_islands()],
+        }
+
+    def fp32_islands(self) -> list[DtypeNode]:
+        """Ops computing in float32 inside a low-precision autocast region: an fp32-policy op fed
+        by an autocast upcast, or an op that inherits float32 from an explicit upcast."""
+        if not self.autocast:
+            return []
+        return [
+            n
+            for n in self.nodes
+            if n.dtype == "float32"
+            and n.policy in {"fp32", "fp32_set_opt_dtype", "inherited", "promote"}
+            and any(self.nodes[i].policy in _CASTS for i in n.inputs)
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["format_version"] = FORMAT_VERSION
+        data["summary"] = self.summary()
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json(), encoding="utf-8")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DtypeGraph:
+        nodes = [
+            DtypeNode(**{**raw, "source": Source(**raw["source"]) if raw.get("source") else None})
+            for raw in data["nodes"]
+        ]
+        fields = {k: data[k] for k in ("device", "dtype", "autocast", "param_dtype", "torch_version")}
+        return cls(nodes=nodes, emulated=data.get("emulated", False), **fields)
+
+    @classmethod
+    def load(cls, path: str | Path) -> DtypeGraph:
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+_CASTS = frozenset({"explicit_cast", "autocast_cast"})

@@ -1,0 +1,83 @@
+"""`amplint trace` output: a table of nodes and a summary, or JSON. No torch needed."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from fnmatch import fnmatchcase
+
+from amplint.runtime.graph import DtypeGraph, DtypeNode
+
+
+def select(
+    graph: DtypeGraph, *, op: str | None = None, module: str | None = None, changed_dtype: bool = False
+) -> list[DtypeNode]:
+    """Nodes matching `--op` / `--module` glob patterns; with `changed_dtype`, only the nodes whose
+    output dtype differs from an input's, and casts."""
+    chosen = []
+    for node in graph.nodes:
+        if node.policy == "input":
+            continue
+        if op is not None and not fnmatchcase(node.op, op):
+            continue
+        if module is not None and not fnmatchcase(node.module or "", module):
+            continue
+        if changed_dtype and not (
+            node.policy in {"explicit_cast", "autocast_cast"}
+            or (node.dtype is not None and any(d is not None and d != node.dtype for d in node.input_dtypes))
+        ):
+            continue
+        chosen.append(node)
+    return chosen
+
+
+def _where(node: DtypeNode) -> str:
+    if node.source is None:
+        return ""
+    path = node.source.path
+    with contextlib.suppress(ValueError):  # another drive on Windows
+        path = os.path.relpath(path)
+    return f"{path}:{node.source.line}"
+
+
+def render_text(graph: DtypeGraph, nodes: list[DtypeNode]) -> str:
+    mode = (
+        f"{graph.device} autocast {graph.dtype}" + (" (emulated on fake cuda:0)" if graph.emulated else "")
+        if graph.autocast
+        else f"no autocast, parameters in {graph.param_dtype or 'their own dtype'}"
+    )
+    rows = [("id", "op", "dtypes", "policy", "source", "module")]
+    for node in nodes:
+        inputs = ",".join(d or "-" for d in node.input_dtypes) or "-"
+        rows.append(
+            (
+                str(node.id),
+                node.op,
+                f"{inputs} -> {node.dtype or '-'}",
+                node.policy,
+                _where(node),
+                node.module or "",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [f"# {mode}, torch {graph.torch_version}"]
+    lines += [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    summary = graph.summary()
+    per_dtype = ", ".join(f"{count} {dtype}" for dtype, count in summary["ops_per_dtype"].items())
+    lines += [
+        "",
+        f"{summary['ops']} ops: {per_dtype}",
+        f"{summary['autocast_casts']} casts inserted by autocast, {summary['explicit_casts']} explicit casts",
+        f"{len(summary['fp32_islands'])} float32 islands inside the low-precision region",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_json(graph: DtypeGraph, nodes: list[DtypeNode]) -> str:
+    data = graph.to_dict()
+    chosen = {node.id for node in nodes}
+    data["nodes"] = [raw for raw in data["nodes"] if raw["id"] in chosen or raw["policy"] == "input"]
+    return json.dumps(data, indent=2) + "\n"

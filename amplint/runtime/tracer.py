@@ -1,0 +1,290 @@
+"""Trace a model under autocast with make_fx over fake tensors and record the dtype of every op.
+
+On a CPU-only torch build, FakeTensors whose fake device is `cuda:0` carry the AutocastCUDA
+dispatch key, so the real CUDA autocast kernels decide each op's dtype: no GPU and no weights are
+needed. `torch.autocast("cuda")` switches itself off without CUDA, so the autocast state is set
+directly, and autocast blocks inside the user's code are kept alive by answering the two questions
+that switch them off.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sysconfig
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import Any
+from unittest import mock
+
+import torch
+import torch.fx.traceback as fx_traceback
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.proxy import TracerBase
+from torch.utils import _pytree as pytree
+
+from amplint.runtime.cuda_indexing import CudaIndexingMode
+from amplint.runtime.graph import DtypeGraph, DtypeNode, Source
+from amplint.runtime.policy import classify
+
+_CAST_OPS = frozenset({"_to_copy", "to", "convert_element_type", "_to_dtype"})
+_CAST_METHODS = frozenset({"to", "float", "double", "half", "bfloat16", "type", "type_as"})
+# Code that is not the user's: torch, amplint, the standard library.
+_NOT_USER = (
+    os.path.dirname(torch.__file__) + os.sep,
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+    sysconfig.get_paths()["stdlib"] + os.sep,
+)
+_FRAME = re.compile(r'File "(?P<path>.+)", line (?P<line>\d+), in .*@(?P<column>\d+|-)\s*$', re.M)
+
+
+class TraceError(Exception):
+    """The model could not be traced; the message says why and what to do."""
+
+
+def dtype_name(dtype: torch.dtype | None) -> str | None:
+    return None if dtype is None else str(dtype).removeprefix("torch.")
+
+
+@contextmanager
+def autocast_enabled(device: str, dtype: torch.dtype, enabled: bool) -> Iterator[None]:
+    """Autocast on `device` as `torch.autocast` would set it, without its CUDA availability check."""
+    if not enabled:
+        yield
+        return
+    previous = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+    torch.set_autocast_enabled(device, True)
+    torch.set_autocast_dtype(device, dtype)
+    torch.autocast_increment_nesting()
+    try:
+        with (
+            mock.patch("torch.cuda.amp.common.amp_definitely_not_available", return_value=False),
+            mock.patch("torch.cuda.is_bf16_supported", return_value=True),
+        ):
+            yield
+    finally:
+        if torch.autocast_decrement_nesting() == 0:
+            torch.clear_autocast_cache()
+        torch.set_autocast_enabled(device, previous[0])
+        torch.set_autocast_dtype(device, previous[1])
+
+
+class _CastTagMode(torch.overrides.TorchFunctionMode):
+    """Marks the nodes a user's `.float()` / `.to(dtype)` creates, so that they can be told apart
+    from the casts autocast inserts (both are `_to_copy` after dispatch)."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", None) in _CAST_METHODS and getattr(func, "__objclass__", None) in (
+            torch.Tensor,
+            torch._C.TensorBase,
+        ):
+            with fx_traceback.annotate({"amplint_user_cast": True}):
+                return func(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def _user_frames(self: TracerBase, summary: traceback.StackSummary) -> traceback.StackSummary:
+    """Keep only the innermost frame of the user's code, with its column folded into the name."""
+    for frame in reversed(summary):
+        if not frame.filename.startswith(_NOT_USER) and not frame.filename.startswith("<"):
+            column = getattr(frame, "colno", None)
+            name = f"{frame.name}@{'-' if column is None else column + 1}"
+            return traceback.StackSummary.from_list([(frame.filename, frame.lineno or 0, name, "")])
+    return traceback.StackSummary.from_list([])
+
+
+@contextmanager
+def _module_paths(model: nn.Module | None, root: str) -> Iterator[None]:
+    """Annotate every node with the path of the innermost module running when it was created."""
+    if model is None:
+        yield
+        return
+    names = {id(module): f"{root}.{name}" if name else root for name, module in model.named_modules()}
+    active: list[Any] = []
+
+    def enter(module: nn.Module, args: Any) -> None:
+        name = names.get(id(module))
+        if name is not None:
+            context = fx_traceback.annotate({"amplint_module": name})
+            context.__enter__()
+            active.append(context)
+
+    def leave(module: nn.Module, args: Any, output: Any) -> None:
+        if id(module) in names and active:
+            active.pop().__exit__(None, None, None)
+
+    pre = nn.modules.module.register_module_forward_pre_hook(enter)
+    post = nn.modules.module.register_module_forward_hook(leave)
+    try:
+        yield
+    finally:
+        pre.remove()
+        post.remove()
+        while active:  # a forward that raised never reached its post-hook
+            active.pop().__exit__(None, None, None)
+
+
+def _fake(value: Any, mode: FakeTensorMode, device: str, param_dtype: torch.dtype | None) -> Any:
+    """A fake tensor on the traced device with the same shape and dtype (floating point ones in
+    `param_dtype` when given); anything that is not a tensor is returned as it is."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    dtype = param_dtype if param_dtype is not None and value.is_floating_point() else value.dtype
+    with mode:
+        return torch.empty(value.shape, dtype=dtype, device=device)
+
+
+def trace(
+    fn_or_module: Callable[..., Any] | nn.Module,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    device: str = "cuda",
+    dtype: torch.dtype = torch.bfloat16,
+    autocast: bool = True,
+    param_dtype: torch.dtype | None = None,
+) -> DtypeGraph:
+    """Trace `fn_or_module(*args, **kwargs)` and return the dtype of every op it ran.
+
+    `device` picks whose autocast policy applies (`cuda` is emulated on fake `cuda:0` tensors when
+    there is no GPU). `autocast=False` with `param_dtype` traces a model run in that dtype without
+    autocast, as half-precision inference usually runs. Weights are never materialised."""
+    if device not in {"cuda", "cpu"}:
+        raise ValueError(f"device must be 'cuda' or 'cpu', not {device!r}")
+    fake_device = "cuda:0" if device == "cuda" else "cpu"
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    model = fn_or_module if isinstance(fn_or_module, nn.Module) else None
+    call_args = (tuple(args), dict(kwargs or {}))
+    fake_args = pytree.tree_map(lambda v: _fake(v, mode, fake_device, None), call_args)
+    if model is not None:
+        state = {
+            name: _fake(tensor, mode, fake_device, param_dtype)
+            for name, tensor in (*model.named_parameters(), *model.named_buffers())
+        }
+
+        def run(state: dict[str, torch.Tensor], inputs: Any) -> Any:
+            positional, keywords = inputs
+            return torch.func.functional_call(model, state, positional, keywords)
+
+        traced_inputs: tuple[Any, ...] = (state, fake_args)
+    else:
+        function = fn_or_module
+
+        def run(inputs: Any) -> Any:  # type: ignore[misc]
+            positional, keywords = inputs
+            return function(*positional, **keywords)
+
+        traced_inputs = (fake_args,)
+
+    with ExitStack() as stack:
+        stack.enter_context(torch.no_grad())
+        stack.enter_context(mock.patch.object(TracerBase, "_filter_traceback_frames", _user_frames))
+        stack.enter_context(fx_traceback.preserve_node_meta())
+        stack.enter_context(_module_paths(model, "model"))
+        stack.enter_context(autocast_enabled(device, dtype, autocast))
+        stack.enter_context(CudaIndexingMode())
+        stack.enter_context(_CastTagMode())
+        try:
+            graph_module = make_fx(run, tracing_mode="fake", record_stack_traces=True)(*traced_inputs)
+        except Exception as exc:
+            raise TraceError(_explain(exc)) from exc
+    return _dtype_graph(graph_module, device=device, dtype=dtype, autocast=autocast, param_dtype=param_dtype)
+
+
+def _explain(exc: Exception) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    if (
+        "data-dependent" in text
+        or "GuardOnDataDependentSymNode" in text
+        or "DataDependentOutputException" in text
+    ):
+        where = _last_user_line(exc)
+        return (
+            f"the model's control flow depends on tensor values{where}, which fake tensors do not have.\n"
+            "Make the branch depend on shapes or configuration, or trace a function that skips it.\n"
+            f"({text.splitlines()[0]})"
+        )
+    return text
+
+
+def _last_user_line(exc: BaseException) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_NOT_USER)]
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+
+
+def _dtype_graph(
+    graph_module: torch.fx.GraphModule,
+    *,
+    device: str,
+    dtype: torch.dtype,
+    autocast: bool,
+    param_dtype: torch.dtype | None,
+) -> DtypeGraph:
+    ids: dict[torch.fx.Node, int] = {}
+    nodes: list[DtypeNode] = []
+    for fx_node in graph_module.graph.nodes:
+        if fx_node.op not in {"placeholder", "call_function"}:
+            continue
+        value = fx_node.meta.get("val")
+        out_dtype = value.dtype if isinstance(value, torch.Tensor) else None
+        producers = [p for p in fx_node.all_input_nodes if p in ids]
+        custom = fx_node.meta.get("custom") or {}
+        if fx_node.op == "placeholder":
+            op, target, policy = "input", "placeholder", "input"
+        else:
+            target_op = fx_node.target
+            packet = getattr(target_op, "overloadpacket", target_op)
+            op = getattr(packet, "__name__", str(target_op))
+            target = str(target_op)
+            if op in _CAST_OPS:
+                policy = "explicit_cast" if custom.get("amplint_user_cast") else "autocast_cast"
+            elif isinstance(target_op, torch._ops.OpOverload):
+                casts = [nodes[ids[p]].dtype for p in producers if nodes[ids[p]].policy == "autocast_cast"]
+                policy = classify(
+                    target_op,
+                    out_dtype,
+                    [getattr(torch, c) for c in casts if c],
+                    device=device,
+                    autocast_dtype=dtype,
+                    autocast=autocast,
+                )
+            else:
+                policy = "inherited"
+        ids[fx_node] = len(nodes)
+        nodes.append(
+            DtypeNode(
+                id=len(nodes),
+                op=op,
+                target=target,
+                dtype=dtype_name(out_dtype),
+                input_dtypes=[nodes[ids[p]].dtype for p in producers],
+                shape=list(value.shape) if isinstance(value, torch.Tensor) else None,
+                policy=policy,
+                source=_source(fx_node.meta.get("stack_trace")),
+                module=custom.get("amplint_module"),
+                inputs=[ids[p] for p in producers],
+            )
+        )
+    return DtypeGraph(
+        nodes=nodes,
+        device=device,
+        dtype=dtype_name(dtype) or "",
+        autocast=autocast,
+        param_dtype=dtype_name(param_dtype),
+        torch_version=torch.__version__,
+        emulated=device == "cuda" and not torch.cuda.is_available(),
+    )
+
+
+def _source(stack_trace: str | None) -> Source | None:
+    if not stack_trace:
+        return None
+    match = _FRAME.search(stack_trace)
+    if match is None:
+        return None
+    column = match.group("column")
+    return Source(match.group("path"), int(match.group("line")), None if column == "-" else int(column))

@@ -1,0 +1,254 @@
+"""The runtime tracer: the dtype each op really runs in under CUDA autocast, emulated on a CPU-only
+build, checked against the autocast op lists PyTorch documents."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from amplint.runtime import DtypeGraph, trace  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+BF16, FP32 = "bfloat16", "float32"
+
+
+def _x(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape).to(dtype)
+
+
+# (name, function, inputs, expected output dtype under CUDA autocast bf16, expected policy of the op)
+UNARY_BF16 = _x(4, 8, dtype=torch.bfloat16)
+CASES: list[tuple[str, Callable[..., torch.Tensor], tuple[torch.Tensor, ...], str, str | None]] = [
+    # Ops that CUDA autocast runs in float32 (PyTorch docs: "CUDA Ops that can autocast to float32").
+    ("exp", torch.exp, (UNARY_BF16,), FP32, "fp32"),
+    ("log", torch.log, (UNARY_BF16,), FP32, "fp32"),
+    ("log1p", torch.log1p, (UNARY_BF16,), FP32, "fp32"),
+    ("expm1", torch.expm1, (UNARY_BF16,), FP32, "fp32"),
+    ("pow", lambda x: torch.pow(x, 2), (UNARY_BF16,), FP32, "fp32"),
+    ("rsqrt", torch.rsqrt, (UNARY_BF16,), FP32, "fp32"),
+    ("reciprocal", torch.reciprocal, (UNARY_BF16,), FP32, "fp32"),
+    ("softplus", F.softplus, (UNARY_BF16,), FP32, "fp32"),
+    ("sinh", torch.sinh, (UNARY_BF16,), FP32, "fp32"),
+    ("tan", torch.tan, (UNARY_BF16,), FP32, "fp32"),
+    ("acos", torch.acos, (UNARY_BF16,), FP32, "fp32"),
+    ("softmax", lambda x: torch.softmax(x, -1), (UNARY_BF16,), FP32, "fp32_set_opt_dtype"),
+    ("log_softmax", lambda x: torch.log_softmax(x, -1), (UNARY_BF16,), FP32, "fp32_set_opt_dtype"),
+    ("sum", lambda x: torch.sum(x, -1), (UNARY_BF16,), FP32, "fp32_set_opt_dtype"),
+    ("cumsum", lambda x: torch.cumsum(x, -1), (UNARY_BF16,), FP32, "fp32_set_opt_dtype"),
+    ("cumprod", lambda x: torch.cumprod(x, -1), (UNARY_BF16,), FP32, "fp32_set_opt_dtype"),
+    ("prod", lambda x: torch.prod(x, -1), (UNARY_BF16,), FP32, "fp32_set_opt_dtype"),
+    ("layer_norm", lambda x: F.layer_norm(x, (8,)), (UNARY_BF16,), FP32, "fp32"),
+    ("group_norm", lambda x: F.group_norm(x.view(4, 8, 1), 2), (UNARY_BF16,), FP32, "fp32"),
+    ("mse_loss", lambda x: F.mse_loss(x, x), (UNARY_BF16,), FP32, "fp32"),
+    # Ops that CUDA autocast runs in the autocast dtype.
+    ("mm", torch.mm, (_x(4, 8), _x(8, 4)), BF16, "lower_precision"),
+    ("bmm", torch.bmm, (_x(2, 4, 8), _x(2, 8, 4)), BF16, "lower_precision"),
+    ("matmul", torch.matmul, (_x(2, 4, 8), _x(8, 4)), BF16, "lower_precision"),
+    ("linear", F.linear, (_x(4, 8), _x(6, 8)), BF16, "lower_precision"),
+    ("addmm", torch.addmm, (_x(4, 4), _x(4, 8), _x(8, 4)), BF16, "lower_precision"),
+    ("baddbmm", torch.baddbmm, (_x(2, 4, 4), _x(2, 4, 8), _x(2, 8, 4)), BF16, "lower_precision"),
+    ("conv1d", F.conv1d, (_x(1, 3, 16), _x(4, 3, 3)), BF16, "lower_precision"),
+    ("conv2d", F.conv2d, (_x(1, 3, 8, 8), _x(4, 3, 3, 3)), BF16, "lower_precision"),
+    # Fake CUDA tensors take SDPA's math decomposition (which computes in float32 inside), so only
+    # the result's dtype is compared for it.
+    ("sdpa", F.scaled_dot_product_attention, (_x(1, 2, 4, 8),) * 3, BF16, None),
+    ("einsum", lambda a, b: torch.einsum("ij,jk->ik", a, b), (_x(4, 8), _x(8, 4)), BF16, "lower_precision"),
+    # Ops on no autocast list keep their input's dtype.
+    ("sigmoid", torch.sigmoid, (UNARY_BF16,), BF16, "inherited"),
+    ("tanh", torch.tanh, (UNARY_BF16,), BF16, "inherited"),
+    ("gelu", F.gelu, (UNARY_BF16,), BF16, "inherited"),
+    ("silu", F.silu, (UNARY_BF16,), BF16, "inherited"),
+    ("relu", F.relu, (UNARY_BF16,), BF16, "inherited"),
+    ("mean", lambda x: x.mean(-1), (UNARY_BF16,), BF16, "inherited"),
+    ("div", lambda x: x / 3.0, (UNARY_BF16,), BF16, "inherited"),
+    ("mul", lambda x: x * x, (UNARY_BF16,), BF16, "inherited"),
+    ("sub", lambda x: 1 - x, (UNARY_BF16,), BF16, "inherited"),
+    ("neg", torch.neg, (UNARY_BF16,), BF16, "inherited"),
+    ("abs", torch.abs, (UNARY_BF16,), BF16, "inherited"),
+    ("sqrt", torch.sqrt, (UNARY_BF16,), BF16, "inherited"),
+    ("amax", lambda x: x.amax(-1), (UNARY_BF16,), BF16, "inherited"),
+]
+
+
+# Ops that only reshape the result of the op under test (decompositions end with them).
+_SHAPE_OPS = frozenset(
+    {
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "permute",
+        "transpose",
+        "squeeze",
+        "unsqueeze",
+        "getitem",
+        "clone",
+        "expand",
+        "t",
+    }
+)
+
+
+def _main_node(graph: DtypeGraph) -> tuple[str | None, str]:
+    """The dtype of the traced function's result and the policy of the op that produced it."""
+    ops = [n for n in graph.nodes if n.policy != "input"]
+    last = ops[-1]
+    while last.policy == "autocast_cast" or last.op in _SHAPE_OPS:
+        last = graph.nodes[last.inputs[0]]
+    return ops[-1].dtype, last.policy
+
+
+@pytest.mark.parametrize(("name", "fn", "inputs", "dtype", "policy"), CASES, ids=[c[0] for c in CASES])
+def test_cuda_autocast_policy_table(
+    name: str,
+    fn: Callable[..., torch.Tensor],
+    inputs: tuple[torch.Tensor, ...],
+    dtype: str,
+    policy: str | None,
+) -> None:
+    graph = trace(fn, inputs, device="cuda", dtype=torch.bfloat16)
+    assert graph.emulated == (not torch.cuda.is_available())
+    result_dtype, result_policy = _main_node(graph)
+    assert result_dtype == dtype
+    if policy is not None:
+        assert result_policy == policy
+
+
+def test_policy_table_covers_forty_ops() -> None:
+    assert len(CASES) >= 40
+
+
+@pytest.mark.parametrize(("name", "fn"), [("exp", torch.exp), ("softmax", lambda x: torch.softmax(x, -1))])
+def test_cpu_policy_differs_from_cuda(name: str, fn: Callable[..., torch.Tensor]) -> None:
+    # CPU autocast does not upcast exp or softmax: a test on CPU does not show GPU numerics.
+    assert _main_node(trace(fn, (UNARY_BF16,), device="cpu"))[0] == BF16
+    assert _main_node(trace(fn, (UNARY_BF16,), device="cuda"))[0] == FP32
+
+
+def test_float16_autocast_and_no_autocast_with_half_parameters() -> None:
+    linear = torch.nn.Linear(8, 8)
+    fp16 = trace(linear, (_x(2, 8),), dtype=torch.float16)
+    assert [n.dtype for n in fp16.find("addmm")] == ["float16"]
+    plain = trace(linear, (_x(2, 8, dtype=torch.float16),), autocast=False, param_dtype=torch.float16)
+    assert [n.dtype for n in plain.find("addmm")] == ["float16"]
+    assert all(n.policy in {"input", "inherited"} for n in plain.nodes)
+
+
+def _fixture_line(name: str, needle: str) -> int:
+    lines = (FIXTURES / name).read_text(encoding="utf-8").splitlines()
+    return next(number for number, line in enumerate(lines, 1) if needle in line)
+
+
+def _factory(name: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    namespace: dict[str, object] = {"__name__": name.removesuffix(".py")}
+    path = FIXTURES / name
+    exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
+    return namespace["factory"]()  # type: ignore[operator,no-any-return]
+
+
+def test_rwkv7_sigmoid_stays_bf16_and_exp_upcasts_too_late() -> None:
+    model, args = _factory("rwkv7_time_mix.py")
+    graph = trace(model, args)
+    line = _fixture_line("rwkv7_time_mix.py", ".sigmoid()")
+    [sigmoid] = graph.find("sigmoid", line=line, path="rwkv7_time_mix.py")
+    assert sigmoid.dtype == BF16 and sigmoid.policy == "inherited"
+    assert sigmoid.module == "model"
+    exps = graph.find("exp", line=_fixture_line("rwkv7_time_mix.py", "w[:, t].exp()"))
+    assert exps, "the recurrence's exp is traced"
+    for exp in exps:
+        [cast] = graph.producers(exp)
+        assert (cast.policy, cast.input_dtypes, cast.dtype) == ("autocast_cast", [BF16], FP32)
+        assert exp.dtype == FP32
+
+
+def test_autocast_disabled_inside_user_code_is_honoured() -> None:
+    model, args = _factory("qwen2_eager_attention.py")
+    graph = trace(model, args)
+    rotary = graph.find(
+        path="qwen2_eager_attention.py", line=_fixture_line("qwen2_eager_attention.py", "inv_freq.float() @")
+    )
+    assert rotary and all(n.dtype == FP32 for n in rotary if n.op in {"bmm", "mm", "matmul"})
+    scores = graph.find(
+        line=_fixture_line("qwen2_eager_attention.py", "key_states.transpose(2, 3)) * self.scaling")
+    )
+    assert any(n.op in {"bmm", "mm"} and n.dtype == BF16 for n in scores)
+    assert {n.module for n in graph.find("addmm")} >= {"model.q_proj", "model.k_proj", "model.v_proj"}
+
+
+def test_graph_round_trips_through_json(tmp_path: Path) -> None:
+    graph = trace(torch.nn.Linear(8, 8), (_x(2, 8),))
+    graph.save(tmp_path / "graph.json")
+    assert DtypeGraph.load(tmp_path / "graph.json") == graph
+    data = json.loads((tmp_path / "graph.json").read_text())
+    assert set(data["nodes"][0]) >= {
+        "id",
+        "op",
+        "dtype",
+        "input_dtypes",
+        "shape",
+        "policy",
+        "source",
+        "module",
+        "inputs",
+    }
+
+
+def _amplint(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "amplint", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
+
+
+def test_trace_command_json_in_a_child_process() -> None:
+    done = _amplint(
+        "trace", str(FIXTURES / "rwkv7_time_mix.py") + ":factory", "--format", "json", "--op", "sigmoid"
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    sigmoids = [n for n in data["nodes"] if n["op"] == "sigmoid"]
+    assert [n["dtype"] for n in sigmoids] == [BF16]
+    assert sigmoids[0]["source"]["line"] == _fixture_line("rwkv7_time_mix.py", ".sigmoid()")
+    assert data["summary"]["autocast_casts"] > 0
+
+
+def test_trace_command_text_table() -> None:
+    done = _amplint("trace", str(FIXTURES / "vit_attention.py") + ":factory", "--changed-dtype")
+    assert done.returncode == 0, done.stderr
+    assert "autocast_cast" in done.stdout and "bfloat16 -> float32" in done.stdout
+    assert "casts inserted by autocast" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "message"),
+    [
+        ("def factory():\n    raise ValueError('boom')\n", "m.py:factory", "boom"),
+        ("def factory():\n    return 3\n", "m.py:factory", "must return (model, args)"),
+        ("def factory(:\n", "m.py:factory", "syntax error"),
+        ("x = 1\n", "m.py:factory", "no callable 'factory'"),
+        ("", "missing.py:factory", "does not exist"),
+        ("", "no_colon", "is not FILE.py:FACTORY"),
+    ],
+)
+def test_trace_bad_targets_exit_2(tmp_path: Path, source: str, target: str, message: str) -> None:
+    (tmp_path / "m.py").write_text(source, encoding="utf-8")
+    done = _amplint("trace", target, cwd=tmp_path)
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_data_dependent_control_flow_names_the_line(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "import torch\n\n\ndef f(x):\n    if x.sum() > 0:\n        return x.exp()\n    return x\n\n\n"
+        "def factory():\n    return f, (torch.ones(3),)\n",
+        encoding="utf-8",
+    )
+    done = _amplint("trace", "m.py:factory", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "depends on tensor values" in done.stderr and "m.py:5" in done.stderr
