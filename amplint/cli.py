@@ -42,7 +42,15 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--no-color", action="store_true", help="never colour the text output")
 
     trace = commands.add_parser("trace", help="trace a model under autocast and show each op's dtype")
-    trace.add_argument("target", metavar="TARGET", help="path/to/file.py:factory or package.module:factory")
+    trace.add_argument(
+        "target", nargs="?", metavar="TARGET", help="path/to/file.py:factory or package.module:factory"
+    )
+    trace.add_argument(
+        "--hf-config", metavar="CONFIG.json", help="trace the transformers causal LM of a config"
+    )
+    trace.add_argument("--seq-len", type=int, default=128, help="with --hf-config: tokens per sequence")
+    trace.add_argument("--batch-size", type=int, default=1, help="with --hf-config: sequences")
+    trace.add_argument("--attn-implementation", choices=("eager", "sdpa"), default="eager")
     trace.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="whose autocast policy")
     trace.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16", help="autocast dtype")
     trace.add_argument("--no-autocast", action="store_true", help="trace without autocast")
@@ -159,8 +167,14 @@ def _trace(args: argparse.Namespace) -> int:
     from amplint.runtime.child import ChildError, run_traced, trace_in_child
     from amplint.runtime.target import TargetError
 
+    if (args.target is None) == (args.hf_config is None):
+        return _error("give a TARGET such as fixtures/rwkv7_time_mix.py:factory, or --hf-config CONFIG.json")
     spec = {
         "target": args.target,
+        "hf_config": args.hf_config,
+        "seq_len": args.seq_len,
+        "batch_size": args.batch_size,
+        "attn_implementation": args.attn_implementation,
         "device": args.device,
         "dtype": args.dtype,
         "autocast": not args.no_autocast,

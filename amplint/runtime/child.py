@@ -29,18 +29,26 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
     """Load the target, call its factory and trace, in this process."""
     import torch
 
-    from amplint.runtime.target import call_factory, load_factory
+    from amplint.runtime.target import TargetError, call_factory, load_factory
     from amplint.runtime.tracer import trace
 
-    factory = load_factory(spec["target"])
-    try:
-        model, args, kwargs = call_factory(factory)
-    except Exception as exc:
-        from amplint.runtime.target import TargetError
+    if spec.get("hf_config"):
+        from amplint.runtime.hf import causal_lm
 
-        if isinstance(exc, TargetError):
+        model, args, kwargs = causal_lm(
+            spec["hf_config"],
+            seq_len=spec["seq_len"],
+            batch_size=spec["batch_size"],
+            attn_implementation=spec["attn_implementation"],
+        )
+    else:
+        factory = load_factory(spec["target"])
+        try:
+            model, args, kwargs = call_factory(factory)
+        except TargetError:
             raise
-        raise ChildError("the factory raised:\n" + "".join(traceback.format_exception(exc))) from None
+        except Exception as exc:
+            raise ChildError("the factory raised:\n" + "".join(traceback.format_exception(exc))) from None
     param_dtype = getattr(torch, spec["param_dtype"]) if spec.get("param_dtype") else None
     return trace(
         model,

@@ -98,12 +98,13 @@ def _user_frames(self: TracerBase, summary: traceback.StackSummary) -> traceback
 
 
 @contextmanager
-def _module_paths(model: nn.Module | None, root: str) -> Iterator[None]:
+def _module_paths(model: nn.Module | None) -> Iterator[None]:
     """Annotate every node with the path of the innermost module running when it was created."""
     if model is None:
         yield
         return
-    names = {id(module): f"{root}.{name}" if name else root for name, module in model.named_modules()}
+    # Submodules by the dotted path state dicts use (`model.layers.3.self_attn`); the root by its class.
+    names = {id(module): name or type(module).__name__ for name, module in model.named_modules()}
     active: list[Any] = []
 
     def enter(module: nn.Module, args: Any) -> None:
@@ -184,7 +185,7 @@ def trace(
         stack.enter_context(torch.no_grad())
         stack.enter_context(mock.patch.object(TracerBase, "_filter_traceback_frames", _user_frames))
         stack.enter_context(fx_traceback.preserve_node_meta())
-        stack.enter_context(_module_paths(model, "model"))
+        stack.enter_context(_module_paths(model))
         stack.enter_context(autocast_enabled(device, dtype, autocast))
         stack.enter_context(CudaIndexingMode())
         stack.enter_context(_CastTagMode())
