@@ -158,11 +158,11 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from importlib.util import find_spec
-
     from amplint.runtime.report import render_json, render_text, select
 
-    if find_spec("torch") is None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
         return _error("tracing needs torch: pip install 'amplint[runtime]'")
     from amplint.runtime.child import ChildError, run_traced, trace_in_child
     from amplint.runtime.target import TargetError

@@ -329,3 +329,26 @@ def test_hf_config_that_transformers_cannot_read(tmp_path: Path) -> None:
     bad.write_text('{"model_type": ', encoding="utf-8")
     done = _amplint("trace", "--hf-config", str(bad))
     assert done.returncode == 2 and "not valid JSON" in done.stderr
+
+
+def test_trace_module_filter() -> None:
+    done = _amplint(
+        "trace", str(FIXTURES / "rwkv7_time_mix.py") + ":factory", "--module", "w_lora.*", "--format", "json"
+    )
+    assert done.returncode == 0, done.stderr
+    modules = {n["module"] for n in json.loads(done.stdout)["nodes"] if n["policy"] != "input"}
+    assert modules == {"w_lora.down", "w_lora.up"}
+
+
+def test_trace_timeout(tmp_path: Path) -> None:
+    (tmp_path / "slow.py").write_text(
+        "import time\n\n\ndef factory():\n    time.sleep(60)\n", encoding="utf-8"
+    )
+    done = _amplint("trace", "slow.py:factory", "--timeout", "3", cwd=tmp_path)
+    assert done.returncode == 2 and "did not finish within 3 s" in done.stderr
+
+
+def test_trace_without_torch_says_how_to_install() -> None:
+    code = "import sys; sys.modules['torch'] = None; from amplint.cli import main; sys.exit(main(['trace', 'm.py:f']))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 2 and "pip install 'amplint[runtime]'" in done.stderr
