@@ -53,7 +53,33 @@ def _parameters(config: dict) -> int:
     return layers * per_layer + 2 * v * h
 
 
-def _measure(config: dict, seq_len: int, runs: int, scratch: Path) -> tuple[float, float]:
+# A real bf16 forward pass of the same configuration on CPU, in a fresh process: what tracing avoids.
+_REAL_FORWARD = """
+import json, sys, torch, transformers
+data = json.load(open(sys.argv[1]))
+config = transformers.AutoConfig.for_model(data.pop("model_type"), **data)
+model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+with torch.no_grad():
+    model(input_ids=torch.zeros(1, int(sys.argv[2]), dtype=torch.long), use_cache=False)
+"""
+
+
+def _run(command: list[str], runs: int) -> tuple[float, float]:
+    walls, peaks = [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+        _, status, usage = os.wait4(process.pid, 0)
+        walls.append(time.perf_counter() - start)
+        if status != 0:
+            raise SystemExit(f"failed: {' '.join(command)}")
+        peaks.append(usage.ru_maxrss / 1024)
+    return statistics.median(walls), max(peaks)
+
+
+def _measure(
+    config: dict, seq_len: int, runs: int, scratch: Path, *, real: bool = False
+) -> tuple[float, float]:
     path = scratch / "config.json"
     path.write_text(json.dumps(config))
     command = [
@@ -71,16 +97,9 @@ def _measure(config: dict, seq_len: int, runs: int, scratch: Path) -> tuple[floa
         str(scratch / "graph.json"),
         "--in-process",
     ]
-    walls, peaks = [], []
-    for _ in range(runs):
-        start = time.perf_counter()
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-        _, status, usage = os.wait4(process.pid, 0)
-        walls.append(time.perf_counter() - start)
-        if status != 0:
-            raise SystemExit(f"trace failed: {' '.join(command)}")
-        peaks.append(usage.ru_maxrss / 1024)
-    return statistics.median(walls), max(peaks)
+    if real:
+        command = [sys.executable, "-c", _REAL_FORWARD, str(path), str(seq_len)]
+    return _run(command, runs)
 
 
 def main() -> None:

@@ -352,3 +352,11 @@ def test_trace_without_torch_says_how_to_install() -> None:
     code = "import sys; sys.modules['torch'] = None; from amplint.cli import main; sys.exit(main(['trace', 'm.py:f']))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 2 and "pip install 'amplint[runtime]'" in done.stderr
+
+
+def test_trace_abort_in_the_child_becomes_an_error(tmp_path: Path) -> None:
+    # A C++ terminate inside torch kills the process; the child takes it, the command reports it.
+    (tmp_path / "abort.py").write_text("import os\n\n\ndef factory():\n    os.abort()\n", encoding="utf-8")
+    done = _amplint("trace", "abort.py:factory", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "aborted" in done.stderr and "--in-process" in done.stderr
