@@ -132,6 +132,11 @@ def main() -> None:
         rows.append(
             ("Qwen2-72B, 80 layers", 4096, QWEN2_72B, *_measure(QWEN2_72B, 4096, args.runs, Path(scratch)))
         )
+        # Where a real forward pass fits on the machine: the same small configuration both ways.
+        small = {**QWEN2_7B, "num_hidden_layers": 2}
+        for label, real in (("trace", False), ("real bf16 forward on CPU", True)):
+            measured = _measure(small, 512, args.runs, Path(scratch), real=real)
+            rows.append((f"Qwen2-7B shape, 2 layers: {label}", 512, small, *measured))
     print(
         f"| configuration | seq len | median wall (s), {args.runs} runs | peak RSS (MB) | bf16 weights alone (GB) |"
     )

@@ -242,7 +242,10 @@ def _dtype_graph(
             op = getattr(packet, "__name__", str(target_op))
             target = str(target_op)
             if op in _CAST_OPS:
-                policy = "explicit_cast" if custom.get("amplint_user_cast") else "autocast_cast"
+                if custom.get("amplint_user_cast"):
+                    policy = "explicit_cast"
+                else:  # a cast inside torch's own code is only autocast's when autocast is on
+                    policy = "autocast_cast" if autocast else "inherited"
             elif isinstance(target_op, torch._ops.OpOverload):
                 casts = [nodes[ids[p]].dtype for p in producers if nodes[ids[p]].policy == "autocast_cast"]
                 policy = classify(
