@@ -87,6 +87,37 @@ class _CastTagMode(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+@contextmanager
+def _autocast_blocks(device: str) -> Iterator[None]:
+    """Annotate the nodes created inside a user's `torch.autocast(...)` block on the traced device
+    with the state it sets (off, or its dtype), so that their policy reflects that block."""
+    original_enter, original_exit = torch.amp.autocast.__enter__, torch.amp.autocast.__exit__
+    active: list[Any] = []
+
+    def enter(self: torch.amp.autocast) -> torch.amp.autocast:
+        result = original_enter(self)
+        state = dtype_name(self.fast_dtype) if self._enabled else "off"
+        context = fx_traceback.annotate({"amplint_autocast": state} if self.device == device else {})
+        context.__enter__()
+        active.append(context)
+        return result
+
+    def leave(self: torch.amp.autocast, *exc: Any) -> Any:
+        if active:
+            active.pop().__exit__(None, None, None)
+        return original_exit(self, *exc)
+
+    with (
+        mock.patch.object(torch.amp.autocast, "__enter__", enter),
+        mock.patch.object(torch.amp.autocast, "__exit__", leave),
+    ):
+        try:
+            yield
+        finally:
+            while active:
+                active.pop().__exit__(None, None, None)
+
+
 def _user_frames(self: TracerBase, summary: traceback.StackSummary) -> traceback.StackSummary:
     """Keep only the innermost frame of the user's code, with its column folded into the name."""
     for frame in reversed(summary):
@@ -187,6 +218,7 @@ def trace(
         stack.enter_context(fx_traceback.preserve_node_meta())
         stack.enter_context(_module_paths(model))
         stack.enter_context(autocast_enabled(device, dtype, autocast))
+        stack.enter_context(_autocast_blocks(device))
         stack.enter_context(CudaIndexingMode())
         stack.enter_context(_CastTagMode())
         try:
@@ -241,11 +273,15 @@ def _dtype_graph(
             packet = getattr(target_op, "overloadpacket", target_op)
             op = getattr(packet, "__name__", str(target_op))
             target = str(target_op)
+            # Inside a user's autocast block, that block's state decides (see _autocast_blocks).
+            block = custom.get("amplint_autocast")
+            node_autocast = autocast if block is None else block != "off"
+            node_dtype = getattr(torch, block) if block not in (None, "off") else dtype
             if op in _CAST_OPS:
                 if custom.get("amplint_user_cast"):
                     policy = "explicit_cast"
                 else:  # a cast inside torch's own code is only autocast's when autocast is on
-                    policy = "autocast_cast" if autocast else "inherited"
+                    policy = "autocast_cast" if node_autocast else "inherited"
             elif isinstance(target_op, torch._ops.OpOverload):
                 casts = [nodes[ids[p]].dtype for p in producers if nodes[ids[p]].policy == "autocast_cast"]
                 policy = classify(
@@ -253,8 +289,8 @@ def _dtype_graph(
                     out_dtype,
                     [getattr(torch, c) for c in casts if c],
                     device=device,
-                    autocast_dtype=dtype,
-                    autocast=autocast,
+                    autocast_dtype=node_dtype,
+                    autocast=node_autocast,
                 )
             else:
                 policy = "inherited"
