@@ -12,7 +12,15 @@ from amplint.discovery import discover
 from amplint.fixes import fix_source, unified_diff, write_atomic
 from amplint.rule import Rule
 from amplint.rules import all_rules
-from amplint.runner import UNPARSABLE, FileResult, lint_file, lint_source, lint_text, unparsable_diagnostic
+from amplint.runner import (
+    UNPARSABLE,
+    FileResult,
+    lint_file,
+    lint_source,
+    lint_text,
+    unparsable_diagnostic,
+    unreadable,
+)
 from amplint.source import SourceError, display_path, read_source
 
 
@@ -74,9 +82,7 @@ def _fix_file(run: CheckRun, path: Path, rules: list[type[Rule]], display: str, 
     try:
         source = read_source(path)
     except SourceError as exc:
-        return FileResult(
-            path, display, None, [unparsable_diagnostic(display, exc.message, exc.line, exc.column)]
-        )
+        return unreadable(path, display, exc)
     outcome = fix_source(source, rules, display)
     run.errors.extend(outcome.errors)
     if not outcome.changed:

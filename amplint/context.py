@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -13,8 +12,7 @@ from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionPr
 
 from amplint.imports import ImportMap
 from amplint.scopes import ModuleIndex, Scope, index_module
-
-_NEWLINE = re.compile(r"\r\n|\r|\n")
+from amplint.source import NEWLINE
 
 
 @dataclass(frozen=True)
@@ -77,7 +75,7 @@ class FileContext:
         lines = len(self.module.header)  # one EmptyLine per line
         for statement in self.module.body:
             offsets[statement] = lines
-            lines += len(_NEWLINE.findall(self.module.code_for_node(statement)))
+            lines += len(NEWLINE.findall(self.module.code_for_node(statement)))
         return offsets
 
     def _statement_positions(

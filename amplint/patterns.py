@@ -259,16 +259,10 @@ def is_scaled(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None) -> 
     return False
 
 
-def is_matmul(ctx: FileContext, node: cst.CSTNode, *, submodules: bool = True) -> bool:
-    """A product that produces a new low-precision value: `@`, `torch.matmul` and friends, and with
-    `submodules` a call such as `self.proj(x)`, which in a model is almost always a Linear."""
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
-        return True
-    if not isinstance(node, cst.Call):
-        return False
-    if function_call(ctx, node, MATMUL_FUNCTIONS) or method_call(ctx, node, MATMUL_METHODS) is not None:
-        return True
-    return submodules and submodule_call(ctx, node)
+def is_matmul(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """A product that produces a new low-precision value: `@`, `torch.matmul` and friends, or a
+    call such as `self.proj(x)`, which in a model is almost always a Linear."""
+    return matmul_operands(ctx, node) is not None or submodule_call(ctx, node)
 
 
 def needs_parentheses(node: cst.BaseExpression) -> bool:

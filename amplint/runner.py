@@ -49,10 +49,15 @@ def lint_file(path: Path, rules: Sequence[type[Rule]], display: str | None = Non
     try:
         source = read_source(path)
     except SourceError as exc:
-        return FileResult(
-            path, display, None, [unparsable_diagnostic(display, exc.message, exc.line, exc.column)]
-        )
+        return unreadable(path, display, exc)
     return lint_source(source, rules, display)
+
+
+def unreadable(path: Path, display: str, error: SourceError) -> FileResult:
+    """The result for a file that could not be read or decoded: one AMP900 saying why."""
+    return FileResult(
+        path, display, None, [unparsable_diagnostic(display, error.message, error.line, error.column)]
+    )
 
 
 def lint_text(text: str, rules: Sequence[type[Rule]], path: str = "<string>") -> FileResult:

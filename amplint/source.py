@@ -10,7 +10,8 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-_NEWLINE = re.compile(r"\r\n|\r|\n")
+# Line breaks as Python's tokenizer counts them (not str.splitlines, which also splits on \f etc.).
+NEWLINE = re.compile(r"\r\n|\r|\n")
 # A NUL byte does not occur in Python source; its presence marks a binary file.
 _BINARY_PROBE = 8192
 
@@ -40,7 +41,7 @@ class SourceFile:
 
 def dominant_newline(text: str) -> str:
     counts: dict[str, int] = {}
-    for match in _NEWLINE.finditer(text):
+    for match in NEWLINE.finditer(text):
         counts[match.group()] = counts.get(match.group(), 0) + 1
     return max(counts, key=lambda nl: counts[nl]) if counts else "\n"
 
@@ -91,7 +92,7 @@ class LineIndex:
     def __init__(self, text: str) -> None:
         self.text = text
         self.starts = [0]
-        self.starts.extend(match.end() for match in _NEWLINE.finditer(text))
+        self.starts.extend(match.end() for match in NEWLINE.finditer(text))
 
     def offset(self, line: int, column: int) -> int:
         if line > len(self.starts):

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from amplint.attention import SOFTMAX_FUNCTIONS, SOFTMAX_METHODS, score_operands, softmax_module_call
+from amplint.attention import SOFTMAX_METHODS, is_softmax, score_operands, softmax_module_call
 from amplint.context import FileContext, Finding, FixPlan
-from amplint.flow import Flow, Policy, analyse
+from amplint.flow import Flow, Policy, analyse, value_children
 from amplint.patterns import (
     argument,
     function_call,
@@ -297,23 +297,15 @@ def _scan(ctx: FileContext, scope: Scope) -> tuple[dict[cst.Call, cst.BaseExpres
     low_precision: dict[cst.Call, cst.BaseExpression] = {}
 
     def seed(node: cst.BaseExpression, flow: Flow) -> bool:
-        if isinstance(node, cst.Call) and node not in low_precision and _is_softmax(ctx, node):
+        if isinstance(node, cst.Call) and node not in low_precision and is_softmax(ctx, node):
             data = _input(ctx, node)
             if data is not None and _low_precision(ctx, node, data, flow):
                 low_precision[node] = data
         return score_operands(ctx, node, flow) is not None
 
-    policy = Policy(seed=seed, sink=lambda node, flow: "softmax" if _is_softmax(ctx, node) else None)
+    policy = Policy(seed=seed, sink=lambda node, flow: "softmax" if is_softmax(ctx, node) else None)
     flow = analyse(scope, policy)
     return low_precision, {hit.sink for hit in flow.hits.values()}
-
-
-def _is_softmax(ctx: FileContext, node: cst.CSTNode) -> bool:
-    return (
-        function_call(ctx, node, SOFTMAX_FUNCTIONS)
-        or method_call(ctx, node, SOFTMAX_METHODS) is not None
-        or softmax_module_call(ctx, node)
-    )
 
 
 def _input(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
@@ -347,20 +339,15 @@ def _low_precision(ctx: FileContext, call: cst.Call, data: cst.BaseExpression, f
 
 
 def _looks_like_scores(data: cst.BaseExpression) -> bool:
+    """A name or attribute in the input's value says it holds scores or logits."""
     stack: list[cst.CSTNode] = [data]
     while stack:
         node = stack.pop()
         if isinstance(node, cst.Name) and _SCORE_NAME.search(node.value):
             return True
-        if isinstance(node, cst.Attribute):
-            if _SCORE_NAME.search(node.attr.value):
-                return True
-            stack.append(node.value)
-        elif isinstance(node, cst.Call):
-            stack.append(node.func)
-            stack.extend(arg.value for arg in node.args)
-        elif not isinstance(node, cst.Name):
-            stack.extend(node.children)
+        if isinstance(node, cst.Attribute) and _SCORE_NAME.search(node.attr.value):
+            return True
+        stack.extend(value_children(node))
     return False
 
 

@@ -87,24 +87,41 @@ class _CastTagMode(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+class _Annotations:
+    """fx annotations opened and closed from hooks, which no `with` block can span."""
+
+    def __init__(self) -> None:
+        self._open: list[Any] = []
+
+    def push(self, annotation: dict[str, Any]) -> None:
+        context = fx_traceback.annotate(annotation)
+        context.__enter__()
+        self._open.append(context)
+
+    def pop(self) -> None:
+        if self._open:
+            self._open.pop().__exit__(None, None, None)
+
+    def close(self) -> None:
+        while self._open:  # e.g. a forward that raised never reached its post-hook
+            self.pop()
+
+
 @contextmanager
 def _autocast_blocks(device: str) -> Iterator[None]:
     """Annotate the nodes created inside a user's `torch.autocast(...)` block on the traced device
     with the state it sets (off, or its dtype), so that their policy reflects that block."""
     original_enter, original_exit = torch.amp.autocast.__enter__, torch.amp.autocast.__exit__
-    active: list[Any] = []
+    annotations = _Annotations()
 
     def enter(self: torch.amp.autocast) -> torch.amp.autocast:
         result = original_enter(self)
         state = dtype_name(self.fast_dtype) if self._enabled else "off"
-        context = fx_traceback.annotate({"amplint_autocast": state} if self.device == device else {})
-        context.__enter__()
-        active.append(context)
+        annotations.push({"amplint_autocast": state} if self.device == device else {})
         return result
 
     def leave(self: torch.amp.autocast, *exc: Any) -> Any:
-        if active:
-            active.pop().__exit__(None, None, None)
+        annotations.pop()
         return original_exit(self, *exc)
 
     with (
@@ -114,8 +131,7 @@ def _autocast_blocks(device: str) -> Iterator[None]:
         try:
             yield
         finally:
-            while active:
-                active.pop().__exit__(None, None, None)
+            annotations.close()
 
 
 def _user_frames(self: TracerBase, summary: traceback.StackSummary) -> traceback.StackSummary:
@@ -136,18 +152,16 @@ def _module_paths(model: nn.Module | None) -> Iterator[None]:
         return
     # Submodules by the dotted path state dicts use (`model.layers.3.self_attn`); the root by its class.
     names = {id(module): name or type(module).__name__ for name, module in model.named_modules()}
-    active: list[Any] = []
+    annotations = _Annotations()
 
     def enter(module: nn.Module, args: Any) -> None:
         name = names.get(id(module))
         if name is not None:
-            context = fx_traceback.annotate({"amplint_module": name})
-            context.__enter__()
-            active.append(context)
+            annotations.push({"amplint_module": name})
 
     def leave(module: nn.Module, args: Any, output: Any) -> None:
-        if id(module) in names and active:
-            active.pop().__exit__(None, None, None)
+        if id(module) in names:
+            annotations.pop()
 
     pre = nn.modules.module.register_module_forward_pre_hook(enter)
     post = nn.modules.module.register_module_forward_hook(leave)
@@ -156,8 +170,7 @@ def _module_paths(model: nn.Module | None) -> Iterator[None]:
     finally:
         pre.remove()
         post.remove()
-        while active:  # a forward that raised never reached its post-hook
-            active.pop().__exit__(None, None, None)
+        annotations.close()
 
 
 def _fake(value: Any, mode: FakeTensorMode, device: str, param_dtype: torch.dtype | None) -> Any:
