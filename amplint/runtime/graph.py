@@ -39,7 +39,7 @@ class DtypeNode:
     id: int
     op: str  # short name: "exp", "mm", "_to_copy"
     target: str  # the aten overload: "aten.exp.default"
-    dtype: str | None  # output dtype ("bfloat16"); None for non-tensor outputs
+    dtype: str | None  # output dtype ("bfloat16"), the first one for ops with several; None if no tensor
     input_dtypes: list[str | None]
     shape: list[int] | None
     policy: str

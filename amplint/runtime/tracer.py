@@ -9,6 +9,7 @@ that switch them off.
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 import sysconfig
@@ -26,6 +27,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.proxy import TracerBase
 from torch.utils import _pytree as pytree
 
+from amplint.runtime.cuda_attention import CudaAttentionMode
 from amplint.runtime.cuda_indexing import CudaIndexingMode
 from amplint.runtime.graph import DtypeGraph, DtypeNode, Source
 from amplint.runtime.policy import classify
@@ -201,6 +203,7 @@ def trace(
     if device not in {"cuda", "cpu"}:
         raise ValueError(f"device must be 'cuda' or 'cpu', not {device!r}")
     fake_device = "cuda:0" if device == "cuda" else "cpu"
+    emulated = device == "cuda" and not torch.cuda.is_available()
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     model = fn_or_module if isinstance(fn_or_module, nn.Module) else None
     call_args = (tuple(args), dict(kwargs or {}))
@@ -233,12 +236,21 @@ def trace(
         stack.enter_context(autocast_enabled(device, dtype, autocast))
         stack.enter_context(_autocast_blocks(device))
         stack.enter_context(CudaIndexingMode())
+        if emulated:  # a GPU build chooses the attention kernel itself
+            stack.enter_context(CudaAttentionMode())
         stack.enter_context(_CastTagMode())
         try:
             graph_module = make_fx(run, tracing_mode="fake", record_stack_traces=True)(*traced_inputs)
         except Exception as exc:
             raise TraceError(_explain(exc)) from exc
-    return _dtype_graph(graph_module, device=device, dtype=dtype, autocast=autocast, param_dtype=param_dtype)
+    return _dtype_graph(
+        graph_module,
+        device=device,
+        dtype=dtype,
+        autocast=autocast,
+        param_dtype=param_dtype,
+        emulated=emulated,
+    )
 
 
 def _explain(exc: Exception) -> str:
@@ -269,13 +281,16 @@ def _dtype_graph(
     dtype: torch.dtype,
     autocast: bool,
     param_dtype: torch.dtype | None,
+    emulated: bool,
 ) -> DtypeGraph:
     ids: dict[torch.fx.Node, int] = {}
     nodes: list[DtypeNode] = []
     for fx_node in graph_module.graph.nodes:
         if fx_node.op not in {"placeholder", "call_function"}:
             continue
-        value = fx_node.meta.get("val")
+        if fx_node.target is operator.getitem and not fx_node.users:
+            continue  # an output of a multi-output op that nothing reads
+        value = _first_tensor(fx_node.meta.get("val"))
         out_dtype = value.dtype if isinstance(value, torch.Tensor) else None
         producers = [p for p in fx_node.all_input_nodes if p in ids]
         custom = fx_node.meta.get("custom") or {}
@@ -329,8 +344,15 @@ def _dtype_graph(
         autocast=autocast,
         param_dtype=dtype_name(param_dtype),
         torch_version=torch.__version__,
-        emulated=device == "cuda" and not torch.cuda.is_available(),
+        emulated=emulated,
     )
+
+
+def _first_tensor(value: Any) -> Any:
+    """The primary output of an op with several (attention's output, layer_norm's result)."""
+    if isinstance(value, (tuple, list)):
+        return next((v for v in value if isinstance(v, torch.Tensor)), None)
+    return value
 
 
 def _source(stack_trace: str | None) -> Source | None:
