@@ -9,19 +9,14 @@ from pathlib import Path
 from amplint.config import Settings, load_settings
 from amplint.diagnostics import Diagnostic, sort_diagnostics
 from amplint.discovery import discover
-from amplint.fixes import fix_source, unified_diff, write_atomic
+from amplint.notebook import cell_sources, fix_notebook, is_notebook, lint_notebook, lint_notebook_file
+from amplint.results import UNPARSABLE, FileResult, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
 from amplint.rules import all_rules
-from amplint.runner import (
-    UNPARSABLE,
-    FileResult,
-    lint_file,
-    lint_source,
-    lint_text,
-    unparsable_diagnostic,
-    unreadable,
-)
 from amplint.source import SourceError, display_path, read_source
+
+# libcst, the rules, the fixer and the process pool are imported where they are used: a run that
+# the cache answers never loads them.
 
 
 @dataclass
@@ -32,6 +27,7 @@ class CheckRun:
     fixed: int = 0
     diffs: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # internal errors: the run exits 2
+    warnings: list[str] = field(default_factory=list)  # worth saying, not failing for (the cache)
 
 
 def rules_for(settings: Settings, path: Path) -> list[type[Rule]]:
@@ -53,37 +49,68 @@ def _keep(settings: Settings, diagnostic: Diagnostic, path: Path) -> bool:
 
 
 def run_check(
-    paths: Sequence[Path], settings: Settings, *, fix: bool = False, diff: bool = False
+    paths: Sequence[Path],
+    settings: Settings,
+    *,
+    fix: bool = False,
+    diff: bool = False,
+    cache: bool = False,
+    jobs: int | None = 1,
 ) -> CheckRun:
+    """Check `paths`. `cache`: use `.amplint_cache/` (read-only with `diff`); `jobs`: worker processes,
+    None to decide from the CPUs and the amount of work (see `amplint/parallel.py`)."""
+    from amplint.parallel import precheck
+
     run = CheckRun()
     found = discover(paths, settings)
+    store = None
+    if cache:
+        from amplint.cache import Cache, cache_directory
+
+        store = Cache(cache_directory(settings), settings, readonly=diff)
+    # Cache hits, and (without fix/diff) every file checked in-process or in a pool.
+    done = precheck(found.files, settings, cache=store, fix=fix or diff, jobs=jobs)
     for path, message in found.problems:
         problem = unparsable_diagnostic(display_path(path), message)
         if _keep(settings, problem, path):
             run.diagnostics.append(problem)
     for path in found.files:
         display = display_path(path)
-        rules = rules_for(settings, path)
-        result = (
-            _fix_file(run, path, rules, display, write=fix)
-            if fix or diff
-            else lint_file(path, rules, display)
-        )
+        result = done.get(path)
+        if result is None:
+            from amplint.runner import lint_file
+
+            rules = rules_for(settings, path)
+            result = (
+                _fix_file(run, path, rules, display, write=fix)
+                if fix or diff
+                else (lint_notebook_file if is_notebook(path) else lint_file)(path, rules, display)
+            )
+            if store is not None:
+                store.store_checked(path, display, result)
         run.files_checked += 1
         run.errors.extend(result.internal_errors)
         if result.source is not None and result.diagnostics:
             run.sources[display] = result.source.text  # only reports with findings show snippets
+            if is_notebook(path):
+                run.sources.update(cell_sources(result.source, display))  # a finding in a cell shows its line
         run.diagnostics.extend(d for d in result.diagnostics if _keep(settings, d, path))
     run.diagnostics = sort_diagnostics(run.diagnostics)
+    if store is not None and store.warning is not None:
+        run.warnings.append(store.warning)
     return run
 
 
 def _fix_file(run: CheckRun, path: Path, rules: list[type[Rule]], display: str, *, write: bool) -> FileResult:
+    from amplint.fixes import fix_source, unified_diff, write_atomic
+    from amplint.runner import lint_source
+
+    fix, lint = (fix_notebook, lint_notebook) if is_notebook(path) else (fix_source, lint_source)
     try:
         source = read_source(path)
     except SourceError as exc:
         return unreadable(path, display, exc)
-    outcome = fix_source(source, rules, display)
+    outcome = fix(source, rules, display)
     run.errors.extend(outcome.errors)
     if not outcome.changed:
         return outcome.result
@@ -91,15 +118,15 @@ def _fix_file(run: CheckRun, path: Path, rules: list[type[Rule]], display: str, 
     if not write:
         run.diffs.append(unified_diff(display, source.text, outcome.new_text))
         # Report what is there now, not what the fixed text would contain.
-        return lint_source(source, rules, display)
+        return lint(source, rules, display)
     try:
         if read_source(path).text != source.text:
             run.errors.append(f"{display}: changed while it was being fixed; left as it is")
-            return lint_source(source, rules, display)
+            return lint(source, rules, display)
         write_atomic(source, outcome.new_text)
     except (OSError, SourceError) as exc:
         run.errors.append(f"{display}: could not write the fix: {exc}")
-        return lint_source(source, rules, display)
+        return lint(source, rules, display)
     outcome.result.source = replace(source, text=outcome.new_text)
     return outcome.result
 
@@ -126,5 +153,7 @@ def check_source(
     ignore: Sequence[str] = (),
 ) -> list[Diagnostic]:
     """Lint Python source text; no file is read and no configuration is loaded."""
+    from amplint.runner import lint_text
+
     settings = Settings().with_overrides(select=list(select), ignore=list(ignore))
     return lint_text(source, rules_for(settings, Path(path)), path).diagnostics

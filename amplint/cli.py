@@ -40,6 +40,17 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")
     check.add_argument("--statistics", action="store_true", help="count findings per rule")
     check.add_argument("--no-color", action="store_true", help="never colour the text output")
+    check.add_argument("--no-cache", action="store_true", help="neither read nor write .amplint_cache/")
+    check.add_argument(
+        "--jobs",
+        "-j",
+        type=_jobs,
+        metavar="N",
+        help="worker processes (default: one per CPU when there is enough to check; 1: none)",
+    )
+
+    clean = commands.add_parser("clean", help="remove the result cache (.amplint_cache/)")
+    clean.add_argument("--config", type=Path, metavar="FILE", help="pyproject.toml or amplint.toml to use")
 
     trace = commands.add_parser("trace", help="trace a model under autocast and show each op's dtype")
     trace.add_argument(
@@ -75,6 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "check":
         return _check(args)
+    if args.command == "clean":
+        return _clean(args)
     if args.command == "rule":
         return _rule(args, parser)
     if args.command == "trace":
@@ -109,13 +122,17 @@ def _check(args: argparse.Namespace) -> int:
         return _error(str(exc))
 
     try:
-        run = run_check(paths, settings, fix=args.fix, diff=args.diff)
+        run = run_check(
+            paths, settings, fix=args.fix, diff=args.diff, cache=not args.no_cache, jobs=args.jobs
+        )
     except Exception as exc:  # a bug in amplint, not in the user's code
         import traceback
 
         traceback.print_exc()
         return _error(f"internal error: {exc}")
 
+    for message in run.warnings:
+        print(f"amplint: warning: {message}", file=sys.stderr)
     for message in run.errors:
         print(f"amplint: error: {message}", file=sys.stderr)
     if args.diff:
@@ -155,6 +172,33 @@ def _check(args: argparse.Namespace) -> int:
     if args.exit_zero:
         return EXIT_CLEAN
     return EXIT_FINDINGS if run.diagnostics or (args.diff and run.diffs) else EXIT_CLEAN
+
+
+def _jobs(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of processes, got {value!r}") from None
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 process, got {jobs}")
+    return jobs
+
+
+def _clean(args: argparse.Namespace) -> int:
+    from amplint.cache import cache_directory, clean
+    from amplint.config import ConfigError, load_settings
+
+    if args.config is not None and not args.config.is_file():
+        return _error(f"config file does not exist: {args.config}")
+    try:
+        settings = load_settings([Path(".")], args.config)
+    except ConfigError as exc:
+        return _error(str(exc))
+    try:
+        print(clean(cache_directory(settings)))
+    except OSError as exc:
+        return _error(f"cannot remove the cache: {exc}")
+    return EXIT_CLEAN
 
 
 def _trace(args: argparse.Namespace) -> int:

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import ast
+import bisect
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import cast
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from amplint.imports import ImportMap
-from amplint.scopes import ModuleIndex, Scope, index_module
-from amplint.source import NEWLINE
+from amplint.scopes import ModuleIndex, Scope, index_module, walk
+from amplint.source import NEWLINE, LineIndex
 
 
 @dataclass(frozen=True)
@@ -34,10 +39,17 @@ class Finding:
 
 
 class FileContext:
-    def __init__(self, path: Path, module: cst.Module) -> None:
+    def __init__(
+        self, path: Path, module: cst.Module, words: frozenset[str] = frozenset(), text: str | None = None
+    ) -> None:
         self.path = path
         self.module = module
+        self.words = words  # every identifier-like word of the file's text
+        self.text = text  # the text `module` was parsed from, when known
+        self.memo: dict[str, object] = {}  # per-file results that several rules share
         self._position_cache: dict[cst.CSTNode, tuple[int, Mapping[cst.CSTNode, CodeRange]]] = {}
+        self._function_of_cache: dict[cst.CSTNode, dict[cst.CSTNode, cst.FunctionDef]] = {}
+        self._function_position_cache: dict[cst.FunctionDef, Mapping[cst.CSTNode, CodeRange] | None] = {}
 
     @cached_property
     def index(self) -> ModuleIndex:
@@ -57,6 +69,12 @@ class FileContext:
         top = self.index.top_of.get(node)
         if top is None:
             return self._module_positions[node]
+        # Narrower still: the innermost function around the node, where Python's parser says it is.
+        function = self._function_of(top).get(node)
+        if function is not None:
+            in_function = self._function_positions(function)
+            if in_function is not None and node in in_function:
+                return in_function[node]
         offset, positions = self._statement_positions(top)
         where = positions[node]
         return CodeRange(
@@ -70,13 +88,91 @@ class FileContext:
 
     @cached_property
     def _line_offsets(self) -> dict[cst.CSTNode, int]:
-        """For each top-level statement, the number of lines before it (its leading comments included)."""
+        """For each top-level statement, the number of lines before it (its leading comments included).
+        Python's own parser finds where each statement starts at a fraction of what rendering every
+        statement back to text costs; the rendering is the fallback."""
+        if self.text is not None:
+            from_python = _offsets_from_ast(self.module, self.text)
+            if from_python is not None:
+                return from_python
         offsets: dict[cst.CSTNode, int] = {}
         lines = len(self.module.header)  # one EmptyLine per line
         for statement in self.module.body:
             offsets[statement] = lines
             lines += len(NEWLINE.findall(self.module.code_for_node(statement)))
         return offsets
+
+    @cached_property
+    def _def_lines(self) -> tuple[LineIndex, dict[cst.FunctionDef, tuple[int, str]]] | None:
+        """The line of each function's `def` and its indentation, from a scan of the text for lines
+        that look like one, matched by name in source order. A look-alike in a string can make a match
+        wrong: `_function_positions` checks every one against the text."""
+        if self.text is None:
+            return None
+        functions = [scope.node for scope in self.index.scopes if isinstance(scope.node, cst.FunctionDef)]
+        lines = LineIndex(self.text)
+        located: dict[cst.FunctionDef, tuple[int, str]] = {}
+        candidates = [
+            (match.group(2), match.start(), match.group(1)) for match in _DEF_LINE.finditer(self.text)
+        ]
+        at = 0
+        for function in functions:
+            name = function.name.value
+            while at < len(candidates) and candidates[at][0] != name:
+                at += 1
+            if at == len(candidates):
+                break
+            _, offset, indent = candidates[at]
+            located[function] = (bisect.bisect_right(lines.starts, offset), indent)
+            at += 1
+        return lines, located
+
+    def _function_of(self, top: cst.BaseStatement) -> dict[cst.CSTNode, cst.FunctionDef]:
+        """For each node in a top-level statement, the innermost function that holds it."""
+        found = self._function_of_cache.get(top)
+        if found is None:
+            found = self._function_of_cache[top] = {}
+            # Outer functions first (the walk's order), so inner ones overwrite what they hold.
+            for function in [node for node in walk(top) if isinstance(node, cst.FunctionDef)]:
+                for node in walk(function.body):
+                    found[node] = function
+        return found
+
+    def _function_positions(self, function: cst.FunctionDef) -> Mapping[cst.CSTNode, CodeRange] | None:
+        """Positions of the nodes in one function, rendered alone from the line of its `def` and its
+        indentation. Used only when the rendering is the file's text at that spot, which makes the
+        positions exact; None otherwise (the caller falls back to the whole statement)."""
+        if function in self._function_position_cache:
+            return self._function_position_cache[function]
+        positions: Mapping[cst.CSTNode, CodeRange] | None = None
+        layout = self._def_lines
+        where = layout[1].get(function) if layout is not None else None
+        if layout is not None and where is not None:
+            lines = layout[0]
+            def_line, indent = where
+            try:
+                # The lines the function renders before its `def`: comments, decorators and what
+                # lies between them.
+                before = len(function.leading_lines) + len(function.lines_after_decorators)
+                before += sum(len(NEWLINE.findall(self.code(d))) for d in function.decorators)
+                start = def_line - before
+                provider = PositionProvider()
+                state = PositionProvidingCodegenState(
+                    default_indent=self.module.default_indent,
+                    default_newline=self.module.default_newline,
+                    provider=provider,
+                    indent_tokens=[indent] if indent else [],
+                    line=start,
+                )
+                function._codegen(state)
+                rendered = "".join(state.tokens)
+                begin = lines.offset(start, 1) if start >= 1 else -1
+                if begin >= 0 and lines.text.startswith(rendered, begin):
+                    positions = cast(Mapping[cst.CSTNode, CodeRange], provider._computed)
+            except Exception:  # libcst internals changed: the whole statement still works
+                positions = None
+        self._function_position_cache[function] = positions
+        return positions
 
     def _statement_positions(
         self, statement: cst.BaseStatement
@@ -102,3 +198,30 @@ class FileContext:
     def float32(self) -> tuple[cst.BaseExpression, bool]:
         torch, missing = self.torch_name()
         return cst.Attribute(value=torch, attr=cst.Name("float32")), missing
+
+
+# A line that starts a function definition (or a look-alike inside a string: checked later).
+_DEF_LINE = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+([^\W\d]\w*)", re.MULTILINE)
+
+
+def _offsets_from_ast(module: cst.Module, text: str) -> dict[cst.CSTNode, int] | None:
+    """`FileContext._line_offsets` from the line numbers of Python's own parser; None when it rejects
+    the text (syntax newer than the running Python) or its statements do not line up with libcst's."""
+    try:
+        tree = compile(text, "<amplint>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    assert isinstance(tree, ast.Module)
+    starts: list[int] = []
+    for statement in tree.body:
+        decorators: list[ast.expr] = getattr(statement, "decorator_list", None) or []
+        starts.append(min([statement.lineno, *(d.lineno for d in decorators)]))
+    offsets: dict[cst.CSTNode, int] = {}
+    index = 0
+    for top in module.body:
+        if index >= len(starts):
+            return None
+        # `a = 1; b = 2` is one libcst statement line and two statements for Python.
+        offsets[top] = starts[index] - 1 - len(top.leading_lines)
+        index += len(top.body) if isinstance(top, cst.SimpleStatementLine) else 1
+    return offsets if index == len(starts) else None

@@ -6,6 +6,13 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+# The `extra` keys that place a finding in a Jupyter notebook (set by amplint/notebook.py): the cell,
+# numbered as ruff does (1-based, counting every cell of the notebook, markdown cells included), with
+# `line` and `column` then counting inside that cell; and the line of the .ipynb file itself that holds
+# the finding's first line, for the formats that can only point at lines of the file.
+CELL = "cell"
+IPYNB_LINE = "ipynb_line"
+
 
 class Severity(str, Enum):
     ERROR = "error"
@@ -33,6 +40,13 @@ class Edit:
     content: str
 
 
+@dataclass(frozen=True, order=True)
+class CellEdit(Edit):
+    """An edit in a Jupyter notebook: its lines count within code cell `cell` (see `CELL`)."""
+
+    cell: int
+
+
 @dataclass(frozen=True)
 class Fix:
     description: str
@@ -58,8 +72,25 @@ class Diagnostic:
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
-    def sort_key(self) -> tuple[str, int, int, str]:
-        return (self.path, self.line, self.column, self.code)
+    def sort_key(self) -> tuple[str, int, int, int, str]:
+        return (self.path, self.cell or 0, self.line, self.column, self.code)
+
+    @property
+    def cell(self) -> int | None:
+        """The notebook cell of the finding; None outside notebooks."""
+        value = self.extra.get(CELL)
+        return value if isinstance(value, int) else None
+
+    @property
+    def location(self) -> str:
+        """The file as reports name it: `path`, or `path:cell N` in a notebook (as ruff prints it)."""
+        return self.path if self.cell is None else cell_location(self.path, self.cell)
+
+    @property
+    def file_line(self) -> int:
+        """The line of the file on disk: `line`, or in a notebook the line of the .ipynb that holds it."""
+        value = self.extra.get(IPYNB_LINE)
+        return value if isinstance(value, int) else self.line
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -72,3 +103,7 @@ class Diagnostic:
 
 def sort_diagnostics(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     return sorted(diagnostics, key=lambda d: d.sort_key)
+
+
+def cell_location(path: str, cell: int) -> str:
+    return f"{path}:cell {cell}"

@@ -1,6 +1,7 @@
 """Find the Python files to lint from the paths given on the command line.
 
-- Directories are walked for `*.py` files; a file named explicitly is taken whatever its suffix.
+- Directories are walked for `*.py` files and Jupyter notebooks (`*.ipynb`); a file named explicitly is
+  taken whatever its suffix.
 - The configured `exclude` / `extend-exclude` apply to everything, explicit files included (pre-commit passes
   file names and users expect exclude to hold).
 - `.gitignore` files (each anchored at its own directory) and `.git/info/exclude` apply to what the walk
@@ -27,6 +28,8 @@ __all__ = ["Discovery", "discover"]
 
 # (pattern set, path of the directory being walked relative to the set's base, with a trailing '/').
 _Ignores = tuple[tuple[PatternSet, str], ...]
+# What a walk picks up: Python files and Jupyter notebooks (as ruff does).
+_SUFFIXES = (".py", ".ipynb")
 
 
 @dataclass
@@ -181,8 +184,8 @@ class _Walker:
         is_link = entry.is_symlink()
         # git treats a symbolic link as a file, whatever it points to.
         is_dir = not is_link and entry.is_dir(follow_symlinks=False)
-        is_py = name.endswith(".py")
-        if not (is_dir or is_link or is_py):
+        is_source = name.endswith(_SUFFIXES)
+        if not (is_dir or is_link or is_source):
             return  # most files: skip before any pattern matching
         if rel_root is not None:
             excluded = self.exclude.match_relative(rel_root + name, is_dir) is True
@@ -195,10 +198,10 @@ class _Walker:
             try:
                 target = os.stat(entry.path)
             except OSError as exc:
-                if exc.errno == errno.ELOOP or is_py:
+                if exc.errno == errno.ELOOP or is_source:
                     self.problems.append((Path(display), describe_error(entry.path, exc)))
                 return
-            if is_py and stat.S_ISREG(target.st_mode):
+            if is_source and stat.S_ISREG(target.st_mode):
                 self.found.append((Path(display), True, (target.st_dev, target.st_ino)))
             return
         if is_dir:

@@ -5,43 +5,28 @@ from __future__ import annotations
 import re
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import libcst as cst
 
 from amplint.context import FileContext, Finding, FixPlan
 from amplint.diagnostics import Diagnostic, Edit, Fix, sort_diagnostics
+from amplint.results import UNPARSABLE, FileResult, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
-from amplint.rules.amp900_unparsable_file import UnparsableFile
 from amplint.source import LineIndex, SourceError, SourceFile, decode_source, display_path, read_source
 from amplint.suppression import file_is_exempt, line_suppresses
 
-UNPARSABLE = UnparsableFile.code
+__all__ = [
+    "UNPARSABLE",
+    "FileResult",
+    "lint_file",
+    "lint_source",
+    "lint_text",
+    "unparsable_diagnostic",
+    "unreadable",
+]
+
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-@dataclass
-class FileResult:
-    path: Path
-    display: str
-    source: SourceFile | None
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    internal_errors: list[str] = field(default_factory=list)
-
-
-def unparsable_diagnostic(display: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
-    return Diagnostic(
-        code=UnparsableFile.code,
-        name=UnparsableFile.name,
-        message=message,
-        path=display,
-        line=line,
-        column=column,
-        end_line=line,
-        end_column=column,
-        severity=UnparsableFile.severity,
-    )
 
 
 def lint_file(path: Path, rules: Sequence[type[Rule]], display: str | None = None) -> FileResult:
@@ -51,13 +36,6 @@ def lint_file(path: Path, rules: Sequence[type[Rule]], display: str | None = Non
     except SourceError as exc:
         return unreadable(path, display, exc)
     return lint_source(source, rules, display)
-
-
-def unreadable(path: Path, display: str, error: SourceError) -> FileResult:
-    """The result for a file that could not be read or decoded: one AMP900 saying why."""
-    return FileResult(
-        path, display, None, [unparsable_diagnostic(display, error.message, error.line, error.column)]
-    )
 
 
 def lint_text(text: str, rules: Sequence[type[Rule]], path: str = "<string>") -> FileResult:
@@ -70,7 +48,7 @@ def lint_source(source: SourceFile, rules: Sequence[type[Rule]], display: str) -
     text = source.text
     if file_is_exempt(text):
         return result
-    words = set(_WORD.findall(text)) if rules else set()
+    words = frozenset(_WORD.findall(text)) if rules else frozenset()
     active = [rule for rule in rules if not rule.triggers or rule.triggers & words]
     if not active:
         # Nothing could match: the fast C parser is enough to report a broken file.
@@ -88,7 +66,7 @@ def lint_source(source: SourceFile, rules: Sequence[type[Rule]], display: str) -
         )
         result.diagnostics.append(error)
         return result
-    ctx = FileContext(source.path, module)
+    ctx = FileContext(source.path, module, words, text)
     lines = LineIndex(text)
     for rule in active:
         try:

@@ -8,6 +8,7 @@ import dataclasses
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import cast
 
 import libcst as cst
 
@@ -55,34 +56,63 @@ def _fields(kind: type) -> tuple[str, ...]:
     return names
 
 
+# What a field value is, by its type: 1 a node, 2 a sequence (of nodes), 0 anything else. libcst's
+# node classes are ABCs, and an isinstance() check against an ABC costs a Python-level call: looking
+# the type up here instead makes the walk about a third faster.
+_VALUE_KINDS: dict[type, int] = {}
+_REVERSED_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _value_kind(kind: type) -> int:
+    value = _VALUE_KINDS[kind] = (
+        1 if issubclass(kind, cst.CSTNode) else 2 if issubclass(kind, (list, tuple)) else 0
+    )
+    return value
+
+
 def walk(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """Every node below `root`, in source order, formatting nodes left out. A plain walk over the
     node fields: libcst's visitor machinery costs five times as much for a read-only traversal."""
     stack: list[cst.CSTNode] = [root]
+    kinds = _VALUE_KINDS
     while stack:
         node = stack.pop()
         yield node
-        for name in reversed(_fields(type(node))):
+        names = _REVERSED_FIELDS.get(type(node))
+        if names is None:
+            names = _REVERSED_FIELDS[type(node)] = tuple(reversed(_fields(type(node))))
+        for name in names:
             value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
+            kind = kinds.get(type(value))
+            if kind is None:
+                kind = _value_kind(type(value))
+            if kind == 1:
                 stack.append(value)
-            elif isinstance(value, (list, tuple)):
-                stack.extend(item for item in reversed(value) if isinstance(item, cst.CSTNode))
+            elif kind == 2:
+                for item in reversed(value):
+                    item_kind = kinds.get(type(item))
+                    if item_kind is None:
+                        item_kind = _value_kind(type(item))
+                    if item_kind == 1:
+                        stack.append(item)
 
 
 def index_module(module: cst.Module) -> ModuleIndex:
     index = ModuleIndex(scopes=[Scope(module, tuple(module.body))])
     for top in module.body:
         for node in walk(top):
-            if isinstance(node, cst.Call):
-                index.calls.append(node)
+            # Exact types (what the parser makes), not isinstance(): see _VALUE_KINDS.
+            kind = type(node)
+            if kind is cst.Call:
+                index.calls.append(cast(cst.Call, node))
                 index.top_of[node] = top
-            elif isinstance(node, cst.BinaryOperation):
+            elif kind is cst.BinaryOperation:
                 index.top_of[node] = top
-            elif isinstance(node, cst.FunctionDef):
-                index.scopes.append(Scope(node, suite_body(node.body)))
-                index.function_names.add(node.name.value)
-            elif isinstance(node, (cst.Import, cst.ImportFrom)):
-                index.aliases.update(import_aliases(node))
+            elif kind is cst.FunctionDef:
+                function = cast(cst.FunctionDef, node)
+                index.scopes.append(Scope(function, suite_body(function.body)))
+                index.function_names.add(function.name.value)
+            elif kind is cst.Import or kind is cst.ImportFrom:
+                index.aliases.update(import_aliases(cast(cst.Import | cst.ImportFrom, node)))
         index.top_of[top] = top
     return index

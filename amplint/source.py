@@ -74,16 +74,20 @@ def decode_source(raw: bytes, path: Path) -> SourceFile:
     return SourceFile(path=path, text=text, encoding=encoding, bom=bom, newline=dominant_newline(text))
 
 
-def read_source(path: Path) -> SourceFile:
+def read_bytes(path: Path) -> bytes:
+    """The file's bytes; a SourceError saying why when it cannot be read."""
     try:
-        raw = path.read_bytes()
+        return path.read_bytes()
     except PermissionError:
         raise SourceError("permission denied") from None
     except IsADirectoryError:
         raise SourceError("is a directory") from None
     except OSError as exc:
         raise SourceError(exc.strerror or str(exc)) from None
-    return decode_source(raw, path)
+
+
+def read_source(path: Path) -> SourceFile:
+    return decode_source(read_bytes(path), path)
 
 
 class LineIndex:

@@ -27,6 +27,12 @@ class ReportSummary:
     quiet: bool = False  # --quiet: findings only, no summary lines
 
 
+def cell_position(diagnostic: Diagnostic) -> str:
+    """Where a notebook finding is in its cell, for the formats that can only point at the line of the
+    .ipynb file that holds it."""
+    return f"cell {diagnostic.cell}, line {diagnostic.line}, column {diagnostic.column}"
+
+
 def render(
     fmt: str,
     diagnostics: Sequence[Diagnostic],
@@ -36,8 +42,9 @@ def render(
     statistics: bool = False,
     summary: ReportSummary | None = None,
 ) -> str:
-    """Render `diagnostics` in `fmt` (one of FORMATS). `sources` maps a path to its decoded text,
-    `color` and `statistics` only affect the text format."""
+    """Render `diagnostics` in `fmt` (one of FORMATS). `sources` maps a path to its decoded text (for
+    a notebook, also each cell's `Diagnostic.location` to the cell's text), `color` and `statistics`
+    only affect the text format."""
     ordered = sort_diagnostics(list(diagnostics))
     # Imported here so that choosing one format never loads the others (SARIF loads the catalogue).
     if fmt == "text":

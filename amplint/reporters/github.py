@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from amplint.diagnostics import Diagnostic, Severity
+from amplint.reporters import cell_position
 
 _COMMANDS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
@@ -28,15 +29,20 @@ def _command(severity: object) -> str:
 
 
 def annotation(diagnostic: Diagnostic) -> str:
-    properties = [("file", diagnostic.path), ("line", str(diagnostic.line))]
-    # GitHub only honours columns when the annotation stays on one line.
-    single_line = diagnostic.end_line <= diagnostic.line
+    properties = [("file", diagnostic.path), ("line", str(diagnostic.file_line))]
+    # GitHub only honours columns when the annotation stays on one line. A notebook finding sits on
+    # the line of the .ipynb that holds its code, where columns would count JSON, not code: the title
+    # says where in the cell it is instead.
+    notebook = diagnostic.cell is not None
+    single_line = diagnostic.end_line <= diagnostic.line and not notebook
     if single_line:
         properties.append(("col", str(diagnostic.column)))
-    properties.append(("endLine", str(max(diagnostic.end_line, diagnostic.line))))
+    end_line = diagnostic.file_line if notebook else max(diagnostic.end_line, diagnostic.line)
+    properties.append(("endLine", str(end_line)))
     if single_line:
         properties.append(("endColumn", str(max(diagnostic.end_column, diagnostic.column))))
-    properties.append(("title", f"{diagnostic.code} {diagnostic.name}"))
+    title = f"{diagnostic.code} {diagnostic.name}"
+    properties.append(("title", f"{title} ({cell_position(diagnostic)})" if notebook else title))
     message = diagnostic.message
     if diagnostic.fix is not None:
         message += f"\nFix available (amplint --fix): {diagnostic.fix.description}"

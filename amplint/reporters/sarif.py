@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from amplint.diagnostics import Diagnostic, Edit, Severity
-from amplint.reporters import ReportSummary
+from amplint.reporters import ReportSummary, cell_position
 from amplint.reporters.json import amplint_version, json_default
 
 if TYPE_CHECKING:
@@ -132,23 +132,24 @@ def _fix(diagnostic: Diagnostic, location: dict[str, str]) -> dict[str, Any]:
 
 def _result(diagnostic: Diagnostic, rule_index: int) -> dict[str, Any]:
     location = artifact_location(diagnostic.path)
+    # SARIF has no notebook cells: a notebook finding sits on the line of the .ipynb that holds its code
+    # (columns there would count JSON, not code) and its message says where in the cell it is. Its fix
+    # edits the cell, not the file's text, so it is left out.
+    notebook = diagnostic.cell is not None
+    message = f"{diagnostic.message} ({cell_position(diagnostic)})" if notebook else diagnostic.message
+    region = (
+        {"startLine": diagnostic.file_line, "endLine": diagnostic.file_line}
+        if notebook
+        else _region(diagnostic.line, diagnostic.column, diagnostic.end_line, diagnostic.end_column)
+    )
     result: dict[str, Any] = {
         "ruleId": diagnostic.code,
         "ruleIndex": rule_index,
         "level": _level(diagnostic.severity),
-        "message": _message(diagnostic.message),
-        "locations": [
-            {
-                "physicalLocation": {
-                    "artifactLocation": location,
-                    "region": _region(
-                        diagnostic.line, diagnostic.column, diagnostic.end_line, diagnostic.end_column
-                    ),
-                }
-            }
-        ],
+        "message": _message(message),
+        "locations": [{"physicalLocation": {"artifactLocation": location, "region": region}}],
     }
-    if diagnostic.fix is not None:
+    if diagnostic.fix is not None and not notebook:
         result["fixes"] = [_fix(diagnostic, location)]
     properties: dict[str, Any] = {
         "confidence": str(getattr(diagnostic.confidence, "value", diagnostic.confidence)),

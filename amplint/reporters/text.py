@@ -115,13 +115,13 @@ def _finding(diagnostic: Diagnostic, sources: Mapping[str, str], style: _Style) 
     severity_style = _SEVERITY_STYLE.get(severity, _BOLD) if severity is not None else _BOLD
     fixable = f" {style('[*]', _CYAN)}" if diagnostic.fix is not None else ""
     header = (
-        f"{style(_sanitize(diagnostic.path), _BOLD)}:{diagnostic.line}:{diagnostic.column}: "
+        f"{style(_sanitize(diagnostic.location), _BOLD)}:{diagnostic.line}:{diagnostic.column}: "
         f"{style(diagnostic.code, severity_style)}{fixable} {_sanitize(diagnostic.message)}"
     )
     out = [header]
     gutter_width = len(str(max(diagnostic.line, 1)))
     blank = " " * gutter_width
-    source = _source_line(sources, diagnostic.path, diagnostic.line)
+    source = _source_line(sources, diagnostic.location, diagnostic.line)
     if source is not None:
         start = max(diagnostic.column, 1) - 1
         multiline = diagnostic.end_line > diagnostic.line

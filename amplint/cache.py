@@ -1,0 +1,337 @@
+"""The result cache: what checking a file found, keyed by everything that decides it.
+
+An entry's key hashes the file's bytes, the path it was checked under, the rule selection that
+applies to it (`select`, `ignore`, its `per-file-ignores`), and the code doing the checking: the
+amplint version and a fingerprint of amplint's own source files, the libcst version and the Python
+version. Any change to one of them misses; nothing is ever invalidated in place. An entry holds the
+file's diagnostics (fixes included) as JSON, without the path, so that a warm run reports exactly
+what a cold run does.
+
+The cache lives in `.amplint_cache/` in the project root (the directory of the configuration file,
+else the working directory), marked with a CACHEDIR.TAG and a `.gitignore` of `*`. Entries are written
+to a temporary file and renamed into place, so processes sharing the cache see whole entries or
+none; an entry that cannot be read or decoded is a miss. A cache that cannot be created or written
+turns the cache off for the rest of the run, with one warning, and the check goes on.
+
+This module imports neither libcst nor the rules: a run answered from the cache never loads them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from amplint.config import Settings
+from amplint.diagnostics import CellEdit, Confidence, Diagnostic, Edit, Fix, Severity
+from amplint.results import FileResult
+from amplint.source import SourceError, decode_source
+
+__all__ = ["CACHE_DIR_NAME", "Cache", "cache_directory", "clean"]
+
+CACHE_DIR_NAME = ".amplint_cache"
+_FORMAT = 1  # bump when the entry layout changes
+# Entries live in one directory per version of the checking code (`v1-<fingerprint>`): a change of
+# amplint, libcst or Python starts a new one, and a run that writes keeps the few most recently used
+# of the others (two environments sharing a checkout keep theirs) and removes the rest.
+_KEEP_OTHER_VERSIONS = 3
+_CACHEDIR_TAG = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This file is a cache directory tag created by amplint.\n"
+    "# For information about cache directory tags, see https://bford.info/cachedir/\n"
+)
+_GITIGNORE = "# Automatically created by amplint.\n*\n"
+
+
+def cache_directory(settings: Settings) -> Path:
+    return settings.root / CACHE_DIR_NAME
+
+
+def _code_fingerprint() -> bytes:
+    """What identifies the checking code: amplint's version and every source file of the package
+    (name, size, modification time), so an edited or added rule misses; libcst's version; Python's."""
+    import amplint
+
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"amplint {amplint.__version__}\0python {sys.version}\0format {_FORMAT}\0".encode())
+    package = Path(amplint.__file__).parent
+    for directory, subdirs, names in os.walk(package):
+        subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
+        for name in sorted(names):
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(directory, name))
+                relative = os.path.relpath(os.path.join(directory, name), package)
+                digest.update(f"{relative}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    digest.update(_libcst_version().encode())
+    return digest.digest()
+
+
+def _libcst_version() -> str:
+    """libcst's version, read from its `_version.py` without importing libcst (which is slow)."""
+    from importlib.util import find_spec
+
+    try:
+        spec = find_spec("libcst")
+    except (ImportError, ValueError):
+        return "libcst ?"
+    if spec is None or not spec.submodule_search_locations:
+        return "libcst ?"
+    for location in spec.submodule_search_locations:
+        try:
+            return Path(location, "_version.py").read_text(encoding="utf-8")
+        except OSError:
+            continue
+    return "libcst ?"
+
+
+class Cache:
+    """The entries of one project. `readonly` reads entries and never writes (as for `--diff`)."""
+
+    def __init__(self, directory: Path, settings: Settings, *, readonly: bool = False) -> None:
+        self.directory = directory
+        fingerprint = _code_fingerprint()
+        self.entries = directory / f"v{_FORMAT}-{fingerprint.hex()[:16]}"
+        self.settings = settings
+        self.readonly = readonly
+        self.warning: str | None = None  # why the cache was turned off, for one message
+        self._prepared = False
+        self._counter = 0
+        selection = f"select {','.join(settings.select)}\0ignore {','.join(settings.ignore)}\0"
+        self._run_key = fingerprint + selection.encode()
+
+    # -- keys ------------------------------------------------------------------------------------
+    def key(self, path: Path, display: str, raw: bytes) -> str:
+        ignored = ",".join(sorted(self.settings.ignored_codes_for(path)))
+        digest = hashlib.blake2b(self._run_key, digest_size=20)
+        digest.update(f"{os.fspath(path)}\0{display}\0{ignored}\0".encode())
+        digest.update(hashlib.blake2b(raw, digest_size=20).digest())
+        return digest.hexdigest()
+
+    # -- reading ---------------------------------------------------------------------------------
+    def load(self, key: str, display: str) -> list[Diagnostic] | None:
+        """The diagnostics stored under `key`, reported under `display`; None for a miss (no entry, or
+        one that cannot be read or decoded)."""
+        try:
+            data = (self.entries / key).read_bytes()
+        except OSError:
+            return None
+        try:
+            entry = json.loads(data)
+            if not isinstance(entry, dict) or entry.get("key") != key:
+                return None
+            items = entry["diagnostics"]
+            if not isinstance(items, list):
+                return None
+            return [_decode(item, display) for item in items]
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError):
+            return None
+
+    def result(self, path: Path, display: str, raw: bytes, diagnostics: list[Diagnostic]) -> FileResult:
+        """A cached result as checking would have returned it: with the source text when there are
+        findings (reports show their lines), without it otherwise (nothing reads it)."""
+        source = None
+        if diagnostics:
+            try:
+                source = decode_source(raw, path)
+            except SourceError:
+                source = None  # a file that does not decode: its AMP900 is the finding
+        return FileResult(path, display, source, diagnostics)
+
+    # -- writing ---------------------------------------------------------------------------------
+    def store(self, key: str, result: FileResult) -> None:
+        """Remember a result under `key` (the key of the bytes that produced it). A result with
+        internal errors is not stored: the next run tries again, and reports them again."""
+        if self.readonly or self.warning is not None or result.internal_errors:
+            return
+        blob = _encode(key, result.diagnostics)
+        if blob is None:
+            return  # a rule's `extra` that JSON cannot hold exactly: not cacheable
+        try:
+            self._prepare()
+            self._counter += 1
+            temporary = self.entries / f".{key}.{os.getpid()}.{self._counter}.{os.urandom(4).hex()}.tmp"
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(blob)
+                os.replace(temporary, self.entries / key)
+            except BaseException:
+                temporary.unlink(missing_ok=True)
+                raise
+        except OSError as exc:
+            self.warning = (
+                f"cannot write the cache in {self.directory}: {exc.strerror or exc}; going on without it"
+            )
+
+    def store_checked(self, path: Path, display: str, result: FileResult) -> None:
+        """Remember a result whose bytes the caller does not hold (a fix just written): the bytes are
+        the source encoded back, stored only when they decode to the very text that was checked."""
+        if self.readonly or self.warning is not None or result.source is None or result.internal_errors:
+            return
+        source = result.source
+        try:
+            raw = source.encode(source.text)
+            if decode_source(raw, path).text != source.text:
+                return
+        except (SourceError, UnicodeError):
+            return
+        self.store(self.key(path, display, raw), result)
+
+    def _prepare(self) -> None:
+        if self._prepared:
+            return
+        self.directory.mkdir(exist_ok=True)
+        for name, text in (("CACHEDIR.TAG", _CACHEDIR_TAG), (".gitignore", _GITIGNORE)):
+            marker = self.directory / name
+            if not marker.exists():
+                try:
+                    with open(marker, "x", encoding="utf-8") as handle:
+                        handle.write(text)
+                except FileExistsError:
+                    pass  # another process made it
+        self.entries.mkdir(exist_ok=True)
+        self._prepared = True
+        self._prune()
+
+    def _prune(self) -> None:
+        """Remove the entries of all but the most recently used other versions of the code."""
+        try:
+            others = [
+                (entry.stat().st_mtime, entry)
+                for entry in self.directory.iterdir()
+                if entry.name.startswith(f"v{_FORMAT}-") and entry != self.entries and entry.is_dir()
+            ]
+        except OSError:
+            return
+        for _, old in sorted(others, reverse=True)[_KEEP_OTHER_VERSIONS:]:
+            _remove(old)
+
+
+def _encode(key: str, diagnostics: Iterable[Diagnostic]) -> bytes | None:
+    items = []
+    originals = list(diagnostics)
+    for d in originals:
+        fix = None
+        if d.fix is not None:
+            fix = {
+                "description": d.fix.description,
+                "edits": [
+                    [e.line, e.column, e.end_line, e.end_column, e.content]
+                    + ([e.cell] if isinstance(e, CellEdit) else [])
+                    for e in d.fix.edits
+                ],
+            }
+        items.append(
+            {
+                "code": d.code,
+                "name": d.name,
+                "message": d.message,
+                "span": [d.line, d.column, d.end_line, d.end_column],
+                "severity": d.severity.value,
+                "confidence": d.confidence.value,
+                "fix": fix,
+                "help": d.help,
+                "extra": d.extra,
+            }
+        )
+    try:
+        blob = json.dumps({"key": key, "diagnostics": items}, separators=(",", ":")).encode("utf-8")
+        decoded = [_decode(item, "") for item in json.loads(blob)["diagnostics"]]
+    except (TypeError, ValueError, RecursionError):
+        return None
+    # Only what comes back exactly is stored: `extra` may hold tuples or non-string keys.
+    for original, back in zip(originals, decoded, strict=True):
+        if back != replace(original, path="") or back.extra != original.extra:
+            return None
+    return blob
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("expected a string")
+    return value
+
+
+def _integer(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError("expected an integer")
+    return value
+
+
+def _edit(values: Any) -> Edit:
+    if not isinstance(values, list):
+        raise TypeError("expected a list")
+    if len(values) == 6:  # an edit in a notebook cell
+        line, column, end_line, end_column, content, cell = values
+        return CellEdit(
+            _integer(line),
+            _integer(column),
+            _integer(end_line),
+            _integer(end_column),
+            _string(content),
+            _integer(cell),
+        )
+    line, column, end_line, end_column, content = values
+    return Edit(_integer(line), _integer(column), _integer(end_line), _integer(end_column), _string(content))
+
+
+def _decode(item: Any, display: str) -> Diagnostic:
+    line, column, end_line, end_column = (_integer(v) for v in item["span"])
+    fix = None
+    if item["fix"] is not None:
+        edits = tuple(_edit(edit) for edit in item["fix"]["edits"])
+        fix = Fix(_string(item["fix"]["description"]), edits)
+    help_text = item["help"]
+    extra = item["extra"]
+    if not isinstance(extra, dict):
+        raise TypeError("expected an object")
+    return Diagnostic(
+        code=_string(item["code"]),
+        name=_string(item["name"]),
+        message=_string(item["message"]),
+        path=display,
+        line=line,
+        column=column,
+        end_line=end_line,
+        end_column=end_column,
+        severity=Severity(item["severity"]),
+        confidence=Confidence(item["confidence"]),
+        fix=fix,
+        help=None if help_text is None else _string(help_text),
+        extra=extra,
+    )
+
+
+def _remove(directory: Path) -> bool:
+    """Remove a directory that other processes may still be writing to: renamed out of their way
+    first (atomic), then deleted. False when it could not be renamed (already gone, or not ours)."""
+    import shutil
+
+    doomed = directory.with_name(f".removing-{directory.name}-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        os.rename(directory, doomed)
+    except OSError:
+        return False
+    for _ in range(3):  # a writer that resolved its path before the rename may add a file
+        shutil.rmtree(doomed, ignore_errors=True)
+        if not os.path.lexists(doomed):
+            break
+    return True
+
+
+def clean(directory: Path) -> str:
+    """Remove a cache directory; what was done, for the user. Raises OSError when it cannot."""
+    if not os.path.lexists(directory):
+        return f"no cache at {directory}"
+    if directory.is_symlink() or not directory.is_dir():
+        directory.unlink()
+    elif not _remove(directory):
+        import shutil
+
+        shutil.rmtree(directory)  # could not be renamed: remove in place (raises if it cannot)
+    return f"removed {directory}"

@@ -1,0 +1,200 @@
+"""Checking many files at once: each file is read once and its bytes hashed; the cache answers what it
+can; what is left is checked in a pool of worker processes when there is enough of it to pay for
+starting them, and in this process otherwise.
+
+A file is checked from the bytes that were hashed (sent to the worker, not read again), so an entry
+always describes the content it is keyed by, even when the file changes during the run. Results come
+back keyed by path; the caller walks the files in their own (sorted) order, so the output does not
+depend on which worker finished first. The pool works with every start method (`fork`, `forkserver`,
+`spawn`): a worker receives the settings once and imports what it needs itself, and the parent
+imports neither libcst nor multiprocessing unless it has to.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from amplint.config import Settings
+from amplint.diagnostics import Diagnostic
+from amplint.results import FileResult, unreadable
+from amplint.source import SourceError, decode_source, display_path, read_bytes
+
+if TYPE_CHECKING:
+    from amplint.cache import Cache
+
+__all__ = ["AUTO_MIN_BYTES", "AUTO_MIN_FILES", "check_bytes", "precheck", "usable_cpus"]
+
+# Starting a worker costs about as much as checking 100-300 kB of code (interpreter start and the
+# libcst import; more under `spawn`). Below both of these the automatic choice checks in-process.
+AUTO_MIN_FILES = 8
+AUTO_MIN_BYTES = 400_000
+
+
+@dataclass
+class _Task:
+    path: Path
+    display: str
+    raw: bytes
+    key: str | None
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, not the machine's count)."""
+    counter = getattr(os, "process_cpu_count", None)  # Python 3.13+
+    if counter is not None:
+        return int(counter() or 1)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def check_bytes(path: Path, display: str, raw: bytes, settings: Settings) -> FileResult:
+    """Check one file's content: decode, pre-scan, parse and run the rules that apply to it."""
+    from amplint.api import rules_for
+    from amplint.notebook import is_notebook, lint_notebook
+    from amplint.runner import lint_source
+
+    try:
+        source = decode_source(raw, path)
+    except SourceError as exc:
+        return unreadable(path, display, exc)
+    lint = lint_notebook if is_notebook(path) else lint_source
+    return lint(source, rules_for(settings, path), display)
+
+
+def precheck(
+    files: Sequence[Path],
+    settings: Settings,
+    *,
+    cache: Cache | None,
+    fix: bool = False,
+    jobs: int | None = None,
+) -> dict[Path, FileResult]:
+    """Results for the files that can be settled here. Without `fix`: every file. With `fix`: only
+    cache hits that carry no fix (the rest must go through the fixer, which does not trust the cache
+    for a file it may edit)."""
+    done: dict[Path, FileResult] = {}
+    tasks: list[_Task] = []
+    if fix and cache is None:
+        return done
+    for path in files:
+        display = display_path(path)
+        try:
+            raw = read_bytes(path)
+        except SourceError as exc:
+            if not fix:
+                done[path] = unreadable(path, display, exc)
+            continue
+        key = cache.key(path, display, raw) if cache is not None else None
+        if cache is not None and key is not None:
+            cached = cache.load(key, display)
+            if cached is not None and not (fix and any(d.fix is not None for d in cached)):
+                done[path] = cache.result(path, display, raw, cached)
+                continue
+        if not fix:
+            tasks.append(_Task(path, display, raw, key))
+    if not tasks:
+        return done
+    workers = _workers(jobs, tasks)
+    results = _run_pool(tasks, settings, workers) if workers > 1 else {}
+    for index, task in enumerate(tasks):
+        result = results.get(index)
+        if result is None:
+            result = check_bytes(task.path, task.display, task.raw, settings)
+        if cache is not None and task.key is not None:
+            cache.store(task.key, result)
+        done[task.path] = result
+    return done
+
+
+def _workers(jobs: int | None, tasks: Sequence[_Task]) -> int:
+    """How many processes: `jobs` when given (1: none), else one per usable CPU when the work is
+    large enough to pay for starting them."""
+    if len(tasks) < 2 or (jobs is not None and jobs <= 1):
+        return 1
+    if jobs is not None:
+        return min(jobs, len(tasks))
+    cpus = usable_cpus()
+    size = sum(len(task.raw) for task in tasks)
+    if cpus < 2 or len(tasks) < AUTO_MIN_FILES or size < AUTO_MIN_BYTES:
+        return 1
+    return min(cpus, len(tasks))
+
+
+def _batches(tasks: Sequence[_Task], workers: int) -> list[list[int]]:
+    """Indices of the tasks, largest files first, grouped into batches of similar size (a few per
+    worker, so that one slow batch does not leave the other workers idle at the end)."""
+    ordered = sorted(range(len(tasks)), key=lambda index: len(tasks[index].raw), reverse=True)
+    target = max(sum(len(task.raw) for task in tasks) // (workers * 10), 1)
+    batches: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for index in ordered:
+        current.append(index)
+        size += len(tasks[index].raw)
+        if size >= target:
+            batches.append(current)
+            current, size = [], 0
+    if current:
+        batches.append(current)
+    return batches
+
+
+_Outcome = tuple[int, list[Diagnostic], list[str], bool]  # index, diagnostics, errors, has source
+_worker_settings: Settings | None = None
+
+
+def _initialize(settings: Settings) -> None:
+    global _worker_settings
+    _worker_settings = settings
+
+
+def _check_batch(batch: list[tuple[int, str, str, bytes]]) -> list[_Outcome]:
+    assert _worker_settings is not None, "the pool initializer sets the settings"
+    outcomes: list[_Outcome] = []
+    for index, path, display, raw in batch:
+        result = check_bytes(Path(path), display, raw, _worker_settings)
+        outcomes.append((index, result.diagnostics, result.internal_errors, result.source is not None))
+    return outcomes
+
+
+def _run_pool(tasks: Sequence[_Task], settings: Settings, workers: int) -> dict[int, FileResult]:
+    """Check the tasks in worker processes. A batch whose worker failed (a crash, a result that
+    would not pickle) is left out, and so checked again in this process, where a real bug raises as
+    it would without the pool."""
+    import multiprocessing
+    from concurrent.futures import Future, ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    results: dict[int, FileResult] = {}
+    executor = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context(),
+        initializer=_initialize,
+        initargs=(settings,),
+    )
+    try:
+        futures: list[Future[list[_Outcome]]] = [
+            executor.submit(
+                _check_batch, [(i, os.fspath(tasks[i].path), tasks[i].display, tasks[i].raw) for i in batch]
+            )
+            for batch in _batches(tasks, workers)
+        ]
+        for future in futures:
+            try:
+                outcomes = future.result()
+            except BrokenProcessPool:
+                break
+            except Exception:
+                continue
+            for index, diagnostics, errors, has_source in outcomes:
+                task = tasks[index]
+                source = decode_source(task.raw, task.path) if has_source and diagnostics else None
+                results[index] = FileResult(task.path, task.display, source, diagnostics, errors)
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+    return results

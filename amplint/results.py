@@ -1,0 +1,46 @@
+"""What checking one file produces. Kept free of libcst so that a run answered from the cache, and
+the process that hands work to a pool, never import the parser."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from amplint.diagnostics import Diagnostic, Severity
+from amplint.source import SourceError, SourceFile
+
+# AMP900 (`amplint/rules/amp900_unparsable_file.py`), spelled out here so that this module does not
+# import the rule (and libcst with it); tests/test_cache.py checks that the two agree.
+UNPARSABLE = "AMP900"
+UNPARSABLE_NAME = "unparsable-file"
+UNPARSABLE_SEVERITY = Severity.ERROR
+
+
+@dataclass
+class FileResult:
+    path: Path
+    display: str
+    source: SourceFile | None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    internal_errors: list[str] = field(default_factory=list)
+
+
+def unparsable_diagnostic(display: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
+    return Diagnostic(
+        code=UNPARSABLE,
+        name=UNPARSABLE_NAME,
+        message=message,
+        path=display,
+        line=line,
+        column=column,
+        end_line=line,
+        end_column=column,
+        severity=UNPARSABLE_SEVERITY,
+    )
+
+
+def unreadable(path: Path, display: str, error: SourceError) -> FileResult:
+    """The result for a file that could not be read or decoded: one AMP900 saying why."""
+    return FileResult(
+        path, display, None, [unparsable_diagnostic(display, error.message, error.line, error.column)]
+    )

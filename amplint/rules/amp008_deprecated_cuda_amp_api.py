@@ -1,0 +1,637 @@
+"""AMP008: the device-specific AMP entry points that PyTorch 2.4 deprecated."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from amplint.context import FileContext, Finding, FixPlan
+from amplint.diagnostics import Severity
+from amplint.imports import dotted_name, import_aliases
+from amplint.rule import Bad, Good, Rule
+from amplint.scopes import walk
+
+
+@dataclass(frozen=True)
+class _Api:
+    kind: str  # "autocast", "GradScaler", "custom_fwd" or "custom_bwd"
+    device: str
+
+
+def _apis() -> dict[str, _Api]:
+    apis: dict[str, _Api] = {}
+    for device in ("cuda", "cpu"):
+        for module in (f"torch.{device}.amp", f"torch.{device}.amp.autocast_mode"):
+            apis[f"{module}.autocast"] = _Api("autocast", device)
+        for module in (f"torch.{device}.amp", f"torch.{device}.amp.grad_scaler"):
+            apis[f"{module}.GradScaler"] = _Api("GradScaler", device)
+    for module in ("torch.cuda.amp", "torch.cuda.amp.autocast_mode"):
+        for kind in ("custom_fwd", "custom_bwd"):
+            apis[f"{module}.{kind}"] = _Api(kind, "cuda")
+    return apis
+
+
+_DEPRECATED = _apis()
+# `torch.cuda.amp.autocast(enabled, dtype, cache_enabled)`: the old positional order. The new
+# `torch.amp.autocast(device_type, dtype, enabled, cache_enabled)` differs, so they become keywords.
+_AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
+# Exception types that a compatibility `try:`/`except` around an import catches.
+_COMPAT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "TypeError", "Exception"})
+# A test that picks an API by PyTorch version or by what the module offers.
+_VERSION_TEST = re.compile(r"version|release|hasattr|getattr|is_torch|torch_(?:ge|gt|lt|le|ver)", re.I)
+_NO_SPACE = cst.AssignEqual(
+    whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+)
+
+
+class DeprecatedCudaAmpApi(Rule):
+    """
+    ## What it does
+    Flags the device-specific AMP entry points that PyTorch 2.4 deprecated:
+    `torch.cuda.amp.autocast`, `torch.cpu.amp.autocast`, `torch.cuda.amp.GradScaler`,
+    `torch.cpu.amp.GradScaler`, `torch.cuda.amp.custom_fwd` and `torch.cuda.amp.custom_bwd`, however
+    they are imported (`from torch.cuda.amp import autocast`, `import torch.cuda.amp as amp`,
+    `from torch.cuda import amp`).
+
+    ## Why is this bad?
+    Each of them emits a `FutureWarning` and only forwards to the device-generic API in `torch.amp`,
+    which takes the device as an argument. The old `autocast` also takes its arguments in another
+    order (`enabled, dtype, cache_enabled` instead of `device_type, dtype, enabled, cache_enabled`),
+    so a positional call cannot be moved over by renaming it: `enabled` would land on `dtype`. Code
+    that keeps the old names breaks when the deprecated aliases are removed.
+
+    ## Example
+    ```python
+    scaler = torch.cuda.amp.GradScaler()
+    with torch.cuda.amp.autocast(dtype=torch.bfloat16):
+        loss = model(x)
+    ```
+
+    ## Fix
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    with torch.amp.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(x)
+    ```
+    Positional arguments of the old `autocast` become keywords (`enabled=`, `dtype=`,
+    `cache_enabled=`); `@torch.cuda.amp.custom_fwd(cast_inputs=...)` becomes
+    `@torch.amp.custom_fwd(device_type="cuda", cast_inputs=...)`. A name imported from
+    `torch.cuda.amp` is rewritten at each use to `torch.amp.<name>` (adding `import torch` where the
+    module lacks it); the import itself is left in place, and a linter such as ruff (F401) removes it
+    once nothing uses it. In annotations and `isinstance` checks the class becomes
+    `torch.amp.GradScaler`/`torch.amp.autocast` (the base class of the old one). References that
+    select the old API for old PyTorch versions (inside an `if` on the version or a
+    `try`/`except ImportError`), or that only compare against it, are not flagged.
+
+    ## References
+    - PyTorch AMP docs: https://pytorch.org/docs/stable/amp.html
+    - `torch.amp.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)`
+    - `torch.amp.GradScaler(device="cuda", ...)`, `torch.amp.custom_fwd(fwd=None, *, device_type, cast_inputs=None)`
+    """
+
+    code = "AMP008"
+    name = "deprecated-cuda-amp-api"
+    summary = (
+        "torch.cuda.amp / torch.cpu.amp autocast, GradScaler, custom_fwd/custom_bwd instead of torch.amp"
+    )
+    severity = Severity.INFO
+    triggers = frozenset({"amp"})
+
+    bad = (
+        Bad(
+            """\
+import torch
+
+
+def train_step(model, optimizer, x, y):
+    scaler = torch.cuda.amp.GradScaler()
+    with torch.cuda.amp.autocast(dtype=torch.bfloat16):
+        loss = model(x, y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+""",
+            fixed="""\
+import torch
+
+
+def train_step(model, optimizer, x, y):
+    scaler = torch.amp.GradScaler("cuda")
+    with torch.amp.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(x, y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+""",
+        ),
+        Bad(
+            """\
+from torch.cuda.amp import GradScaler, autocast
+
+
+def evaluate(model, x, use_amp):
+    with autocast(use_amp, None, False):
+        return model(x)
+
+
+scaler = GradScaler(2.0**14, enabled=True)
+""",
+            fixed="""\
+import torch
+from torch.cuda.amp import GradScaler, autocast
+
+
+def evaluate(model, x, use_amp):
+    with torch.amp.autocast("cuda", enabled=use_amp, dtype=None, cache_enabled=False):
+        return model(x)
+
+
+scaler = torch.amp.GradScaler("cuda", 2.0**14, enabled=True)
+""",
+        ),
+        Bad(
+            """\
+import torch
+
+
+class LayerNormFunction(torch.autograd.Function):
+    @staticmethod
+    @torch.cuda.amp.custom_fwd(cast_inputs=torch.float32)
+    def forward(ctx, x, weight, eps):
+        ctx.save_for_backward(x, weight)
+        return torch.nn.functional.layer_norm(x, x.shape[-1:], weight, eps=eps)
+
+    @staticmethod
+    @torch.cuda.amp.custom_bwd
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        return grad, None, None
+""",
+            fixed="""\
+import torch
+
+
+class LayerNormFunction(torch.autograd.Function):
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
+    def forward(ctx, x, weight, eps):
+        ctx.save_for_backward(x, weight)
+        return torch.nn.functional.layer_norm(x, x.shape[-1:], weight, eps=eps)
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        return grad, None, None
+""",
+        ),
+        Bad(
+            """\
+import torch.cuda.amp as amp
+from torch.cuda.amp import custom_fwd
+
+
+class Scale(object):
+    @staticmethod
+    @custom_fwd
+    def forward(ctx, x):
+        return x * 2
+
+
+def run(model, x):
+    with amp.autocast(
+        enabled=True,
+        dtype=None,
+    ):
+        return model(x)
+""",
+            fixed="""\
+import torch
+import torch.cuda.amp as amp
+from torch.cuda.amp import custom_fwd
+
+
+class Scale(object):
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
+    def forward(ctx, x):
+        return x * 2
+
+
+def run(model, x):
+    with torch.amp.autocast(
+        "cuda", enabled=True,
+        dtype=None,
+    ):
+        return model(x)
+""",
+        ),
+        Bad(
+            """\
+import torch as th
+from torch.cpu import amp
+
+
+def infer(model, x):
+    with amp.autocast():
+        return model(x)
+
+
+def make_scaler() -> th.cuda.amp.GradScaler:
+    return th.cuda.amp.GradScaler(enabled=th.cuda.is_available())
+
+
+def is_scaler(obj):
+    return isinstance(obj, th.cuda.amp.GradScaler)
+""",
+            fixed="""\
+import torch as th
+from torch.cpu import amp
+
+
+def infer(model, x):
+    with th.amp.autocast("cpu"):
+        return model(x)
+
+
+def make_scaler() -> th.amp.GradScaler:
+    return th.amp.GradScaler("cuda", enabled=th.cuda.is_available())
+
+
+def is_scaler(obj):
+    return isinstance(obj, th.amp.GradScaler)
+""",
+        ),
+        Bad(
+            """\
+import torch
+
+amp_ctx = torch.cuda.amp.autocast
+""",
+        ),
+    )
+    good = (
+        Good(
+            """\
+import torch
+
+
+def train_step(model, x):
+    scaler = torch.amp.GradScaler("cuda")
+    with torch.amp.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(x)
+    scaler.scale(loss).backward()
+""",
+            "the device-generic API",
+        ),
+        Good(
+            """\
+import functools
+
+import torch
+from packaging import version
+
+if version.parse(torch.__version__) >= version.parse("2.4"):
+    autocast_custom_fwd = functools.partial(torch.amp.custom_fwd, device_type="cuda")
+    autocast_custom_bwd = functools.partial(torch.amp.custom_bwd, device_type="cuda")
+else:
+    autocast_custom_fwd = torch.cuda.amp.custom_fwd
+    autocast_custom_bwd = torch.cuda.amp.custom_bwd
+""",
+            "a fallback for PyTorch older than 2.4 (flash-linear-attention's `fla/utils.py`)",
+        ),
+        Good(
+            """\
+try:
+    from torch.amp import custom_bwd, custom_fwd
+except ImportError:
+    from torch.cuda.amp import custom_bwd, custom_fwd
+
+
+class Op:
+    @staticmethod
+    @custom_fwd(device_type="cuda")
+    def forward(ctx, x):
+        return x
+""",
+            "an import fallback: the names are the new API wherever it exists",
+        ),
+        Good(
+            """\
+import torch
+
+NEW_AMP = tuple(map(int, torch.__version__.split(".")[:2])) >= (2, 4)
+scaler = torch.amp.GradScaler("cuda") if NEW_AMP else torch.cuda.amp.GradScaler()
+""",
+            "a version switch in an expression",
+        ),
+        Good(
+            """\
+from apex import amp
+from torch.cuda.amp import autocast
+
+
+def train(model, optimizer, loss):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+
+
+def run(model, x, autocast=None):
+    with autocast():
+        return model(x)
+""",
+            "NVIDIA apex's `amp`, and a parameter that shadows an imported `autocast`",
+        ),
+        Good(
+            """\
+import torch
+
+SUPPORTED_CTX_MANAGERS = {
+    torch.cpu.amp.autocast_mode.autocast,
+    torch.cuda.amp.autocast_mode.autocast,
+}
+
+
+def device_of(func):
+    if func in [torch.amp.autocast_mode.autocast, torch.cuda.amp.autocast, torch.cpu.amp.autocast]:
+        return "cuda" if func is torch.cuda.amp.autocast else "cpu"
+    return None
+""",
+            "code that recognises the old API, compares against it or lists it (torch's dynamo)",
+        ),
+        Good(
+            """\
+import torch
+
+
+def graphed(model, x):
+    # `torch.cuda.amp.autocast(cache_enabled=False)` is required for graph capture.
+    available = torch.cuda.amp.common.amp_definitely_not_available()
+    return model(x), available
+""",
+            "comments and the non-deprecated `torch.cuda.amp.common` helpers",
+        ),
+    )
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        if not ctx.words & {"cuda", "cpu"}:
+            return
+        if not any(target.startswith("torch") for target in ctx.index.aliases.values()):
+            return
+        scan = _Scan(ctx)
+        for node in scan.references:
+            api = _DEPRECATED.get(ctx.qualified(node) or "")
+            if api is None or id(node) in scan.guarded or _shadowed(scan, node):
+                continue
+            call = scan.call_of.get(id(node))
+            if call is not None:
+                finding = _call_finding(ctx, call, node, api)
+            elif id(node) in scan.decorators:
+                finding = _decorator_finding(ctx, node, api)
+            elif id(node) in scan.annotations and api.kind in {"autocast", "GradScaler"}:
+                finding = _replacement_finding(ctx, node, api, _new_name(ctx, api.kind)[0])
+            elif id(node) in scan.compared:
+                continue
+            else:
+                finding = _reference_finding(ctx, node, api)
+            if finding is not None:
+                yield finding
+
+
+@dataclass
+class _Scan:
+    """What one walk over the module finds: the references that may name a deprecated API, and
+    where each sits (a called function, a decorator, an annotation, compatibility code)."""
+
+    ctx: FileContext
+    references: list[cst.Name | cst.Attribute] = field(default_factory=list)
+    call_of: dict[int, cst.Call] = field(default_factory=dict)
+    decorators: set[int] = field(default_factory=set)
+    annotations: set[int] = field(default_factory=set)
+    guarded: set[int] = field(default_factory=set)
+    # References compared against (`func is torch.cuda.amp.autocast`, `f in [..., torch.cuda.amp.autocast]`)
+    # or listed in a collection: code that recognises the old API (torch's own dynamo), not code that uses it.
+    compared: set[int] = field(default_factory=set)
+    bindings: dict[str, set[str]] = field(default_factory=dict)  # local name -> what imports bind it to
+    assigned: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        # Names that are not references: imports, attribute names, keywords, parameters, definitions.
+        skipped: set[int] = set()
+        aliases = self.ctx.index.aliases
+        for top, node in ((statement, n) for statement in self.ctx.module.body for n in walk(statement)):
+            if isinstance(node, (cst.Import, cst.ImportFrom)):
+                for local, target in import_aliases(node):
+                    self.bindings.setdefault(local, set()).add(target)
+                skipped.update(id(n) for n in walk(node))
+            elif isinstance(node, cst.Attribute):
+                skipped.add(id(node.attr))
+            elif isinstance(node, cst.Arg) and node.keyword is not None:
+                skipped.add(id(node.keyword))
+            elif isinstance(node, cst.Param):
+                skipped.add(id(node.name))
+                self.assigned.add(node.name.value)  # `def f(autocast): ...` shadows an import
+            elif isinstance(node, cst.ClassDef):
+                skipped.add(id(node.name))
+            elif isinstance(node, cst.Call):
+                self.call_of[id(node.func)] = node
+                if isinstance(node.func, cst.Name) and node.func.value in {"isinstance", "issubclass"}:
+                    # A class named as a type, as in an annotation.
+                    self.annotations.update(id(n) for arg in node.args[1:2] for n in walk(arg.value))
+            elif isinstance(node, cst.FunctionDef):
+                skipped.add(id(node.name))
+                self.decorators.update(id(d.decorator) for d in node.decorators)
+            elif isinstance(node, cst.Annotation):
+                self.annotations.update(id(n) for n in walk(node.annotation))
+            elif isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                self.assigned.update(t.value for t in targets if isinstance(t, cst.Name))
+            elif isinstance(node, cst.Comparison):
+                self.compared.update(id(n) for n in walk(node))
+            elif isinstance(node, (cst.List, cst.Tuple, cst.Set)):
+                self.compared.update(id(element.value) for element in node.elements)
+            elif _is_compat_branch(self.ctx, node):
+                self.guarded.update(id(n) for n in walk(node))
+            if isinstance(node, (cst.Name, cst.Attribute)) and id(node) not in skipped:
+                name = dotted_name(node)
+                if name is not None and name.partition(".")[0] in aliases:
+                    self.references.append(node)
+                    # Where it is: a finding's position is then computed for this statement only.
+                    self.ctx.index.top_of.setdefault(node, top)
+
+
+def _is_compat_branch(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """An `if`/conditional expression on the PyTorch version (or on what a module offers), or a
+    `try` that falls back on an import or attribute error: code that picks the old API on purpose."""
+    if isinstance(node, (cst.If, cst.IfExp)):
+        if _VERSION_TEST.search(ctx.code(node.test)):
+            return True
+        # `torch.amp.X("cuda") if new_api else torch.cuda.amp.X()`: one branch is the new API.
+        return isinstance(node, cst.IfExp) and any(
+            (ctx.qualified(n.func) or "").startswith("torch.amp.")
+            for branch in (node.body, node.orelse)
+            for n in walk(branch)
+            if isinstance(n, cst.Call)
+        )
+    if isinstance(node, cst.Try):
+        for handler in node.handlers:
+            if handler.type is None:
+                return True
+            caught = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type]
+            for element in caught:
+                value = element.value if isinstance(element, cst.Element) else element
+                if isinstance(value, cst.Name) and value.value in _COMPAT_ERRORS:
+                    return True
+    return False
+
+
+def _shadowed(scan: _Scan, node: cst.Name | cst.Attribute) -> bool:
+    """The name the reference starts from is bound by more than one import, or also assigned:
+    which API it names depends on the branch taken, so leave it alone."""
+    root = (dotted_name(node) or "").partition(".")[0]
+    return len(scan.bindings.get(root, ())) > 1 or root in scan.assigned
+
+
+def _new_name(ctx: FileContext, kind: str) -> tuple[cst.Attribute, bool]:
+    torch, missing = ctx.torch_name()
+    return cst.Attribute(value=cst.Attribute(value=torch, attr=cst.Name("amp")), attr=cst.Name(kind)), missing
+
+
+def _string(value: str) -> cst.SimpleString:
+    return cst.SimpleString(f'"{value}"')
+
+
+def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    return cst.Arg(keyword=cst.Name(name), value=value, equal=_NO_SPACE)
+
+
+def _message(ctx: FileContext, node: cst.BaseExpression, api: _Api) -> str:
+    old = ctx.qualified(node)
+    if api.kind == "autocast":
+        new = f'torch.amp.autocast("{api.device}", ...)'
+    elif api.kind == "GradScaler":
+        new = f'torch.amp.GradScaler("{api.device}", ...)'
+    else:
+        new = f'torch.amp.{api.kind}(device_type="{api.device}")'
+    return (
+        f"`{old}` is deprecated since PyTorch 2.4 and emits a FutureWarning: use `{new}`, "
+        "the device-generic API it forwards to"
+    )
+
+
+def _with_first(call: cst.Call, first: cst.Arg, rest: list[cst.Arg]) -> cst.Call:
+    """`call` with `first` put before the arguments `rest`, separated as the call separates its own."""
+    if not rest:
+        return call.with_changes(args=[first])
+    own = rest[0].comma
+    separator = own.whitespace_after if isinstance(own, cst.Comma) else cst.SimpleWhitespace(" ")
+    if isinstance(separator, cst.ParenthesizedWhitespace):
+        separator = cst.SimpleWhitespace(" ")  # one argument per line: keep the others where they are
+    return call.with_changes(args=[first.with_changes(comma=cst.Comma(whitespace_after=separator)), *rest])
+
+
+def _with_last(call: cst.Call, last: cst.Arg) -> cst.Call:
+    """`call` with the keyword argument `last` added after its arguments."""
+    args = list(call.args)
+    final = args[-1]
+    if isinstance(final.comma, cst.Comma):
+        args[-1] = final.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        return call.with_changes(args=[*args, last.with_changes(comma=final.comma)])
+    args[-1] = final.with_changes(
+        comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+        whitespace_after_arg=cst.SimpleWhitespace(""),
+    )
+    return call.with_changes(args=[*args, last.with_changes(whitespace_after_arg=final.whitespace_after_arg)])
+
+
+def _new_api_call(call: cst.Call, api: _Api) -> bool:
+    """The call already has the new signature (a compatibility alias bound to the old name)."""
+    if any(arg.keyword is not None and arg.keyword.value in {"device_type", "device"} for arg in call.args):
+        return True
+    first = call.args[0].value if call.args and call.args[0].keyword is None else None
+    return api.kind in {"autocast", "GradScaler"} and isinstance(first, cst.SimpleString)
+
+
+def _call_finding(ctx: FileContext, call: cst.Call, node: cst.BaseExpression, api: _Api) -> Finding | None:
+    if _new_api_call(call, api):
+        return None
+    func, missing = _new_name(ctx, api.kind)
+    args = list(call.args)
+    fixed: cst.Call | None = None
+    if api.kind == "autocast":
+        converted = _autocast_keywords(args)
+        if converted is not None:
+            fixed = _with_first(call.with_changes(func=func), cst.Arg(_string(api.device)), converted)
+    elif api.kind == "GradScaler":
+        fixed = _with_first(call.with_changes(func=func), cst.Arg(_string(api.device)), args)
+    else:
+        device = _keyword("device_type", _string(api.device))
+        renamed = call.with_changes(func=func)
+        passes_function = any(arg.keyword is None for arg in args)
+        fixed = _with_last(renamed, device) if passes_function else _with_first(renamed, device, args)
+    message = _message(ctx, node, api)
+    if fixed is None:
+        return Finding(
+            call,
+            message,
+            help=f'pass the old positional arguments by keyword to `torch.amp.{api.kind}("{api.device}", ...)`',
+        )
+    description = f"Use `torch.amp.{api.kind}` with the device"
+    return Finding(
+        call,
+        message,
+        fix=FixPlan(description, ((call, fixed),), missing),
+        help=f"`{' '.join(ctx.code(fixed).split())}`",
+    )
+
+
+def _autocast_keywords(args: list[cst.Arg]) -> list[cst.Arg] | None:
+    """The old `autocast`'s arguments with the positional ones passed by keyword; None where that
+    cannot be done (`*args`, or more positional arguments than the old signature has)."""
+    converted: list[cst.Arg] = []
+    positional = 0
+    for arg in args:
+        if arg.star == "*":
+            return None
+        if arg.keyword is None and not arg.star:
+            if positional == len(_AUTOCAST_POSITIONAL):
+                return None
+            arg = arg.with_changes(keyword=cst.Name(_AUTOCAST_POSITIONAL[positional]), equal=_NO_SPACE)
+            positional += 1
+        converted.append(arg)
+    return converted
+
+
+def _decorator_finding(ctx: FileContext, node: cst.BaseExpression, api: _Api) -> Finding:
+    if api.kind not in {"custom_fwd", "custom_bwd"}:
+        return _reference_finding(ctx, node, api)
+    func, missing = _new_name(ctx, api.kind)
+    fixed = cst.Call(func=func, args=[_keyword("device_type", _string(api.device))])
+    return _replacement_finding(ctx, node, api, fixed, missing)
+
+
+def _replacement_finding(
+    ctx: FileContext,
+    node: cst.BaseExpression,
+    api: _Api,
+    fixed: cst.BaseExpression,
+    missing: bool | None = None,
+) -> Finding:
+    if missing is None:
+        missing = ctx.torch_name()[1]
+    return Finding(
+        node,
+        _message(ctx, node, api),
+        fix=FixPlan(f"Use `torch.amp.{api.kind}`", ((node, fixed),), missing),
+        help=f"`{ctx.code(fixed)}`",
+    )
+
+
+def _reference_finding(ctx: FileContext, node: cst.BaseExpression, api: _Api) -> Finding:
+    if api.kind in {"custom_fwd", "custom_bwd"}:
+        advice = f'use `functools.partial(torch.amp.{api.kind}, device_type="{api.device}")`'
+    else:
+        advice = f'use `torch.amp.{api.kind}` and pass `"{api.device}"` first where it is called'
+    return Finding(node, _message(ctx, node, api), help=advice)

@@ -1,0 +1,404 @@
+"""AMP009: a float16 training step without gradient scaling (case 3)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import libcst as cst
+
+from amplint.context import FileContext, Finding
+from amplint.imports import dotted_name
+from amplint.patterns import function_call, method_call
+from amplint.precision import autocast_region_of, float16_setting
+from amplint.rule import Bad, Good, Rule
+from amplint.scopes import walk
+
+# Words that put a loss scaler in scope: torch's GradScaler and its FSDP variant, apex's
+# `amp.scale_loss`, and the loss scalers of DeepSpeed, Megatron and fairseq.
+_SCALER_WORDS = frozenset(
+    {
+        "GradScaler",
+        "ShardedGradScaler",
+        "scale_loss",
+        "LossScaler",
+        "DynamicLossScaler",
+        "DynamicGradScaler",
+        "loss_scaler",
+        "grad_scaler",
+        "unscale_",
+    }
+)
+# Words without which a file cannot hold float16 evidence this rule recognises.
+_FLOAT16_WORDS = frozenset({"autocast", "half", "float16"})
+_OPTIMIZER = re.compile(r"optim|(^|_)opt($|_)", re.IGNORECASE)
+
+_AUTOCAST_MESSAGE = (
+    "`backward()` on a loss computed under float16 autocast with no GradScaler in scope: gradients "
+    "below float16's smallest subnormal (6e-8) flush to zero, so updates are lost silently, and an "
+    "overflowing step writes inf/NaN into the weights instead of being skipped"
+)
+_AUTOCAST_HELP = (
+    'create `scaler = torch.amp.GradScaler("cuda")` and call `scaler.scale(loss).backward()`, '
+    "`scaler.step(optimizer)`, `scaler.update()`; or autocast to `torch.bfloat16`, which needs no scaler"
+)
+_HALF_MESSAGE = (
+    "`backward()` through a float16 model (`{cast}`) with no loss scaling: gradients below float16's "
+    "smallest subnormal (6e-8) flush to zero and weight updates smaller than float16's resolution "
+    "vanish, so training stalls or diverges"
+)
+_HALF_HELP = (
+    'keep the weights in float32 and train under `torch.autocast("cuda", dtype=torch.float16)` with '
+    '`torch.amp.GradScaler("cuda")` (it cannot unscale float16 gradients), or train in bfloat16'
+)
+
+
+class Fp16WithoutGradScaler(Rule):
+    """
+    ## What it does
+    Flags a training step (a `loss.backward()` and an optimizer step in the same function) whose
+    loss is computed under float16 autocast (`torch.autocast("cuda")` defaults to float16, as does
+    `torch.cuda.amp.autocast()`) or by a model cast to float16 (`.half()`, `.to(torch.float16)`),
+    when no GradScaler is in scope. A scaler anywhere in the module counts (`GradScaler`,
+    `scaler.scale(loss).backward()`, `scaler.unscale_(...)`, apex's `amp.scale_loss`, the loss
+    scalers of DeepSpeed and Megatron), and so does a backward delegated to a framework that scales
+    the loss itself (`accelerator.backward(loss)`, `fabric.backward(loss)`, `engine.backward(loss)`).
+    bfloat16 autocast needs no scaler and is not flagged.
+
+    ## Why is this bad?
+    float16 has 5 exponent bits: values below about 6e-8 flush to zero. Gradients of a loss are often
+    that small, so without scaling they vanish in the float16 part of the backward pass and the
+    weights stop learning without an error. A GradScaler multiplies the loss before `backward` and
+    divides the gradients before the step, and it skips steps whose gradients overflowed instead of
+    writing inf/NaN into the weights. A model cast to float16 as a whole has a second problem: an
+    update smaller than float16's resolution relative to the weight is rounded away.
+
+    ## Example
+    ```python
+    for batch in loader:
+        optimizer.zero_grad()
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Fix
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    for batch in loader:
+        optimizer.zero_grad()
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(**batch).loss
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    ```
+    or autocast to `torch.bfloat16` where the GPU supports it. The edit touches several statements and
+    adds state, so amplint does not make it.
+
+    ## References
+    - PyTorch automatic mixed precision recipe: https://pytorch.org/docs/stable/notes/amp_examples.html
+    - `torch.amp.GradScaler`
+    """
+
+    code = "AMP009"
+    name = "fp16-without-grad-scaler"
+    summary = "backward and optimizer step under float16 autocast or on a .half() model without a GradScaler"
+    triggers = frozenset({"backward"})
+
+    bad = (
+        Bad(
+            """\
+import torch
+
+
+def train(model, loader, optimizer):
+    for batch in loader:
+        optimizer.zero_grad()
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+"""
+        ),
+        Bad(
+            """\
+import torch
+
+
+def train_step(model, x, y, criterion, opt):
+    with torch.cuda.amp.autocast():
+        loss = criterion(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+        ),
+        Bad(
+            """\
+import torch
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2-7B").half().cuda()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+for batch in loader:
+    loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+        ),
+        Bad(
+            """\
+import torch
+
+
+class Trainer:
+    def training_step(self, batch):
+        ctx = torch.autocast(device_type="cuda") if self.use_amp else torch.no_grad()
+        with ctx:
+            loss = self.model(batch)
+        loss.backward(retain_graph=False)
+        self.optimizer.step()
+"""
+        ),
+    )
+    good = (
+        Good(
+            """\
+import torch
+
+
+def train(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda")
+    for batch in loader:
+        optimizer.zero_grad()
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(**batch).loss
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            "the PyTorch AMP recipe",
+        ),
+        Good(
+            """\
+import torch
+
+
+def train(model, loader, optimizer):
+    for batch in loader:
+        optimizer.zero_grad()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+""",
+            "bfloat16 has float32's exponent range: no scaler needed",
+        ),
+        Good(
+            """\
+import torch
+
+
+def train_epoch(model, loader, opt, crit, scaler):
+    for imgs, lbls in loader:
+        opt.zero_grad()
+        if scaler:
+            with torch.autocast(device_type="cuda", dtype=torch.float16):
+                loss = crit(model(imgs), lbls)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss = crit(model(imgs), lbls)
+            loss.backward()
+            opt.step()
+""",
+            "a scaler passed in; the unscaled branch runs without autocast (a common training-script shape)",
+        ),
+        Good(
+            """\
+import torch
+
+
+def train(accelerator, model, loader, optimizer):
+    for batch in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(**batch).loss
+        accelerator.backward(loss)
+        optimizer.step()
+""",
+            "accelerate scales the loss inside `accelerator.backward`",
+        ),
+        Good(
+            """\
+import torch
+
+
+@torch.no_grad()
+def evaluate(model, loader):
+    with torch.autocast("cuda", dtype=torch.float16):
+        return [model(**batch).logits for batch in loader]
+
+
+def train(model, loader, optimizer):
+    for batch in loader:
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+""",
+            "float16 autocast in another function (evaluation) says nothing about the training step",
+        ),
+        Good(
+            """\
+import torch
+
+
+class Block(torch.autograd.Function):
+    @staticmethod
+    def backward(ctx, grad):
+        x, = ctx.saved_tensors
+        return grad.half() * x
+""",
+            "a custom autograd backward, not a training step",
+        ),
+        Good(
+            """\
+import torch.nn as nn
+
+
+def exact_full_gradient(model, loader, precision="fp32"):
+    loss_fn = nn.NLLLoss(reduction="mean")
+    if precision == "fp16":
+        model = model.half()
+    model.zero_grad()
+    for images, labels in loader:
+        loss = loss_fn(model(images.half()), labels) * (images.size(0) / len(loader.dataset))
+        loss.backward()
+    return [p.grad for p in model.parameters()]
+""",
+            "gradients computed for analysis, with no optimizer step",
+        ),
+        Good(
+            """\
+import torch
+
+
+def train(model, loader, optimizer, loss_scale=1024.0):
+    model.half()
+    for x, y in loader:
+        loss = model(x.half(), y)
+        (loss * loss_scale).backward()
+        for p in model.parameters():
+            p.grad.div_(loss_scale)
+        optimizer.step()
+""",
+            "static loss scaling written by hand",
+        ),
+    )
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        words = ctx.words
+        if words & _SCALER_WORDS or not words & _FLOAT16_WORDS or not words & {"step", "optimizer_step"}:
+            return
+        calls = ctx.index.calls
+        if any(_scaled_backward(ctx, call) for call in calls):
+            return
+        backwards = {id(call): call for call in calls if _unscaled_backward(ctx, call)}
+        if not backwards:
+            return
+        module_half = _half_cast_in(ctx, _module_level_nodes(ctx))
+        reported: set[int] = set()
+        for scope in ctx.scopes:
+            if isinstance(scope.node, cst.Module):
+                nodes = _module_level_nodes(ctx)
+            else:
+                nodes = list(walk(scope.node.body))
+            mine = [backwards[id(n)] for n in nodes if id(n) in backwards and id(n) not in reported]
+            if not mine or not any(_optimizer_step(ctx, n) for n in nodes):
+                continue
+            for call in mine:
+                finding = _finding(ctx, nodes, call, module_half)
+                if finding is not None:
+                    reported.add(id(call))
+                    yield finding
+
+
+def _module_level_nodes(ctx: FileContext) -> list[cst.CSTNode]:
+    """Every node of the module body outside function and class definitions (a script)."""
+    cached = ctx.memo.get("amp009_module_nodes")
+    if cached is None:
+        cached = [
+            node
+            for statement in ctx.module.body
+            if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))
+            for node in walk(statement)
+        ]
+        ctx.memo["amp009_module_nodes"] = cached
+    return cached  # type: ignore[return-value]
+
+
+def _unscaled_backward(ctx: FileContext, call: cst.Call) -> bool:
+    """`loss.backward()` (keywords only) or `torch.autograd.backward(loss)`. A `backward` with a
+    positional argument is a framework's (`accelerator.backward(loss)`, `engine.backward(loss)`) or
+    a partial backward with an incoming gradient; a scaled loss (`scaler.scale(loss)`,
+    `loss * loss_scale`) is already handled."""
+    if function_call(ctx, call, frozenset({"torch.autograd.backward"})):
+        return True
+    receiver = method_call(ctx, call, frozenset({"backward"}))
+    if receiver is None or any(arg.keyword is None for arg in call.args):
+        return False
+    if isinstance(receiver, cst.BinaryOperation) and isinstance(receiver.operator, cst.Multiply):
+        return False
+    return method_call(ctx, receiver, frozenset({"scale"})) is None
+
+
+def _scaled_backward(ctx: FileContext, call: cst.Call) -> bool:
+    """`<scaler>.scale(loss).backward()`: a scaler under another name (a parameter) is in scope."""
+    receiver = method_call(ctx, call, frozenset({"backward"}))
+    return receiver is not None and method_call(ctx, receiver, frozenset({"scale"})) is not None
+
+
+def _optimizer_step(ctx: FileContext, node: cst.CSTNode) -> bool:
+    if not isinstance(node, cst.Call):
+        return False
+    func = node.func
+    if isinstance(func, cst.Name):
+        return func.value == "optimizer_step"
+    if not isinstance(func, cst.Attribute):
+        return False
+    if func.attr.value == "optimizer_step":
+        return True
+    if func.attr.value != "step":
+        return False
+    if not any(arg.keyword is None for arg in node.args):
+        return True  # `optimizer.step()`; `env.step(action)` takes an argument
+    name = dotted_name(func.value)
+    return name is not None and bool(_OPTIMIZER.search(name.rsplit(".", 1)[-1]))
+
+
+def _finding(
+    ctx: FileContext, nodes: list[cst.CSTNode], call: cst.Call, module_half: str | None
+) -> Finding | None:
+    region = autocast_region_of(ctx, call)
+    if region is not None and region.enabled and region.dtype == "float16":
+        return Finding(call, _AUTOCAST_MESSAGE, help=_AUTOCAST_HELP)
+    settings = [setting for node in nodes if (setting := float16_setting(ctx, node)) is not None]
+    if "float16 autocast" in settings:
+        return Finding(call, _AUTOCAST_MESSAGE, help=_AUTOCAST_HELP)
+    cast = settings[0] if settings else module_half
+    if cast is not None:
+        return Finding(call, _HALF_MESSAGE.format(cast=cast), help=_HALF_HELP)
+    return None
+
+
+def _half_cast_in(ctx: FileContext, nodes: list[cst.CSTNode]) -> str | None:
+    """How the first cast of a model to float16 among `nodes` is spelled, or None."""
+    for node in nodes:
+        setting = float16_setting(ctx, node)
+        if setting is not None and setting != "float16 autocast":
+            return setting
+    return None

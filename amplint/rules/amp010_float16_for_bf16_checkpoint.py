@@ -1,0 +1,493 @@
+"""AMP010: a pretrained checkpoint loaded or cast to float16 (case 3)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import libcst as cst
+
+from amplint.context import FileContext, Finding
+from amplint.imports import dotted_name
+from amplint.patterns import argument
+from amplint.precision import float16_setting, is_float16
+from amplint.rule import Bad, Good, Rule
+from amplint.scopes import walk
+
+_LOADERS = frozenset({"from_pretrained", "from_single_file"})
+_PIPELINES = frozenset({"transformers.pipeline"})
+# Causal language models: today they are trained in bfloat16 almost without exception.
+_CAUSAL_LM_CLASS = re.compile(r"(ForCausalLM|LMHeadModel)$")
+# Checkpoint ids of families trained in bfloat16 (on TPUs or recent GPUs), whatever the class.
+_BF16_FAMILY = re.compile(
+    r"qwen|llama|mistral|mixtral|gemma|phi-?[34]|deepseek|falcon|internlm|glm|baichuan|\byi-|olmo|"
+    r"smollm|granite|command-r|t5|ul2|flux|stable-diffusion-3|sd3|hunyuan|cogvideo|wan-?2",
+    re.IGNORECASE,
+)
+# Checkpoint ids of families trained in float32/float16, where float16 is the usual dtype.
+_FP16_FAMILY = re.compile(
+    r"gpt2|opt-|pythia|gpt-neo|gpt-j|bert|bart|whisper|clip|e5-|stable-diffusion-v1|stable-diffusion-2|"
+    r"sd-vae|sdxl|stable-diffusion-xl|fp16",
+    re.IGNORECASE,
+)
+_GENERATION_TASKS = frozenset({"text-generation", "text2text-generation", "image-text-to-text"})
+# Classes that are loaded with `from_pretrained` but hold no weights to run.
+_NOT_A_MODEL = re.compile(r"(Tokenizer|TokenizerFast|Processor|FeatureExtractor|Scheduler|Config)$")
+_DTYPE_KEYWORDS = ("torch_dtype", "dtype")
+# A checkpoint published with float16 weights is meant to run in float16.
+_FLOAT16_VARIANT = frozenset({"fp16", "float16"})
+_MESSAGE = (
+    "{what}: float16 tops out at 65504 with 5 exponent bits, and checkpoints trained in bfloat16 (most "
+    "current LLMs and diffusion transformers) can produce activations beyond that, which turn into inf/NaN "
+    "(Qwen2 run in fp16 on a V100)"
+)
+_HELP = (
+    "load in `torch.bfloat16` where the GPU supports it (Ampere or newer), else in `torch.float32`; "
+    "amplint does not change this itself because bfloat16 needs hardware support"
+)
+
+
+class Float16ForBf16Checkpoint(Rule):
+    """
+    ## What it does
+    Flags a pretrained checkpoint loaded in float16 (`from_pretrained(..., torch_dtype=torch.float16)`,
+    `dtype=torch.float16`, the string `"float16"`, the same in `transformers.pipeline(...)` or in a
+    `**kwargs` dict built next to the call) and a loaded model cast to float16 afterwards (`.half()`,
+    `.to(torch.float16)`), when the checkpoint is most likely trained in bfloat16: a causal language
+    model (`*ForCausalLM`, a text-generation pipeline) or a checkpoint id of a bfloat16 family (Qwen,
+    Llama, Mistral, Gemma, DeepSeek, T5, Flux, SD3, ...). Stable Diffusion 1/2/XL, BERT-style encoders,
+    Whisper and CLIP, which run in float16 as a matter of course, tokenizers, a conditional choice
+    (`torch.float16 if fp16 else torch.float32`) and a checkpoint published with float16 weights
+    (`variant="fp16"`) are left alone.
+
+    ## Why is this bad?
+    bfloat16 has float32's 8 exponent bits; float16 has 5, and its largest finite value is 65504.
+    Weights and activations of a model trained in bfloat16 can exceed that range: outliers in the
+    residual stream or in `Q @ K^T` become `inf`, then NaN, and the model generates garbage ("!!!!")
+    or crashes at sampling. Older GPUs without bfloat16 (V100, T4) tempt users into float16.
+
+    ## Example
+    ```python
+    model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2-7B", torch_dtype=torch.float16)
+    ```
+
+    ## Fix
+    Keep bfloat16 where the hardware allows it, otherwise use float32:
+    ```python
+    model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2-7B", torch_dtype=torch.bfloat16)
+    ```
+    amplint offers no automatic fix: replacing float16 by bfloat16 trades a numerics problem for a
+    hardware requirement (bfloat16 is emulated or unsupported before Ampere), which only the user can
+    choose. If float16 must stay, monitor for inf/NaN and prefer fused attention (see AMP011).
+
+    ## References
+    - Qwen2-7B-Instruct in float16 on a V100 overflows to NaN ("the original model was trained using
+      bfloat16"): https://github.com/QwenLM/Qwen3/issues/868
+    - Qwen2-VL in float16 generates only "!": https://github.com/huggingface/transformers/issues/33294
+    - DeepSeek-V2 loaded with `torch_dtype=torch.float16` gives NaN activations:
+      https://github.com/deepseek-ai/DeepSeek-V2/issues/93
+    """
+
+    code = "AMP010"
+    name = "float16-for-bf16-checkpoint"
+    summary = "a pretrained checkpoint loaded with torch_dtype=torch.float16 or cast with .half()"
+    triggers = frozenset({"float16", "half", "fp16"})
+
+    bad = (
+        Bad(
+            """\
+import torch
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2-7B-Instruct", torch_dtype=torch.float16)
+"""
+        ),
+        Bad(
+            """\
+from transformers import AutoModelForCausalLM
+
+
+def load(path):
+    model = AutoModelForCausalLM.from_pretrained(path, device_map="auto")
+    model = model.half()
+    return model.eval()
+"""
+        ),
+        Bad(
+            """\
+import torch
+from transformers import pipeline
+
+generator = pipeline("text-generation", model="Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4", dtype="float16")
+"""
+        ),
+        Bad(
+            """\
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def load(model_id, device):
+    load_kwargs = dict(attn_implementation="eager", torch_dtype=torch.float16)
+    return AutoModelForCausalLM.from_pretrained(model_id, **load_kwargs).to(device).eval()
+"""
+        ),
+        Bad(
+            """\
+import torch
+from transformers import AutoModelForCausalLM
+
+
+class Generator:
+    def __init__(self, name):
+        self.model = AutoModelForCausalLM.from_pretrained(name).to("cuda", torch.float16)
+"""
+        ),
+        Bad(
+            """\
+import torch
+from transformers import AutoModelForCausalLM
+
+DTYPE = torch.float16
+model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.1-8B", torch_dtype=DTYPE)
+"""
+        ),
+        Bad(
+            """\
+import torch
+from transformers import AutoModelForSeq2SeqLM
+
+model = AutoModelForSeq2SeqLM.from_pretrained("google/flan-t5-xl", torch_dtype=torch.float16)
+"""
+        ),
+        Bad(
+            """\
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def load(model_name, device):
+    kwargs = dict(trust_remote_code=True)
+    if device == "cuda":
+        kwargs.update(dict(device_map="auto", torch_dtype=torch.float16))
+    return AutoModelForCausalLM.from_pretrained(model_name, **kwargs)
+"""
+        ),
+    )
+    good = (
+        Good(
+            """\
+import torch
+from diffusers import AutoencoderKL, StableDiffusionPipeline
+
+vae = AutoencoderKL.from_pretrained("stabilityai/sd-vae-ft-mse").to(dtype=torch.float16)
+pipe = StableDiffusionPipeline.from_pretrained(
+    "runwayml/stable-diffusion-v1-5", vae=vae, torch_dtype=torch.float16
+).to("cuda")
+""",
+            "Stable Diffusion 1.x/2.x/XL run in float16 as a matter of course",
+        ),
+        Good(
+            """\
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+
+def encode(model_name, cache_dir):
+    tokenizer = AutoTokenizer.from_pretrained(model_name, cache_dir=cache_dir, torch_dtype=torch.float16)
+    model = AutoModel.from_pretrained(model_name, cache_dir=cache_dir, torch_dtype=torch.float16)
+    return tokenizer, model
+""",
+            "a tokenizer has no weights, and a generic encoder of unknown family is not assumed to be bf16-trained",
+        ),
+        Good(
+            """\
+import torch
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2-7B-Instruct", torch_dtype=torch.bfloat16)
+""",
+            "bfloat16 keeps float32's range",
+        ),
+        Good(
+            """\
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def load(name, fp16):
+    dtype = torch.float16 if fp16 else torch.float32
+    return AutoModelForCausalLM.from_pretrained(name, torch_dtype=dtype)
+""",
+            "a dtype the user chooses at run time",
+        ),
+        Good(
+            """\
+import torch
+from diffusers import StableDiffusionPipeline
+
+pipe = StableDiffusionPipeline.from_pretrained(
+    "stable-diffusion-v1-5/stable-diffusion-v1-5", variant="fp16", torch_dtype=torch.float16
+)
+""",
+            'a checkpoint published with float16 weights (`variant="fp16"`) is meant to run in float16',
+        ),
+        Good(
+            """\
+import torch
+
+
+def decode(self, latents):
+    needs_upcasting = self.vae.dtype == torch.float16 and self.vae.config.force_upcast
+    if needs_upcasting:
+        self.vae.to(dtype=torch.float32)
+    image = self.vae.decode(latents.float()).sample
+    if needs_upcasting:
+        self.vae.to(dtype=torch.float16)
+    return image
+""",
+            "casting a module back to the dtype it was loaded in, after an upcast (diffusers' VAE decode)",
+        ),
+        Good(
+            """\
+from transformers import AutoModel
+
+
+def embed(name, batch):
+    model = AutoModel.from_pretrained(name, torch_dtype="auto")
+    return model(**batch).last_hidden_state.half()
+""",
+            "a tensor cast to float16 for storage, not the model",
+        ),
+    )
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        if not ctx.words & {"float16", "half", "fp16"}:
+            return
+        loaders = [call for call in ctx.index.calls if _loader(ctx, call)]
+        if not loaders:
+            return
+        module_nodes, *functions = _regions(ctx, {ctx.index.top_of[call] for call in loaders})
+        module_bindings = _bindings(module_nodes)
+        yield from _check_nodes(ctx, module_nodes, module_bindings)
+        for nodes in functions:
+            yield from _check_nodes(ctx, nodes, {**module_bindings, **_bindings(nodes)})
+
+
+def _regions(ctx: FileContext, tops: set[cst.BaseStatement]) -> list[list[cst.CSTNode]]:
+    """The nodes of the module outside functions and classes, then of each function (nested
+    functions included) in the top-level statements `tops`."""
+    module = [
+        node
+        for statement in ctx.module.body
+        if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))
+        for node in walk(statement)
+    ]
+    inside = {id(node) for top in tops for node in walk(top) if isinstance(node, cst.FunctionDef)}
+    functions = [
+        list(walk(s.node.body))
+        for s in ctx.scopes
+        if isinstance(s.node, cst.FunctionDef) and id(s.node) in inside
+    ]
+    return [module, *functions]
+
+
+def _loader(ctx: FileContext, node: cst.CSTNode) -> bool:
+    if not isinstance(node, cst.Call):
+        return False
+    func = node.func
+    return (isinstance(func, cst.Attribute) and func.attr.value in _LOADERS) or ctx.qualified(
+        func
+    ) in _PIPELINES
+
+
+def _checkpoint_id(ctx: FileContext, call: cst.Call, bindings: dict[str, list[cst.BaseExpression]]) -> str:
+    """The checkpoint id a loader names (first argument or `model=`), when it is a string literal
+    or a name bound to one; else the empty string."""
+    value = next((arg.value for arg in call.args if arg.keyword is None and not arg.star), None)
+    if ctx.qualified(call.func) in _PIPELINES:
+        value = argument(call, 1, "model")
+    if isinstance(value, cst.Name) and len(bindings.get(value.value, [])) == 1:
+        value = bindings[value.value][0]
+    if isinstance(value, cst.SimpleString) and isinstance(value.evaluated_value, str):
+        return value.evaluated_value
+    return ""
+
+
+def _bf16_model(ctx: FileContext, call: cst.Call, bindings: dict[str, list[cst.BaseExpression]]) -> bool:
+    """Whether a loader loads a model that was most likely trained in bfloat16: a causal LM, a
+    text-generation pipeline, or a checkpoint id of a bfloat16 family; not a tokenizer, and not a
+    checkpoint of a family that runs in float16 as a matter of course (Stable Diffusion 1/2/XL,
+    BERT-style encoders, Whisper, CLIP)."""
+    checkpoint = _checkpoint_id(ctx, call, bindings)
+    if checkpoint and _FP16_FAMILY.search(checkpoint):
+        return False
+    if checkpoint and _BF16_FAMILY.search(checkpoint):
+        return True
+    func = call.func
+    if ctx.qualified(func) in _PIPELINES:
+        task = argument(call, 0, "task")
+        return isinstance(task, cst.SimpleString) and task.evaluated_value in _GENERATION_TASKS
+    owner = func.value if isinstance(func, cst.Attribute) else None
+    name = dotted_name(owner) if owner is not None else None
+    if name is None:
+        return False
+    cls = name.rsplit(".", 1)[-1]
+    return not _NOT_A_MODEL.search(cls) and bool(_CAUSAL_LM_CLASS.search(cls))
+
+
+def _check_nodes(
+    ctx: FileContext, nodes: list[cst.CSTNode], bindings: dict[str, list[cst.BaseExpression]]
+) -> Iterator[Finding]:
+    if not any(_loader(ctx, node) for node in nodes):
+        return
+    loaded: set[str] = set()  # dotted names bound to a loaded model, in source order
+    for node in nodes:
+        if isinstance(node, cst.Assign):
+            derived = _derives_from_load(ctx, node.value, loaded, bindings)
+            for target in node.targets:
+                name = dotted_name(target.target)
+                if name is not None and derived:
+                    loaded.add(name)
+                elif name is not None:
+                    loaded.discard(name)
+        if not isinstance(node, cst.Call):
+            continue
+        if _loader(ctx, node):
+            if _bf16_model(ctx, node, bindings):
+                yield from _loader_findings(ctx, node, bindings, nodes)
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value in {"half", "to", "type"}:
+            setting = float16_setting(ctx, node)
+            if setting is not None and _derives_from_load(ctx, node.func.value, loaded, bindings):
+                what = f"a pretrained checkpoint cast to float16 with `{setting}`"
+                yield Finding(node, _MESSAGE.format(what=what), help=_HELP)
+
+
+def _bindings(nodes: list[cst.CSTNode]) -> dict[str, list[cst.BaseExpression]]:
+    """Every value each plain name is assigned in the region."""
+    bound: dict[str, list[cst.BaseExpression]] = {}
+    for node in nodes:
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    bound.setdefault(target.target.value, []).append(node.value)
+    return bound
+
+
+def _derives_from_load(
+    ctx: FileContext,
+    node: cst.BaseExpression,
+    loaded: set[str],
+    bindings: dict[str, list[cst.BaseExpression]],
+) -> bool:
+    """The value is a loaded bfloat16 model: a loader call, a name bound to one, or a method
+    chain, attribute or wrapper call (`get_peft_model(model, config)`) on one."""
+    current: cst.BaseExpression | None = node
+    for _ in range(16):
+        if current is None:
+            return False
+        if _loader(ctx, current):
+            assert isinstance(current, cst.Call)
+            return _bf16_model(ctx, current, bindings)
+        name = dotted_name(current)
+        if name is not None and name in loaded:
+            return True
+        if isinstance(current, cst.Call):
+            func = current.func
+            if isinstance(func, cst.Attribute) and ctx.qualified(func) is None:
+                current = func.value
+            else:
+                current = next((arg.value for arg in current.args if arg.keyword is None), None)
+        elif isinstance(current, (cst.Attribute, cst.Subscript)):
+            current = current.value
+        else:
+            return False
+    return False
+
+
+def _loader_findings(
+    ctx: FileContext,
+    call: cst.Call,
+    bindings: dict[str, list[cst.BaseExpression]],
+    nodes: list[cst.CSTNode],
+) -> Iterator[Finding]:
+    """Float16 dtype arguments of a loader call, given directly or through `**kwargs`."""
+    keywords: dict[str, cst.BaseExpression] = {}
+    for arg in call.args:
+        if arg.keyword is not None:
+            keywords[arg.keyword.value] = arg.value
+        elif arg.star == "**" and isinstance(arg.value, cst.Name):
+            for value in bindings.get(arg.value.value, []):
+                keywords.update(_dict_items(value))
+            keywords.update(_dict_updates(arg.value.value, nodes))
+        elif arg.star == "**" and isinstance(arg.value, (cst.Dict, cst.Call)):
+            keywords.update(_dict_items(arg.value))
+    variant = keywords.get("variant", keywords.get("revision"))
+    if isinstance(variant, cst.SimpleString) and variant.evaluated_value in _FLOAT16_VARIANT:
+        return
+    for keyword in _DTYPE_KEYWORDS:
+        dtype = keywords.get(keyword)
+        if dtype is not None and _float16_value(ctx, dtype, bindings):
+            what = f"a pretrained checkpoint loaded with `{keyword}=` float16"
+            yield Finding(dtype, _MESSAGE.format(what=what), help=_HELP)
+
+
+def _dict_updates(name: str, nodes: list[cst.CSTNode]) -> dict[str, cst.BaseExpression]:
+    """What `name.update(dict(...))`, `name.update(key=...)` and `name["key"] = ...` add to a
+    keyword dict in the region."""
+    items: dict[str, cst.BaseExpression] = {}
+    for node in nodes:
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "update"
+            and isinstance(node.func.value, cst.Name)
+            and node.func.value.value == name
+        ):
+            for arg in node.args:
+                if arg.keyword is not None:
+                    items[arg.keyword.value] = arg.value
+                elif not arg.star:
+                    items.update(_dict_items(arg.value))
+        elif isinstance(node, cst.Assign):
+            for target in node.targets:
+                subscript = target.target
+                if (
+                    isinstance(subscript, cst.Subscript)
+                    and isinstance(subscript.value, cst.Name)
+                    and subscript.value.value == name
+                    and len(subscript.slice) == 1
+                    and isinstance(subscript.slice[0].slice, cst.Index)
+                ):
+                    key = subscript.slice[0].slice.value
+                    if isinstance(key, cst.SimpleString) and isinstance(key.evaluated_value, str):
+                        items[key.evaluated_value] = node.value
+    return items
+
+
+def _dict_items(node: cst.BaseExpression) -> dict[str, cst.BaseExpression]:
+    """The string keys of `dict(a=..., b=...)` or `{"a": ..., "b": ...}`."""
+    items: dict[str, cst.BaseExpression] = {}
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "dict":
+        for arg in node.args:
+            if arg.keyword is not None:
+                items[arg.keyword.value] = arg.value
+    elif isinstance(node, cst.Dict):
+        for element in node.elements:
+            if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString):
+                key = element.key.evaluated_value
+                if isinstance(key, str):
+                    items[key] = element.value
+    return items
+
+
+def _float16_value(
+    ctx: FileContext, value: cst.BaseExpression, bindings: dict[str, list[cst.BaseExpression]]
+) -> bool:
+    """`torch.float16`, `"float16"`, or a name every assignment of which in the region is one."""
+    if is_float16(ctx, value):
+        return True
+    if isinstance(value, cst.Name):
+        bound = bindings.get(value.value, [])
+        return bool(bound) and all(is_float16(ctx, v) for v in bound)
+    return False

@@ -1,0 +1,274 @@
+"""AMP011: eager attention in a float16 model (case 2)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import libcst as cst
+
+from amplint.context import FileContext, Finding
+from amplint.precision import float16_setting, is_float16
+from amplint.rule import Bad, Good, Rule
+from amplint.scopes import walk
+
+_ATTN_KEYS = frozenset({"attn_implementation", "_attn_implementation", "_attn_implementation_internal"})
+_DTYPE_KEYS = frozenset({"torch_dtype", "dtype"})
+# The text of a file that chooses eager attention: `attn_implementation="eager"`,
+# `config._attn_implementation = "eager"`, `{"attn_implementation": "eager"}`,
+# `set_attn_implementation("eager")` (a comparison `== "eager"` only reads the setting).
+_SETS_EAGER = re.compile(r"""attn_implementation\w*['"]?\s*[:=(]\s*['"]eager['"]""")
+_MESSAGE = (
+    "eager attention in a float16 model ({setting}): the eager path computes `Q @ K^T` and the "
+    "softmax in float16, where long inputs of bf16-trained models exceed 65504 and turn into inf, then "
+    'NaN (Qwen2 generating "!!!!"); SDPA and flash-attention scale inside the kernel and do not overflow'
+)
+_HELP = (
+    'use `attn_implementation="sdpa"` (or "flash_attention_2"), or keep eager attention in bfloat16/float32; '
+    "not changed automatically because eager is sometimes chosen on purpose (`output_attentions`, "
+    "attention hooks, models without SDPA)"
+)
+
+
+class EagerAttentionInFp16(Rule):
+    """
+    ## What it does
+    Flags `attn_implementation="eager"` (a keyword of `from_pretrained`/`from_config`/a config, a
+    `config._attn_implementation = "eager"` assignment, `set_attn_implementation("eager")`, or a
+    `{"attn_implementation": "eager"}` entry) where the same call or the same function (or script)
+    also runs the model in float16: `torch_dtype=torch.float16`, `.half()`, `.to(torch.float16)` or
+    float16 autocast.
+
+    ## Why is this bad?
+    The eager attention path materialises `Q @ K^T` in the model's dtype. float16's largest finite
+    value is 65504; on long inputs, the scores of a model trained in bfloat16 exceed it, become
+    `inf`, and the softmax turns them into NaN: Qwen2-7B in float16 with eager attention generates
+    endless "!". The fused kernels (SDPA, flash-attention) scale inside the kernel and accumulate in
+    float32, so the same model is fine with them.
+
+    ## Example
+    ```python
+    model = AutoModelForCausalLM.from_pretrained(
+        "Qwen/Qwen2-7B-Instruct", attn_implementation="eager", torch_dtype=torch.float16
+    )
+    ```
+
+    ## Fix
+    ```python
+    model = AutoModelForCausalLM.from_pretrained(
+        "Qwen/Qwen2-7B-Instruct", attn_implementation="sdpa", torch_dtype=torch.float16
+    )
+    ```
+    or keep eager attention and load in bfloat16 (or float32 on GPUs without bfloat16). amplint does
+    not switch the implementation itself: code that asks for eager attention often needs it
+    (`output_attentions=True`, hooks on attention weights, a model without SDPA support).
+
+    ## References
+    - Qwen2-7B-Instruct in float16: eager attention overflows in `Q @ K^T` and emits "!", flash-attn2
+      and SDPA do not: https://github.com/QwenLM/Qwen3/issues/910
+    - perplexity NaN with eager attention in float16, 7.14 with SDPA:
+      https://github.com/huggingface/transformers/pull/33317
+    - "eager attention with a float16 model outputs many exclamation marks":
+      https://github.com/QwenLM/Qwen2.5-Math/issues/66
+    """
+
+    code = "AMP011"
+    name = "eager-attention-in-fp16"
+    summary = 'attn_implementation="eager" together with float16 (torch_dtype, .half(), float16 autocast)'
+    triggers = frozenset({"eager"})
+
+    bad = (
+        Bad(
+            """\
+import torch
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained(
+    "Qwen/Qwen2-7B-Instruct", attn_implementation="eager", torch_dtype=torch.float16
+)
+"""
+        ),
+        Bad(
+            """\
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def load(name):
+    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="eager")
+    return model.half().cuda().eval()
+"""
+        ),
+        Bad(
+            """\
+import torch
+
+
+def load(model_cls, model_id, device):
+    load_kwargs = dict(attn_implementation="eager", torch_dtype=torch.float16)
+    return model_cls.from_pretrained(model_id, **load_kwargs).to(device).eval()
+"""
+        ),
+        Bad(
+            """\
+import torch
+
+
+def collect(model, batches):
+    model.config._attn_implementation = "eager"
+    outputs = []
+    with torch.autocast("cuda"):
+        for batch in batches:
+            outputs.append(model(**batch, output_attentions=True).attentions)
+    return outputs
+"""
+        ),
+        Bad(
+            """\
+import torch
+from transformers import AutoModel
+
+model_kwargs = {"attn_implementation": "eager", "torch_dtype": torch.float16}
+model = AutoModel.from_pretrained("Qwen/Qwen2-1.5B", **model_kwargs)
+"""
+        ),
+    )
+    good = (
+        Good(
+            """\
+import torch
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained(
+    "Qwen/Qwen2-7B-Instruct", attn_implementation="eager", torch_dtype=torch.bfloat16
+)
+""",
+            "eager attention in bfloat16 keeps float32's range",
+        ),
+        Good(
+            """\
+import torch
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained(
+    "Qwen/Qwen2-7B-Instruct", attn_implementation="sdpa", torch_dtype=torch.float16
+)
+""",
+            "a fused kernel in float16",
+        ),
+        Good(
+            """\
+def generate(self, input_features, return_token_timestamps):
+    if return_token_timestamps:
+        self.model.config._attn_implementation = "eager"
+    return self.model.generate(input_features, output_attentions=return_token_timestamps)
+""",
+            "eager attention for cross-attention weights, in whatever dtype the caller loaded (whisper)",
+        ),
+        Good(
+            """\
+def forward(self, hidden_states):
+    if self.config._attn_implementation == "eager":
+        return self.eager_attention(hidden_states.half())
+    return self.sdpa_attention(hidden_states)
+""",
+            'a comparison with "eager" reads the setting, it does not choose it',
+        ),
+        Good(
+            """\
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def load(name, device):
+    dtype = torch.float32 if device == "cpu" else torch.float16
+    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="eager", torch_dtype=dtype)
+    return model.to(device)
+""",
+            "float16 only on a branch the user picks at run time; float32 on the other",
+        ),
+    )
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        if not ctx.words & {"float16", "half", "autocast", "fp16"}:
+            return
+        text = ctx.text if ctx.text is not None else ctx.module.code
+        if not _SETS_EAGER.search(text):
+            return
+        tops = {top for top in ctx.module.body if any(_eager(node) is not None for node in walk(top))}
+        if not tops:
+            return
+        module = [
+            node
+            for statement in ctx.module.body
+            if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))
+            for node in walk(statement)
+        ]
+        inside = {id(node) for top in tops for node in walk(top) if isinstance(node, cst.FunctionDef)}
+        regions = [module] + [
+            list(walk(s.node.body))
+            for s in ctx.scopes
+            if isinstance(s.node, cst.FunctionDef) and id(s.node) in inside
+        ]
+        reported: set[cst.CSTNode] = set()
+        for nodes in regions:
+            eager = [node for node in (_eager(node) for node in nodes) if node is not None]
+            eager = [node for node in eager if node not in reported]
+            if not eager:
+                continue
+            setting = _float16_in(ctx, nodes)
+            if setting is None:
+                continue
+            for node in eager:
+                reported.add(node)
+                yield Finding(node, _MESSAGE.format(setting=setting), help=_HELP)
+
+
+def _is_eager(node: cst.BaseExpression | None) -> bool:
+    return isinstance(node, cst.SimpleString) and node.evaluated_value == "eager"
+
+
+def _eager(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """The `"eager"` string by which `node` chooses eager attention, or None."""
+    if isinstance(node, cst.Call):
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value in _ATTN_KEYS and _is_eager(arg.value):
+                return arg.value
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "set_attn_implementation" and node.args:
+            value = node.args[0].value
+            return value if _is_eager(value) else None
+    elif isinstance(node, cst.Assign) and _is_eager(node.value):
+        for target in node.targets:
+            if isinstance(target.target, cst.Attribute) and target.target.attr.value in _ATTN_KEYS:
+                return node.value
+    elif isinstance(node, cst.DictElement) and _is_eager(node.value):
+        key = node.key
+        if isinstance(key, cst.SimpleString) and key.evaluated_value in _ATTN_KEYS:
+            return node.value
+    return None
+
+
+def _float16_in(ctx: FileContext, nodes: list[cst.CSTNode]) -> str | None:
+    """How the region runs a model in float16, spelled for the message, or None."""
+    bound: dict[str, list[cst.BaseExpression]] = {}
+    for node in nodes:
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    bound.setdefault(target.target.value, []).append(node.value)
+    for node in nodes:
+        setting = float16_setting(ctx, node)
+        if setting is not None:
+            return f"`{setting}`"
+        key = node.key if isinstance(node, cst.DictElement) else None
+        if isinstance(node, cst.DictElement) and isinstance(key, cst.SimpleString):
+            name = key.evaluated_value
+            if name in _DTYPE_KEYS and is_float16(ctx, node.value):
+                return f"`{name}` float16"
+        if isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value in _DTYPE_KEYS:
+            value = node.value
+            values = bound.get(value.value, []) if isinstance(value, cst.Name) else []
+            if values and all(is_float16(ctx, v) for v in values):
+                return f"`{node.keyword.value}={ctx.code(value)}`, float16"
+    return None

@@ -1,0 +1,531 @@
+"""AMP012: binary cross-entropy on probabilities, which CUDA autocast refuses to run."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from amplint.context import FileContext, Finding, FixPlan
+from amplint.diagnostics import Severity
+from amplint.flow import Flow, Policy, analyse
+from amplint.patterns import argument, method_call
+from amplint.precision import HALF_WORDS, autocast_region_of, may_run_in_half
+from amplint.rule import Bad, Good, Rule
+from amplint.scopes import Scope, suite_body
+
+_FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
+_MODULES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.BCELoss", "torch.nn.modules.loss.BCELoss"})
+_SIGMOID_FUNCTIONS = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
+_SIGMOID_METHODS = frozenset({"sigmoid"})
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MESSAGE = (
+    '{what} raises under CUDA autocast ("unsafe to autocast") whatever the dtype of its inputs, '
+    "and on float16 probabilities it loses the saturated tail of the sigmoid: compute the loss from "
+    "logits with {fused}, which fuses the sigmoid and is autocast-safe"
+)
+_HELP = (
+    "pass the logits (the input of the sigmoid) to {fused}; or, where only probabilities exist, compute "
+    'this loss outside autocast: `with torch.autocast("cuda", enabled=False): '
+    "loss = F.binary_cross_entropy(p.float(), y.float())`"
+)
+
+
+class BceUnderAutocast(Rule):
+    """
+    ## What it does
+    Flags `torch.nn.functional.binary_cross_entropy` and `torch.nn.BCELoss` in code that runs, or
+    can run, under autocast: inside an enabled CUDA `autocast` region, or in a module that uses
+    half precision or mixed precision. Regions that disable autocast, CPU autocast regions (where
+    the loss simply runs in float32) and float64 reference code (a top-level function or class that
+    uses `double`/`float64` and no half precision) are left alone.
+
+    ## Why is this bad?
+    CUDA autocast refuses binary cross-entropy outright: the call raises `RuntimeError:
+    torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast`, even for
+    float32 inputs, so a model whose loss uses it cannot be trained with `torch.autocast` (or with
+    `Trainer(bf16=True)`/`fp16=True`). The reason is numeric: the loss takes `log(p)` and
+    `log(1 - p)` of probabilities that a half-precision sigmoid has already rounded to exactly 0 or
+    1 in the tails, which the loss then clamps. `binary_cross_entropy_with_logits` takes the logits
+    and computes the same loss stably with the log-sum-exp trick.
+
+    ## Example
+    ```python
+    probs = torch.sigmoid(logits)
+    loss = F.binary_cross_entropy(probs, labels)
+    ```
+
+    ## Fix
+    ```python
+    loss = F.binary_cross_entropy_with_logits(logits, labels)
+    ```
+    The fix is offered where the input is provably a sigmoid of something (`torch.sigmoid(z)`,
+    `z.sigmoid()`, or a name bound once to one, with `z` unchanged since): the sigmoid is dropped and
+    the call becomes its `_with_logits` form (`nn.BCELoss()` becomes `nn.BCEWithLogitsLoss()` when
+    every call of the loss module in its function is fed a sigmoid). The other arguments (`weight`,
+    `reduction`) keep their meaning. Elsewhere the help says what to change.
+
+    ## References
+    - "precision=16 doesn't work with binary_cross_entropy":
+      https://github.com/Lightning-AI/pytorch-lightning/issues/13871; YOLOX fp16 training,
+      https://github.com/Megvii-BaseDetection/YOLOX/issues/336
+    - PyTorch AMP docs, "Prefer binary_cross_entropy_with_logits over binary_cross_entropy":
+      https://pytorch.org/docs/stable/amp.html#prefer-binary-cross-entropy-with-logits-over-binary-cross-entropy
+    - `torch.nn.functional.binary_cross_entropy_with_logits`, `torch.nn.BCEWithLogitsLoss`
+    """
+
+    code = "AMP012"
+    name = "bce-under-autocast"
+    summary = "binary_cross_entropy/BCELoss where autocast can be active (CUDA autocast raises on it)"
+    severity = Severity.WARNING
+    triggers = frozenset({"binary_cross_entropy", "BCELoss"})
+
+    bad = (
+        Bad(
+            """\
+import torch
+import torch.nn.functional as F
+
+
+def train_step(model, x, labels):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits = model(x)
+        loss = F.binary_cross_entropy(torch.sigmoid(logits), labels, reduction="sum")
+    return loss
+""",
+            fixed="""\
+import torch
+import torch.nn.functional as F
+
+
+def train_step(model, x, labels):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits = model(x)
+        loss = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
+    return loss
+""",
+        ),
+        Bad(
+            """\
+import torch
+from torch import nn
+
+
+class Discriminator(nn.Module):
+    def loss(self, logits, labels, weight):
+        probs = logits.sigmoid()
+        loss_fct = nn.BCELoss(weight)
+        return loss_fct(probs, labels.to(torch.float16))
+""",
+            fixed="""\
+import torch
+from torch import nn
+
+
+class Discriminator(nn.Module):
+    def loss(self, logits, labels, weight):
+        probs = logits.sigmoid()
+        loss_fct = nn.BCEWithLogitsLoss(weight)
+        return loss_fct(logits, labels.to(torch.float16))
+""",
+        ),
+        Bad(
+            """\
+from torch.nn import BCELoss
+from torch.nn.functional import binary_cross_entropy
+
+
+def losses(scores, y, bf16=True):
+    a = BCELoss()(scores.sigmoid(), y)
+    b = binary_cross_entropy(scores.sigmoid(), y)
+    return a + b
+""",
+            fixed="""\
+import torch
+from torch.nn import BCELoss
+from torch.nn.functional import binary_cross_entropy
+
+
+def losses(scores, y, bf16=True):
+    a = torch.nn.BCEWithLogitsLoss()(scores, y)
+    b = torch.nn.functional.binary_cross_entropy_with_logits(scores, y)
+    return a + b
+""",
+        ),
+        Bad(
+            """\
+import torch
+from torch import nn
+
+
+def multitask_loss(span_scores, values, span_labels, value_labels, fp16=False):
+    loss_fct = nn.BCELoss()
+    span_loss = loss_fct(torch.sigmoid(span_scores), span_labels)
+    loss_fct = nn.MSELoss()
+    return span_loss + loss_fct(values, value_labels)
+""",
+            fixed="""\
+import torch
+from torch import nn
+
+
+def multitask_loss(span_scores, values, span_labels, value_labels, fp16=False):
+    loss_fct = nn.BCEWithLogitsLoss()
+    span_loss = loss_fct(span_scores, span_labels)
+    loss_fct = nn.MSELoss()
+    return span_loss + loss_fct(values, value_labels)
+""",
+        ),
+        Bad(
+            """\
+import torch
+from pytorch_lightning import LightningModule
+
+
+class BoringModel(LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(32, 2)
+        self.loss_fn = torch.nn.BCELoss()
+
+    def forward(self, x):
+        return torch.sigmoid(self.layer(x))
+
+    def training_step(self, batch, batch_idx):
+        output = self(batch[0])
+        target = batch[1].half()
+        return self.loss_fn(output, target)
+""",
+        ),
+        Bad(
+            """\
+import torch.nn.functional as F
+
+
+def get_assignments(cls_preds_, obj_preds_, gt_cls_per_image, num_gt, fp16=True):
+    cls_preds_ = (
+        cls_preds_.float().unsqueeze(0).repeat(num_gt, 1, 1).sigmoid_()
+        * obj_preds_.unsqueeze(0).repeat(num_gt, 1, 1).sigmoid_()
+    )
+    return F.binary_cross_entropy(cls_preds_.sqrt_(), gt_cls_per_image, reduction="none").sum(-1)
+""",
+        ),
+    )
+    good = (
+        Good(
+            """\
+import torch
+import torch.nn.functional as F
+
+
+def train_step(model, x, labels):
+    with torch.autocast("cuda", dtype=torch.float16):
+        probs = model(x)
+    with torch.autocast("cuda", enabled=False):
+        loss = F.binary_cross_entropy(probs.float(), labels.float())
+    return loss
+""",
+            "the documented workaround (YOLOX's fix): the loss runs in float32 with autocast disabled",
+        ),
+        Good(
+            """\
+import torch
+import torch.nn.functional as F
+
+
+def cpu_step(model, x, labels):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = F.binary_cross_entropy(model(x), labels)
+    return loss
+""",
+            "CPU autocast runs binary_cross_entropy in float32 instead of refusing it",
+        ),
+        Good(
+            """\
+import torch.nn.functional as F
+
+
+def sparsity_loss(gates, target):
+    return F.binary_cross_entropy(gates, target)
+""",
+            "nothing in the module says it runs in half or mixed precision",
+        ),
+        Good(
+            """\
+import torch
+import torch.nn.functional as F
+
+
+def bceloss_no_reduce_test():
+    t = torch.randn(15, 10).gt(0).to(torch.double)
+    return dict(
+        fullname="BCELoss_no_reduce",
+        constructor=lambda i: F.binary_cross_entropy(i, t.type_as(i), reduction="none"),
+        input_fn=lambda: torch.rand(15, 10).clamp_(2.8e-2, 1 - 2.8e-2),
+        default_dtype=torch.double,
+    )
+
+
+def half_tests():
+    return [dict(fullname="Linear_half", default_dtype=torch.half)]
+""",
+            "float64 reference code in a module that tests half precision elsewhere (torch's common_nn)",
+        ),
+        Good(
+            """\
+import torch
+from torch import nn
+
+
+def loss(logits, labels):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        return nn.BCEWithLogitsLoss()(logits, labels)
+""",
+            "the fused form",
+        ),
+    )
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        half = may_run_in_half(ctx)
+        if not half and "autocast" not in ctx.words:
+            return
+        calls = [call for call in ctx.index.calls if ctx.qualified(call.func) in _FUNCTIONS | _MODULES]
+        if not calls:
+            return
+        scans = [_scan(ctx, scope) for scope in ctx.scopes]
+        for call in calls:
+            if ctx.qualified(call.func) in _FUNCTIONS:
+                finding = _functional(ctx, call, scans, half)
+            else:
+                finding = _module(ctx, call, scans, half)
+            if finding is not None:
+                yield finding
+
+
+@dataclass
+class _ScopeScan:
+    scope: Scope
+    # The logits behind the first argument of each call in the scope: the input of the sigmoid
+    # that produced it, judged where the call is; None where that cannot be proven.
+    logits: dict[cst.Call, cst.BaseExpression | None] = field(default_factory=dict)
+    modules: dict[cst.Call, str] = field(default_factory=dict)  # BCELoss() -> the name bound to it
+    # For each BCELoss() bound to a name: the calls of that name while it holds this module.
+    uses: dict[cst.Call, list[cst.Call]] = field(default_factory=dict)
+    # How often each of those names is read, and how often as the function of a call: a name read
+    # otherwise (passed on, stored, returned) is used where this scope cannot see.
+    reads: dict[str, int] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
+
+    def escapes(self, name: str) -> bool:
+        return self.reads.get(name, 0) > self.calls.get(name, 0)
+
+
+def _sigmoid_input(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression | None:
+    if not isinstance(node, cst.Call):
+        return None
+    receiver = method_call(ctx, node, _SIGMOID_METHODS)
+    if receiver is not None and not node.args:
+        return receiver
+    if ctx.qualified(node.func) in _SIGMOID_FUNCTIONS and len(node.args) == 1 and not node.args[0].star:
+        return node.args[0].value
+    return None
+
+
+def _scan(ctx: FileContext, scope: Scope) -> _ScopeScan:
+    """Walk the scope's dataflow once: at each call, what its first argument is the sigmoid of.
+    A name bound to a sigmoid counts only if bound once, and the sigmoid's input only if it is a
+    plain name not rebound since (so that substituting it gives the same value)."""
+    scan = _ScopeScan(scope)
+    snapshots: dict[cst.Call, int] = {}  # sigmoid call -> bindings of its input name seen there
+
+    def bindings(flow: Flow, name: str) -> int:
+        return len(flow.history.get(name, ()))
+
+    def logits_of(data: cst.BaseExpression, flow: Flow) -> cst.BaseExpression | None:
+        inline = _sigmoid_input(ctx, data)
+        if inline is not None:
+            return inline
+        if not isinstance(data, cst.Name):
+            return None
+        bound = flow.history.get(data.value, [])
+        if len(bound) != 1 or not isinstance(bound[0], cst.Call):
+            return None
+        source = _sigmoid_input(ctx, bound[0])
+        if not isinstance(source, cst.Name) or snapshots.get(bound[0]) != bindings(flow, source.value):
+            return None
+        return source
+
+    def seed(node: cst.BaseExpression, flow: Flow) -> bool:
+        if isinstance(node, cst.Name) and node.value in names:
+            scan.reads[node.value] = scan.reads.get(node.value, 0) + 1
+        if not isinstance(node, cst.Call):
+            return False
+        source = _sigmoid_input(ctx, node)
+        if isinstance(source, cst.Name):
+            snapshots.setdefault(node, bindings(flow, source.value))
+        data = argument(node, 0, "input")
+        if data is not None:
+            found = logits_of(data, flow)
+            if node in scan.logits and scan.logits[node] is not found:
+                found = None  # a loop body seen twice: the second pass must agree
+            scan.logits[node] = found
+        if isinstance(node.func, cst.Name) and node.func.value in names:
+            name = node.func.value
+            scan.calls[name] = scan.calls.get(name, 0) + 1
+            held = flow.history.get(name, [])
+            if held and isinstance(held[-1], cst.Call) and held[-1] in scan.uses:
+                scan.uses[held[-1]].append(node)
+        return False
+
+    for statement in scope.body:
+        _bind_modules(ctx, statement, scan)
+    names = set(scan.modules.values())
+    analyse(scope, Policy(seed=seed))
+    return scan
+
+
+def _bind_modules(ctx: FileContext, statement: cst.BaseStatement, scan: _ScopeScan) -> None:
+    """`loss_fct = nn.BCELoss(...)` in the scope's body, in its blocks too (`if labels is not None:`)
+    but not in the functions it defines."""
+    if isinstance(statement, cst.SimpleStatementLine):
+        for small in statement.body:
+            if (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name)
+                and isinstance(small.value, cst.Call)
+                and ctx.qualified(small.value.func) in _MODULES
+            ):
+                scan.modules[small.value] = small.targets[0].target.value
+                scan.uses[small.value] = []
+        return
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        return
+    parts = [getattr(statement, name, None) for name in ("body", "orelse", "finalbody")]
+    parts.extend(getattr(statement, "handlers", ()))
+    for part in parts:
+        if isinstance(part, cst.If):
+            _bind_modules(ctx, part, scan)
+        elif isinstance(part, (cst.Else, cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler)):
+            for child in suite_body(part.body):
+                _bind_modules(ctx, child, scan)
+        elif isinstance(part, cst.BaseSuite):
+            for child in suite_body(part):
+                _bind_modules(ctx, child, scan)
+
+
+def _disabled(ctx: FileContext, node: cst.CSTNode, half: bool) -> bool:
+    """Autocast cannot refuse the call here: a region that disables autocast, a CPU region, or no
+    region in a module that never mentions half precision."""
+    region = autocast_region_of(ctx, node)
+    if region is None:
+        return not half or _double_precision(ctx, node)
+    return not region.enabled or region.device == "cpu"
+
+
+def _double_precision(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """The top-level function or class around `node` pins its tensors to float64 and never mentions
+    half precision: numerical reference code (torch's own BCELoss tests), whatever the rest of a
+    large module does."""
+    top = ctx.index.top_of.get(node)
+    if top is None or not isinstance(top, (cst.FunctionDef, cst.ClassDef)):
+        return False
+    words = set(_WORD.findall(ctx.code(top)))
+    return bool(words & {"double", "float64"}) and not words & HALF_WORDS
+
+
+def _functional(ctx: FileContext, call: cst.Call, scans: list[_ScopeScan], half: bool) -> Finding | None:
+    if _disabled(ctx, call, half):
+        return None
+    fused = "`F.binary_cross_entropy_with_logits`"
+    message = _MESSAGE.format(what="`binary_cross_entropy`", fused=fused)
+    logits = _logits(call, scans)
+    data = argument(call, 0, "input")
+    if logits is None or data is None:
+        return Finding(call, message, help=_HELP.format(fused=fused))
+    func, missing = _renamed(ctx, call.func, ("nn", "functional", "binary_cross_entropy_with_logits"))
+    fixed = call.with_changes(func=func, args=_replace_input(call, data, logits))
+    return Finding(
+        call,
+        message,
+        fix=FixPlan("Use `binary_cross_entropy_with_logits` on the logits", ((call, fixed),), missing),
+        help=f"`{' '.join(ctx.code(fixed).split())}`",
+    )
+
+
+def _module(ctx: FileContext, constructor: cst.Call, scans: list[_ScopeScan], half: bool) -> Finding | None:
+    uses, scan = _module_uses(constructor, scans)
+    places: list[cst.CSTNode] = [*uses] if uses else [constructor]
+    if all(_disabled(ctx, place, half) for place in places):
+        return None
+    fused = "`nn.BCEWithLogitsLoss`"
+    message = _MESSAGE.format(what="`nn.BCELoss`", fused=fused)
+    help = _HELP.format(fused=fused)
+    name = scan.modules.get(constructor) if scan is not None else None
+    if not uses or (scan is not None and name is not None and scan.escapes(name)):
+        return Finding(constructor, message, help=help)
+    inputs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
+    for use in uses:
+        data = argument(use, 0, "input")
+        logits = _logits(use, scans)
+        if data is None or logits is None:
+            return Finding(constructor, message, help=help)
+        inputs.append((data, logits))
+    func, missing = _renamed(ctx, constructor.func, ("nn", "BCEWithLogitsLoss"))
+    new_constructor = constructor.with_changes(func=func)
+    plan: tuple[tuple[cst.CSTNode, cst.CSTNode], ...]
+    if len(uses) == 1 and uses[0].func is constructor:
+        # `nn.BCELoss()(probs, y)`: one replacement covers both.
+        (data, logits), use = inputs[0], uses[0]
+        shown = use.with_changes(func=new_constructor, args=_replace_input(use, data, logits))
+        plan = ((use, shown),)
+    else:
+        plan = ((constructor, new_constructor), *((data, logits) for data, logits in inputs))
+        shown = new_constructor
+    return Finding(
+        constructor,
+        message,
+        fix=FixPlan("Use `nn.BCEWithLogitsLoss` on the logits", plan, missing),
+        help=f"`{' '.join(ctx.code(shown).split())}` fed the logits",
+    )
+
+
+def _module_uses(constructor: cst.Call, scans: list[_ScopeScan]) -> tuple[list[cst.Call], _ScopeScan | None]:
+    """The calls that feed the loss module its inputs: `nn.BCELoss()(p, y)`, or the calls of the
+    name it is bound to in its function. Empty when the module is kept elsewhere (`self.loss = ...`)."""
+    for scan in scans:
+        for call in scan.logits:
+            if call.func is constructor:
+                return [call], scan
+        if constructor in scan.uses:
+            return list(dict.fromkeys(scan.uses[constructor])), scan
+    return [], None
+
+
+def _logits(call: cst.Call, scans: list[_ScopeScan]) -> cst.BaseExpression | None:
+    for scan in scans:
+        if call in scan.logits:
+            return scan.logits[call]
+    return None
+
+
+def _replace_input(call: cst.Call, data: cst.BaseExpression, logits: cst.BaseExpression) -> list[cst.Arg]:
+    return [
+        arg.with_changes(value=logits.with_changes(lpar=[], rpar=[])) if arg.value is data else arg
+        for arg in call.args
+    ]
+
+
+def _renamed(
+    ctx: FileContext, func: cst.BaseExpression, path: tuple[str, ...]
+) -> tuple[cst.BaseExpression, bool]:
+    """`F.binary_cross_entropy` -> `F.<last of path>`; a bare imported name -> `torch.<path>`
+    (and whether `import torch` must be added)."""
+    if isinstance(func, cst.Attribute):
+        return func.with_changes(attr=cst.Name(path[-1])), False
+    expr, missing = ctx.torch_name()
+    for part in path:
+        expr = cst.Attribute(value=expr, attr=cst.Name(part))
+    return expr, missing

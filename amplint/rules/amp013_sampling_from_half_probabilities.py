@@ -1,0 +1,519 @@
+"""AMP013: sampling from probabilities computed in half precision (case 5)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import libcst as cst
+
+from amplint.attention import SOFTMAX_METHODS, is_softmax, softmax_module_call
+from amplint.context import FileContext, Finding
+from amplint.flow import Flow, Policy, analyse, value_children
+from amplint.patterns import (
+    argument,
+    function_call,
+    is_fp32_dtype,
+    is_fp32_value,
+    is_half_dtype,
+    is_matmul,
+    is_upcast,
+    method_call,
+)
+from amplint.precision import may_run_in_half, under_cuda_autocast
+from amplint.rule import Bad, Good, Rule
+from amplint.scopes import Scope, walk
+
+_MULTINOMIAL = frozenset({"torch.multinomial"})
+_CATEGORICAL = frozenset(
+    {
+        "torch.distributions.Categorical",
+        "torch.distributions.categorical.Categorical",
+        "torch.distributions.OneHotCategorical",
+        "torch.distributions.one_hot_categorical.OneHotCategorical",
+    }
+)
+_GUMBEL = frozenset({"torch.nn.functional.gumbel_softmax"})
+# Callables that in model code produce logits in the model's dtype: `model(ids)`, `lm_head(h)`.
+_MODEL_NAME = re.compile(r"(model|net|^lm|head|decoder|encoder|transformer|^forward)$", re.IGNORECASE)
+_HALF_METHODS = frozenset({"half", "bfloat16"})
+# Ops whose result is indices or integers, not probabilities: a token chosen from one
+# distribution does not carry that distribution's precision into the next.
+_INDEX_METHODS = frozenset({"argmax", "argmin", "argsort", "long", "int", "nonzero", "bool"})
+_INDEX_FUNCTIONS = frozenset({"torch.argmax", "torch.argmin", "torch.argsort", "torch.nonzero"})
+# Words of library code that defines pretrained models or schedulers (transformers, diffusers),
+# which users load in float16/bfloat16 without that code saying so. A script that loads a
+# checkpoint itself says which dtype it uses (`may_run_in_half`); without one, it runs in float32.
+_PRETRAINED_WORDS = frozenset({"PreTrainedModel", "GenerationMixin", "ModelMixin", "SchedulerMixin"})
+# How far the search for where logits come from may go, in expressions visited.
+_SEARCH_LIMIT = 200
+
+
+class SamplingFromHalfProbabilities(Rule):
+    """
+    ## What it does
+    Flags `torch.multinomial` (and `Categorical(probs=...)`) sampling from probabilities that a
+    `softmax` computed from logits that were never upcast to float32, and `gumbel_softmax` over
+    such logits. It looks where the logits come from inside the function: model or head outputs,
+    products, or explicit half casts; logits passed in as a parameter are the caller's business.
+
+    ## Why is this bad?
+    Sampling is where half precision fails loudly, far from its cause: a temperature division or a
+    repetition penalty that overflows float16, or a row masked entirely to `-inf`, gives `inf`/NaN
+    probabilities and `multinomial` raises "probability tensor contains either `inf`, `nan` or
+    element < 0" (Qwen2.5 GPTQ in fp16). When it does not crash, the distribution is rounded to 8
+    (bfloat16) or 11 (float16) significant bits and the tail the sampler draws from is distorted.
+    Casting the probabilities to float32 after the softmax is too late: the rounding has happened.
+    `transformers`' `generate` upcasts the logits before any processing for this reason.
+
+    This rule reports the sampler; AMP003 reports the softmax itself (and fixes it) where its input
+    looks like scores or logits. Both point at the same remedy: an upcast before the softmax.
+
+    ## Example
+    ```python
+    logits = model(input_ids).logits[:, -1, :]
+    probs = torch.softmax(logits / temperature, dim=-1)
+    next_token = torch.multinomial(probs, num_samples=1)
+    ```
+
+    ## Fix
+    Upcast the logits before temperature, filtering and the softmax:
+    ```python
+    logits = model(input_ids).logits[:, -1, :].float()
+    probs = torch.softmax(logits / temperature, dim=-1)
+    next_token = torch.multinomial(probs, num_samples=1)
+    ```
+    or at least compute the softmax in float32 (`torch.softmax(x, dim=-1, dtype=torch.float32)`).
+
+    ## References
+    - "probability tensor contains either inf, nan or element < 0" with an INT4 Qwen-VL on a V100
+      (float16): https://github.com/QwenLM/Qwen-VL/issues/364; with a float16 GPTQ CUDA kernel:
+      https://github.com/qwopqwop200/GPTQ-for-LLaMa/issues/36
+    - transformers `GenerationMixin._sample`: `outputs.logits[:, -1, :].to(dtype=torch.float32)`
+    - `torch.nn.functional.gumbel_softmax` in wav2vec2's quantizer is called on `hidden_states.float()`
+    """
+
+    code = "AMP013"
+    name = "sampling-from-half-probabilities"
+    summary = "multinomial/gumbel sampling from a softmax of logits that were not upcast to float32"
+    triggers = frozenset({"multinomial", "gumbel_softmax", "Categorical", "OneHotCategorical"})
+
+    bad = (
+        Bad(
+            """\
+import torch
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4", torch_dtype=torch.float16)
+
+
+def sample(input_ids, temperature):
+    logits = model(input_ids).logits[:, -1, :]
+    probs = torch.softmax(logits / temperature, dim=-1)
+    return torch.multinomial(probs, num_samples=1)
+"""
+        ),
+        Bad(
+            """\
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel
+
+
+class FineModel(PreTrainedModel):
+    def sample_codebook(self, input_buffer, temperature, codebook_size):
+        logits = self.forward(input_buffer).logits
+        relevant_logits = logits[:, :, :codebook_size] / temperature
+        probs = F.softmax(relevant_logits, dim=-1)
+        probs = probs.reshape((-1, codebook_size))
+        return torch.multinomial(probs, num_samples=1)
+"""
+        ),
+        Bad(
+            """\
+import torch
+from diffusers import SchedulerMixin
+
+
+class MaskedTokenScheduler(SchedulerMixin):
+    def step(self, sample, generator):
+        model_output = self.transformer(sample)
+        probs = model_output.softmax(dim=-1)
+        probs_ = probs.float()
+        return torch.multinomial(probs_, 1, generator=generator)
+"""
+        ),
+        Bad(
+            """\
+import torch
+from transformers import GenerationMixin, PreTrainedModel
+
+
+class ImageGenerator(PreTrainedModel, GenerationMixin):
+    def next_token(self, hidden_state, logits_processor, input_ids):
+        scores = self.model.generation_head(hidden_state)
+        next_token_scores = logits_processor(input_ids, scores)
+        probs = torch.softmax(next_token_scores, dim=-1)
+        return torch.multinomial(probs, num_samples=1).squeeze(-1)
+"""
+        ),
+        Bad(
+            """\
+from torch import nn
+from transformers import PreTrainedModel
+
+
+class VisualTokenizer(PreTrainedModel):
+    def tokenize(self, hidden_states):
+        logits = self.head_linear(hidden_states)
+        return nn.functional.gumbel_softmax(logits, dim=-1, hard=True)
+"""
+        ),
+        Bad(
+            """\
+import torch
+
+
+def resample(model, h, mask):
+    model = model.half()
+    logits = model.lm_head(h).masked_fill(mask, float("-inf"))
+    return logits.softmax(dim=-1).multinomial(1, replacement=True)
+"""
+        ),
+    )
+    good = (
+        Good(
+            """\
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+
+def sample_step(self, model_inputs, input_ids, logits_processor):
+    outputs = self(**model_inputs)
+    next_token_logits = outputs.logits[:, -1, :].to(dtype=torch.float32)
+    next_token_scores = logits_processor(input_ids, next_token_logits)
+    probs = nn.functional.softmax(next_token_scores, dim=-1)
+    return torch.multinomial(probs, num_samples=1)
+""",
+            "float32 logits passed through a logits processor (transformers' generation utilities)",
+        ),
+        Good(
+            """\
+import torch
+from transformers import PreTrainedModel
+
+
+def sample(self, processed_logits, vocab_size):
+    probs = torch.softmax(processed_logits, dim=-1, dtype=torch.float32)
+    return torch.multinomial(probs.view(-1, vocab_size), num_samples=1)
+""",
+            "the softmax computes in float32",
+        ),
+        Good(
+            """\
+import torch
+from transformers import PreTrainedModel
+
+
+def sample(self, x, temperature):
+    flat_logits = self.head(x).reshape(-1, self.vocab_size)
+    scaled_probs = torch.softmax(flat_logits.float() / temperature, dim=-1)
+    return torch.multinomial(scaled_probs, num_samples=1)
+""",
+            "the logits are upcast before the temperature division (diffusers' discrete DDIM)",
+        ),
+        Good(
+            """\
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+
+def _sample(self, scores, output_ids):
+    probs = nn.functional.softmax(scores[0], dim=-1)
+    return torch.multinomial(probs, num_samples=1)
+""",
+            "logits passed in as a parameter: their dtype is the caller's (continuous batching, beam "
+            "search); AMP003 still reports a softmax over them",
+        ),
+        Good(
+            """\
+import torch
+from transformers import PreTrainedModel
+
+
+def mask_tokens(v, max_image_length):
+    return torch.multinomial(torch.ones(v).float(), max_image_length)
+""",
+            "uniform weights, no softmax (vilt)",
+        ),
+        Good(
+            """\
+from torch import nn
+from transformers import PreTrainedModel
+
+
+def quantize(self, hidden_states):
+    hidden_states = self.weight_proj(hidden_states)
+    probs = nn.functional.gumbel_softmax(hidden_states.float(), tau=self.temperature, hard=True)
+    return probs.type_as(hidden_states)
+""",
+            "Gumbel sampling on upcast logits (wav2vec2, wavlm)",
+        ),
+        Good(
+            """\
+import torch
+from transformers import PreTrainedModel
+
+
+def entropy(self, h):
+    logits = self.lm_head(h)
+    return torch.distributions.Categorical(logits=logits).entropy()
+""",
+            "a distribution built for its entropy, not sampled from probabilities",
+        ),
+        Good(
+            """\
+import torch
+import torch.nn.functional as F
+
+
+def generate(self, idx, max_new_tokens, temperature):
+    for _ in range(max_new_tokens):
+        logits, _ = self(idx[:, -self.config.block_size :])
+        logits = logits[:, -1, :] / temperature
+        idx = torch.cat((idx, torch.multinomial(F.softmax(logits, dim=-1), 1)), dim=1)
+    return idx
+""",
+            "nothing in the file runs in half precision or defines a pretrained model (nanoGPT-style "
+            "models, RL policies): float32 logits",
+        ),
+        Good(
+            """\
+import torch
+
+
+def sample(model, ids, temperature):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits = model(ids)[:, -1, :] / temperature
+        probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, num_samples=1)
+""",
+            "CUDA autocast runs softmax in float32",
+        ),
+        Good(
+            """\
+import torch
+import torch.nn.functional as F
+from transformers import GPT2LMHeadModel
+
+model = GPT2LMHeadModel.from_pretrained("gpt2-large")
+
+
+def generate(input_ids):
+    logits = model(input_ids)[0][:, -1, :]
+    return torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+""",
+            "a script that loads its checkpoint without a half dtype runs it in float32",
+        ),
+    )
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        if not (may_run_in_half(ctx) or ctx.words & _PRETRAINED_WORDS):
+            return
+        samplers = [call for call in ctx.index.calls if _sampler(ctx, call) is not None]
+        if not samplers:
+            return
+        # Only the functions in the top-level statements that hold a sampler can see one.
+        tops = {ctx.index.top_of[call] for call in samplers}
+        functions = {id(node) for top in tops for node in walk(top) if isinstance(node, cst.FunctionDef)}
+        ids = {id(call) for call in samplers}
+        for scope in ctx.scopes:
+            if isinstance(scope.node, cst.Module):
+                body: tuple[cst.CSTNode, ...] = tuple(s for s in scope.body if s in tops)
+            elif id(scope.node) in functions:
+                body = (scope.node,)
+            else:
+                continue
+            if any(id(node) in ids for statement in body for node in walk(statement)):
+                yield from _check_scope(ctx, scope)
+
+
+def _sampler(ctx: FileContext, call: cst.Call) -> str | None:
+    """What kind of sampler `call` is: `multinomial`, `Categorical`, `gumbel_softmax`, or None."""
+    if function_call(ctx, call, _MULTINOMIAL) or method_call(ctx, call, frozenset({"multinomial"})):
+        return "multinomial"
+    if function_call(ctx, call, _CATEGORICAL) and argument(call, 0, "probs") is not None:
+        return "Categorical"
+    if function_call(ctx, call, _GUMBEL):
+        return "gumbel_softmax"
+    return None
+
+
+def _check_scope(ctx: FileContext, scope: Scope) -> Iterator[Finding]:
+    origins: dict[cst.Call, str] = {}  # a half-precision softmax or gumbel_softmax: its kind
+
+    def seed(node: cst.BaseExpression, flow: Flow) -> bool:
+        if not isinstance(node, cst.Call) or node in origins:
+            return False
+        if is_softmax(ctx, node):
+            data = _softmax_input(ctx, node)
+            if data is not None and _half_softmax(ctx, node, data, flow):
+                origins[node] = "softmax"
+                return True
+        elif function_call(ctx, node, _GUMBEL):
+            data = argument(node, 0, "logits")
+            if data is not None and _half_logits(ctx, data, flow):
+                origins[node] = "gumbel_softmax"
+        return False
+
+    def sink(node: cst.BaseExpression, flow: Flow) -> str | None:
+        if isinstance(node, cst.Call):
+            kind = _sampler(ctx, node)
+            if kind in {"multinomial", "Categorical"}:
+                return kind
+        return None
+
+    def blocks(node: cst.BaseExpression, flow: Flow) -> bool:
+        return (
+            function_call(ctx, node, _INDEX_FUNCTIONS) or method_call(ctx, node, _INDEX_METHODS) is not None
+        )
+
+    flow = analyse(scope, Policy(seed=seed, sink=sink, blocks=blocks))
+    reported: set[cst.CSTNode] = set()
+    for hit in flow.hits.values():
+        if hit.sink in reported or not isinstance(hit.origin, cst.Call):
+            continue
+        reported.add(hit.sink)
+        yield _sampling_finding(ctx, hit.sink, hit.origin, hit.label)
+    for call, kind in origins.items():
+        if kind == "gumbel_softmax":
+            yield _gumbel_finding(ctx, call)
+
+
+def _softmax_input(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
+    receiver = method_call(ctx, call, SOFTMAX_METHODS)
+    return receiver if receiver is not None else argument(call, 0, "input")
+
+
+def _softmax_dtype(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
+    if softmax_module_call(ctx, call):
+        return None
+    if method_call(ctx, call, SOFTMAX_METHODS) is not None:
+        return argument(call, 1, "dtype")
+    if ctx.qualified(call.func) in {"torch.softmax", "torch.log_softmax"}:
+        return argument(call, 2, "dtype")
+    return argument(call, 3, "dtype")
+
+
+def _half_softmax(ctx: FileContext, call: cst.Call, data: cst.BaseExpression, flow: Flow) -> bool:
+    """The softmax computes in half precision: no float32 dtype, and logits produced in this
+    function in the model's dtype and not upcast."""
+    dtype = _softmax_dtype(ctx, call)
+    if dtype is not None:
+        return is_half_dtype(ctx, dtype)
+    return not under_cuda_autocast(ctx, call) and _half_logits(ctx, data, flow)
+
+
+def _half_logits(ctx: FileContext, data: cst.BaseExpression, flow: Flow) -> bool:
+    return not is_fp32_value(ctx, data, flow) and _produced_here(ctx, data, flow)
+
+
+def _produced_here(ctx: FileContext, data: cst.BaseExpression, flow: Flow) -> bool:
+    """Whether the value comes, inside this function, from something that yields the model's
+    dtype: a model or head call, a submodule, a product, or a half cast. Values that only derive
+    from parameters or attributes have an unknown dtype."""
+    stack: list[cst.CSTNode] = [data]
+    seen: set[int] = set()
+    while stack and len(seen) < _SEARCH_LIMIT:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if is_upcast(ctx, node):
+            continue
+        if _produces_model_dtype(ctx, node):
+            return True
+        if isinstance(node, cst.Name):
+            stack.extend(flow.history.get(node.value, ()))
+        elif isinstance(node, cst.AugAssign):
+            stack.extend((node.target, node.value))
+        else:
+            stack.extend(value_children(node))
+    return False
+
+
+def _produces_model_dtype(ctx: FileContext, node: cst.CSTNode) -> bool:
+    if not isinstance(node, cst.Call):
+        return False
+    if is_matmul(ctx, node) or _half_cast(ctx, node):
+        return True
+    func = node.func
+    if isinstance(func, cst.Name):
+        # `model(ids)`, `lm_head(h)`, and a model calling itself: `logits, _ = self(idx)`.
+        return ctx.qualified(func) is None and (func.value == "self" or bool(_MODEL_NAME.search(func.value)))
+    if isinstance(func, cst.Attribute) and ctx.qualified(func) is None:
+        # `self.lm_head(h)`, `self.model.generation_head(h)`, `model.lm_head(h)`, `self.forward(x)`;
+        # not `self.generator.get_candidates(x)` nor a tensor method on an attribute.
+        parts: list[str] = []
+        root: cst.BaseExpression = func
+        while isinstance(root, cst.Attribute):
+            parts.append(root.attr.value)
+            root = root.value
+        if isinstance(root, cst.Name) and root.value != "self":
+            parts.append(root.value)
+        return isinstance(root, cst.Name) and any(_MODEL_NAME.search(part) for part in parts)
+    return False
+
+
+def _half_cast(ctx: FileContext, node: cst.Call) -> bool:
+    """`x.half()`, `x.bfloat16()`, `x.to(torch.float16)`, `x.to(dtype=torch.bfloat16)`."""
+    if not isinstance(node.func, cst.Attribute):
+        return False
+    method = node.func.attr.value
+    if method in _HALF_METHODS and not node.args:
+        return True
+    if method == "to":
+        values = [arg.value for arg in node.args if arg.keyword is None or arg.keyword.value == "dtype"]
+        return any(is_half_dtype(ctx, v) for v in values) and not any(is_fp32_dtype(ctx, v) for v in values)
+    return False
+
+
+def _line(ctx: FileContext, node: cst.CSTNode) -> int:
+    return ctx.position(node).start.line
+
+
+def _sampling_finding(ctx: FileContext, sampler: cst.CSTNode, softmax: cst.Call, kind: str) -> Finding:
+    qualified = ctx.qualified(softmax.func)
+    if qualified is not None:
+        name = qualified.rsplit(".", 1)[-1]
+    elif method_call(ctx, softmax, SOFTMAX_METHODS) is not None and isinstance(softmax.func, cst.Attribute):
+        name = softmax.func.attr.value
+    else:
+        name = "softmax"
+    line = _line(ctx, softmax)
+    message = (
+        f"`{kind}` samples from probabilities that the `{name}` on line {line} computed in "
+        "float16/bfloat16 from logits never upcast to float32: an overflowed or fully masked row "
+        'becomes inf/NaN ("probability tensor contains either inf, nan or element < 0") and the '
+        "distribution's tail is rounded away"
+    )
+    return Finding(
+        sampler,
+        message,
+        help=(
+            f"upcast the logits before temperature, filtering and the softmax (`logits.float()`), or "
+            f"pass `dtype=torch.float32` to the `{name}` on line {line}"
+        ),
+    )
+
+
+def _gumbel_finding(ctx: FileContext, call: cst.Call) -> Finding:
+    return Finding(
+        call,
+        "`gumbel_softmax` samples in the logits' float16/bfloat16 dtype: its Gumbel noise, the "
+        "temperature division and the softmax all run in half precision, where small temperatures "
+        "overflow and the noise is rounded",
+        help="upcast the logits first: `gumbel_softmax(logits.float(), ...)` and cast the result back",
+    )

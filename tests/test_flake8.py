@@ -1,0 +1,94 @@
+"""The flake8 plugin, run for real: `flake8 --select AMP` on files on disk, compared with amplint's own
+report of the same files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from support import ATTENTION, HAZARD, HAZARD_COLUMN, HAZARD_LINE, amplint_run, write
+
+import amplint
+
+
+def flake8(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flake8", "--isolated", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def amplint_findings(cwd: Path, name: str) -> list[str]:
+    """amplint's findings for one file, as flake8's default format prints them."""
+    proc = amplint_run(cwd, "check", "--format", "json", name)
+    return [
+        f"{d['path']}:{d['line']}:{d['column']}: {d['code']} {d['message']}"
+        for d in json.loads(proc.stdout)["diagnostics"]
+    ]
+
+
+def test_flake8_reports_what_amplint_reports_at_the_same_position(tmp_path: Path) -> None:
+    write(tmp_path / "model.py", HAZARD)
+    proc = flake8(tmp_path, "--select", "AMP", "model.py")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines == amplint_findings(tmp_path, "model.py")
+    assert lines[0].startswith(f"model.py:{HAZARD_LINE}:{HAZARD_COLUMN}: AMP001 ")
+
+
+def test_columns_count_characters(tmp_path: Path) -> None:
+    # "é😀" is two characters and six UTF-8 bytes: the finding is at character column 19.
+    write(
+        tmp_path / "uni.py", HAZARD.replace("    w = torch.sigmoid(x)", '    s = "é😀"; w = torch.sigmoid(x)')
+    )
+    proc = flake8(tmp_path, "--select", "AMP", "uni.py")
+    assert proc.stdout.splitlines() == amplint_findings(tmp_path, "uni.py")
+    assert proc.stdout.startswith("uni.py:5:19: AMP001 ")
+
+
+def test_flake8_select_ignore_and_noqa_decide(tmp_path: Path) -> None:
+    write(tmp_path / "attention.py", ATTENTION)
+    write(tmp_path / "model.py", HAZARD.replace("torch.sigmoid(x)\n", "torch.sigmoid(x)  # noqa: AMP001\n"))
+    # amplint's own configuration does not apply under flake8: every rule runs.
+    write(tmp_path / "pyproject.toml", '[tool.amplint]\nignore = ["AMP002", "AMP003"]\n')
+
+    def codes(*args: str) -> list[str]:
+        proc = flake8(tmp_path, *args, "attention.py", "model.py")
+        assert "Traceback" not in proc.stderr, proc.stderr
+        return [line.split()[1] for line in proc.stdout.splitlines()]
+
+    assert codes("--select", "AMP") == ["AMP002", "AMP003"]  # model.py's finding has a noqa
+    assert codes("--select", "AMP003") == ["AMP003"]
+    assert codes("--select", "AMP", "--ignore", "AMP003") == ["AMP002"]
+    assert "AMP002" in codes()  # the plugin's codes are selected by default, as flake8 does for plugins
+
+
+def test_plugin_is_registered(tmp_path: Path) -> None:
+    proc = flake8(tmp_path, "--version")
+    assert proc.returncode == 0, proc.stderr
+    assert f"amplint: {amplint.__version__}" in proc.stdout
+
+
+def test_plugin_does_not_import_torch(tmp_path: Path) -> None:
+    # A `torch` that fails on import, first on the path: flake8 would report the plugin crashing.
+    write(
+        tmp_path / "shadow" / "torch" / "__init__.py",
+        'raise ImportError("the flake8 plugin imported torch")\n',
+    )
+    write(tmp_path / "model.py", HAZARD)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow"), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = flake8(tmp_path, "--select", "AMP", "model.py", env=env)
+    assert "imported torch" not in proc.stderr, proc.stderr
+    assert proc.stdout.startswith(f"model.py:{HAZARD_LINE}:{HAZARD_COLUMN}: AMP001 "), (
+        proc.stdout + proc.stderr
+    )
