@@ -23,6 +23,8 @@ SOFTMAX_METHODS = frozenset({"softmax", "log_softmax"})
 _TRANSPOSE_METHODS = frozenset({"transpose", "permute", "t", "swapaxes", "swapdims"})
 _PRODUCT_FUNCTIONS = frozenset({"torch.matmul", "torch.bmm"})
 _PRODUCT_METHODS = frozenset({"matmul", "bmm"})
+_MULTINOMIAL = frozenset({"torch.multinomial"})
+_MULTINOMIAL_METHODS = frozenset({"multinomial"})
 
 
 def softmax_module_call(ctx: FileContext, node: cst.CSTNode) -> bool:
@@ -112,3 +114,25 @@ def scaled_inside(ctx: FileContext, node: cst.Call | cst.BinaryOperation) -> boo
         and argument(node, 4, "alpha") is not None
         and function_call(ctx, node, frozenset({"torch.baddbmm"}))
     )
+
+
+def softmax_input(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
+    """The tensor a softmax call normalises."""
+    receiver = method_call(ctx, call, SOFTMAX_METHODS)
+    return receiver if receiver is not None else argument(call, 0, "input")
+
+
+def softmax_dtype_argument(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
+    """The `dtype` a softmax call passes, by keyword or position; None for `nn.Softmax` modules."""
+    if softmax_module_call(ctx, call):
+        return None
+    if method_call(ctx, call, SOFTMAX_METHODS) is not None:
+        return argument(call, 1, "dtype")
+    if ctx.qualified(call.func) in {"torch.softmax", "torch.log_softmax"}:
+        return argument(call, 2, "dtype")
+    return argument(call, 3, "dtype")
+
+
+def is_multinomial(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """`torch.multinomial(probs, ...)` or `probs.multinomial(...)`: sampling from probabilities."""
+    return function_call(ctx, node, _MULTINOMIAL) or method_call(ctx, node, _MULTINOMIAL_METHODS) is not None

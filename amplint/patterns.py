@@ -115,7 +115,7 @@ def _is_cast(node: cst.CSTNode) -> bool:
     )
 
 
-def _dtype_source(node: cst.CSTNode) -> cst.BaseExpression | None:
+def dtype_source(node: cst.CSTNode) -> cst.BaseExpression | None:
     """`other` in `x.to(other.dtype)`, `x.to(dtype=other.dtype)`, `x.type(other.dtype)`, `x.type_as(other)`."""
     if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
         return None
@@ -156,11 +156,11 @@ def matmul_operands(ctx: FileContext, node: cst.CSTNode) -> list[cst.BaseExpress
     return [receiver, *positional[:1]] if node.func.attr.value in {"matmul", "mm", "bmm"} else positional[:2]
 
 
-def _is_fp32_step(ctx: FileContext, step: cst.CSTNode, flow: Flow | None, depth: int) -> bool | None:
+def fp32_step(ctx: FileContext, step: cst.CSTNode, flow: Flow | None, depth: int) -> bool | None:
     """True/False when this step of a value's lineage decides its precision; None to look further."""
     if is_upcast(ctx, step):
         return True
-    source = _dtype_source(step)
+    source = dtype_source(step)
     if source is not None:
         return depth < 4 and is_fp32_value(ctx, source, flow, depth + 1)
     if _is_cast(step):
@@ -190,11 +190,14 @@ def _is_fp32_step(ctx: FileContext, step: cst.CSTNode, flow: Flow | None, depth:
     return None
 
 
-def lineage(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None) -> Iterator[cst.CSTNode]:
+def lineage(
+    ctx: FileContext, node: cst.BaseExpression, flow: Flow | None, used: dict[str, int] | None = None
+) -> Iterator[cst.CSTNode]:
     """`node`, then what its value derives from: the receiver of a method chain, the first argument
-    of a function, and the expressions a name was bound to (most recent first, so that
-    `q = q.view(...)` leads on to the `q` before it)."""
-    used: dict[str, int] = {}
+    of a function, the operand of a unary operator, and the expressions a name was bound to (most
+    recent first, so that `q = q.view(...)` leads on to the `q` before it). `used` counts the
+    bindings of each name the walk went back through, for a caller that goes on from there."""
+    used = {} if used is None else used
     current: cst.CSTNode | None = node
     for _ in range(16):
         if current is None:
@@ -217,6 +220,8 @@ def lineage(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None) -> It
                 )
         elif isinstance(current, (cst.Attribute, cst.Subscript)):
             current = current.value
+        elif isinstance(current, cst.UnaryOperation):
+            current = current.expression
         elif isinstance(current, cst.Name) and flow is not None:
             history = flow.history.get(current.value, [])
             seen = used.get(current.value, 0)
@@ -233,7 +238,7 @@ def is_fp32_value(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None,
     promoted by arithmetic with a float32 operand, or a product of float32 operands; and not cast
     back or passed through a submodule since."""
     for step in lineage(ctx, node, flow):
-        decided = _is_fp32_step(ctx, step, flow, depth)
+        decided = fp32_step(ctx, step, flow, depth)
         if decided is not None:
             return decided
     return False
@@ -297,4 +302,54 @@ def with_method(node: cst.BaseExpression, method: str, *args: cst.BaseExpression
     return cst.Call(
         func=cst.Attribute(value=node, attr=cst.Name(method)),
         args=[cst.Arg(value=arg) for arg in args],
+    )
+
+
+def callee_name(call: cst.Call) -> str:
+    """The last name of what a call calls: `cumsum` for `x.cumsum(...)` and `torch.cumsum(...)`."""
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return func.value if isinstance(func, cst.Name) else ""
+
+
+def with_dtype(
+    call: cst.Call, dtype: cst.BaseExpression, positional: cst.BaseExpression | None = None
+) -> cst.Call:
+    """`call` with `dtype=<dtype>` as its last argument, replacing a `dtype=` keyword and the
+    `positional` dtype argument if given, laid out like the call's own arguments: on a line of its
+    own in a call that puts one there."""
+    args = [
+        arg
+        for arg in call.args
+        if arg.value is not positional and not (arg.keyword is not None and arg.keyword.value == "dtype")
+    ]
+    keyword = cst.Arg(
+        keyword=cst.Name("dtype"),
+        value=dtype,
+        equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+        ),
+    )
+    if not args:
+        return call.with_changes(args=[keyword])
+    if args[-1] is not call.args[-1]:
+        # The old dtype came last: its ending (trailing comma, whitespace before `)`) moves up.
+        ending = call.args[-1]
+        args[-1] = args[-1].with_changes(comma=ending.comma, whitespace_after_arg=ending.whitespace_after_arg)
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):
+        # A trailing comma: the new argument takes the last place, keeping the comma and the
+        # whitespace before `)`; the old last argument gets the separator the others use.
+        before = args[-2].comma if len(args) > 1 else None
+        separator = before.whitespace_after if isinstance(before, cst.Comma) else call.whitespace_before_args
+        args[-1] = last.with_changes(comma=last.comma.with_changes(whitespace_after=separator))
+        return call.with_changes(args=[*args, keyword.with_changes(comma=last.comma)])
+    # No trailing comma: whatever stood before `)` now follows the new argument.
+    args[-1] = last.with_changes(
+        comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+        whitespace_after_arg=cst.SimpleWhitespace(""),
+    )
+    return call.with_changes(
+        args=[*args, keyword.with_changes(whitespace_after_arg=last.whitespace_after_arg)]
     )

@@ -10,14 +10,14 @@ functions decorated with them, with the dtype and device they set.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import libcst as cst
 
 from amplint.flow import Flow, Policy, analyse
-from amplint.patterns import _is_fp32_step, argument, is_fp32_value
+from amplint.patterns import argument, dtype_source, fp32_step, is_fp32_value, lineage
 from amplint.scopes import Scope, walk
 
 if TYPE_CHECKING:
@@ -333,7 +333,7 @@ def _holds_float32(
     that `x` in `x = x * dt` means the `x` before that line."""
     last: cst.CSTNode | None = None
     name: str | None = None  # the name whose binding the lineage went back to last
-    for step in _lineage(ctx, node, flow, used):
+    for step in lineage(ctx, node, flow, used):
         if isinstance(step, cst.BinaryOperation):
             # Type promotion: one float32 operand makes the result float32; a product needs two.
             sides = [
@@ -341,7 +341,7 @@ def _holds_float32(
                 for side in (step.left, step.right)
             ]
             return all(sides) if isinstance(step.operator, cst.MatrixMultiply) else any(sides)
-        source = _dtype_source(step)
+        source = dtype_source(step)
         if source is not None:
             return depth < _DEPTH and _holds_float32(ctx, source, flow, function, depth + 1, dict(used))
         if (
@@ -359,7 +359,7 @@ def _holds_float32(
             )
         decided = _created_dtype(ctx, step)
         if decided is None:
-            decided = _is_fp32_step(ctx, step, flow, 0)
+            decided = fp32_step(ctx, step, flow, 0)
         if decided is not None:
             return decided
         last = step
@@ -397,59 +397,6 @@ def _created_dtype(ctx: FileContext, step: cst.CSTNode) -> bool | None:
             return True
         return False if qualified in _QUALIFIED_HALF_DTYPES else None
     return True if ctx.qualified(step.func) in _FLOAT_FACTORIES else None
-
-
-def _dtype_source(node: cst.CSTNode) -> cst.BaseExpression | None:
-    """`other` in `x.to(other.dtype)`, `x.to(dtype=other.dtype)`, `x.type_as(other)`."""
-    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
-        return None
-    if node.func.attr.value == "type_as":
-        return argument(node, 0, "other")
-    if node.func.attr.value in {"to", "type"}:
-        for arg in node.args:
-            value = arg.value
-            keyword = arg.keyword is None or arg.keyword.value == "dtype"
-            if keyword and isinstance(value, cst.Attribute) and value.attr.value == "dtype":
-                return value.value
-    return None
-
-
-def _lineage(
-    ctx: FileContext, node: cst.BaseExpression, flow: Flow | None, used: dict[str, int]
-) -> Iterator[cst.CSTNode]:
-    """`patterns.lineage`, recording in `used` how many bindings of each name it went back through."""
-    current: cst.CSTNode | None = node
-    for _ in range(16):
-        if current is None:
-            return
-        yield current
-        if isinstance(current, cst.AugAssign):
-            current = current.target
-        elif isinstance(current, cst.Call):
-            func = current.func
-            if isinstance(func, cst.Attribute) and ctx.qualified(func) is None and not _is_self(func.value):
-                current = func.value
-            else:
-                current = next(
-                    (arg.value for arg in current.args if arg.keyword is None and not arg.star), None
-                )
-        elif isinstance(current, (cst.Attribute, cst.Subscript)):
-            current = current.value
-        elif isinstance(current, cst.UnaryOperation):
-            current = current.expression
-        elif isinstance(current, cst.Name) and flow is not None:
-            history = flow.history.get(current.value, [])
-            seen = used.get(current.value, 0)
-            if seen >= len(history):
-                return
-            used[current.value] = seen + 1
-            current = history[-1 - seen]
-        else:
-            return
-
-
-def _is_self(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Name) and node.value == "self"
 
 
 def _comprehension_float32(

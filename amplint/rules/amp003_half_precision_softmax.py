@@ -7,15 +7,20 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from amplint.attention import SOFTMAX_METHODS, is_softmax, score_operands, softmax_module_call
+from amplint.attention import (
+    is_multinomial,
+    is_softmax,
+    score_operands,
+    softmax_dtype_argument,
+    softmax_input,
+    softmax_module_call,
+)
 from amplint.context import FileContext, Finding, FixPlan
 from amplint.flow import Flow, Policy, analyse, value_children
 from amplint.patterns import (
-    argument,
-    function_call,
     is_fp32_value,
     is_half_dtype,
-    method_call,
+    with_dtype,
     with_method,
 )
 from amplint.rule import Bad, Good, Rule
@@ -26,7 +31,6 @@ _MESSAGE = (
     "in half precision without CUDA autocast: small probabilities flush or lose precision and masked "
     "rows can turn into NaN"
 )
-_SAMPLERS = frozenset({"torch.multinomial"})
 # Names under which code holds attention scores or logits.
 _SCORE_NAME = re.compile(
     r"(score|logit|attn|attention|energ|similarit|^sim$|^sims$|^qk$|^dots?$|^lm_head$)", re.IGNORECASE
@@ -298,7 +302,7 @@ def _scan(ctx: FileContext, scope: Scope) -> tuple[dict[cst.Call, cst.BaseExpres
 
     def seed(node: cst.BaseExpression, flow: Flow) -> bool:
         if isinstance(node, cst.Call) and node not in low_precision and is_softmax(ctx, node):
-            data = _input(ctx, node)
+            data = softmax_input(ctx, node)
             if data is not None and _low_precision(ctx, node, data, flow):
                 low_precision[node] = data
         return score_operands(ctx, node, flow) is not None
@@ -306,11 +310,6 @@ def _scan(ctx: FileContext, scope: Scope) -> tuple[dict[cst.Call, cst.BaseExpres
     policy = Policy(seed=seed, sink=lambda node, flow: "softmax" if is_softmax(ctx, node) else None)
     flow = analyse(scope, policy)
     return low_precision, {hit.sink for hit in flow.hits.values()}
-
-
-def _input(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
-    receiver = method_call(ctx, call, SOFTMAX_METHODS)
-    return receiver if receiver is not None else argument(call, 0, "input")
 
 
 def _module_softmax_finding(ctx: FileContext, call: cst.Call) -> Finding:
@@ -321,18 +320,8 @@ def _module_softmax_finding(ctx: FileContext, call: cst.Call) -> Finding:
     )
 
 
-def _dtype_argument(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
-    if softmax_module_call(ctx, call):
-        return None
-    if method_call(ctx, call, SOFTMAX_METHODS) is not None:
-        return argument(call, 1, "dtype")
-    if ctx.qualified(call.func) in {"torch.softmax", "torch.log_softmax"}:
-        return argument(call, 2, "dtype")
-    return argument(call, 3, "dtype")
-
-
 def _low_precision(ctx: FileContext, call: cst.Call, data: cst.BaseExpression, flow: Flow) -> bool:
-    dtype = _dtype_argument(ctx, call)
+    dtype = softmax_dtype_argument(ctx, call)
     if dtype is not None:
         return is_half_dtype(ctx, dtype)  # any other explicit dtype is the caller's choice
     return not is_fp32_value(ctx, data, flow)
@@ -355,7 +344,7 @@ def _finding(ctx: FileContext, scope: Scope, call: cst.Call, data: cst.BaseExpre
     if softmax_module_call(ctx, call):
         return _module_softmax_finding(ctx, call)
     float32, missing_import = ctx.float32()
-    fixed: cst.BaseExpression = _with_dtype(ctx, call, float32)
+    fixed: cst.BaseExpression = with_dtype(call, float32, softmax_dtype_argument(ctx, call))
     description = "Compute the softmax in float32"
     # Cast back so that everything downstream sees the dtype it saw before (a float32 result
     # reaching a bf16 Linear or scatter would raise); sampling is the exception: float32
@@ -371,47 +360,6 @@ def _finding(ctx: FileContext, scope: Scope, call: cst.Call, data: cst.BaseExpre
         f"{_MESSAGE}: pass `dtype=torch.float32`",
         fix=FixPlan(description, ((call, fixed),), missing_import),
         help=f"`{' '.join(ctx.code(fixed).split())}`",
-    )
-
-
-def _with_dtype(ctx: FileContext, call: cst.Call, dtype: cst.BaseExpression) -> cst.Call:
-    """`call` with `dtype=<dtype>` as its last argument (replacing any dtype it had), laid out like
-    the call's own arguments: on a line of its own in a call that puts one there."""
-    positional_dtype = _dtype_argument(ctx, call)
-    args = [
-        arg
-        for arg in call.args
-        if arg.value is not positional_dtype
-        and not (arg.keyword is not None and arg.keyword.value == "dtype")
-    ]
-    keyword = cst.Arg(
-        keyword=cst.Name("dtype"),
-        value=dtype,
-        equal=cst.AssignEqual(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-        ),
-    )
-    if not args:
-        return call.with_changes(args=[keyword])
-    if args[-1] is not call.args[-1]:
-        # The old dtype came last: its ending (trailing comma, whitespace before `)`) moves up.
-        ending = call.args[-1]
-        args[-1] = args[-1].with_changes(comma=ending.comma, whitespace_after_arg=ending.whitespace_after_arg)
-    last = args[-1]
-    if isinstance(last.comma, cst.Comma):
-        # A trailing comma: the new argument takes the last place, keeping the comma and the
-        # whitespace before `)`; the old last argument gets the separator the others use.
-        before = args[-2].comma if len(args) > 1 else None
-        separator = before.whitespace_after if isinstance(before, cst.Comma) else call.whitespace_before_args
-        args[-1] = last.with_changes(comma=last.comma.with_changes(whitespace_after=separator))
-        return call.with_changes(args=[*args, keyword.with_changes(comma=last.comma)])
-    # No trailing comma: whatever stood before `)` now follows the new argument.
-    args[-1] = last.with_changes(
-        comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
-        whitespace_after_arg=cst.SimpleWhitespace(""),
-    )
-    return call.with_changes(
-        args=[*args, keyword.with_changes(whitespace_after_arg=last.whitespace_after_arg)]
     )
 
 
@@ -439,11 +387,6 @@ def _sampled(ctx: FileContext, scope: Scope, call: cst.Call) -> bool:
     """Whether the softmax result is sampled from in its function (`torch.multinomial`)."""
     policy = Policy(
         seed=lambda node, flow: node is call,
-        sink=lambda node, flow: (
-            "multinomial"
-            if function_call(ctx, node, _SAMPLERS)
-            or method_call(ctx, node, frozenset({"multinomial"})) is not None
-            else None
-        ),
+        sink=lambda node, flow: "multinomial" if is_multinomial(ctx, node) else None,
     )
     return bool(analyse(scope, policy).hits)

@@ -10,7 +10,15 @@ import libcst as cst
 
 from amplint.context import FileContext, Finding, FixPlan
 from amplint.flow import Flow, Policy, analyse, value_children
-from amplint.patterns import argument, function_call, is_half_dtype, method_call, with_method
+from amplint.patterns import (
+    argument,
+    callee_name,
+    function_call,
+    is_half_dtype,
+    method_call,
+    with_dtype,
+    with_method,
+)
 from amplint.precision import holds_float32, scopes_holding, under_cuda_autocast
 from amplint.rule import Bad, Good, Rule
 from amplint.scopes import Scope, walk
@@ -329,22 +337,11 @@ def top_h(probs, top_h):
     )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        candidates = [call for call in ctx.index.calls if _op_name(call) in _OPS]
+        candidates = [call for call in ctx.index.calls if callee_name(call) in _OPS]
         if not candidates:
             return
         for scope in scopes_holding(ctx, candidates):
             yield from _scan(ctx, scope)
-
-
-def _op_name(call: cst.Call) -> str:
-    func = call.func
-    return (
-        func.attr.value
-        if isinstance(func, cst.Attribute)
-        else func.value
-        if isinstance(func, cst.Name)
-        else ""
-    )
 
 
 def _accumulation(ctx: FileContext, call: cst.Call) -> Accumulation | None:
@@ -434,7 +431,7 @@ def _values(ctx: FileContext, node: cst.BaseExpression, flow: Flow) -> Iterator[
         elif isinstance(current, cst.AugAssign):
             stack.extend((current.target, current.value))
         elif isinstance(current, cst.Call):
-            if _op_name(current) in _LEAVE_LOG_SPACE:
+            if callee_name(current) in _LEAVE_LOG_SPACE:
                 continue
             if isinstance(current.func, cst.Attribute) and ctx.qualified(current.func) is None:
                 stack.append(current.func.value)
@@ -562,7 +559,7 @@ def _finding(ctx: FileContext, found: Accumulation, why: str) -> Finding:
         fixed = found.call.deep_replace(found.data, upcast)
         description = "Upcast the input of `logcumsumexp` to float32"
     else:
-        fixed = _with_dtype(found.call, float32)
+        fixed = with_dtype(found.call, float32)
         description = f"Accumulate `{op}` in float32"
     shown = " ".join(ctx.code(fixed).split())
     return Finding(
@@ -571,27 +568,3 @@ def _finding(ctx: FileContext, found: Accumulation, why: str) -> Finding:
         fix=FixPlan(description, ((found.call, fixed),), missing_import),
         help=f"accumulate in float32: `{shown}`",
     )
-
-
-def _with_dtype(call: cst.Call, dtype: cst.BaseExpression) -> cst.Call:
-    """`call` with `dtype=<dtype>` as its last argument (replacing a half dtype it had)."""
-    args = [arg for arg in call.args if not (arg.keyword is not None and arg.keyword.value == "dtype")]
-    keyword = cst.Arg(
-        keyword=cst.Name("dtype"),
-        value=dtype,
-        equal=cst.AssignEqual(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-        ),
-    )
-    if not args:
-        return call.with_changes(args=[keyword])
-    last = args[-1]
-    if isinstance(last.comma, cst.Comma):
-        # A trailing comma: the new argument goes last and keeps it; the old last argument gets the
-        # separator the others use (a line of its own in a call laid out one argument a line).
-        before = args[-2].comma if len(args) > 1 else None
-        separator = before.whitespace_after if isinstance(before, cst.Comma) else call.whitespace_before_args
-        args[-1] = last.with_changes(comma=last.comma.with_changes(whitespace_after=separator))
-        return call.with_changes(args=[*args, keyword.with_changes(comma=last.comma)])
-    args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    return call.with_changes(args=[*args, keyword])

@@ -7,7 +7,13 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from amplint.attention import SOFTMAX_METHODS, is_softmax, softmax_module_call
+from amplint.attention import (
+    SOFTMAX_METHODS,
+    is_multinomial,
+    is_softmax,
+    softmax_dtype_argument,
+    softmax_input,
+)
 from amplint.context import FileContext, Finding
 from amplint.flow import Flow, Policy, analyse, value_children
 from amplint.patterns import (
@@ -24,7 +30,6 @@ from amplint.precision import may_run_in_half, under_cuda_autocast
 from amplint.rule import Bad, Good, Rule
 from amplint.scopes import Scope, walk
 
-_MULTINOMIAL = frozenset({"torch.multinomial"})
 _CATEGORICAL = frozenset(
     {
         "torch.distributions.Categorical",
@@ -342,7 +347,7 @@ def generate(input_ids):
 
 def _sampler(ctx: FileContext, call: cst.Call) -> str | None:
     """What kind of sampler `call` is: `multinomial`, `Categorical`, `gumbel_softmax`, or None."""
-    if function_call(ctx, call, _MULTINOMIAL) or method_call(ctx, call, frozenset({"multinomial"})):
+    if is_multinomial(ctx, call):
         return "multinomial"
     if function_call(ctx, call, _CATEGORICAL) and argument(call, 0, "probs") is not None:
         return "Categorical"
@@ -358,7 +363,7 @@ def _check_scope(ctx: FileContext, scope: Scope) -> Iterator[Finding]:
         if not isinstance(node, cst.Call) or node in origins:
             return False
         if is_softmax(ctx, node):
-            data = _softmax_input(ctx, node)
+            data = softmax_input(ctx, node)
             if data is not None and _half_softmax(ctx, node, data, flow):
                 origins[node] = "softmax"
                 return True
@@ -392,25 +397,10 @@ def _check_scope(ctx: FileContext, scope: Scope) -> Iterator[Finding]:
             yield _gumbel_finding(ctx, call)
 
 
-def _softmax_input(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
-    receiver = method_call(ctx, call, SOFTMAX_METHODS)
-    return receiver if receiver is not None else argument(call, 0, "input")
-
-
-def _softmax_dtype(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
-    if softmax_module_call(ctx, call):
-        return None
-    if method_call(ctx, call, SOFTMAX_METHODS) is not None:
-        return argument(call, 1, "dtype")
-    if ctx.qualified(call.func) in {"torch.softmax", "torch.log_softmax"}:
-        return argument(call, 2, "dtype")
-    return argument(call, 3, "dtype")
-
-
 def _half_softmax(ctx: FileContext, call: cst.Call, data: cst.BaseExpression, flow: Flow) -> bool:
     """The softmax computes in half precision: no float32 dtype, and logits produced in this
     function in the model's dtype and not upcast."""
-    dtype = _softmax_dtype(ctx, call)
+    dtype = softmax_dtype_argument(ctx, call)
     if dtype is not None:
         return is_half_dtype(ctx, dtype)
     return not under_cuda_autocast(ctx, call) and _half_logits(ctx, data, flow)

@@ -11,7 +11,7 @@ import libcst as cst
 from amplint.attention import SOFTMAX_FUNCTIONS, softmax_module_call
 from amplint.context import FileContext, Finding, FixPlan
 from amplint.flow import Flow, Policy, analyse
-from amplint.patterns import argument, function_call, method_call, needs_parentheses, with_method
+from amplint.patterns import argument, callee_name, function_call, method_call, needs_parentheses, with_method
 from amplint.precision import defines_modules, holds_float32, scopes_holding
 from amplint.rule import Bad, Good, Rule
 from amplint.scopes import Scope, walk
@@ -799,21 +799,10 @@ def _may_lose_small_values(ctx: FileContext, x: cst.BaseExpression) -> bool:
         if isinstance(node, cst.Name) and _INTEGER_NAME.search(node.value):
             return False
         if isinstance(node, cst.Call) and (
-            _op_name(node) in _INTEGER_OPS or ctx.qualified(node.func) in _CONSTANT_FACTORIES
+            callee_name(node) in _INTEGER_OPS or ctx.qualified(node.func) in _CONSTANT_FACTORIES
         ):
             return False
     return True
-
-
-def _op_name(call: cst.Call) -> str:
-    func = call.func
-    return (
-        func.attr.value
-        if isinstance(func, cst.Attribute)
-        else func.value
-        if isinstance(func, cst.Name)
-        else ""
-    )
 
 
 def _expm1_problem(ctx: FileContext, node: cst.BinaryOperation) -> Problem | None:
