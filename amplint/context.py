@@ -70,7 +70,7 @@ class FileContext:
         if top is None:
             return self._module_positions[node]
         # Narrower still: the innermost function around the node, where Python's parser says it is.
-        function = self._function_of(top).get(node)
+        function = self.function_of(node)
         if function is not None:
             in_function = self._function_positions(function)
             if in_function is not None and node in in_function:
@@ -127,7 +127,13 @@ class FileContext:
             at += 1
         return lines, located
 
-    def _function_of(self, top: cst.BaseStatement) -> dict[cst.CSTNode, cst.FunctionDef]:
+    def function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        """The innermost function whose body holds `node`, a call or a binary operation; None at
+        module level (and for other kinds of node, which the index does not place)."""
+        top = self.index.top_of.get(node)
+        return None if top is None else self._functions_in(top).get(node)
+
+    def _functions_in(self, top: cst.BaseStatement) -> dict[cst.CSTNode, cst.FunctionDef]:
         """For each node in a top-level statement, the innermost function that holds it."""
         found = self._function_of_cache.get(top)
         if found is None:

@@ -10,7 +10,6 @@ functions decorated with them, with the dtype and device they set.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -18,7 +17,7 @@ import libcst as cst
 
 from amplint.flow import Flow, Policy, analyse
 from amplint.patterns import argument, dtype_source, fp32_step, is_fp32_value, lineage
-from amplint.scopes import Scope, walk
+from amplint.scopes import walk
 
 if TYPE_CHECKING:
     from amplint.context import FileContext
@@ -178,28 +177,6 @@ def under_autocast(ctx: FileContext, node: cst.CSTNode) -> bool:
     """Whether `node` runs inside an enabled autocast region."""
     region = autocast_region_of(ctx, node)
     return region is not None and region.enabled
-
-
-def scopes_holding(ctx: FileContext, nodes: Iterable[cst.CSTNode]) -> list[Scope]:
-    """The scopes (function bodies, or the module body) whose own statements hold any of `nodes`
-    (calls or binary operations), in module order: a rule whose candidates are rare runs its
-    dataflow there only, not over every function of the file."""
-    nodes = list(nodes)
-    wanted = {id(node) for node in nodes}
-    tops = {ctx.index.top_of[node] for node in nodes if node in ctx.index.top_of}
-    by_node = {scope.node: scope for scope in ctx.scopes}
-    found: set[cst.CSTNode] = set()
-    for top in tops:
-        functions = [node for node in walk(top) if isinstance(node, cst.FunctionDef)]
-        holders: dict[int, cst.CSTNode] = {}
-        for function in functions:  # outer before inner: the innermost function wins
-            for node in walk(function.body):
-                if id(node) in wanted:
-                    holders[id(node)] = function
-        found.update(holders.values())
-        if len(holders) < sum(1 for node in walk(top) if id(node) in wanted):
-            found.add(ctx.module)
-    return [scope for scope in ctx.scopes if scope.node in found and scope.node in by_node]
 
 
 def defines_modules(ctx: FileContext) -> bool:

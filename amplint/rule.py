@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
@@ -41,6 +42,11 @@ class Rule:
     # The rule can only match a file whose text contains one of these words, so files
     # without any of them are never parsed for it.
     triggers: ClassVar[frozenset[str]] = frozenset()
+    # A function body with none of these words (and no match of `region_pattern`, for sites that
+    # have no word of their own, such as `-65504`) holds no site of the rule, so the parser may skip
+    # it (see `amplint.regions`). None: the rule reads every body of a file it is active on.
+    region_words: ClassVar[frozenset[str] | None] = None
+    region_pattern: ClassVar[re.Pattern[str] | None] = None
     bad: ClassVar[tuple[Bad, ...]] = ()
     good: ClassVar[tuple[Good, ...]] = ()
 

@@ -11,6 +11,7 @@ import libcst as cst
 
 from amplint.context import FileContext, Finding, FixPlan
 from amplint.diagnostics import Diagnostic, Edit, Fix, sort_diagnostics
+from amplint.regions import region_marks, skip_bodies
 from amplint.results import UNPARSABLE, FileResult, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
 from amplint.source import LineIndex, SourceError, SourceFile, decode_source, display_path, read_source
@@ -56,8 +57,10 @@ def lint_source(source: SourceFile, rules: Sequence[type[Rule]], display: str) -
         if error is not None:
             result.diagnostics.append(error)
         return result
+    marks = region_marks(active)
+    parsed = (skip_bodies(text, *marks) if marks is not None else None) or text
     try:
-        module = cst.parse_module(text)
+        module = cst.parse_module(parsed)
     except cst.ParserSyntaxError as exc:
         # Report what Python itself says (its message and position, as for a file no rule could
         # match); libcst's own message only when Python accepts what libcst cannot parse.
@@ -66,7 +69,7 @@ def lint_source(source: SourceFile, rules: Sequence[type[Rule]], display: str) -
         )
         result.diagnostics.append(error)
         return result
-    ctx = FileContext(source.path, module, words, text)
+    ctx = FileContext(source.path, module, words, parsed)
     lines = LineIndex(text)
     for rule in active:
         try:

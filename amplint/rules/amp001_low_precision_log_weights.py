@@ -11,6 +11,7 @@ from amplint.context import FileContext, Finding, FixPlan
 from amplint.flow import Flow, Policy, analyse_all
 from amplint.patterns import argument, function_call, is_fp32_value, is_matmul, method_call, with_method
 from amplint.rule import Bad, Good, Rule
+from amplint.scopes import scopes_holding
 
 _FUNCTIONS = {
     "torch.sigmoid": "sigmoid",
@@ -73,6 +74,7 @@ class LowPrecisionLogWeights(Rule):
     name = "low-precision-log-weights"
     summary = "sigmoid/tanh/logsigmoid output used as a log-space weight or decay without a float32 upcast"
     triggers = frozenset({"sigmoid", "tanh", "logsigmoid", "expit"})
+    region_words = triggers
 
     bad = (
         Bad(
@@ -344,7 +346,9 @@ def attend(q, k, v, scaling, softcap):
             recurrence=True,
         )
         reported: set[cst.CSTNode] = set()
-        for hit in analyse_all(ctx.scopes, policy):
+        # A finding starts at a sigmoid/tanh: only the functions that call one need the dataflow.
+        seeds = [call for call in ctx.index.calls if _input(ctx, call) is not None]
+        for hit in analyse_all(scopes_holding(ctx, seeds), policy):
             if hit.origin in reported:
                 continue
             reported.add(hit.origin)

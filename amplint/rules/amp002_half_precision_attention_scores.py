@@ -11,7 +11,7 @@ from amplint.context import FileContext, Finding
 from amplint.flow import Flow, Policy, analyse
 from amplint.patterns import function_call, is_fp32_value, is_scaled, method_call
 from amplint.rule import Bad, Good, Rule
-from amplint.scopes import walk
+from amplint.scopes import scopes_holding, walk
 
 # Clipping or soft-capping (`tanh(s / c) * c`) after the product maps inf back to a finite value
 # before softmax sees it.
@@ -53,6 +53,7 @@ class HalfPrecisionAttentionScores(Rule):
     name = "half-precision-attention-scores"
     summary = "q @ k^T attention scores computed in half precision with the scale applied after the product"
     triggers = frozenset({"softmax", "log_softmax", "Softmax", "LogSoftmax"})
+    region_words = triggers
 
     bad = (
         Bad(
@@ -354,14 +355,20 @@ def attend(q, k, v, scaling, softcap):
             sink=lambda node, flow: "softmax" if is_softmax(ctx, node) else None,
             blocks=clips,
         )
-        prescaled = _prescaled_parameters(ctx)
-        for scope in ctx.scopes:
-            if isinstance(scope.node, cst.FunctionDef) and _scales_by(
-                scope.node, _parameters(scope.node) & prescaled
-            ):
+        softmaxes = [call for call in ctx.index.calls if is_softmax(ctx, call)]
+        prescaled: set[str] | None = None  # computed only once a scope has a finding
+        # A finding needs a softmax that the scores reach in the same function.
+        for scope in scopes_holding(ctx, softmaxes):
+            hits = analyse(scope, policy).hits
+            if not hits:
                 continue
+            if isinstance(scope.node, cst.FunctionDef):
+                if prescaled is None:
+                    prescaled = _prescaled_parameters(ctx)
+                if _scales_by(scope.node, _parameters(scope.node) & prescaled):
+                    continue
             reported: set[cst.CSTNode] = set()
-            for hit in analyse(scope, policy).hits.values():
+            for hit in hits.values():
                 if hit.origin in reported:
                     continue
                 reported.add(hit.origin)

@@ -24,7 +24,7 @@ from amplint.patterns import (
     with_method,
 )
 from amplint.rule import Bad, Good, Rule
-from amplint.scopes import Scope
+from amplint.scopes import Scope, scopes_holding
 
 _MESSAGE = (
     "softmax over attention scores or logits returns float16/bfloat16 probabilities when the model runs "
@@ -73,6 +73,7 @@ class HalfPrecisionSoftmax(Rule):
     name = "half-precision-softmax"
     summary = "softmax/log_softmax over attention scores or logits without dtype=torch.float32"
     triggers = frozenset({"softmax", "log_softmax", "Softmax", "LogSoftmax"})
+    region_words = triggers
 
     bad = (
         Bad(
@@ -287,7 +288,8 @@ def sample_step(outputs, input_ids, logits_processor):
     )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        for scope in ctx.scopes:
+        softmaxes = [call for call in ctx.index.calls if is_softmax(ctx, call)]
+        for scope in scopes_holding(ctx, softmaxes):
             low_precision, fed_by_scores = _scan(ctx, scope)
             for call, data in low_precision.items():
                 if call in fed_by_scores or _looks_like_scores(data):

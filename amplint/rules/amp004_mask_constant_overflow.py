@@ -20,9 +20,9 @@ from amplint.patterns import (
     lineage,
     method_call,
 )
-from amplint.precision import autocast_region_of, holds_float32, scopes_holding
+from amplint.precision import autocast_region_of, holds_float32
 from amplint.rule import Bad, Good, Rule
-from amplint.scopes import Scope, walk
+from amplint.scopes import Scope, scopes_holding, walk
 
 FP16_MAX = 65504.0
 # Magnitudes from here on round to inf in float16 (65504 plus half a unit in the last place).
@@ -137,6 +137,9 @@ class MaskConstantOverflow(Rule):
         | {f"{e}{n}" for e in "eE" for n in range(5, 100)}
         | {f"{e}{n:02d}" for e in "eE" for n in range(5, 10)}
     )
+    # A hazardous constant: `-inf`, `finfo`, a number of five digits or with an exponent.
+    region_words = frozenset({"inf", "Inf", "finfo", "masked_fill", "masked_fill_"})
+    region_pattern = re.compile(r"\d{5}|\d\.?[eE]\+?\d")
 
     bad = (
         Bad(

@@ -15,12 +15,11 @@ from amplint.precision import (
     autocast_region_of,
     holds_float32,
     may_run_in_half,
-    scopes_holding,
     under_cuda_autocast,
 )
 from amplint.rule import Bad, Good, Rule
 from amplint.rules.amp004_mask_constant_overflow import dtype_cast, module_constants, numeric_value
-from amplint.scopes import Scope, suite_body, walk
+from amplint.scopes import Scope, scopes_holding, suite_body, walk
 
 # Positive values at or below 2**-25 round to zero in float16 (its smallest subnormal is 2**-24,
 # about 5.96e-8; its smallest normal number is 2**-14, about 6.1e-5).
@@ -185,6 +184,9 @@ class EpsUnderflow(Rule):
     )
     # The rule needs a module that says float16 can be in play (see `check`).
     triggers = _FLOAT16_WORDS
+    # A tiny constant: a negative exponent, many zeros, `finfo(...).tiny`/`.eps`, an `eps` name.
+    region_words = frozenset({"finfo", "tiny", "eps", "epsilon"})
+    region_pattern = re.compile(r"\d\.?[eE]-\d|\.0{5}")
 
     bad = (
         Bad(

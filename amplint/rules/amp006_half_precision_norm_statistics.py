@@ -10,9 +10,9 @@ import libcst as cst
 from amplint.context import FileContext, Finding, FixPlan
 from amplint.flow import Flow, Hit, Policy, analyse
 from amplint.patterns import argument, function_call, is_fp32_dtype, lineage, method_call, with_method
-from amplint.precision import called_in_module, holds_float32, scopes_holding, under_cuda_autocast
+from amplint.precision import called_in_module, holds_float32, under_cuda_autocast
 from amplint.rule import Bad, Good, Rule
-from amplint.scopes import Scope, walk
+from amplint.scopes import Scope, scopes_holding, walk
 
 _MEAN_FUNCTIONS = frozenset({"torch.mean"})
 # `std` is left out on purpose: its square root keeps it in range, so a half-precision `std` is one
@@ -86,6 +86,7 @@ class HalfPrecisionNormStatistics(Rule):
     # A statistic that normalises nearly always meets a root (`rsqrt`, `sqrt`) or is a `var`; files
     # with a mean of squares and only `** -0.5` are rare enough not to parse every file with `mean`.
     triggers = frozenset({"rsqrt", "sqrt", "reciprocal", "var", "var_mean"})
+    region_words = triggers
 
     bad = (
         Bad(

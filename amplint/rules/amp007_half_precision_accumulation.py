@@ -19,9 +19,9 @@ from amplint.patterns import (
     with_dtype,
     with_method,
 )
-from amplint.precision import holds_float32, scopes_holding, under_cuda_autocast
+from amplint.precision import holds_float32, under_cuda_autocast
 from amplint.rule import Bad, Good, Rule
-from amplint.scopes import Scope, walk
+from amplint.scopes import Scope, scopes_holding, walk
 
 _OPS = frozenset({"cumsum", "cumprod", "logcumsumexp"})
 _FUNCTIONS = {f"torch.{op}": op for op in _OPS}
@@ -110,6 +110,7 @@ class HalfPrecisionAccumulation(Rule):
     name = "half-precision-accumulation"
     summary = "cumsum/cumprod/logcumsumexp over log-decays or gates without dtype=torch.float32 or an upcast"
     triggers = frozenset(_OPS)
+    region_words = triggers
 
     bad = (
         Bad(

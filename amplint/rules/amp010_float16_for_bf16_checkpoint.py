@@ -92,6 +92,8 @@ class Float16ForBf16Checkpoint(Rule):
     name = "float16-for-bf16-checkpoint"
     summary = "a pretrained checkpoint loaded with torch_dtype=torch.float16 or cast with .half()"
     triggers = frozenset({"float16", "half", "fp16"})
+    # The loader call; its dtype, `**kwargs` and later `.half()` are judged beside it.
+    region_words = frozenset({*_LOADERS, "pipeline"})
 
     bad = (
         Bad(

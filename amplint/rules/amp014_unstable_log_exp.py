@@ -12,9 +12,9 @@ from amplint.attention import SOFTMAX_FUNCTIONS, softmax_module_call
 from amplint.context import FileContext, Finding, FixPlan
 from amplint.flow import Flow, Policy, analyse
 from amplint.patterns import argument, callee_name, function_call, method_call, needs_parentheses, with_method
-from amplint.precision import defines_modules, holds_float32, scopes_holding
+from amplint.precision import defines_modules, holds_float32
 from amplint.rule import Bad, Good, Rule
-from amplint.scopes import Scope, walk
+from amplint.scopes import Scope, scopes_holding, walk
 
 _LOG_FUNCTIONS = frozenset({"torch.log"})
 _EXP_FUNCTIONS = frozenset({"torch.exp"})
@@ -94,6 +94,7 @@ class UnstableLogExp(Rule):
     name = "unstable-log-exp"
     summary = "log(softmax), log(sum(exp)), log(1 + x), exp(x) - 1 and hand-written softmax instead of the stable fused op"
     triggers = frozenset({"log", "exp"})
+    region_words = triggers
 
     bad = (
         Bad(
