@@ -36,6 +36,7 @@ def rules_for(settings: Settings, path: Path) -> list[type[Rule]]:
         rule
         for rule in all_rules()
         if rule.code != UNPARSABLE
+        and not rule.runtime_only
         and settings.is_selected(rule.code)
         and not settings.is_ignored_for(rule.code, path)
     ]

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from amplint import __version__
+
+if TYPE_CHECKING:
+    from amplint.api import CheckRun
+    from amplint.config import Settings
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -41,6 +47,21 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--statistics", action="store_true", help="count findings per rule")
     check.add_argument("--no-color", action="store_true", help="never colour the text output")
     check.add_argument("--no-cache", action="store_true", help="neither read nor write .amplint_cache/")
+    check.add_argument(
+        "--confirm",
+        action="store_true",
+        help="trace the runtime targets and confirm or refute each finding (needs amplint[runtime])",
+    )
+    check.add_argument(
+        "--target",
+        action="append",
+        metavar="TARGET",
+        help="with --confirm: file.py:factory or module:factory to trace (replaces the configured targets)",
+    )
+    check.add_argument("--show-refuted", action="store_true", help="with --confirm: show refuted findings")
+    check.add_argument(
+        "--timeout", type=float, default=300.0, help="with --confirm: seconds each trace may take"
+    )
     check.add_argument(
         "--jobs",
         "-j",
@@ -131,6 +152,10 @@ def _check(args: argparse.Namespace) -> int:
         traceback.print_exc()
         return _error(f"internal error: {exc}")
 
+    if args.confirm:
+        failed = _confirm(run, settings, args)
+        if failed is not None:
+            return failed
     for message in run.warnings:
         print(f"amplint: warning: {message}", file=sys.stderr)
     for message in run.errors:
@@ -172,6 +197,46 @@ def _check(args: argparse.Namespace) -> int:
     if args.exit_zero:
         return EXIT_CLEAN
     return EXIT_FINDINGS if run.diagnostics or (args.diff and run.diffs) else EXIT_CLEAN
+
+
+def _confirm(run: CheckRun, settings: Settings, args: argparse.Namespace) -> int | None:
+    """Trace the runtime targets and join the findings to the graphs; an exit code on a usage error."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return _error("--confirm traces the model and needs torch: pip install 'amplint[runtime]'")
+    from amplint.confirm import Traced, confirm
+    from amplint.diagnostics import Confidence
+    from amplint.runtime.child import ChildError, trace_in_child
+    from amplint.runtime.target import TargetError, target_specs
+
+    try:
+        specs = target_specs(settings.runtime, args.target, settings.root)
+    except TargetError as exc:
+        return _error(str(exc))
+    if not specs:
+        return _error(
+            "--confirm needs a runtime target: --target file.py:factory, or `targets` in [tool.amplint.runtime]"
+        )
+    traced = []
+    for spec in specs:
+        try:
+            traced.append(Traced(spec["target"], graph=trace_in_child(spec, args.timeout)))
+        except (ChildError, TargetError) as exc:
+            run.warnings.append(f"could not trace {spec['target']}; its findings stay unconfirmed: {exc}")
+            lines = [line for line in str(exc).splitlines() if line.strip()]
+            traced.append(
+                Traced(spec["target"], error=lines[-1].strip() if lines else "failed")
+            )  # the exception
+    diagnostics = confirm(run.diagnostics, traced)
+    if not args.show_refuted:
+        diagnostics = [d for d in diagnostics if d.confidence is not Confidence.REFUTED]
+    for diagnostic in diagnostics:
+        if diagnostic.path not in run.sources and os.path.isfile(diagnostic.path):
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                run.sources[diagnostic.path] = Path(diagnostic.path).read_text(encoding="utf-8")
+    run.diagnostics = diagnostics
+    return None
 
 
 def _jobs(value: str) -> int:

@@ -1,17 +1,38 @@
-"""What a rule is: its identity, its docs, its examples, and its libcst check."""
+"""What a rule is: its identity, its docs, its examples, its libcst check, and what it reads in a
+traced dtype graph (confirming a static finding, or finding what only the graph shows)."""
 
 from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from amplint.diagnostics import Severity
+from amplint.diagnostics import Confidence, Diagnostic, Severity
 
 if TYPE_CHECKING:
     from amplint.context import FileContext, Finding
+    from amplint.runtime.graph import DtypeGraph, DtypeNode
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a trace says of a static finding: `confirmed` or `refuted`, and the evidence, in words."""
+
+    confidence: Confidence
+    evidence: str
+
+
+@dataclass(frozen=True)
+class GraphFinding:
+    """A finding of a runtime-only rule: the node it points at (its source line is the location)."""
+
+    node: DtypeNode
+    message: str
+    evidence: str
+    help: str | None = None
+    extra: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -50,8 +71,27 @@ class Rule:
     bad: ClassVar[tuple[Bad, ...]] = ()
     good: ClassVar[tuple[Good, ...]] = ()
 
+    # A rule that only a traced graph can check (AMP1xx): the static pass leaves it out.
+    runtime_only: ClassVar[bool] = False
+
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         raise NotImplementedError
+
+    @classmethod
+    def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
+        """What the traced ops at a finding's lines say about it; None when they cannot tell.
+        Rules whose hazard is not a dtype of the forward pass (an API, a training loop) keep the
+        default, and their findings stay `static`."""
+        return None
+
+    @classmethod
+    def confirmable(cls) -> bool:
+        return cls.confirm.__func__ is not Rule.confirm.__func__  # type: ignore[attr-defined]
+
+    @classmethod
+    def check_graph(cls, graph: DtypeGraph) -> Iterator[GraphFinding]:
+        """The findings of a runtime-only rule on one traced graph."""
+        return iter(())
 
     @classmethod
     def docs(cls) -> str:

@@ -14,7 +14,7 @@ from amplint.regions import region_marks, skip_bodies
 from amplint.rules import all_rules, rule_by_code
 from amplint.runner import lint_text
 
-RULES = [rule for rule in all_rules() if rule.code != "AMP900"]
+RULES = [rule for rule in all_rules() if rule.code != "AMP900" and not rule.runtime_only]
 
 MODULE = """\
 import torch

@@ -33,6 +33,15 @@ def cell_position(diagnostic: Diagnostic) -> str:
     return f"cell {diagnostic.cell}, line {diagnostic.line}, column {diagnostic.column}"
 
 
+def confidence_note(diagnostic: Diagnostic) -> str | None:
+    """What the runtime pass said of a finding (`confirmed: ...`), for every format; None when the
+    finding was never put to a trace."""
+    evidence = diagnostic.extra.get("evidence") or diagnostic.extra.get("confirmation")
+    if diagnostic.confidence.value == "static" and evidence is None:
+        return None
+    return f"{diagnostic.confidence.value}: {evidence}" if evidence else diagnostic.confidence.value
+
+
 def render(
     fmt: str,
     diagnostics: Sequence[Diagnostic],

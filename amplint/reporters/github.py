@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from amplint.diagnostics import Diagnostic, Severity
-from amplint.reporters import cell_position
+from amplint.reporters import cell_position, confidence_note
 
 _COMMANDS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
@@ -48,6 +48,9 @@ def annotation(diagnostic: Diagnostic) -> str:
         message += f"\nFix available (amplint --fix): {diagnostic.fix.description}"
     if diagnostic.help:
         message += f"\nhelp: {diagnostic.help}"
+    note = confidence_note(diagnostic)
+    if note is not None:
+        message += f"\n{note}"
     rendered = ",".join(f"{key}={escape_property(value)}" for key, value in properties)
     return f"::{_command(diagnostic.severity)} {rendered}::{escape_data(message)}"
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from amplint.diagnostics import Diagnostic, Edit, Severity
-from amplint.reporters import ReportSummary, cell_position
+from amplint.reporters import ReportSummary, cell_position, confidence_note
 from amplint.reporters.json import amplint_version, json_default
 
 if TYPE_CHECKING:
@@ -137,6 +137,9 @@ def _result(diagnostic: Diagnostic, rule_index: int) -> dict[str, Any]:
     # edits the cell, not the file's text, so it is left out.
     notebook = diagnostic.cell is not None
     message = f"{diagnostic.message} ({cell_position(diagnostic)})" if notebook else diagnostic.message
+    note = confidence_note(diagnostic)
+    if note is not None:
+        message += f" [{note}]"
     region = (
         {"startLine": diagnostic.file_line, "endLine": diagnostic.file_line}
         if notebook

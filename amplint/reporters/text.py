@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from amplint.diagnostics import Diagnostic, Severity
-from amplint.reporters import ReportSummary
+from amplint.reporters import ReportSummary, confidence_note
 
 TAB_WIDTH = 4
 
@@ -140,6 +140,10 @@ def _finding(diagnostic: Diagnostic, sources: Mapping[str, str], style: _Style) 
         out.append(label + help_lines[0])
         indent = " " * (gutter_width + len(" = help: "))
         out.extend((indent + part).rstrip() for part in help_lines[1:])
+    runtime = confidence_note(diagnostic)
+    if runtime is not None:
+        kind, _, evidence = runtime.partition(": ")
+        out.append(f"{blank} {style('= ' + kind, _CYAN)}" + (f": {_sanitize(evidence)}" if evidence else ""))
     return out
 
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from amplint.context import FileContext, Finding, FixPlan
+from amplint.diagnostics import Confidence, Diagnostic
 from amplint.flow import Flow, Policy, analyse_all
 from amplint.patterns import argument, function_call, is_fp32_value, is_matmul, method_call, with_method
-from amplint.rule import Bad, Good, Rule
+from amplint.rule import Bad, Good, Rule, Verdict
+from amplint.runtime.chains import HALF, upcast_reached, where
 from amplint.scopes import scopes_holding
 
 _FUNCTIONS = {
@@ -34,6 +37,13 @@ _LOG_DECAY_NAME = re.compile(
 # `w` alone is also a weight, a window, a soft-capped logit: it counts as a log-decay only when the
 # value is negated, as log-decays are (`w = -exp(-0.5) * sigmoid(x)`).
 _GENERIC_DECAY_NAME = re.compile(r"^w$", re.IGNORECASE)
+
+
+if TYPE_CHECKING:
+    from amplint.runtime.graph import DtypeGraph, DtypeNode
+
+# The aten op each flagged call becomes in a trace.
+_TRACED_OPS = {"sigmoid": "sigmoid", "expit": "sigmoid", "tanh": "tanh", "logsigmoid": "log_sigmoid_forward"}
 
 
 class LowPrecisionLogWeights(Rule):
@@ -324,6 +334,26 @@ def attend(q, k, v, scaling, softcap):
         ),
     )
 
+    @classmethod
+    def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
+        squashing = [node for node in nodes if node.op == diagnostic.extra.get("op")]
+        if not squashing:
+            return None
+        half = [node for node in squashing if node.dtype in HALF]
+        if not half:
+            node = squashing[0]
+            return Verdict(
+                Confidence.REFUTED,
+                f"`{node.op}` at {where(node)} ran in {node.dtype}: its input was already {node.input_dtypes[0]}",
+            )
+        node = half[0]
+        evidence = f"`{node.op}` at {where(node)} ran in {node.dtype}"
+        reached = upcast_reached(graph, node)
+        if reached is not None:
+            op = reached[1]
+            evidence += f"; its result reaches `{op.op}` at {where(op)}, which autocast upcast to float32"
+        return Verdict(Confidence.CONFIRMED, evidence)
+
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         def seed(node: cst.BaseExpression, flow: Flow) -> bool:
             source = _input(ctx, node)
@@ -419,7 +449,13 @@ def _finding(ctx: FileContext, call: cst.Call, kind: str, label: str) -> Finding
             args=[arg.with_changes(value=upcast) if arg.value is source else arg for arg in call.args]
         )
     fix = FixPlan(f"Upcast the input of `{op}` to float32", ((call, fixed),), missing_import)
-    return Finding(call, message, fix=fix, help=f"upcast first: `{_short(ctx.code(fixed))}`")
+    return Finding(
+        call,
+        message,
+        fix=fix,
+        help=f"upcast first: `{_short(ctx.code(fixed))}`",
+        extra={"op": _TRACED_OPS.get(op, op)},
+    )
 
 
 def _short(code: str, limit: int = 80) -> str:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from amplint.attention import is_softmax, scaled_inside, score_operands
 from amplint.context import FileContext, Finding
+from amplint.diagnostics import Confidence, Diagnostic
 from amplint.flow import Flow, Policy, analyse
 from amplint.patterns import function_call, is_fp32_value, is_scaled, method_call
-from amplint.rule import Bad, Good, Rule
+from amplint.rule import Bad, Good, Rule, Verdict
+from amplint.runtime.chains import where
 from amplint.scopes import scopes_holding, walk
 
 # Clipping or soft-capping (`tanh(s / c) * c`) after the product maps inf back to a finite value
@@ -18,6 +21,13 @@ from amplint.scopes import scopes_holding, walk
 _CLIP_FUNCTIONS = frozenset({"torch.clamp", "torch.clip", "torch.nan_to_num", "torch.tanh"})
 _CLIP_METHODS = frozenset({"clamp", "clip", "clamp_", "clip_", "nan_to_num", "nan_to_num_", "tanh"})
 _UNIT = frozenset({"1", "1.0", "1."})
+
+
+if TYPE_CHECKING:
+    from amplint.runtime.graph import DtypeGraph, DtypeNode
+
+# The aten ops a score product becomes in a trace.
+_TRACED_PRODUCTS = frozenset({"bmm", "mm", "baddbmm", "addmm", "matmul", "einsum"})
 
 
 class HalfPrecisionAttentionScores(Rule):
@@ -332,6 +342,26 @@ def attend(q, k, v, scaling, softcap):
             "logit soft-capping saturates an overflowed score instead of passing inf to softmax",
         ),
     )
+
+    @classmethod
+    def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
+        products = [node for node in nodes if node.op in _TRACED_PRODUCTS]
+        if not products:
+            return None
+        overflowing = [node for node in products if node.dtype == "float16"]
+        if overflowing:
+            node = overflowing[0]
+            return Verdict(
+                Confidence.CONFIRMED,
+                f"`{node.op}` at {where(node)} formed the scores in float16 (largest finite value 65504)",
+            )
+        node = products[0]
+        if node.dtype == "bfloat16":
+            return Verdict(
+                Confidence.REFUTED,
+                f"`{node.op}` at {where(node)} ran in bfloat16, whose range is float32's",
+            )
+        return Verdict(Confidence.REFUTED, f"`{node.op}` at {where(node)} formed the scores in {node.dtype}")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         def seed(node: cst.BaseExpression, flow: Flow) -> bool:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -16,6 +17,7 @@ from amplint.attention import (
     softmax_module_call,
 )
 from amplint.context import FileContext, Finding, FixPlan
+from amplint.diagnostics import Confidence, Diagnostic
 from amplint.flow import Flow, Policy, analyse, value_children
 from amplint.patterns import (
     is_fp32_value,
@@ -23,7 +25,8 @@ from amplint.patterns import (
     with_dtype,
     with_method,
 )
-from amplint.rule import Bad, Good, Rule
+from amplint.rule import Bad, Good, Rule, Verdict
+from amplint.runtime.chains import HALF, where
 from amplint.scopes import Scope, scopes_holding
 
 _MESSAGE = (
@@ -35,6 +38,10 @@ _MESSAGE = (
 _SCORE_NAME = re.compile(
     r"(score|logit|attn|attention|energ|similarit|^sim$|^sims$|^qk$|^dots?$|^lm_head$)", re.IGNORECASE
 )
+
+
+if TYPE_CHECKING:
+    from amplint.runtime.graph import DtypeGraph, DtypeNode
 
 
 class HalfPrecisionSoftmax(Rule):
@@ -286,6 +293,19 @@ def sample_step(outputs, input_ids, logits_processor):
             "float32 logits passed through a logits processor (generation utilities)",
         ),
     )
+
+    @classmethod
+    def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
+        softmaxes = [node for node in nodes if node.op in {"_softmax", "_log_softmax"}]
+        if not softmaxes:
+            return None
+        half = [node for node in softmaxes if node.dtype in HALF]
+        if half:
+            node = half[0]
+            return Verdict(Confidence.CONFIRMED, f"`{node.op}` at {where(node)} ran in {node.dtype}")
+        node = softmaxes[0]
+        how = "autocast ran it" if node.policy.startswith("fp32") else "it ran"
+        return Verdict(Confidence.REFUTED, f"`{node.op}` at {where(node)}: {how} in {node.dtype}")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         softmaxes = [call for call in ctx.index.calls if is_softmax(ctx, call)]

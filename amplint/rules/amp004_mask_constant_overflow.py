@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -21,7 +22,8 @@ from amplint.patterns import (
     method_call,
 )
 from amplint.precision import autocast_region_of, holds_float32
-from amplint.rule import Bad, Good, Rule
+from amplint.rule import Bad, Good, Rule, Verdict
+from amplint.runtime.chains import half_precision_verdict
 from amplint.scopes import Scope, scopes_holding, walk
 
 FP16_MAX = 65504.0
@@ -79,6 +81,11 @@ class _Site:
     number: float
     tensor: cst.BaseExpression | None
     mask: cst.BaseExpression | None
+
+
+if TYPE_CHECKING:
+    from amplint.diagnostics import Diagnostic
+    from amplint.runtime.graph import DtypeGraph, DtypeNode
 
 
 class MaskConstantOverflow(Rule):
@@ -450,6 +457,10 @@ def init_state(key):
             "a float32 running maximum, not a mask (rwkv)",
         ),
     )
+
+    @classmethod
+    def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
+        return half_precision_verdict(nodes, "the mask is applied in half precision")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         candidates = [node for node in _candidate_nodes(ctx) if _quick_value(ctx, node)]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -17,8 +18,9 @@ from amplint.precision import (
     may_run_in_half,
     under_cuda_autocast,
 )
-from amplint.rule import Bad, Good, Rule
+from amplint.rule import Bad, Good, Rule, Verdict
 from amplint.rules.amp004_mask_constant_overflow import dtype_cast, module_constants, numeric_value
+from amplint.runtime.chains import half_precision_verdict
 from amplint.scopes import Scope, scopes_holding, suite_body, walk
 
 # Positive values at or below 2**-25 round to zero in float16 (its smallest subnormal is 2**-24,
@@ -132,6 +134,11 @@ class _Site:
     number: float
     tensor: cst.BaseExpression
     function: str = ""
+
+
+if TYPE_CHECKING:
+    from amplint.diagnostics import Diagnostic
+    from amplint.runtime.graph import DtypeGraph, DtypeNode
 
 
 class EpsUnderflow(Rule):
@@ -435,6 +442,10 @@ def pool(token_embeddings, attention_mask, dtype=torch.float16):
             "a float32 mask count (sentence-transformers mean pooling)",
         ),
     )
+
+    @classmethod
+    def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
+        return half_precision_verdict(nodes, "the guarded value is computed in half precision")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         if not may_run_in_half(ctx) or not ctx.words & _FLOAT16_WORDS:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -11,7 +12,8 @@ from amplint.context import FileContext, Finding, FixPlan
 from amplint.flow import Flow, Hit, Policy, analyse
 from amplint.patterns import argument, function_call, is_fp32_dtype, lineage, method_call, with_method
 from amplint.precision import called_in_module, holds_float32, under_cuda_autocast
-from amplint.rule import Bad, Good, Rule
+from amplint.rule import Bad, Good, Rule, Verdict
+from amplint.runtime.chains import half_precision_verdict
 from amplint.scopes import Scope, scopes_holding, walk
 
 _MEAN_FUNCTIONS = frozenset({"torch.mean"})
@@ -33,6 +35,11 @@ class Statistic:
     kind: str  # "pow" (x.pow(2), x ** 2, x.square()), "mul" (x * x), "var" or "var_mean"
     data: cst.BaseExpression  # the tensor whose statistic it is
     square: cst.BaseExpression | None = None  # `x * x`, `x.pow(2)`: what the mean averages
+
+
+if TYPE_CHECKING:
+    from amplint.diagnostics import Diagnostic
+    from amplint.runtime.graph import DtypeGraph, DtypeNode
 
 
 class HalfPrecisionNormStatistics(Rule):
@@ -376,6 +383,10 @@ def loud_frames(waveform, frame_length, floor_db):
             "an RMS that measures loudness, not one that rescales the tensor (pocket_tts)",
         ),
     )
+
+    @classmethod
+    def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
+        return half_precision_verdict(nodes, "the statistics are computed in half precision")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         candidates = [call for call in ctx.index.calls if _maybe_statistic(call)]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -20,7 +21,8 @@ from amplint.patterns import (
     with_method,
 )
 from amplint.precision import holds_float32, under_cuda_autocast
-from amplint.rule import Bad, Good, Rule
+from amplint.rule import Bad, Good, Rule, Verdict
+from amplint.runtime.chains import half_precision_verdict
 from amplint.scopes import Scope, scopes_holding, walk
 
 _OPS = frozenset({"cumsum", "cumprod", "logcumsumexp"})
@@ -64,6 +66,11 @@ class Accumulation:
     call: cst.Call
     op: str
     data: cst.BaseExpression
+
+
+if TYPE_CHECKING:
+    from amplint.diagnostics import Diagnostic
+    from amplint.runtime.graph import DtypeGraph, DtypeNode
 
 
 class HalfPrecisionAccumulation(Rule):
@@ -336,6 +343,10 @@ def top_h(probs, top_h):
             "(transformers' top-h sampling)",
         ),
     )
+
+    @classmethod
+    def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
+        return half_precision_verdict(nodes, "the accumulation runs in half precision")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         candidates = [call for call in ctx.index.calls if callee_name(call) in _OPS]

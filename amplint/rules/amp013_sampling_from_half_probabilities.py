@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -27,7 +28,8 @@ from amplint.patterns import (
     method_call,
 )
 from amplint.precision import may_run_in_half, under_cuda_autocast
-from amplint.rule import Bad, Good, Rule
+from amplint.rule import Bad, Good, Rule, Verdict
+from amplint.runtime.chains import half_precision_verdict
 from amplint.scopes import Scope, walk
 
 _CATEGORICAL = frozenset(
@@ -52,6 +54,11 @@ _INDEX_FUNCTIONS = frozenset({"torch.argmax", "torch.argmin", "torch.argsort", "
 _PRETRAINED_WORDS = frozenset({"PreTrainedModel", "GenerationMixin", "ModelMixin", "SchedulerMixin"})
 # How far the search for where logits come from may go, in expressions visited.
 _SEARCH_LIMIT = 200
+
+
+if TYPE_CHECKING:
+    from amplint.diagnostics import Diagnostic
+    from amplint.runtime.graph import DtypeGraph, DtypeNode
 
 
 class SamplingFromHalfProbabilities(Rule):
@@ -323,6 +330,10 @@ def generate(input_ids):
             "a script that loads its checkpoint without a half dtype runs it in float32",
         ),
     )
+
+    @classmethod
+    def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
+        return half_precision_verdict(nodes, "the probabilities are computed in half precision")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         if not (may_run_in_half(ctx) or ctx.words & _PRETRAINED_WORDS):

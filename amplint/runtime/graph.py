@@ -65,7 +65,14 @@ class DtypeGraph:
         return [self.nodes[i] for i in node.inputs]
 
     def consumers(self, node: DtypeNode) -> list[DtypeNode]:
-        return [other for other in self.nodes if node.id in other.inputs]
+        index: dict[int, list[DtypeNode]] | None = getattr(self, "_consumers", None)
+        if index is None:  # built once: rules walk chains of consumers
+            index = {}
+            for other in self.nodes:
+                for producer in dict.fromkeys(other.inputs):
+                    index.setdefault(producer, []).append(other)
+            self._consumers = index
+        return index.get(node.id, [])
 
     def find(
         self, op: str | None = None, *, line: int | None = None, path: str | None = None

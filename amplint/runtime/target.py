@@ -56,3 +56,65 @@ def call_factory(factory: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
     if not isinstance(args, (tuple, list)) or not isinstance(kwargs, dict):
         raise TargetError("the factory's args must be a tuple or list and its kwargs a dict")
     return model, tuple(args), kwargs
+
+
+# `[tool.amplint.runtime]` keys a target (or the table, as defaults for every target) may set.
+_CHOICES: dict[str, tuple[object, ...]] = {
+    "device": ("cuda", "cpu"),
+    "dtype": ("bfloat16", "float16"),
+    "autocast": (True, False),
+    "param-dtype": ("bfloat16", "float16", "float32"),
+}
+_DEFAULTS: dict[str, object] = {"device": "cuda", "dtype": "bfloat16", "autocast": True, "param-dtype": None}
+
+
+def target_specs(runtime: dict[str, Any], targets: list[str] | None, root: Path) -> list[dict[str, Any]]:
+    """The trace specs for `amplint check --confirm`: the `--target` values when given, else the
+    `targets` of `[tool.amplint.runtime]` (each a string or a table with its own settings); the
+    table's own keys are the defaults. A relative file path is relative to `root` (the config's)."""
+    where = "[tool.amplint.runtime]"
+    unknown = sorted(set(runtime) - {"targets", "timeout", *_CHOICES})
+    if unknown:
+        raise TargetError(f"{where} has unknown key(s) {', '.join(map(repr, unknown))}")
+    defaults = {key: _choice(runtime, key, _DEFAULTS[key], where) for key in _CHOICES}
+    entries: list[object] = list(targets) if targets else runtime.get("targets", [])
+    if not isinstance(entries, list):
+        raise TargetError(f"{where} 'targets' must be a list of FILE.py:FACTORY strings or tables")
+    specs = []
+    for entry in entries:
+        table = {"target": entry} if isinstance(entry, str) else entry
+        if not isinstance(table, dict) or not isinstance(table.get("target"), str):
+            raise TargetError(f"{where} target {entry!r} must be a string or a table with a 'target' key")
+        extra = sorted(set(table) - {"target", *_CHOICES})
+        if extra:
+            raise TargetError(f"{where} target {table['target']!r} has unknown key(s) {', '.join(extra)}")
+        settings = {
+            key: _choice(table, key, defaults[key], f"{where} target {table['target']!r}") for key in _CHOICES
+        }
+        specs.append(
+            {
+                "target": _anchored(table["target"], root),
+                "hf_config": None,
+                "device": settings["device"],
+                "dtype": settings["dtype"],
+                "autocast": settings["autocast"],
+                "param_dtype": settings["param-dtype"],
+            }
+        )
+    return specs
+
+
+def _choice(table: dict[str, Any], key: str, default: object, where: str) -> object:
+    value = table.get(key, default)
+    if value is not None and value not in _CHOICES[key]:
+        allowed = ", ".join(repr(choice) for choice in _CHOICES[key])
+        raise TargetError(f"{where} '{key}' must be one of {allowed}, got {value!r}")
+    return value
+
+
+def _anchored(target: str, root: Path) -> str:
+    where, sep, name = target.rpartition(":")
+    is_file = where.endswith(".py") or "/" in where or "\\" in where
+    if sep and is_file and not Path(where).is_absolute():
+        return f"{root / where}:{name}"
+    return target

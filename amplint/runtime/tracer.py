@@ -199,7 +199,8 @@ def trace(
 
     `device` picks whose autocast policy applies (`cuda` is emulated on fake `cuda:0` tensors when
     there is no GPU). `autocast=False` with `param_dtype` traces a model run in that dtype without
-    autocast, as half-precision inference usually runs. Weights are never materialised."""
+    autocast, as half-precision inference usually runs: parameters, buffers and floating-point
+    inputs take that dtype. Weights are never materialised."""
     if device not in {"cuda", "cpu"}:
         raise ValueError(f"device must be 'cuda' or 'cpu', not {device!r}")
     fake_device = "cuda:0" if device == "cuda" else "cpu"
@@ -207,7 +208,9 @@ def trace(
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     model = fn_or_module if isinstance(fn_or_module, nn.Module) else None
     call_args = (tuple(args), dict(kwargs or {}))
-    fake_args = pytree.tree_map(lambda v: _fake(v, mode, fake_device, None), call_args)
+    # A model run in `param_dtype` gets its floating-point inputs in that dtype too (`model.half()`
+    # is fed half activations); integer inputs (token ids) stay as they are.
+    fake_args = pytree.tree_map(lambda v: _fake(v, mode, fake_device, param_dtype), call_args)
     if model is not None:
         state = {
             name: _fake(tensor, mode, fake_device, param_dtype)
