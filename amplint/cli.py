@@ -92,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--op", metavar="PATTERN", help="only ops matching this glob (e.g. 'soft*')")
     trace.add_argument("--module", metavar="PATTERN", help="only ops in modules matching this glob")
     trace.add_argument("--changed-dtype", action="store_true", help="only casts and ops that change dtype")
+    trace.add_argument(
+        "--measure",
+        action="store_true",
+        help="replay the graph on the factory's inputs and weights to measure the error of late upcasts",
+    )
     trace.add_argument("--timeout", type=float, default=300.0, help="seconds before the trace is given up")
     trace.add_argument("--in-process", action="store_true", help="trace in this process (for debugging)")
 
@@ -142,20 +147,24 @@ def _check(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _error(str(exc))
 
+    if args.confirm and args.diff:
+        return _error("--confirm and --diff cannot be used together")
     try:
-        run = run_check(
-            paths, settings, fix=args.fix, diff=args.diff, cache=not args.no_cache, jobs=args.jobs
-        )
+        if args.confirm:
+            confirmed = _confirmed_run(paths, settings, args)
+            if isinstance(confirmed, int):
+                return confirmed
+            run = confirmed
+        else:
+            run = run_check(
+                paths, settings, fix=args.fix, diff=args.diff, cache=not args.no_cache, jobs=args.jobs
+            )
     except Exception as exc:  # a bug in amplint, not in the user's code
         import traceback
 
         traceback.print_exc()
         return _error(f"internal error: {exc}")
 
-    if args.confirm:
-        failed = _confirm(run, settings, args)
-        if failed is not None:
-            return failed
     for message in run.warnings:
         print(f"amplint: warning: {message}", file=sys.stderr)
     for message in run.errors:
@@ -199,12 +208,14 @@ def _check(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if run.diagnostics or (args.diff and run.diffs) else EXIT_CLEAN
 
 
-def _confirm(run: CheckRun, settings: Settings, args: argparse.Namespace) -> int | None:
-    """Trace the runtime targets and join the findings to the graphs; an exit code on a usage error."""
+def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespace) -> CheckRun | int:
+    """The check with every finding joined to the traced runtime targets (and, with --fix, each
+    file's fixes verified by a new trace); an exit code on a usage error."""
     try:
         import torch  # noqa: F401
     except ImportError:
         return _error("--confirm traces the model and needs torch: pip install 'amplint[runtime]'")
+    from amplint.api import run_check
     from amplint.confirm import Traced, confirm
     from amplint.diagnostics import Confidence
     from amplint.runtime.child import ChildError, trace_in_child
@@ -218,25 +229,36 @@ def _confirm(run: CheckRun, settings: Settings, args: argparse.Namespace) -> int
         return _error(
             "--confirm needs a runtime target: --target file.py:factory, or `targets` in [tool.amplint.runtime]"
         )
-    traced = []
-    for spec in specs:
-        try:
-            traced.append(Traced(spec["target"], graph=trace_in_child(spec, args.timeout)))
-        except (ChildError, TargetError) as exc:
-            run.warnings.append(f"could not trace {spec['target']}; its findings stay unconfirmed: {exc}")
-            lines = [line for line in str(exc).splitlines() if line.strip()]
-            traced.append(
-                Traced(spec["target"], error=lines[-1].strip() if lines else "failed")
-            )  # the exception
-    diagnostics = confirm(run.diagnostics, traced)
+    warnings: list[str] = []
+
+    def trace() -> list[Traced]:
+        traced = []
+        for spec in specs:
+            try:
+                traced.append(Traced(spec["target"], graph=trace_in_child(spec, args.timeout)))
+            except (ChildError, TargetError) as exc:
+                warnings.append(f"could not trace {spec['target']}; its findings stay unconfirmed: {exc}")
+                lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+                traced.append(Traced(spec["target"], error=lines[-1] if lines else "failed"))  # the exception
+        return traced
+
+    if args.fix:
+        from amplint.verify import fix_and_verify
+
+        run, outcomes = fix_and_verify(paths, settings, trace, jobs=args.jobs)
+        for outcome in outcomes:
+            print(f"amplint: fix {outcome.path}: {outcome.detail}", file=sys.stderr)
+    else:
+        run = run_check(paths, settings, cache=not args.no_cache, jobs=args.jobs)
+        run.diagnostics = confirm(run.diagnostics, trace())
+    run.warnings.extend(dict.fromkeys(warnings))
     if not args.show_refuted:
-        diagnostics = [d for d in diagnostics if d.confidence is not Confidence.REFUTED]
-    for diagnostic in diagnostics:
+        run.diagnostics = [d for d in run.diagnostics if d.confidence is not Confidence.REFUTED]
+    for diagnostic in run.diagnostics:
         if diagnostic.path not in run.sources and os.path.isfile(diagnostic.path):
             with contextlib.suppress(OSError, UnicodeDecodeError):
                 run.sources[diagnostic.path] = Path(diagnostic.path).read_text(encoding="utf-8")
-    run.diagnostics = diagnostics
-    return None
+    return run
 
 
 def _jobs(value: str) -> int:
@@ -267,6 +289,7 @@ def _clean(args: argparse.Namespace) -> int:
 
 
 def _trace(args: argparse.Namespace) -> int:
+    from amplint.confirm import graph_findings
     from amplint.runtime.report import render_json, render_text, select
 
     try:
@@ -288,6 +311,7 @@ def _trace(args: argparse.Namespace) -> int:
         "dtype": args.dtype,
         "autocast": not args.no_autocast,
         "param_dtype": args.param_dtype,
+        "measure": args.measure,
     }
     try:
         if args.in_process:
@@ -302,7 +326,19 @@ def _trace(args: argparse.Namespace) -> int:
     except (TargetError, ChildError) as exc:
         return _error(str(exc))
     nodes = select(graph, op=args.op, module=args.module, changed_dtype=args.changed_dtype)
-    report = render_json(graph, nodes) if args.format == "json" else render_text(graph, nodes)
+    findings = graph_findings(graph, args.target or args.hf_config)
+    if args.format == "json":
+        report = render_json(graph, nodes, findings)
+    else:
+        from amplint.reporters import render
+
+        report = render_text(graph, nodes)
+        if findings:
+            sources = {}
+            for diagnostic in findings:
+                with contextlib.suppress(OSError, UnicodeDecodeError):
+                    sources[diagnostic.path] = Path(diagnostic.path).read_text(encoding="utf-8")
+            report += "\n" + render("text", findings, sources=sources, color=False)
     if args.output is not None:
         args.output.write_text(report, encoding="utf-8")
     else:

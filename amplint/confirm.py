@@ -92,7 +92,8 @@ def _judge(diagnostic: Diagnostic, lines: list[tuple[str, DtypeGraph, _Lines]]) 
         if chosen:
             evidence = "; ".join(dict.fromkeys(verdict.evidence for _, verdict in chosen))
             targets = [target for target, _ in chosen]
-            return _with(diagnostic, wanted, {EVIDENCE: evidence, TARGETS: targets})
+            extra = {key: value for _, verdict in chosen for key, value in verdict.extra.items()}
+            return _with(diagnostic, wanted, {**extra, EVIDENCE: evidence, TARGETS: targets})
     return diagnostic
 
 

@@ -22,6 +22,7 @@ class Verdict:
 
     confidence: Confidence
     evidence: str
+    extra: Mapping[str, object] = field(default_factory=dict)  # e.g. `measured`, for JSON and SARIF
 
 
 @dataclass(frozen=True)
@@ -100,3 +101,13 @@ class Rule:
     @classmethod
     def fixable(cls) -> bool:
         return any(example.fixed is not None for example in cls.bad)
+
+
+class RuntimeRule(Rule):
+    """A rule that only a traced dtype graph can check (AMP1xx): it has no libcst check, and its
+    bad and good examples are models (with a `factory()`) that the tests trace."""
+
+    runtime_only = True
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        return iter(())

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from support import amplint_run, write
 
+from amplint.diagnostics import Confidence, Diagnostic
 from amplint.rules import all_rules
 
 pytest.importorskip("torch")
@@ -95,12 +96,24 @@ def test_rwkv_sigmoid_confirmed_and_the_chain_found(tmp_path: Path) -> None:
     assert "`sigmoid` at rwkv7_time_mix.py:52 ran in bfloat16" in amp001[0]["evidence"]
     assert "reaches `exp` at rwkv7_time_mix.py:67" in amp001[0]["evidence"]
     assert amp001[0]["targets"] == [f"{tmp_path / 'rwkv7_time_mix.py'}:factory"]
+    assert {(d["line"], d["cuda_dtype"], d["cpu_dtype"]) for d in found if d["code"] == "AMP103"} == {
+        (67, "float32", "bfloat16"),  # exp of the bf16 log-decay
+        (69, "float32", "bfloat16"),  # sum of the bf16 state
+    }
     amp101 = [d for d in found if d["code"] == "AMP101"]
     assert len(amp101) == 1 and amp101[0]["line"] == 52 and amp101[0]["confidence"] == "confirmed"
     chain = amp101[0]["chain"]
     assert [step["op"] for step in chain] == ["sigmoid", "mul", "exp"]
     assert [step["line"] for step in chain] == [52, 52, 67]
     assert [step["dtype"] for step in chain] == ["bfloat16", "bfloat16", "float32"]
+    # Measured on the factory's weights and inputs: two bf16 roundings (sigmoid, mul) before the
+    # upcast, each at most 2^-8 of the value; the fix leaves float32 rounding only.
+    for finding in (amp001[0], amp101[0]):
+        measured = finding["measured"]
+        assert 2.0**-9 < measured["max"] <= 2 * 2.0**-8
+        assert 2.0**-12 < measured["mean"] < 2.0**-8
+        assert measured["fixed_max"] < 2.0**-20
+        assert "relative error max" in finding["evidence"]
     assert done.returncode == 1
 
 
@@ -108,6 +121,8 @@ def test_softplus_form_has_no_precision_chain(tmp_path: Path) -> None:
     _copy_fixture(tmp_path, "rwkv7_time_mix_softplus.py")
     target = "rwkv7_time_mix_softplus.py:factory"
     found = _json(amplint_run(tmp_path, "check", ".", "--confirm", "--target", target, "--format", "json"))
+    # The log-decay is float32 from `softplus` on: no late upcast, and the recurrence computes the
+    # same dtypes under CPU and CUDA autocast (the sigmoid form's `exp` and `sum` differ, below).
     assert [d["code"] for d in found] == []
 
 
@@ -226,7 +241,55 @@ def test_runtime_rule_examples(tmp_path: Path, rule, index: int, bad: bool) -> N
         "device": "cuda",
         "dtype": "bfloat16",
         "autocast": True,
+        "compare_cpu": True,  # as --confirm traces a target: AMP103 compares the two policies
     }
     graph = run_traced(spec)
     findings = list(rule.check_graph(graph))
     assert bool(findings) == bad, [f.message for f in findings]
+
+
+def test_fix_is_verified_by_tracing_again(tmp_path: Path) -> None:
+    path = _copy_fixture(tmp_path, "rwkv7_time_mix.py")
+    done = amplint_run(tmp_path, "check", ".", "--confirm", "--fix", "--target", "rwkv7_time_mix.py:factory")
+    assert done.returncode == 0, done.stderr
+    # AMP001 and AMP101 at the sigmoid, and AMP103 at `exp` and `sum`, whose inputs are now float32.
+    assert "fix rwkv7_time_mix.py: verified: 4 confirmed finding(s) gone, none new" in done.stderr
+    assert "self.w_lora(xw).to(torch.float32).sigmoid()" in path.read_text(encoding="utf-8")
+
+
+def _diagnostic(code: str, confidence: Confidence, path: str = "model.py") -> Diagnostic:
+    return Diagnostic(code, "name", "message", path, 1, 1, 1, 2, confidence=confidence)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "kept", "detail"),
+    [
+        (["AMP001", "AMP101"], [], True, "verified: 2 confirmed finding(s) gone, none new"),
+        (["AMP001"], ["AMP001"], False, "rolled back: AMP001 still confirmed after the fix"),
+        (["AMP001"], ["AMP102"], False, "rolled back: the fixed code is confirmed to have AMP102"),
+        ([], [], True, "kept, not verified: no finding in this file was confirmed by a trace"),
+    ],
+)
+def test_a_fix_is_kept_only_when_the_trace_agrees(
+    before: list[str], after: list[str], kept: bool, detail: str
+) -> None:
+    from amplint.verify import _judge
+
+    was = [_diagnostic(code, Confidence.CONFIRMED) for code in before]
+    was.append(_diagnostic("AMP003", Confidence.UNREACHED))
+    was.append(_diagnostic("AMP001", Confidence.CONFIRMED, path="other.py"))
+    now = [_diagnostic(code, Confidence.CONFIRMED) for code in after]
+    outcome = _judge("model.py", was, now)
+    assert (outcome.kept, outcome.detail) == (kept, detail)
+
+
+def test_trace_reports_the_runtime_findings(tmp_path: Path) -> None:
+    _copy_fixture(tmp_path, "rwkv7_time_mix.py")
+    done = amplint_run(tmp_path, "trace", "rwkv7_time_mix.py:factory", "--op", "sigmoid", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert [(f["code"], f["path"], f["line"], f["confidence"]) for f in data["findings"]] == [
+        ("AMP101", "rwkv7_time_mix.py", 52, "confirmed")
+    ]
+    text = amplint_run(tmp_path, "trace", "rwkv7_time_mix.py:factory", "--op", "sigmoid").stdout
+    assert "rwkv7_time_mix.py:52:1: AMP101 `sigmoid` output stays in bfloat16" in text

@@ -13,7 +13,7 @@ from amplint.diagnostics import Confidence, Diagnostic
 from amplint.flow import Flow, Policy, analyse_all
 from amplint.patterns import argument, function_call, is_fp32_value, is_matmul, method_call, with_method
 from amplint.rule import Bad, Good, Rule, Verdict
-from amplint.runtime.chains import HALF, upcast_reached, where
+from amplint.runtime.chains import HALF, describe_error, measured_error, upcast_reached, where
 from amplint.scopes import scopes_holding
 
 _FUNCTIONS = {
@@ -349,10 +349,15 @@ def attend(q, k, v, scaling, softcap):
         node = half[0]
         evidence = f"`{node.op}` at {where(node)} ran in {node.dtype}"
         reached = upcast_reached(graph, node)
+        extra: dict[str, object] = {}
         if reached is not None:
-            op = reached[1]
+            cast, op = reached
             evidence += f"; its result reaches `{op.op}` at {where(op)}, which autocast upcast to float32"
-        return Verdict(Confidence.CONFIRMED, evidence)
+            measured = measured_error(graph, [cast])
+            if measured is not None:
+                evidence += "; " + describe_error(measured)
+                extra["measured"] = measured
+        return Verdict(Confidence.CONFIRMED, evidence, extra)
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         def seed(node: cst.BaseExpression, flow: Flow) -> bool:

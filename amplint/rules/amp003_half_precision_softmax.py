@@ -17,7 +17,7 @@ from amplint.attention import (
     softmax_module_call,
 )
 from amplint.context import FileContext, Finding, FixPlan
-from amplint.diagnostics import Confidence, Diagnostic
+from amplint.diagnostics import Diagnostic
 from amplint.flow import Flow, Policy, analyse, value_children
 from amplint.patterns import (
     is_fp32_value,
@@ -26,7 +26,7 @@ from amplint.patterns import (
     with_method,
 )
 from amplint.rule import Bad, Good, Rule, Verdict
-from amplint.runtime.chains import HALF, where
+from amplint.runtime.chains import half_precision_verdict
 from amplint.scopes import Scope, scopes_holding
 
 _MESSAGE = (
@@ -297,15 +297,7 @@ def sample_step(outputs, input_ids, logits_processor):
     @classmethod
     def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
         softmaxes = [node for node in nodes if node.op in {"_softmax", "_log_softmax"}]
-        if not softmaxes:
-            return None
-        half = [node for node in softmaxes if node.dtype in HALF]
-        if half:
-            node = half[0]
-            return Verdict(Confidence.CONFIRMED, f"`{node.op}` at {where(node)} ran in {node.dtype}")
-        node = softmaxes[0]
-        how = "autocast ran it" if node.policy.startswith("fp32") else "it ran"
-        return Verdict(Confidence.REFUTED, f"`{node.op}` at {where(node)}: {how} in {node.dtype}")
+        return half_precision_verdict(softmaxes, "the softmax runs in half precision")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         softmaxes = [call for call in ctx.index.calls if is_softmax(ctx, call)]

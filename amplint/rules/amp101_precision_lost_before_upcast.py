@@ -5,23 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from amplint.context import FileContext, Finding
-from amplint.rule import Bad, Good, GraphFinding, Rule
-from amplint.runtime.chains import HALF, VIEWS, where
+from amplint.rule import Bad, Good, GraphFinding, RuntimeRule
+from amplint.runtime.chains import LOSSY, LateUpcast, describe_error, late_upcasts, measured_error, where
 
 if TYPE_CHECKING:
     from amplint.runtime.graph import DtypeGraph, DtypeNode
 
-# Ops whose low-precision output loses what a float32 op downstream needs: a squashing nonlinearity
-# (its result crowds near 0 or 1, where `1 - x`, `log` and `exp` magnify the rounding) or `1 - x`.
-_LOSSY = frozenset(
-    {"sigmoid", "tanh", "log_sigmoid_forward", "erf", "silu", "gelu", "elu", "hardsigmoid", "rsub"}
-)
-# How far back from the upcast a chain is followed.
-_DEPTH = 64
 
-
-class PrecisionLostBeforeUpcast(Rule):
+class PrecisionLostBeforeUpcast(RuntimeRule):
     """
     ## What it does
     Runs on a traced dtype graph (`amplint check --confirm`, `amplint trace`). Finds a chain of ops
@@ -53,7 +44,6 @@ class PrecisionLostBeforeUpcast(Rule):
     code = "AMP101"
     name = "precision-lost-before-upcast"
     summary = "ops left in bf16/fp16 by autocast (sigmoid, tanh, mul) round a value that a float32 op reads"
-    runtime_only = True
 
     bad = (
         Bad(
@@ -120,53 +110,36 @@ def factory():
         ),
     )
 
-    def check(self, ctx: FileContext) -> Iterator[Finding]:
-        return iter(())
-
     @classmethod
     def check_graph(cls, graph: DtypeGraph) -> Iterator[GraphFinding]:
-        reported: set[tuple[str, int]] = set()
-        for sink in graph.nodes:
-            if sink.policy not in {"fp32", "fp32_set_opt_dtype"}:
-                continue
-            for cast in graph.producers(sink):
-                if cast.policy != "autocast_cast" or cast.dtype != "float32":
-                    continue
-                chain = _chain(graph, cast)
-                lossy = [node for node in chain if node.op in _LOSSY]
-                if not lossy or lossy[0].source is None:
-                    continue
-                start = lossy[0]
-                assert start.source is not None
-                key = (start.source.path, start.source.line)
-                if key in reported:
-                    continue
-                reported.add(key)
-                steps = " -> ".join(f"`{node.op}` at {where(node)}" for node in chain)
-                yield GraphFinding(
-                    start,
-                    f"`{start.op}` output stays in {start.dtype} through {len(chain)} op(s) until autocast "
-                    f"upcasts it for `{sink.op}` at {where(sink)}: the float32 op reads an already "
-                    "rounded value",
-                    evidence=f"{steps} ran in {start.dtype}; `{sink.op}` at {where(sink)} ran in float32",
-                    help=f"upcast before `{start.op}`: `.to(torch.float32)` on its input",
-                    extra={"chain": [_step(node) for node in chain] + [_step(sink)]},
-                )
-
-
-def _chain(graph: DtypeGraph, cast: DtypeNode) -> list[DtypeNode]:
-    """The computing ops that kept the upcast's input in low precision, earliest first: back from the
-    cast through ops that inherited a half dtype, to the matmul, input or cast that produced it."""
-    chain: list[DtypeNode] = []
-    current = next(iter(graph.producers(cast)), None)
-    for _ in range(_DEPTH):
-        if current is None or current.dtype not in HALF or current.policy != "inherited":
-            break
-        if current.op not in VIEWS:
-            chain.append(current)
-        # Follow the low-precision operand (a scalar or float32 operand cannot carry the rounding).
-        current = next((p for p in graph.producers(current) if p.dtype in HALF), None)
-    return chain[::-1]
+        # One finding per line where a chain starts; the casts it reaches (one per loop step of a
+        # recurrence) are measured together.
+        starts: dict[tuple[str, int], list[LateUpcast]] = {}
+        for late in late_upcasts(graph):
+            start = next((node for node in late.chain if node.op in LOSSY), None)
+            if start is not None and start.source is not None:
+                starts.setdefault((start.source.path, start.source.line), []).append(late)
+        for found in starts.values():
+            late = found[0]
+            chain = late.chain
+            start = next(node for node in chain if node.op in LOSSY)
+            sink = late.sink
+            steps = " -> ".join(f"`{node.op}` at {where(node)}" for node in chain)
+            evidence = f"{steps} ran in {start.dtype}; `{sink.op}` at {where(sink)} ran in float32"
+            extra: dict[str, object] = {"chain": [_step(node) for node in (*chain, sink)]}
+            measured = measured_error(graph, [item.cast for item in found])
+            if measured is not None:
+                evidence += "; " + describe_error(measured)
+                extra["measured"] = measured
+            yield GraphFinding(
+                start,
+                f"`{start.op}` output stays in {start.dtype} through {len(chain)} op(s) until autocast "
+                f"upcasts it for `{sink.op}` at {where(sink)}: the float32 op reads an already "
+                "rounded value",
+                evidence=evidence,
+                help=f"upcast before `{start.op}`: `.to(torch.float32)` on its input",
+                extra=extra,
+            )
 
 
 def _step(node: DtypeNode) -> dict[str, object]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 from amplint.diagnostics import Confidence
 from amplint.rule import Verdict
@@ -45,6 +46,52 @@ VIEWS = frozenset(
 )
 # A chain may pass through this many ops between a node and the upcast it reaches.
 _REACH = 64
+# Ops whose low-precision output loses what a float32 op downstream needs: a squashing nonlinearity
+# (its result crowds near 0 or 1, where `1 - x`, `log` and `exp` magnify the rounding) or `1 - x`.
+LOSSY = frozenset(
+    {"sigmoid", "tanh", "log_sigmoid_forward", "erf", "silu", "gelu", "elu", "hardsigmoid", "rsub"}
+)
+
+
+@dataclass(frozen=True)
+class LateUpcast:
+    """Autocast's cast to float32 in front of a float32-policy op, and the computing ops that kept
+    the cast's input in low precision since the last product, earliest first."""
+
+    cast: DtypeNode
+    sink: DtypeNode
+    path: tuple[DtypeNode, ...]  # every op from the product to the cast, views included
+
+    @property
+    def chain(self) -> tuple[DtypeNode, ...]:
+        return tuple(node for node in self.path if node.op not in VIEWS)
+
+    @property
+    def lossy(self) -> bool:
+        return any(node.op in LOSSY for node in self.path)
+
+
+def late_upcasts(graph: DtypeGraph) -> Iterator[LateUpcast]:
+    for sink in graph.nodes:
+        if sink.policy not in {"fp32", "fp32_set_opt_dtype"}:
+            continue
+        for cast in graph.producers(sink):
+            if cast.policy == "autocast_cast" and cast.dtype == "float32":
+                yield LateUpcast(cast, sink, _path(graph, cast))
+
+
+def _path(graph: DtypeGraph, cast: DtypeNode) -> tuple[DtypeNode, ...]:
+    """Back from the cast through ops that inherited a half dtype, to the matmul, input or cast that
+    produced the value; earliest first."""
+    path: list[DtypeNode] = []
+    current = next(iter(graph.producers(cast)), None)
+    for _ in range(_REACH):
+        if current is None or current.dtype not in HALF or current.policy != "inherited":
+            break
+        path.append(current)
+        # Follow the low-precision operand (a scalar or float32 operand cannot carry the rounding).
+        current = next((p for p in graph.producers(current) if p.dtype in HALF), None)
+    return tuple(path[::-1])
 
 
 def where(node: DtypeNode) -> str:
@@ -101,3 +148,25 @@ def half_precision_verdict(nodes: Sequence[DtypeNode], what: str) -> Verdict | N
         names = ", ".join(dict.fromkeys(f"`{node.op}`" for node in ops))
         return Verdict(Confidence.REFUTED, f"{names} at {where(ops[0])} ran in float32")
     return None
+
+
+def measured_error(graph: DtypeGraph, casts: Sequence[DtypeNode]) -> dict[str, float] | None:
+    """The relative error measured at these upcasts (see `DtypeGraph.measured`), taken together:
+    the largest maximum and the mean of the means, before and after the fix; None if not measured."""
+    found = [graph.measured[cast.id] for cast in casts if cast.id in graph.measured]
+    if not found:
+        return None
+    return {
+        "max": max(item["max"] for item in found),
+        "mean": sum(item["mean"] for item in found) / len(found),
+        "fixed_max": max(item["fixed_max"] for item in found),
+        "fixed_mean": sum(item["fixed_mean"] for item in found) / len(found),
+    }
+
+
+def describe_error(measured: dict[str, float]) -> str:
+    return (
+        f"measured at the upcast against float64 on the factory's inputs and weights: relative error "
+        f"max {measured['max']:.1e}, mean {measured['mean']:.1e}; with the upcast moved to the start "
+        f"of the chain: max {measured['fixed_max']:.1e}, mean {measured['fixed_mean']:.1e}"
+    )

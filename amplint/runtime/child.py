@@ -50,15 +50,18 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         except Exception as exc:
             raise ChildError("the factory raised:\n" + "".join(traceback.format_exception(exc))) from None
     param_dtype = getattr(torch, spec["param_dtype"]) if spec.get("param_dtype") else None
-    return trace(
-        model,
-        args,
-        kwargs,
-        device=spec["device"],
-        dtype=getattr(torch, spec["dtype"]),
-        autocast=spec["autocast"],
-        param_dtype=param_dtype,
-    )
+    settings = {
+        "dtype": getattr(torch, spec["dtype"]),
+        "autocast": spec["autocast"],
+        "param_dtype": param_dtype,
+    }
+    graph = trace(model, args, kwargs, device=spec["device"], measure=spec.get("measure", False), **settings)
+    if spec.get("compare_cpu") and spec["device"] == "cuda" and spec["autocast"]:
+        # The same model under CPU autocast's policy, for the ops whose dtype differs (AMP103).
+        on_cpu = trace(model, args, kwargs, device="cpu", **settings)
+        keys = on_cpu.op_keys()
+        graph.cpu_dtypes = {keys[node.id]: node.dtype for node in on_cpu.nodes if node.id in keys}
+    return graph
 
 
 def trace_in_child(spec: dict[str, Any], timeout: float) -> DtypeGraph:

@@ -57,6 +57,14 @@ class DtypeGraph:
     param_dtype: str | None
     torch_version: str
     emulated: bool = False  # CUDA autocast reproduced on fake CUDA tensors without a GPU
+    # Relative error at autocast's late upcasts, by cast node id, from replaying the graph on the
+    # factory's real inputs and weights: `max`, `mean` (as traced) and `fixed_max`, `fixed_mean` (with
+    # the chain before the cast computed in float32); and why nothing was measured, if so.
+    measured: dict[int, dict[str, float]] = field(default_factory=dict)
+    measure_note: str | None = None
+    # For a CUDA trace: the dtype each op produced when the same model was traced under CPU
+    # autocast, by `op_key`; empty when no CPU trace was made.
+    cpu_dtypes: dict[str, str | None] = field(default_factory=dict)
 
     def node(self, node_id: int) -> DtypeNode:
         return self.nodes[node_id]
@@ -131,7 +139,29 @@ class DtypeGraph:
             for raw in data["nodes"]
         ]
         fields = {k: data[k] for k in ("device", "dtype", "autocast", "param_dtype", "torch_version")}
-        return cls(nodes=nodes, emulated=data.get("emulated", False), **fields)
+        measured = {int(key): value for key, value in data.get("measured", {}).items()}
+        return cls(
+            nodes=nodes,
+            emulated=data.get("emulated", False),
+            measured=measured,
+            measure_note=data.get("measure_note"),
+            cpu_dtypes=data.get("cpu_dtypes", {}),
+            **fields,
+        )
+
+    def op_keys(self) -> dict[int, str]:
+        """A key per op that another trace of the same model shares: its source line, its op and how
+        many ops of that kind the line ran before it (`model.py:67:exp:3`). Node ids differ between
+        traces under different policies (other casts are inserted); these keys do not."""
+        seen: Counter[tuple[str, int, str]] = Counter()
+        keys: dict[int, str] = {}
+        for node in self.nodes:
+            if node.source is None or node.policy in {"input", "autocast_cast"}:
+                continue
+            where = (node.source.path, node.source.line, node.op)
+            keys[node.id] = f"{where[0]}:{where[1]}:{where[2]}:{seen[where]}"
+            seen[where] += 1
+        return keys
 
     @classmethod
     def load(cls, path: str | Path) -> DtypeGraph:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
+from amplint.diagnostics import Diagnostic
 from amplint.runtime.graph import DtypeGraph, DtypeNode
 
 
@@ -76,8 +78,11 @@ def render_text(graph: DtypeGraph, nodes: list[DtypeNode]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_json(graph: DtypeGraph, nodes: list[DtypeNode]) -> str:
+def render_json(graph: DtypeGraph, nodes: list[DtypeNode], findings: Sequence[Diagnostic] = ()) -> str:
+    """The graph (the chosen nodes and every input) and the runtime-only rules' findings, in the
+    shape of `amplint check --format json`'s diagnostics."""
     data = graph.to_dict()
     chosen = {node.id for node in nodes}
     data["nodes"] = [raw for raw in data["nodes"] if raw["id"] in chosen or raw["policy"] == "input"]
+    data["findings"] = [finding.to_dict() for finding in findings]
     return json.dumps(data, indent=2) + "\n"

@@ -99,6 +99,8 @@ def target_specs(runtime: dict[str, Any], targets: list[str] | None, root: Path)
                 "dtype": settings["dtype"],
                 "autocast": settings["autocast"],
                 "param_dtype": settings["param-dtype"],
+                "measure": True,
+                "compare_cpu": True,
             }
         )
     return specs

@@ -194,13 +194,15 @@ def trace(
     dtype: torch.dtype = torch.bfloat16,
     autocast: bool = True,
     param_dtype: torch.dtype | None = None,
+    measure: bool = False,
 ) -> DtypeGraph:
     """Trace `fn_or_module(*args, **kwargs)` and return the dtype of every op it ran.
 
     `device` picks whose autocast policy applies (`cuda` is emulated on fake `cuda:0` tensors when
     there is no GPU). `autocast=False` with `param_dtype` traces a model run in that dtype without
     autocast, as half-precision inference usually runs: parameters, buffers and floating-point
-    inputs take that dtype. Weights are never materialised."""
+    inputs take that dtype. Weights are never materialised. `measure`: replay the graph on the real
+    inputs and weights to measure the error at late upcasts (see `amplint.runtime.measure`)."""
     if device not in {"cuda", "cpu"}:
         raise ValueError(f"device must be 'cuda' or 'cpu', not {device!r}")
     fake_device = "cuda:0" if device == "cuda" else "cpu"
@@ -246,7 +248,7 @@ def trace(
             graph_module = make_fx(run, tracing_mode="fake", record_stack_traces=True)(*traced_inputs)
         except Exception as exc:
             raise TraceError(_explain(exc)) from exc
-    return _dtype_graph(
+    graph, fx_nodes = _dtype_graph(
         graph_module,
         device=device,
         dtype=dtype,
@@ -254,6 +256,41 @@ def trace(
         param_dtype=param_dtype,
         emulated=emulated,
     )
+    if measure:
+        real_inputs = _real_inputs(model, call_args, param_dtype)
+        if real_inputs is None:
+            graph.measure_note = "the model has no weights to measure with (built on the meta device)"
+        else:
+            from amplint.runtime.measure import measure as measure_errors
+
+            measure_errors(graph, graph_module, fx_nodes, real_inputs)
+    return graph
+
+
+class _NoWeights(Exception):
+    """A tensor on the meta device: there are no values to replay."""
+
+
+def _real_inputs(model: nn.Module | None, call_args: Any, param_dtype: torch.dtype | None) -> Any:
+    """The traced inputs as real CPU tensors, in the structure `make_fx` saw; None for a model
+    without weights."""
+
+    def real(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if value.is_meta:
+            raise _NoWeights
+        value = value.detach().cpu()
+        return value.to(param_dtype) if param_dtype is not None and value.is_floating_point() else value
+
+    try:
+        args = pytree.tree_map(real, call_args)
+        if model is None:
+            return (args,)
+        state = {name: real(t) for name, t in (*model.named_parameters(), *model.named_buffers())}
+        return (state, args)
+    except _NoWeights:
+        return None
 
 
 def _explain(exc: Exception) -> str:
@@ -285,7 +322,8 @@ def _dtype_graph(
     autocast: bool,
     param_dtype: torch.dtype | None,
     emulated: bool,
-) -> DtypeGraph:
+) -> tuple[DtypeGraph, list[torch.fx.Node]]:
+    """The dtype graph, and the fx node of each of its nodes (in id order)."""
     ids: dict[torch.fx.Node, int] = {}
     nodes: list[DtypeNode] = []
     for fx_node in graph_module.graph.nodes:
@@ -340,7 +378,7 @@ def _dtype_graph(
                 inputs=[ids[p] for p in producers],
             )
         )
-    return DtypeGraph(
+    graph = DtypeGraph(
         nodes=nodes,
         device=device,
         dtype=dtype_name(dtype) or "",
@@ -349,6 +387,7 @@ def _dtype_graph(
         torch_version=torch.__version__,
         emulated=emulated,
     )
+    return graph, list(ids)
 
 
 def _first_tensor(value: Any) -> Any:

@@ -1,0 +1,128 @@
+"""How much precision a late upcast costs, measured on real tensors.
+
+The traced graph is replayed on CPU with the factory's own inputs and initialised weights, every op
+in the dtype the trace recorded (autocast's casts are explicit nodes, so CUDA autocast's choices are
+replayed as made). Along each chain that kept a value in low precision before autocast upcast it
+(`chains.late_upcasts`), the same ops are also evaluated in float64 and in float32 from the same
+input: the float64 value is the reference, the float32 one is what the fix (an upcast at the start
+of the chain) would give. The relative errors at the upcast are stored in `DtypeGraph.measured`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import torch
+from torch.utils import _pytree as pytree
+
+from amplint.runtime.chains import late_upcasts
+from amplint.runtime.graph import DtypeGraph
+
+# Below this fraction of the largest reference value, the relative error is taken against that floor
+# (a value that is nearly zero would make any rounding look infinite).
+_FLOOR = 1e-6
+
+
+def measure(
+    graph: DtypeGraph,
+    graph_module: torch.fx.GraphModule,
+    fx_nodes: Sequence[torch.fx.Node],
+    inputs: Any,
+) -> None:
+    """Fill `graph.measured` for the late upcasts whose chain holds a lossy op; `fx_nodes[i]` is the
+    node of `graph.nodes[i]`; `inputs` are the real tensors in the structure the graph was traced
+    with. On failure `graph.measure_note` says why."""
+    lates = [late for late in late_upcasts(graph) if late.lossy]
+    if not lates:
+        return
+    shadowed = {fx_nodes[node.id] for late in lates for node in late.path}
+    casts = {fx_nodes[late.cast.id]: late.cast.id for late in lates}
+    replay = _Replay(graph_module, shadowed, casts)
+    try:
+        with torch.no_grad():
+            replay.run(*pytree.tree_leaves(inputs))
+    except Exception as exc:  # an op without a CPU kernel, a model that needs its GPU
+        graph.measure_note = f"the replay on CPU failed: {type(exc).__name__}: {str(exc)[:200]}"
+        return
+    graph.measured = replay.measured
+
+
+class _Replay(torch.fx.Interpreter):
+    """Runs the graph on CPU in the traced dtypes, with float64 and float32 shadows of the values on
+    the chains, and measures the error at each upcast."""
+
+    def __init__(
+        self, module: torch.fx.GraphModule, shadowed: set[torch.fx.Node], casts: dict[torch.fx.Node, int]
+    ) -> None:
+        super().__init__(module)
+        self.shadowed = shadowed
+        self.casts = casts
+        self.shadows: dict[torch.dtype, dict[torch.fx.Node, torch.Tensor]] = {
+            torch.float64: {},
+            torch.float32: {},
+        }
+        self.measured: dict[int, dict[str, float]] = {}
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.op != "call_function":
+            return super().run_node(n)
+        target = cast(Callable[..., Any], n.target)
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+        args, kwargs = pytree.tree_map(_on_cpu, (args, kwargs))
+        if n in self.shadowed:
+            for dtype, shadows in self.shadows.items():
+                shadow_args, shadow_kwargs = self._shadowed(n, shadows, dtype)
+                shadows[n] = _first(target(*shadow_args, **shadow_kwargs))
+        if n in self.casts:
+            source = n.all_input_nodes[0]
+            traced = _first(args[0]).to(torch.float64)
+            reference = self.shadows[torch.float64].get(source)
+            fixed = self.shadows[torch.float32].get(source)
+            if reference is not None and fixed is not None:
+                self.measured[self.casts[n]] = {
+                    "max": _relative(traced, reference, max),
+                    "mean": _relative(traced, reference, None),
+                    "fixed_max": _relative(fixed.to(torch.float64), reference, max),
+                    "fixed_mean": _relative(fixed.to(torch.float64), reference, None),
+                }
+        return target(*args, **kwargs)
+
+    def _shadowed(
+        self, n: torch.fx.Node, shadows: dict[torch.fx.Node, torch.Tensor], dtype: torch.dtype
+    ) -> tuple[Any, Any]:
+        """The node's arguments with each value on a chain replaced by its shadow, and every other
+        floating-point tensor (the chain's input, a weight) converted to the shadow's dtype."""
+
+        def value(argument: Any) -> Any:
+            if isinstance(argument, torch.fx.Node):
+                if argument in shadows:
+                    return shadows[argument]
+                current = self.env[argument]
+                if isinstance(current, torch.Tensor) and current.is_floating_point():
+                    return current.to(dtype)
+                return current
+            if isinstance(argument, torch.dtype) and argument.is_floating_point:
+                return dtype
+            return _on_cpu(argument)
+
+        return torch.fx.node.map_aggregate(n.args, value), torch.fx.node.map_aggregate(n.kwargs, value)
+
+
+def _on_cpu(value: Any) -> Any:
+    if isinstance(value, torch.device) and value.type != "cpu":
+        return torch.device("cpu")
+    return value
+
+
+def _first(value: Any) -> torch.Tensor:
+    if isinstance(value, (tuple, list)):
+        return next(v for v in value if isinstance(v, torch.Tensor))
+    return value
+
+
+def _relative(value: torch.Tensor, reference: torch.Tensor, reduce: Any) -> float:
+    scale = reference.abs()
+    floor = _FLOOR * float(scale.max()) if scale.numel() else 0.0
+    error = (value - reference).abs() / scale.clamp_min(max(floor, 1e-300))
+    return float(error.max()) if reduce is max else float(error.mean())
