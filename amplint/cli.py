@@ -7,6 +7,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -326,7 +327,8 @@ def _trace(args: argparse.Namespace) -> int:
     except (TargetError, ChildError) as exc:
         return _error(str(exc))
     nodes = select(graph, op=args.op, module=args.module, changed_dtype=args.changed_dtype)
-    findings = graph_findings(graph, args.target or args.hf_config)
+    # `trace` applies no fix (`check --confirm --fix` does): the findings are shown without one.
+    findings = [replace(d, fix=None) for d in graph_findings(graph, args.target or args.hf_config)]
     if args.format == "json":
         report = render_json(graph, nodes, findings)
     else:

@@ -14,15 +14,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from amplint.diagnostics import Confidence, Diagnostic, sort_diagnostics
+from amplint.diagnostics import Confidence, Diagnostic, Fix, sort_diagnostics
 from amplint.rule import Rule, Verdict
 from amplint.rules import all_rules, rule_by_code
 from amplint.runtime.graph import DtypeGraph, DtypeNode
+from amplint.source import SourceError, read_source
 
 # The `extra` keys a confirmed or refuted finding carries.
 EVIDENCE = "evidence"
 TARGETS = "targets"
 CONFIRMATION = "confirmation"  # why a finding stayed `static`: no target traced
+FIX_NOTE = "fix_note"  # why a runtime finding that asks for a fix has none
 
 
 @dataclass
@@ -62,8 +64,13 @@ def confirm(diagnostics: Sequence[Diagnostic], traced: Sequence[Traced]) -> list
         return [_with(d, Confidence.STATIC, {CONFIRMATION: f"not confirmed: {reason}"}) for d in diagnostics]
     lines = [(target, graph, _Lines(graph)) for target, graph in graphs]
     out = [_judge(diagnostic, lines) for diagnostic in diagnostics]
+    # A static fix already on a line (AMP001's upcast) is the edit a runtime finding there would make.
+    fixed_lines = {(d.path, d.line) for d in out if d.fix is not None}
     for target, graph in graphs:
-        out.extend(graph_findings(graph, target))
+        for finding in graph_findings(graph, target):
+            if finding.fix is not None and (finding.path, finding.line) in fixed_lines:
+                finding = replace(finding, fix=None)
+            out.append(finding)
     return sort_diagnostics(_deduplicated(out))
 
 
@@ -106,6 +113,12 @@ def graph_findings(graph: DtypeGraph, target: str) -> list[Diagnostic]:
             if source is None:
                 continue
             column = source.column or 1
+            extra: dict[str, object] = {EVIDENCE: finding.evidence, TARGETS: [target], **finding.extra}
+            fix = None
+            if finding.upcast is not None:
+                fix, note = _upcast_fix(source.path, source.line, finding.upcast)
+                if fix is None:
+                    extra[FIX_NOTE] = note
             found.append(
                 Diagnostic(
                     code=rule.code,
@@ -118,11 +131,22 @@ def graph_findings(graph: DtypeGraph, target: str) -> list[Diagnostic]:
                     end_column=column,
                     severity=rule.severity,
                     confidence=Confidence.CONFIRMED,
+                    fix=fix,
                     help=finding.help,
-                    extra={EVIDENCE: finding.evidence, TARGETS: [target], **finding.extra},
+                    extra=extra,
                 )
             )
     return found
+
+
+def _upcast_fix(path: str, line: int, op: str) -> tuple[Fix | None, str]:
+    from amplint.graph_fixes import upcast_fix  # libcst: only for findings that ask for a fix
+
+    try:
+        source = read_source(Path(path))
+    except SourceError as exc:
+        return None, f"the file cannot be read: {exc.message}"
+    return upcast_fix(source, line, op)
 
 
 def runtime_rules() -> list[type[Rule]]:

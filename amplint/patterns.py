@@ -353,3 +353,14 @@ def with_dtype(
     return call.with_changes(
         args=[*args, keyword.with_changes(whitespace_after_arg=last.whitespace_after_arg)]
     )
+
+
+def upcast_input(call: cst.Call, data: cst.BaseExpression, float32: cst.BaseExpression) -> cst.Call:
+    """`call` with its tensor input `data` (the receiver of a method, or an argument) upcast:
+    `x.sigmoid()` -> `x.to(torch.float32).sigmoid()`, `torch.tanh(x)` -> `torch.tanh(x.to(torch.float32))`."""
+    upcast = with_method(data, "to", float32)
+    if isinstance(call.func, cst.Attribute) and data is call.func.value:
+        return call.with_changes(func=call.func.with_changes(value=upcast))
+    return call.with_changes(
+        args=[arg.with_changes(value=upcast) if arg.value is data else arg for arg in call.args]
+    )

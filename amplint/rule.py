@@ -34,6 +34,7 @@ class GraphFinding:
     evidence: str
     help: str | None = None
     extra: Mapping[str, object] = field(default_factory=dict)
+    upcast: str | None = None  # the fix: upcast the input of this op at the node's line
 
 
 @dataclass(frozen=True)

@@ -110,13 +110,15 @@ def _diagnostic(
         end_line=where.end.line,
         end_column=where.end.column + 1,
         severity=rule.severity,
-        fix=_fix(ctx, finding.fix, lines) if finding.fix else None,
+        fix=render_fix(ctx, finding.fix, lines) if finding.fix else None,
         help=finding.help,
         extra=dict(finding.extra),
     )
 
 
-def _fix(ctx: FileContext, plan: FixPlan, lines: LineIndex) -> Fix | None:
+def render_fix(ctx: FileContext, plan: FixPlan, lines: LineIndex) -> Fix | None:
+    """A rule's fix as text edits at the file's lines and columns; None where the replacement cannot
+    be laid out in the file's own indentation."""
     edits = []
     for old, new in plan.replacements:
         where = ctx.position(old)

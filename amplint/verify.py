@@ -10,11 +10,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import libcst as cst
+
 from amplint.api import CheckRun, run_check
 from amplint.config import Settings
-from amplint.confirm import Traced, confirm
-from amplint.diagnostics import Confidence, Diagnostic
-from amplint.fixes import write_atomic
+from amplint.confirm import Traced, confirm, rule_is_runtime
+from amplint.diagnostics import Confidence, Diagnostic, Edit
+from amplint.fixes import apply_edits, write_atomic
 from amplint.source import SourceFile, read_source
 
 
@@ -33,14 +35,22 @@ def fix_and_verify(
     before_run = run_check(paths, settings, jobs=jobs)
     before = confirm(before_run.diagnostics, trace())
     originals: dict[str, SourceFile] = {}
-    for diagnostic in before_run.diagnostics:
+    for diagnostic in before:
         if diagnostic.fix is not None and diagnostic.path not in originals:
             originals[diagnostic.path] = read_source(Path(diagnostic.path))
     if not originals:
         before_run.diagnostics = before
         return before_run, []
+    # The static fixes first; then the fixes the new trace asks for (AMP101's upcasts), computed on
+    # the files as the static fixes left them.
     run = run_check(paths, settings, fix=True, jobs=jobs)
     after = confirm(run.diagnostics, trace())
+    from_graph = _apply_graph_fixes(after)
+    if from_graph:
+        fixed = run.fixed + from_graph
+        run = run_check(paths, settings, jobs=jobs)
+        run.fixed = fixed
+        after = confirm(run.diagnostics, trace())
     outcomes: list[FixOutcome] = []
     for path, original in originals.items():
         if read_source(Path(path)).text == original.text:
@@ -75,3 +85,23 @@ def _judge(path: str, before: Sequence[Diagnostic], after: Sequence[Diagnostic])
     if not was:
         return FixOutcome(path, True, "kept, not verified: no finding in this file was confirmed by a trace")
     return FixOutcome(path, True, f"verified: {gone} confirmed finding(s) gone, none new")
+
+
+def _apply_graph_fixes(diagnostics: Sequence[Diagnostic]) -> int:
+    """Apply the fixes of runtime-only findings, file by file; a result that does not parse is not
+    written. Returns how many were applied."""
+    edits: dict[str, list[Edit]] = {}
+    for diagnostic in diagnostics:
+        if diagnostic.fix is not None and rule_is_runtime(diagnostic.code):
+            edits.setdefault(diagnostic.path, []).extend(diagnostic.fix.edits)
+    applied = 0
+    for path, file_edits in edits.items():
+        source = read_source(Path(path))
+        new_text, count = apply_edits(source.text, file_edits)
+        try:
+            cst.parse_module(new_text)
+        except cst.ParserSyntaxError:
+            continue
+        write_atomic(source, new_text)
+        applied += count
+    return applied

@@ -293,3 +293,68 @@ def test_trace_reports_the_runtime_findings(tmp_path: Path) -> None:
     ]
     text = amplint_run(tmp_path, "trace", "rwkv7_time_mix.py:factory", "--op", "sigmoid").stdout
     assert "rwkv7_time_mix.py:52:1: AMP101 `sigmoid` output stays in bfloat16" in text
+
+
+# The sigmoid and the log it feeds sit in two methods: no static rule sees the chain, the graph does.
+GATE = """\
+import torch
+from torch import nn
+
+
+class Gate(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(64, 64)
+
+    def gate(self, x):
+        return self.proj(x).sigmoid()
+
+    def forward(self, x):
+        return (1 - self.gate(x)).log()
+
+
+def factory():
+    torch.manual_seed(0)
+    return Gate(), (torch.randn(4, 64),)
+"""
+
+
+def test_the_graph_fixes_a_chain_the_static_pass_cannot_see(tmp_path: Path) -> None:
+    path = write(tmp_path / "gate.py", GATE)
+    args = ["check", "gate.py", "--confirm", "--target", "gate.py:factory"]
+    found = _json(amplint_run(tmp_path, *args, "--format", "json"))
+    assert not [d for d in found if d["code"] == "AMP001"]
+    amp101 = next(d for d in found if d["code"] == "AMP101")
+    assert amp101["line"] == 11 and amp101["fix"]["edits"][0]["content"] == (
+        "self.proj(x).to(torch.float32).sigmoid()"
+    )
+    done = amplint_run(tmp_path, *args, "--fix")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "fix gate.py: verified:" in done.stderr
+    assert "return self.proj(x).to(torch.float32).sigmoid()" in path.read_text(encoding="utf-8")
+
+
+def test_a_static_fix_on_the_line_is_not_made_twice(tmp_path: Path) -> None:
+    _copy_fixture(tmp_path, "rwkv7_time_mix.py")
+    args = ["check", "rwkv7_time_mix.py", "--confirm", "--target", "rwkv7_time_mix.py:factory"]
+    found = _json(amplint_run(tmp_path, *args, "--format", "json"))
+    assert next(d for d in found if d["code"] == "AMP001")["fix"] is not None
+    assert next(d for d in found if d["code"] == "AMP101")["fix"] is None
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (GATE.replace("self.proj(x).sigmoid()", "torch.sigmoid(self.proj(x)).sigmoid()"), "exactly one"),
+        (GATE.replace("self.proj(x).sigmoid()", "self.proj(x)"), "exactly one"),
+        (GATE.replace("def gate(self, x):", "def gate(self, x:"), "does not parse"),
+    ],
+    ids=["two-calls", "call-gone", "broken"],
+)
+def test_no_graph_fix_where_the_line_no_longer_matches(tmp_path: Path, text: str, reason: str) -> None:
+    from amplint.graph_fixes import upcast_fix
+    from amplint.source import read_source
+
+    source = read_source(write(tmp_path / "gate.py", text))
+    fix, note = upcast_fix(source, 11, "sigmoid")
+    assert fix is None and reason in note

@@ -11,7 +11,7 @@ import libcst as cst
 from amplint.context import FileContext, Finding, FixPlan
 from amplint.diagnostics import Confidence, Diagnostic
 from amplint.flow import Flow, Policy, analyse_all
-from amplint.patterns import argument, function_call, is_fp32_value, is_matmul, method_call, with_method
+from amplint.patterns import argument, function_call, is_fp32_value, is_matmul, method_call, upcast_input
 from amplint.rule import Bad, Good, Rule, Verdict
 from amplint.runtime.chains import HALF, describe_error, measured_error, upcast_reached, where
 from amplint.scopes import scopes_holding
@@ -446,13 +446,7 @@ def _finding(ctx: FileContext, call: cst.Call, kind: str, label: str) -> Finding
     source = _input(ctx, call)
     assert source is not None
     float32, missing_import = ctx.float32()
-    upcast = with_method(source, "to", float32)
-    if isinstance(call.func, cst.Attribute) and source is call.func.value:
-        fixed = call.with_changes(func=call.func.with_changes(value=upcast))
-    else:
-        fixed = call.with_changes(
-            args=[arg.with_changes(value=upcast) if arg.value is source else arg for arg in call.args]
-        )
+    fixed = upcast_input(call, source, float32)
     fix = FixPlan(f"Upcast the input of `{op}` to float32", ((call, fixed),), missing_import)
     return Finding(
         call,

@@ -139,6 +139,7 @@ def factory():
                 evidence=evidence,
                 help=f"upcast before `{start.op}`: `.to(torch.float32)` on its input",
                 extra=extra,
+                upcast=start.op,
             )
 
 
