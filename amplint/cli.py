@@ -148,8 +148,6 @@ def _check(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _error(str(exc))
 
-    if args.confirm and args.diff:
-        return _error("--confirm and --diff cannot be used together")
     try:
         if args.confirm:
             confirmed = _confirmed_run(paths, settings, args)
@@ -249,6 +247,10 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
         run, outcomes = fix_and_verify(paths, settings, trace, jobs=args.jobs)
         for outcome in outcomes:
             print(f"amplint: fix {outcome.path}: {outcome.detail}", file=sys.stderr)
+    elif args.diff:
+        from amplint.verify import preview
+
+        run = preview(paths, settings, trace, jobs=args.jobs)
     else:
         run = run_check(paths, settings, cache=not args.no_cache, jobs=args.jobs)
         run.diagnostics = confirm(run.diagnostics, trace())

@@ -328,6 +328,10 @@ def test_the_graph_fixes_a_chain_the_static_pass_cannot_see(tmp_path: Path) -> N
     assert amp101["line"] == 11 and amp101["fix"]["edits"][0]["content"] == (
         "self.proj(x).to(torch.float32).sigmoid()"
     )
+    preview = amplint_run(tmp_path, *args, "--diff")
+    assert "+        return self.proj(x).to(torch.float32).sigmoid()" in preview.stdout
+    assert "+        return (-self.gate(x)).log1p()" in preview.stdout  # AMP014's static fix on top
+    assert path.read_text(encoding="utf-8") == GATE
     done = amplint_run(tmp_path, *args, "--fix")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "fix gate.py: verified:" in done.stderr
