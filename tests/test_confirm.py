@@ -292,7 +292,8 @@ def test_trace_reports_the_runtime_findings(tmp_path: Path) -> None:
         ("AMP101", "rwkv7_time_mix.py", 52, "confirmed")
     ]
     text = amplint_run(tmp_path, "trace", "rwkv7_time_mix.py:factory", "--op", "sigmoid").stdout
-    assert "rwkv7_time_mix.py:52:1: AMP101 `sigmoid` output stays in bfloat16" in text
+    # The column of the call, as the static pass gives it (the live frame's position).
+    assert "rwkv7_time_mix.py:52:31: AMP101 `sigmoid` output stays in bfloat16" in text
 
 
 # The sigmoid and the log it feeds sit in two methods: no static rule sees the chain, the graph does.

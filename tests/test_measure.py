@@ -65,3 +65,21 @@ def test_measurements_survive_the_json_round_trip(tmp_path) -> None:
     loaded = DtypeGraph.load(tmp_path / "graph.json")
     assert loaded.measured == graph.measured
     assert all(math.isfinite(value) for item in loaded.measured.values() for value in item.values())
+
+
+class Probabilities(nn.Module):
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        return scores.softmax(-1)
+
+
+def test_an_op_left_in_half_precision_is_measured_against_itself() -> None:
+    torch.manual_seed(0)
+    graph = trace(
+        Probabilities(), (torch.randn(64, 128),), autocast=False, param_dtype=torch.bfloat16, measure=True
+    )
+    softmax = next(node for node in graph.nodes if node.op == "_softmax")
+    assert softmax.dtype == "bfloat16"
+    measured = graph.measured[softmax.id]
+    # bfloat16's softmax computes in float32 and rounds its output once.
+    assert 2.0**-10 < measured["max"] <= 2.0**-8 * (1 + 1e-6)
+    assert measured["fixed_max"] < 2.0**-20

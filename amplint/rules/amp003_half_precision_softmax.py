@@ -297,7 +297,7 @@ def sample_step(outputs, input_ids, logits_processor):
     @classmethod
     def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
         softmaxes = [node for node in nodes if node.op in {"_softmax", "_log_softmax"}]
-        return half_precision_verdict(softmaxes, "the softmax runs in half precision")
+        return half_precision_verdict(graph, softmaxes, "the softmax runs in half precision")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         softmaxes = [call for call in ctx.index.calls if is_softmax(ctx, call)]

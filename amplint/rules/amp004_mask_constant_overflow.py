@@ -460,7 +460,7 @@ def init_state(key):
 
     @classmethod
     def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
-        return half_precision_verdict(nodes, "the mask is applied in half precision")
+        return half_precision_verdict(graph, nodes, "the mask is applied in half precision")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         candidates = [node for node in _candidate_nodes(ctx) if _quick_value(ctx, node)]

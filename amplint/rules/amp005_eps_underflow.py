@@ -445,7 +445,7 @@ def pool(token_embeddings, attention_mask, dtype=torch.float16):
 
     @classmethod
     def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
-        return half_precision_verdict(nodes, "the guarded value is computed in half precision")
+        return half_precision_verdict(graph, nodes, "the guarded value is computed in half precision")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         if not may_run_in_half(ctx) or not ctx.words & _FLOAT16_WORDS:

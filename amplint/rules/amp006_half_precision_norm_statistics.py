@@ -386,7 +386,7 @@ def loud_frames(waveform, frame_length, floor_db):
 
     @classmethod
     def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
-        return half_precision_verdict(nodes, "the statistics are computed in half precision")
+        return half_precision_verdict(graph, nodes, "the statistics are computed in half precision")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         candidates = [call for call in ctx.index.calls if _maybe_statistic(call)]

@@ -346,7 +346,7 @@ def top_h(probs, top_h):
 
     @classmethod
     def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
-        return half_precision_verdict(nodes, "the accumulation runs in half precision")
+        return half_precision_verdict(graph, nodes, "the accumulation runs in half precision")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         candidates = [call for call in ctx.index.calls if callee_name(call) in _OPS]

@@ -333,7 +333,7 @@ def generate(input_ids):
 
     @classmethod
     def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
-        return half_precision_verdict(nodes, "the probabilities are computed in half precision")
+        return half_precision_verdict(graph, nodes, "the probabilities are computed in half precision")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         if not (may_run_in_half(ctx) or ctx.words & _PRETRAINED_WORDS):

@@ -12,6 +12,10 @@ if TYPE_CHECKING:
     from amplint.runtime.graph import DtypeGraph
 
 
+# Ops that refuse operands of two dtypes on a real device (a trace on fake tensors lets them through).
+_PRODUCTS = frozenset({"mm", "bmm", "addmm", "baddbmm", "convolution", "index_put", "index_put_"})
+
+
 class AutocastDtypeMixing(RuntimeRule):
     """
     ## What it does
@@ -65,6 +69,28 @@ def factory():
     return Rotary(), (torch.randn(2, 64),)
 """
         ),
+        Bad(
+            """\
+import torch
+from torch import nn
+
+
+class Mix(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(64, 64)
+        self.register_buffer("table", torch.randn(64, 64))
+
+    def forward(self, x):
+        hidden = self.proj(x)  # bfloat16 under autocast
+        with torch.autocast("cuda", enabled=False):
+            return hidden @ self.table.half()  # no autocast to reconcile them: raises on a GPU
+
+
+def factory():
+    return Mix(), (torch.randn(2, 64),)
+"""
+        ),
     )
     good = (
         Good(
@@ -108,10 +134,14 @@ def factory():
                 for p in producers
                 if p.dtype in {"bfloat16", "float16"}
             )
+            outcome = (
+                "a product given the pair raises at run time (both operands must have one dtype)"
+                if node.op in _PRODUCTS
+                else "type promotion makes it float32, silently"
+            )
             yield GraphFinding(
                 node,
-                f"`{node.op}` reads both bfloat16 and float16 ({origins}): type promotion makes it "
-                f"{node.dtype}, and a matmul given the pair raises",
+                f"`{node.op}` reads both bfloat16 and float16 ({origins}): {outcome}",
                 evidence=f"`{node.op}` at {where(node)} read {', '.join(d or '-' for d in node.input_dtypes)}",
                 help="cast one side to the other's dtype (`x.to(y.dtype)`)",
             )

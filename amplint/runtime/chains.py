@@ -134,7 +134,7 @@ def upcast_reached(graph: DtypeGraph, node: DtypeNode) -> tuple[DtypeNode, Dtype
     return None
 
 
-def half_precision_verdict(nodes: Sequence[DtypeNode], what: str) -> Verdict | None:
+def half_precision_verdict(graph: DtypeGraph, nodes: Sequence[DtypeNode], what: str) -> Verdict | None:
     """The verdict of a rule whose hazard is `what` computed in half precision: confirmed when an op
     at the finding's lines ran in bfloat16/float16, refuted when every one ran in float32."""
     ops = computing(nodes)
@@ -143,7 +143,12 @@ def half_precision_verdict(nodes: Sequence[DtypeNode], what: str) -> Verdict | N
     half = [node for node in ops if node.dtype in HALF]
     if half:
         node = half[0]
-        return Verdict(Confidence.CONFIRMED, f"{what}: `{node.op}` at {where(node)} ran in {node.dtype}")
+        evidence = f"{what}: `{node.op}` at {where(node)} ran in {node.dtype}"
+        measured = measured_error(graph, half)
+        if measured is None:
+            return Verdict(Confidence.CONFIRMED, evidence)
+        described = describe_error(measured, "computed in float32")
+        return Verdict(Confidence.CONFIRMED, f"{evidence}; {described}", {"measured": measured})
     if all(node.dtype in {"float32", "float64"} for node in ops):
         names = ", ".join(dict.fromkeys(f"`{node.op}`" for node in ops))
         return Verdict(Confidence.REFUTED, f"{names} at {where(ops[0])} ran in float32")
@@ -164,9 +169,11 @@ def measured_error(graph: DtypeGraph, casts: Sequence[DtypeNode]) -> dict[str, f
     }
 
 
-def describe_error(measured: dict[str, float]) -> str:
+def describe_error(
+    measured: dict[str, float], fixed: str = "with the upcast moved to the start of the chain"
+) -> str:
     return (
-        f"measured at the upcast against float64 on the factory's inputs and weights: relative error "
-        f"max {measured['max']:.1e}, mean {measured['mean']:.1e}; with the upcast moved to the start "
-        f"of the chain: max {measured['fixed_max']:.1e}, mean {measured['fixed_mean']:.1e}"
+        f"measured against float64 on the factory's inputs and weights: relative error "
+        f"max {measured['max']:.1e}, mean {measured['mean']:.1e}; {fixed}: "
+        f"max {measured['fixed_max']:.1e}, mean {measured['fixed_mean']:.1e}"
     )

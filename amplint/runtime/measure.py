@@ -1,11 +1,13 @@
-"""How much precision a late upcast costs, measured on real tensors.
+"""How much precision a late upcast, or an op left in half precision, costs, measured on real tensors.
 
 The traced graph is replayed on CPU with the factory's own inputs and initialised weights, every op
 in the dtype the trace recorded (autocast's casts are explicit nodes, so CUDA autocast's choices are
 replayed as made). Along each chain that kept a value in low precision before autocast upcast it
 (`chains.late_upcasts`), the same ops are also evaluated in float64 and in float32 from the same
 input: the float64 value is the reference, the float32 one is what the fix (an upcast at the start
-of the chain) would give. The relative errors at the upcast are stored in `DtypeGraph.measured`.
+of the chain) would give. The relative errors at the upcast are stored in `DtypeGraph.measured`, by
+the cast's id; so is the error of each flagged kind of op that ran in bf16/fp16 (a softmax, a norm
+statistic, a cumulative sum), against the same op in float64 and float32 from the same inputs.
 """
 
 from __future__ import annotations
@@ -16,9 +18,26 @@ from typing import Any, cast
 import torch
 from torch.utils import _pytree as pytree
 
-from amplint.runtime.chains import late_upcasts
+from amplint.runtime.chains import HALF, late_upcasts
 from amplint.runtime.graph import DtypeGraph
 
+# Ops that rules flag for computing in half precision (softmax, norm statistics, accumulations):
+# each one that ran in bf16/fp16 is measured against itself in float64 and float32.
+_SINGLE = frozenset(
+    {
+        "_softmax",
+        "_log_softmax",
+        "cumsum",
+        "cumprod",
+        "logcumsumexp",
+        "mean",
+        "var",
+        "var_mean",
+        "pow",
+        "rsqrt",
+        "sqrt",
+    }
+)
 # Below this fraction of the largest reference value, the relative error is taken against that floor
 # (a value that is nearly zero would make any rounding look infinite).
 _FLOOR = 1e-6
@@ -34,11 +53,14 @@ def measure(
     node of `graph.nodes[i]`; `inputs` are the real tensors in the structure the graph was traced
     with. On failure `graph.measure_note` says why."""
     lates = [late for late in late_upcasts(graph) if late.lossy]
-    if not lates:
+    singles = {
+        fx_nodes[node.id]: node.id for node in graph.nodes if node.op in _SINGLE and node.dtype in HALF
+    }
+    if not lates and not singles:
         return
     shadowed = {fx_nodes[node.id] for late in lates for node in late.path}
     casts = {fx_nodes[late.cast.id]: late.cast.id for late in lates}
-    replay = _Replay(graph_module, shadowed, casts)
+    replay = _Replay(graph_module, shadowed, casts, singles)
     try:
         with torch.no_grad():
             replay.run(*pytree.tree_leaves(inputs))
@@ -53,11 +75,16 @@ class _Replay(torch.fx.Interpreter):
     the chains, and measures the error at each upcast."""
 
     def __init__(
-        self, module: torch.fx.GraphModule, shadowed: set[torch.fx.Node], casts: dict[torch.fx.Node, int]
+        self,
+        module: torch.fx.GraphModule,
+        shadowed: set[torch.fx.Node],
+        casts: dict[torch.fx.Node, int],
+        singles: dict[torch.fx.Node, int],
     ) -> None:
         super().__init__(module)
         self.shadowed = shadowed
         self.casts = casts
+        self.singles = singles
         self.shadows: dict[torch.dtype, dict[torch.fx.Node, torch.Tensor]] = {
             torch.float64: {},
             torch.float32: {},
@@ -76,17 +103,25 @@ class _Replay(torch.fx.Interpreter):
                 shadows[n] = _first(target(*shadow_args, **shadow_kwargs))
         if n in self.casts:
             source = n.all_input_nodes[0]
-            traced = _first(args[0]).to(torch.float64)
             reference = self.shadows[torch.float64].get(source)
             fixed = self.shadows[torch.float32].get(source)
             if reference is not None and fixed is not None:
-                self.measured[self.casts[n]] = {
-                    "max": _relative(traced, reference, max),
-                    "mean": _relative(traced, reference, None),
-                    "fixed_max": _relative(fixed.to(torch.float64), reference, max),
-                    "fixed_mean": _relative(fixed.to(torch.float64), reference, None),
-                }
-        return target(*args, **kwargs)
+                self.measured[self.casts[n]] = _errors(_first(args[0]), reference, fixed)
+        result = target(*args, **kwargs)
+        if n in self.singles:
+            # The op itself in float64 and in float32 from the same inputs, against what it gave.
+            try:
+                reference, fixed = (
+                    _first(target(*shadow_args, **shadow_kwargs))
+                    for shadow_args, shadow_kwargs in (
+                        self._shadowed(n, {}, torch.float64),
+                        self._shadowed(n, {}, torch.float32),
+                    )
+                )
+                self.measured[self.singles[n]] = _errors(_first(result), reference, fixed)
+            except (RuntimeError, TypeError):  # an op whose float64 form takes other arguments
+                pass
+        return result
 
     def _shadowed(
         self, n: torch.fx.Node, shadows: dict[torch.fx.Node, torch.Tensor], dtype: torch.dtype
@@ -119,6 +154,16 @@ def _first(value: Any) -> torch.Tensor:
     if isinstance(value, (tuple, list)):
         return next(v for v in value if isinstance(v, torch.Tensor))
     return value
+
+
+def _errors(traced: torch.Tensor, reference: torch.Tensor, fixed: torch.Tensor) -> dict[str, float]:
+    traced, fixed, reference = traced.to(torch.float64), fixed.to(torch.float64), reference.to(torch.float64)
+    return {
+        "max": _relative(traced, reference, max),
+        "mean": _relative(traced, reference, None),
+        "fixed_max": _relative(fixed, reference, max),
+        "fixed_mean": _relative(fixed, reference, None),
+    }
 
 
 def _relative(value: torch.Tensor, reference: torch.Tensor, reduce: Any) -> float:

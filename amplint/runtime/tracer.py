@@ -12,6 +12,7 @@ from __future__ import annotations
 import operator
 import os
 import re
+import sys
 import sysconfig
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -141,9 +142,32 @@ def _user_frames(self: TracerBase, summary: traceback.StackSummary) -> traceback
     for frame in reversed(summary):
         if not frame.filename.startswith(_NOT_USER) and not frame.filename.startswith("<"):
             column = getattr(frame, "colno", None)
+            if column is None:
+                column = _live_column(frame.filename, frame.lineno or 0)
             name = f"{frame.name}@{'-' if column is None else column + 1}"
             return traceback.StackSummary.from_list([(frame.filename, frame.lineno or 0, name, "")])
     return traceback.StackSummary.from_list([])
+
+
+_POSITIONS: dict[Any, list[tuple[int | None, int | None, int | None, int | None]]] = {}
+
+
+def _live_column(filename: str, line: int) -> int | None:
+    """The 0-based column of the expression the user's frame at `filename:line` is running, from the
+    live stack (torch's captured traceback has lines only); None before Python 3.11."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename == filename and frame.f_lineno == line:
+            if not hasattr(code, "co_positions"):
+                return None
+            positions = _POSITIONS.get(code)
+            if positions is None:
+                positions = _POSITIONS[code] = list(code.co_positions())
+            index = frame.f_lasti // 2
+            return positions[index][2] if 0 <= index < len(positions) else None
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
 
 
 @contextmanager
