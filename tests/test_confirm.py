@@ -363,3 +363,14 @@ def test_no_graph_fix_where_the_line_no_longer_matches(tmp_path: Path, text: str
     source = read_source(write(tmp_path / "gate.py", text))
     fix, note = upcast_fix(source, 11, "sigmoid")
     assert fix is None and reason in note
+
+
+def test_measurement_can_be_turned_off(tmp_path: Path) -> None:
+    _copy_fixture(tmp_path, "rwkv7_time_mix.py")
+    write(
+        tmp_path / "pyproject.toml",
+        '[tool.amplint.runtime]\ntargets = [{ target = "rwkv7_time_mix.py:factory", measure = false }]\n',
+    )
+    found = _json(amplint_run(tmp_path, "check", ".", "--confirm", "--format", "json"))
+    amp001 = next(d for d in found if d["code"] == "AMP001")
+    assert amp001["confidence"] == "confirmed" and "measured" not in amp001

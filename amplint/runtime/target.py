@@ -64,8 +64,15 @@ _CHOICES: dict[str, tuple[object, ...]] = {
     "dtype": ("bfloat16", "float16"),
     "autocast": (True, False),
     "param-dtype": ("bfloat16", "float16", "float32"),
+    "measure": (True, False),  # replay the graph on the factory's weights: a real forward pass on CPU
 }
-_DEFAULTS: dict[str, object] = {"device": "cuda", "dtype": "bfloat16", "autocast": True, "param-dtype": None}
+_DEFAULTS: dict[str, object] = {
+    "device": "cuda",
+    "dtype": "bfloat16",
+    "autocast": True,
+    "param-dtype": None,
+    "measure": True,
+}
 
 
 def target_specs(runtime: dict[str, Any], targets: list[str] | None, root: Path) -> list[dict[str, Any]]:
@@ -99,7 +106,7 @@ def target_specs(runtime: dict[str, Any], targets: list[str] | None, root: Path)
                 "dtype": settings["dtype"],
                 "autocast": settings["autocast"],
                 "param_dtype": settings["param-dtype"],
-                "measure": True,
+                "measure": settings["measure"],
                 "compare_cpu": True,
             }
         )
