@@ -215,8 +215,8 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
     except ImportError:
         return _error("--confirm traces the model and needs torch: pip install 'amplint[runtime]'")
     from amplint.api import run_check
-    from amplint.confirm import Traced, confirm
-    from amplint.diagnostics import Confidence
+    from amplint.confirm import Traced, confirm, finding_lines
+    from amplint.diagnostics import Confidence, Diagnostic
     from amplint.runtime.child import ChildError, trace_in_child
     from amplint.runtime.target import TargetError, target_specs
 
@@ -230,11 +230,13 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
         )
     warnings: list[str] = []
 
-    def trace() -> list[Traced]:
+    def trace(diagnostics: Sequence[Diagnostic]) -> list[Traced]:
         traced = []
+        measure_lines = finding_lines(diagnostics)
         for spec in specs:
             try:
-                traced.append(Traced(spec["target"], graph=trace_in_child(spec, args.timeout)))
+                graph = trace_in_child({**spec, "measure_lines": measure_lines}, args.timeout)
+                traced.append(Traced(spec["target"], graph=graph))
             except (ChildError, TargetError) as exc:
                 warnings.append(f"could not trace {spec['target']}; its findings stay unconfirmed: {exc}")
                 lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
@@ -253,7 +255,7 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
         run = preview(paths, settings, trace, jobs=args.jobs)
     else:
         run = run_check(paths, settings, cache=not args.no_cache, jobs=args.jobs)
-        run.diagnostics = confirm(run.diagnostics, trace())
+        run.diagnostics = confirm(run.diagnostics, trace(run.diagnostics))
     run.warnings.extend(dict.fromkeys(warnings))
     if not args.show_refuted:
         run.diagnostics = [d for d in run.diagnostics if d.confidence is not Confidence.REFUTED]

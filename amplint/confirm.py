@@ -10,7 +10,7 @@ graph, plain data; it never imports torch.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -34,6 +34,23 @@ class Traced:
     target: str
     graph: DtypeGraph | None = None
     error: str | None = None
+
+
+# Traces every runtime target; given the static findings, so that the ops at their lines are measured.
+Tracer = Callable[[Sequence[Diagnostic]], list["Traced"]]
+
+
+def finding_lines(diagnostics: Sequence[Diagnostic]) -> list[tuple[str, int]]:
+    """The absolute path and line of every finding a trace can confirm, for the measuring replay."""
+    lines: list[tuple[str, int]] = []
+    for diagnostic in diagnostics:
+        rule = rule_by_code(diagnostic.code)
+        if rule is not None and rule.confirmable():
+            path = os.path.abspath(diagnostic.path)
+            lines.extend(
+                (path, line) for line in range(diagnostic.line, max(diagnostic.end_line, diagnostic.line) + 1)
+            )
+    return lines
 
 
 class _Lines:

@@ -6,7 +6,7 @@ text."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -14,7 +14,7 @@ import libcst as cst
 
 from amplint.api import CheckRun, rules_for, run_check
 from amplint.config import Settings
-from amplint.confirm import Traced, confirm, rule_is_runtime
+from amplint.confirm import Tracer, confirm, rule_is_runtime
 from amplint.diagnostics import Confidence, Diagnostic
 from amplint.fixes import apply_edits, fix_source, unified_diff, write_atomic
 from amplint.source import SourceFile, read_source
@@ -28,12 +28,12 @@ class FixOutcome:
 
 
 def fix_and_verify(
-    paths: Sequence[Path], settings: Settings, trace: Callable[[], list[Traced]], *, jobs: int | None
+    paths: Sequence[Path], settings: Settings, trace: Tracer, *, jobs: int | None
 ) -> tuple[CheckRun, list[FixOutcome]]:
     """Check, trace, fix, trace again and judge each fixed file; the run describes the files as they
     are left, with the confidence of the last trace."""
     before_run = run_check(paths, settings, jobs=jobs)
-    before = confirm(before_run.diagnostics, trace())
+    before = confirm(before_run.diagnostics, trace(before_run.diagnostics))
     originals = _fixable_files(before)
     if not originals:
         before_run.diagnostics = before
@@ -48,7 +48,7 @@ def fix_and_verify(
             from_graph += count
     run = run_check(paths, settings, fix=True, jobs=jobs)
     run.fixed += from_graph
-    after = confirm(run.diagnostics, trace())
+    after = confirm(run.diagnostics, trace(run.diagnostics))
     outcomes: list[FixOutcome] = []
     for path, original in originals.items():
         if read_source(Path(path)).text == original.text:
@@ -61,18 +61,16 @@ def fix_and_verify(
         kept = {outcome.path for outcome in outcomes if outcome.kept}
         run = run_check(paths, settings, jobs=jobs)
         run.fixed = sum(1 for d in before if d.fix is not None and d.path in kept)
-        after = confirm(run.diagnostics, trace())
+        after = confirm(run.diagnostics, trace(run.diagnostics))
     run.diagnostics = after
     return run, outcomes
 
 
-def preview(
-    paths: Sequence[Path], settings: Settings, trace: Callable[[], list[Traced]], *, jobs: int | None
-) -> CheckRun:
+def preview(paths: Sequence[Path], settings: Settings, trace: Tracer, *, jobs: int | None) -> CheckRun:
     """`--confirm --diff`: the confirmed findings, and a diff per file of what `--fix` would write
     (the graph's fixes, then the static ones); nothing is written."""
     run = run_check(paths, settings, jobs=jobs)
-    run.diagnostics = confirm(run.diagnostics, trace())
+    run.diagnostics = confirm(run.diagnostics, trace(run.diagnostics))
     for path, original in _fixable_files(run.diagnostics).items():
         new_text, from_graph = _with_graph_fixes(path, original, run.diagnostics)
         outcome = fix_source(replace(original, text=new_text), rules_for(settings, Path(path)), path)

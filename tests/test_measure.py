@@ -83,3 +83,29 @@ def test_an_op_left_in_half_precision_is_measured_against_itself() -> None:
     # bfloat16's softmax computes in float32 and rounds its output once.
     assert 2.0**-10 < measured["max"] <= 2.0**-8 * (1 + 1e-6)
     assert measured["fixed_max"] < 2.0**-20
+
+
+class Guarded(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / (x.abs() + 1e-3)
+
+
+def test_ops_at_the_lines_of_findings_are_measured() -> None:
+    import inspect
+
+    line = inspect.getsourcelines(Guarded.forward)[1] + 1
+    where = {(inspect.getsourcefile(Guarded), line)}
+    args = (torch.randn(64, 64),)
+    plain = trace(Guarded(), args, autocast=False, param_dtype=torch.float16, measure=True)
+    asked = trace(
+        Guarded(), args, autocast=False, param_dtype=torch.float16, measure=True, measure_lines=where
+    )
+    ops = {node.id: node.op for node in asked.nodes}
+    assert not plain.measured  # `abs`, `add` and `div` are not ops rules flag by themselves
+    assert {ops[i] for i in asked.measured} == {"abs", "add", "div"}
+    # Each op against itself from the same inputs: float16 rounds its result once (at most 2^-11);
+    # `add` first rounds its Python constant 1e-3 to float16 too, a second rounding.
+    measured = {ops[i]: item for i, item in asked.measured.items()}
+    assert measured["div"]["max"] <= 2.0**-11 * (1 + 1e-6)
+    assert 2.0**-11 < measured["add"]["max"] <= 2 * 2.0**-11
+    assert measured["abs"]["max"] == 0.0  # exact in any format

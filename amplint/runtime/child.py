@@ -55,7 +55,11 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         "autocast": spec["autocast"],
         "param_dtype": param_dtype,
     }
-    graph = trace(model, args, kwargs, device=spec["device"], measure=spec.get("measure", False), **settings)
+    measure = spec.get("measure", False)
+    lines = {(path, line) for path, line in spec.get("measure_lines", [])} if measure else None
+    graph = trace(
+        model, args, kwargs, device=spec["device"], measure=measure, measure_lines=lines, **settings
+    )
     if spec.get("compare_cpu") and spec["device"] == "cuda" and spec["autocast"]:
         # The same model under CPU autocast's policy, for the ops whose dtype differs (AMP103).
         on_cpu = trace(model, args, kwargs, device="cpu", **settings)

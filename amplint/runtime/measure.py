@@ -12,13 +12,13 @@ statistic, a cumulative sum), against the same op in float64 and float32 from th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from typing import Any, cast
 
 import torch
 from torch.utils import _pytree as pytree
 
-from amplint.runtime.chains import HALF, late_upcasts
+from amplint.runtime.chains import HALF, computing, late_upcasts
 from amplint.runtime.graph import DtypeGraph
 
 # Ops that rules flag for computing in half precision (softmax, norm statistics, accumulations):
@@ -48,13 +48,20 @@ def measure(
     graph_module: torch.fx.GraphModule,
     fx_nodes: Sequence[torch.fx.Node],
     inputs: Any,
+    lines: Set[tuple[str, int]] = frozenset(),
 ) -> None:
-    """Fill `graph.measured` for the late upcasts whose chain holds a lossy op; `fx_nodes[i]` is the
-    node of `graph.nodes[i]`; `inputs` are the real tensors in the structure the graph was traced
-    with. On failure `graph.measure_note` says why."""
+    """Fill `graph.measured` for the late upcasts whose chain holds a lossy op, the ops rules flag
+    for running in half precision, and every half-precision op at `lines` (absolute path, line);
+    `fx_nodes[i]` is the node of `graph.nodes[i]`; `inputs` are the real tensors in the structure the
+    graph was traced with. On failure `graph.measure_note` says why."""
     lates = [late for late in late_upcasts(graph) if late.lossy]
     singles = {
-        fx_nodes[node.id]: node.id for node in graph.nodes if node.op in _SINGLE and node.dtype in HALF
+        fx_nodes[node.id]: node.id
+        for node in computing(graph.nodes)
+        if node.dtype in HALF
+        and (
+            node.op in _SINGLE or (node.source is not None and (node.source.path, node.source.line) in lines)
+        )
     }
     if not lates and not singles:
         return
@@ -118,7 +125,8 @@ class _Replay(torch.fx.Interpreter):
                         self._shadowed(n, {}, torch.float32),
                     )
                 )
-                self.measured[self.singles[n]] = _errors(_first(result), reference, fixed)
+                if bool(torch.isfinite(_first(result)).all()):  # an overflow is a finding of its own
+                    self.measured[self.singles[n]] = _errors(_first(result), reference, fixed)
             except (RuntimeError, TypeError):  # an op whose float64 form takes other arguments
                 pass
         return result

@@ -219,6 +219,7 @@ def trace(
     autocast: bool = True,
     param_dtype: torch.dtype | None = None,
     measure: bool = False,
+    measure_lines: set[tuple[str, int]] | None = None,
 ) -> DtypeGraph:
     """Trace `fn_or_module(*args, **kwargs)` and return the dtype of every op it ran.
 
@@ -226,7 +227,8 @@ def trace(
     there is no GPU). `autocast=False` with `param_dtype` traces a model run in that dtype without
     autocast, as half-precision inference usually runs: parameters, buffers and floating-point
     inputs take that dtype. Weights are never materialised. `measure`: replay the graph on the real
-    inputs and weights to measure the error at late upcasts (see `amplint.runtime.measure`)."""
+    inputs and weights to measure the error at late upcasts, of the ops rules flag, and of every
+    half-precision op at `measure_lines` (absolute path, line) (see `amplint.runtime.measure`)."""
     if device not in {"cuda", "cpu"}:
         raise ValueError(f"device must be 'cuda' or 'cpu', not {device!r}")
     fake_device = "cuda:0" if device == "cuda" else "cpu"
@@ -287,7 +289,7 @@ def trace(
         else:
             from amplint.runtime.measure import measure as measure_errors
 
-            measure_errors(graph, graph_module, fx_nodes, real_inputs)
+            measure_errors(graph, graph_module, fx_nodes, real_inputs, measure_lines or set())
     return graph
 
 
