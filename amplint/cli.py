@@ -16,6 +16,7 @@ from amplint import __version__
 if TYPE_CHECKING:
     from amplint.api import CheckRun
     from amplint.config import Settings
+    from amplint.diagnostics import Diagnostic
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -216,7 +217,7 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
         return _error("--confirm traces the model and needs torch: pip install 'amplint[runtime]'")
     from amplint.api import run_check
     from amplint.confirm import Traced, confirm, finding_lines
-    from amplint.diagnostics import Confidence, Diagnostic
+    from amplint.diagnostics import Confidence
     from amplint.runtime.child import ChildError, trace_in_child
     from amplint.runtime.target import TargetError, target_specs
 
@@ -259,11 +260,16 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
     run.warnings.extend(dict.fromkeys(warnings))
     if not args.show_refuted:
         run.diagnostics = [d for d in run.diagnostics if d.confidence is not Confidence.REFUTED]
-    for diagnostic in run.diagnostics:
-        if diagnostic.path not in run.sources and os.path.isfile(diagnostic.path):
-            with contextlib.suppress(OSError, UnicodeDecodeError):
-                run.sources[diagnostic.path] = Path(diagnostic.path).read_text(encoding="utf-8")
+    _read_sources(run.diagnostics, run.sources)
     return run
+
+
+def _read_sources(diagnostics: Sequence[Diagnostic], sources: dict[str, str]) -> None:
+    """The text of each file a runtime finding points at, for the report's snippets."""
+    for diagnostic in diagnostics:
+        if diagnostic.path not in sources and os.path.isfile(diagnostic.path):
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                sources[diagnostic.path] = Path(diagnostic.path).read_text(encoding="utf-8")
 
 
 def _jobs(value: str) -> int:
@@ -340,10 +346,8 @@ def _trace(args: argparse.Namespace) -> int:
 
         report = render_text(graph, nodes)
         if findings:
-            sources = {}
-            for diagnostic in findings:
-                with contextlib.suppress(OSError, UnicodeDecodeError):
-                    sources[diagnostic.path] = Path(diagnostic.path).read_text(encoding="utf-8")
+            sources: dict[str, str] = {}
+            _read_sources(findings, sources)
             report += "\n" + render("text", findings, sources=sources, color=False)
     if args.output is not None:
         args.output.write_text(report, encoding="utf-8")

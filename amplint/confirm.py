@@ -18,7 +18,7 @@ from amplint.diagnostics import Confidence, Diagnostic, Fix, sort_diagnostics
 from amplint.rule import Rule, Verdict
 from amplint.rules import all_rules, rule_by_code
 from amplint.runtime.graph import DtypeGraph, DtypeNode
-from amplint.source import SourceError, read_source
+from amplint.source import SourceError, display_path, read_source
 
 # The `extra` keys a confirmed or refuted finding carries.
 EVIDENCE = "evidence"
@@ -141,7 +141,7 @@ def graph_findings(graph: DtypeGraph, target: str) -> list[Diagnostic]:
                     code=rule.code,
                     name=rule.name,
                     message=finding.message,
-                    path=display(source.path),
+                    path=display_path(Path(source.path)),
                     line=source.line,
                     column=column,
                     end_line=source.line,
@@ -168,15 +168,6 @@ def _upcast_fix(path: str, line: int, op: str) -> tuple[Fix | None, str]:
 
 def runtime_rules() -> list[type[Rule]]:
     return [rule for rule in all_rules() if rule.runtime_only]
-
-
-def display(path: str) -> str:
-    """A traced file as `amplint check` names it: relative to the working directory when inside it."""
-    try:
-        relative = Path(os.path.relpath(path))
-    except ValueError:  # another drive on Windows
-        return path
-    return path if relative.parts[:1] == ("..",) else relative.as_posix()
 
 
 def _with(diagnostic: Diagnostic, confidence: Confidence, extra: dict[str, object]) -> Diagnostic:

@@ -3,14 +3,14 @@ it in low precision before that, and how to name a node in a message. Plain data
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from amplint.diagnostics import Confidence
 from amplint.rule import Verdict
 from amplint.runtime.graph import DtypeGraph, DtypeNode
+from amplint.source import display_path
 
 HALF = frozenset({"bfloat16", "float16"})
 # Policies of ops that compute (as opposed to placeholders and casts).
@@ -95,15 +95,10 @@ def _path(graph: DtypeGraph, cast: DtypeNode) -> tuple[DtypeNode, ...]:
 
 
 def where(node: DtypeNode) -> str:
-    """`path:line` of a node's source, the path relative to the working directory where it can be."""
+    """`path:line` of a node's source, the path as reports show it (relative below the working directory)."""
     if node.source is None:
         return "an unknown line"
-    path = node.source.path
-    with contextlib.suppress(ValueError):
-        relative = os.path.relpath(path)
-        if not relative.startswith(".."):
-            path = relative
-    return f"{path}:{node.source.line}"
+    return f"{display_path(Path(node.source.path))}:{node.source.line}"
 
 
 def computing(nodes: Iterable[DtypeNode]) -> list[DtypeNode]:

@@ -20,6 +20,7 @@ from torch.utils import _pytree as pytree
 
 from amplint.runtime.chains import HALF, computing, late_upcasts
 from amplint.runtime.graph import DtypeGraph
+from amplint.runtime.tracer import first_tensor
 
 # Ops that rules flag for computing in half precision (softmax, norm statistics, accumulations):
 # each one that ran in bf16/fp16 is measured against itself in float64 and float32.
@@ -107,26 +108,26 @@ class _Replay(torch.fx.Interpreter):
         if n in self.shadowed:
             for dtype, shadows in self.shadows.items():
                 shadow_args, shadow_kwargs = self._shadowed(n, shadows, dtype)
-                shadows[n] = _first(target(*shadow_args, **shadow_kwargs))
+                shadows[n] = first_tensor(target(*shadow_args, **shadow_kwargs))
         if n in self.casts:
             source = n.all_input_nodes[0]
             reference = self.shadows[torch.float64].get(source)
             fixed = self.shadows[torch.float32].get(source)
             if reference is not None and fixed is not None:
-                self.measured[self.casts[n]] = _errors(_first(args[0]), reference, fixed)
+                self.measured[self.casts[n]] = _errors(first_tensor(args[0]), reference, fixed)
         result = target(*args, **kwargs)
         if n in self.singles:
             # The op itself in float64 and in float32 from the same inputs, against what it gave.
             try:
                 reference, fixed = (
-                    _first(target(*shadow_args, **shadow_kwargs))
+                    first_tensor(target(*shadow_args, **shadow_kwargs))
                     for shadow_args, shadow_kwargs in (
                         self._shadowed(n, {}, torch.float64),
                         self._shadowed(n, {}, torch.float32),
                     )
                 )
-                if bool(torch.isfinite(_first(result)).all()):  # an overflow is a finding of its own
-                    self.measured[self.singles[n]] = _errors(_first(result), reference, fixed)
+                if bool(torch.isfinite(first_tensor(result)).all()):  # an overflow is a finding of its own
+                    self.measured[self.singles[n]] = _errors(first_tensor(result), reference, fixed)
             except (RuntimeError, TypeError):  # an op whose float64 form takes other arguments
                 pass
         return result
@@ -155,12 +156,6 @@ class _Replay(torch.fx.Interpreter):
 def _on_cpu(value: Any) -> Any:
     if isinstance(value, torch.device) and value.type != "cpu":
         return torch.device("cpu")
-    return value
-
-
-def _first(value: Any) -> torch.Tensor:
-    if isinstance(value, (tuple, list)):
-        return next(v for v in value if isinstance(v, torch.Tensor))
     return value
 
 

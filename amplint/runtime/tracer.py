@@ -357,7 +357,7 @@ def _dtype_graph(
             continue
         if fx_node.target is operator.getitem and not fx_node.users:
             continue  # an output of a multi-output op that nothing reads
-        value = _first_tensor(fx_node.meta.get("val"))
+        value = first_tensor(fx_node.meta.get("val"))
         out_dtype = value.dtype if isinstance(value, torch.Tensor) else None
         producers = [p for p in fx_node.all_input_nodes if p in ids]
         custom = fx_node.meta.get("custom") or {}
@@ -416,7 +416,7 @@ def _dtype_graph(
     return graph, list(ids)
 
 
-def _first_tensor(value: Any) -> Any:
+def first_tensor(value: Any) -> Any:
     """The primary output of an op with several (attention's output, layer_norm's result)."""
     if isinstance(value, (tuple, list)):
         return next((v for v in value if isinstance(v, torch.Tensor)), None)
