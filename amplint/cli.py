@@ -249,7 +249,7 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
 
         run, outcomes = fix_and_verify(paths, settings, trace, jobs=args.jobs)
         for outcome in outcomes:
-            print(f"amplint: fix {outcome.path}: {outcome.detail}", file=sys.stderr)
+            print(f"amplint: fix {outcome}", file=sys.stderr)
     elif args.diff:
         from amplint.verify import preview
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from amplint.diagnostics import Confidence, Diagnostic, Fix, sort_diagnostics
-from amplint.rule import Rule, Verdict
+from amplint.rule import CastPoint, Rule, Verdict
 from amplint.rules import all_rules, rule_by_code
 from amplint.runtime.graph import DtypeGraph, DtypeNode
 from amplint.source import SourceError, display_path, read_source
@@ -132,8 +132,8 @@ def graph_findings(graph: DtypeGraph, target: str) -> list[Diagnostic]:
             column = source.column or 1
             extra: dict[str, object] = {EVIDENCE: finding.evidence, TARGETS: [target], **finding.extra}
             fix = None
-            if finding.upcast is not None:
-                fix, note = _upcast_fix(source.path, source.line, finding.upcast)
+            if finding.upcast:
+                fix, note = _upcast_fix(finding.upcast)
                 if fix is None:
                     extra[FIX_NOTE] = note
             found.append(
@@ -156,14 +156,14 @@ def graph_findings(graph: DtypeGraph, target: str) -> list[Diagnostic]:
     return found
 
 
-def _upcast_fix(path: str, line: int, op: str) -> tuple[Fix | None, str]:
+def _upcast_fix(points: Sequence[CastPoint]) -> tuple[Fix | None, str]:
     from amplint.graph_fixes import upcast_fix  # libcst: only for findings that ask for a fix
 
     try:
-        source = read_source(Path(path))
+        source = read_source(Path(points[0].path))
     except SourceError as exc:
         return None, f"the file cannot be read: {exc.message}"
-    return upcast_fix(source, line, op)
+    return upcast_fix(source, [point for point in points if point.path == points[0].path])
 
 
 def runtime_rules() -> list[type[Rule]]:

@@ -34,7 +34,21 @@ class GraphFinding:
     evidence: str
     help: str | None = None
     extra: Mapping[str, object] = field(default_factory=dict)
-    upcast: str | None = None  # the fix: upcast the input of this op at the node's line
+    # The fix: upcast the low-precision input of the first of these ops the source still shows.
+    upcast: tuple[CastPoint, ...] = ()
+
+
+@dataclass(frozen=True)
+class CastPoint:
+    """Where a fix can upcast: the input of `op` at `path:line` (at `column`, 1-based, when the trace
+    has it). `operand` is where that input was computed, `(line, column)`: it tells the two operands
+    of a binary op apart."""
+
+    op: str
+    path: str
+    line: int
+    column: int | None = None
+    operand: tuple[int, int | None] | None = None
 
 
 @dataclass(frozen=True)

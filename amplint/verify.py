@@ -1,11 +1,16 @@
-"""`amplint check --confirm --fix`: apply the fixes, trace again, and keep a file's fixes only where
-the new trace shows its confirmed findings gone and no new one confirmed; otherwise put the file back
-as it was. A fix changes numerics on purpose, so it is judged by the dtypes it produces, not by its
-text."""
+"""`amplint check --confirm --fix`: apply the fixes, trace again, and keep each fix only where the
+new trace shows its finding gone and no new finding confirmed; a fix that fails is rolled back and
+reported. A fix changes numerics on purpose, so it is judged by the dtypes it produces, not by its
+text.
+
+All fixes are applied and judged with one trace first; only a file where some fix fails is put back
+and its fixes tried again one at a time, each traced on top of the ones kept, so the failing fix is
+the one rolled back.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,25 +20,31 @@ import libcst as cst
 from amplint.api import CheckRun, rules_for, run_check
 from amplint.config import Settings
 from amplint.confirm import Tracer, confirm, rule_is_runtime
-from amplint.diagnostics import Confidence, Diagnostic
+from amplint.diagnostics import Confidence, Diagnostic, Edit
 from amplint.fixes import apply_edits, fix_source, unified_diff, write_atomic
 from amplint.source import SourceFile, read_source
 
 
 @dataclass(frozen=True)
 class FixOutcome:
+    """What became of one finding's fix."""
+
     path: str
+    line: int
+    code: str
     kept: bool
     detail: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line} {self.code}: {self.detail}"
 
 
 def fix_and_verify(
     paths: Sequence[Path], settings: Settings, trace: Tracer, *, jobs: int | None
 ) -> tuple[CheckRun, list[FixOutcome]]:
-    """Check, trace, fix, trace again and judge each fixed file; the run describes the files as they
-    are left, with the confidence of the last trace."""
-    before_run = run_check(paths, settings, jobs=jobs)
-    before = confirm(before_run.diagnostics, trace(before_run.diagnostics))
+    """Check, trace, fix, trace again and judge each fix; the run describes the files as they are
+    left, with the confidence of the last trace."""
+    before_run, before, untraced = _traced(paths, settings, trace, jobs)
     originals = _fixable_files(before)
     if not originals:
         before_run.diagnostics = before
@@ -46,24 +57,90 @@ def fix_and_verify(
         if count and read_source(Path(path)).text == original.text:
             write_atomic(original, new_text)
             from_graph += count
-    run = run_check(paths, settings, fix=True, jobs=jobs)
+    run, after, failed_trace = _traced(paths, settings, trace, jobs, fix=True)
     run.fixed += from_graph
-    after = confirm(run.diagnostics, trace(run.diagnostics))
+    if untraced is not None:  # nothing traced before the fixes either: they stay, unverified
+        failed_trace = None
     outcomes: list[FixOutcome] = []
+    failed: dict[str, SourceFile] = {}
     for path, original in originals.items():
-        if read_source(Path(path)).text == original.text:
+        text = read_source(Path(path)).text
+        if text == original.text:
             continue  # no fix applied (the file changed meanwhile, or a fix did not re-parse)
-        outcome = _judge(path, before, after)
-        if not outcome.kept:
+        lines = _line_map(original.text, text)
+        judged = [_judge(fix, before, after, lines, failed_trace) for fix in _fixes(before, path)]
+        if all(outcome.kept for outcome in judged):
+            outcomes.extend(judged)
+        else:
             write_atomic(original, original.text)
-        outcomes.append(outcome)
-    if any(not outcome.kept for outcome in outcomes):
-        kept = {outcome.path for outcome in outcomes if outcome.kept}
-        run = run_check(paths, settings, jobs=jobs)
-        run.fixed = sum(1 for d in before if d.fix is not None and d.path in kept)
-        after = confirm(run.diagnostics, trace(run.diagnostics))
-    run.diagnostics = after
+            failed[path] = original
+    if not failed:
+        run.diagnostics = after
+        return run, outcomes
+    outcomes.extend(_one_at_a_time(failed, before, paths, settings, trace, jobs))
+    run, diagnostics, _ = _traced(paths, settings, trace, jobs)
+    run.diagnostics = diagnostics
+    run.fixed = sum(1 for outcome in outcomes if outcome.kept)
     return run, outcomes
+
+
+def _one_at_a_time(
+    files: dict[str, SourceFile],
+    before: Sequence[Diagnostic],
+    paths: Sequence[Path],
+    settings: Settings,
+    trace: Tracer,
+    jobs: int | None,
+) -> list[FixOutcome]:
+    """Each fix of `files` (put back as they were) applied on top of the ones kept so far, traced,
+    and kept or rolled back on its own. Every fix's edits are positions in the original text, so a
+    set of fixes is always applied to that text together."""
+    outcomes: list[FixOutcome] = []
+    _, current, _ = _traced(paths, settings, trace, jobs)
+    for path, original in files.items():
+        kept: list[Edit] = []
+        text = original.text
+        for fix in _fixes(before, path):
+            if original.path.suffix == ".ipynb":  # cell edits are not positions in the file's text
+                outcomes.append(_outcome(fix, False, "rolled back with the other fixes of this notebook"))
+                continue
+            assert fix.fix is not None
+            candidate, _ = apply_edits(original.text, [*kept, *fix.fix.edits])
+            try:
+                cst.parse_module(candidate)
+            except cst.ParserSyntaxError:
+                outcomes.append(
+                    _outcome(fix, False, "rolled back: it does not parse with the fixes kept before it")
+                )
+                continue
+            write_atomic(original, candidate)
+            _, now, failed_trace = _traced(paths, settings, trace, jobs)
+            # The fix's own finding is looked up in original coordinates; new ones against the last
+            # state kept.
+            lines = _line_map(original.text, candidate)
+            outcome = _judge(fix, before, now, lines, failed_trace, (current, _line_map(text, candidate)))
+            outcomes.append(outcome)
+            if outcome.kept:
+                kept.extend(fix.fix.edits)
+                text, current = candidate, now
+            else:
+                write_atomic(original, text)
+    return outcomes
+
+
+def _traced(
+    paths: Sequence[Path], settings: Settings, trace: Tracer, jobs: int | None, *, fix: bool = False
+) -> tuple[CheckRun, list[Diagnostic], str | None]:
+    """A check of `paths` (fixing them with `fix`), its findings joined to a new trace, and why no
+    target could be traced, if none could."""
+    run = run_check(paths, settings, fix=fix, jobs=jobs)
+    traced = trace(run.diagnostics)
+    failed = (
+        None
+        if any(item.graph is not None for item in traced)
+        else "; ".join(f"{item.target}: {item.error}" for item in traced)
+    )
+    return run, confirm(run.diagnostics, traced), failed
 
 
 def preview(paths: Sequence[Path], settings: Settings, trace: Tracer, *, jobs: int | None) -> CheckRun:
@@ -81,6 +158,10 @@ def preview(paths: Sequence[Path], settings: Settings, trace: Tracer, *, jobs: i
     return run
 
 
+def _fixes(diagnostics: Sequence[Diagnostic], path: str) -> list[Diagnostic]:
+    return [d for d in diagnostics if d.path == path and d.fix is not None]
+
+
 def _fixable_files(diagnostics: Sequence[Diagnostic]) -> dict[str, SourceFile]:
     files: dict[str, SourceFile] = {}
     for diagnostic in diagnostics:
@@ -94,8 +175,8 @@ def _with_graph_fixes(path: str, source: SourceFile, diagnostics: Sequence[Diagn
     the result does not parse), and how many were applied."""
     edits = [
         edit
-        for d in diagnostics
-        if d.path == path and d.fix is not None and rule_is_runtime(d.code)
+        for d in _fixes(diagnostics, path)
+        if d.fix is not None and rule_is_runtime(d.code)
         for edit in d.fix.edits
     ]
     if not edits:
@@ -108,20 +189,48 @@ def _with_graph_fixes(path: str, source: SourceFile, diagnostics: Sequence[Diagn
     return new_text, count
 
 
-def _confirmed(diagnostics: Sequence[Diagnostic], path: str) -> Counter[str]:
-    return Counter(d.code for d in diagnostics if d.path == path and d.confidence is Confidence.CONFIRMED)
+def _line_map(old: str, new: str) -> dict[int, int]:
+    """Where each line of `old` is in `new` (1-based), for lines kept or replaced one for one."""
+    mapping: dict[int, int] = {}
+    matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines(), autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
+            mapping.update({i1 + k + 1: j1 + k + 1 for k in range(i2 - i1)})
+    return mapping
 
 
-def _judge(path: str, before: Sequence[Diagnostic], after: Sequence[Diagnostic]) -> FixOutcome:
-    was, now = _confirmed(before, path), _confirmed(after, path)
-    new = now - was
-    gone = sum((was - now).values())
+def _confirmed(diagnostics: Sequence[Diagnostic], path: str) -> set[tuple[str, int]]:
+    return {(d.code, d.line) for d in diagnostics if d.path == path and d.confidence is Confidence.CONFIRMED}
+
+
+def _judge(
+    fix: Diagnostic,
+    before: Sequence[Diagnostic],
+    after: Sequence[Diagnostic],
+    lines: dict[int, int],
+    failed_trace: str | None,
+    previous: tuple[Sequence[Diagnostic], dict[int, int]] | None = None,
+) -> FixOutcome:
+    """Judge `fix` by the trace after it: its finding (confirmed in `before`, lines mapped by `lines`)
+    must be gone, and no finding confirmed that the state before the fix (`previous`: its findings
+    and the map of its lines; default `before`) did not have."""
+    if failed_trace is not None:
+        return _outcome(fix, False, f"rolled back: the fixed code could not be traced ({failed_trace})")
+    now = _confirmed(after, fix.path)
+    if fix.confidence is Confidence.CONFIRMED and (fix.code, lines.get(fix.line)) in now:
+        return _outcome(fix, False, f"rolled back: {fix.code} is still confirmed after the fix")
+    earlier, mapping = (before, lines) if previous is None else previous
+    was = _confirmed(earlier, fix.path)
+    new = sorted(now - {(code, mapping[line]) for code, line in was if line in mapping})
     if new:
-        codes = ", ".join(sorted(new))
-        return FixOutcome(path, False, f"rolled back: the fixed code is confirmed to have {codes}")
-    if was and not gone:
-        codes = ", ".join(sorted(was))
-        return FixOutcome(path, False, f"rolled back: {codes} still confirmed after the fix")
-    if not was:
-        return FixOutcome(path, True, "kept, not verified: no finding in this file was confirmed by a trace")
-    return FixOutcome(path, True, f"verified: {gone} confirmed finding(s) gone, none new")
+        found = ", ".join(f"{code} at line {line}" for code, line in new)
+        return _outcome(fix, False, f"rolled back: the fixed code is confirmed to have {found}")
+    if fix.confidence is not Confidence.CONFIRMED:
+        return _outcome(
+            fix, True, f"kept, not verified: the trace did not confirm the finding ({fix.confidence.value})"
+        )
+    return _outcome(fix, True, "verified: the finding is gone and no new one appeared")
+
+
+def _outcome(fix: Diagnostic, kept: bool, detail: str) -> FixOutcome:
+    return FixOutcome(fix.path, fix.line, fix.code, kept, detail)

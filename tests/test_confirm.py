@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from support import amplint_run, write
 
-from amplint.diagnostics import Confidence, Diagnostic
+from amplint.diagnostics import Confidence, Diagnostic, Edit, Fix
+from amplint.rule import CastPoint
 from amplint.rules import all_rules
 
 pytest.importorskip("torch")
@@ -250,37 +251,115 @@ def test_runtime_rule_examples(tmp_path: Path, rule, index: int, bad: bool) -> N
 
 def test_fix_is_verified_by_tracing_again(tmp_path: Path) -> None:
     path = _copy_fixture(tmp_path, "rwkv7_time_mix.py")
-    done = amplint_run(tmp_path, "check", ".", "--confirm", "--fix", "--target", "rwkv7_time_mix.py:factory")
+    args = ["check", ".", "--confirm", "--target", "rwkv7_time_mix.py:factory"]
+    done = amplint_run(tmp_path, *args, "--fix")
     assert done.returncode == 0, done.stderr
-    # AMP001 and AMP101 at the sigmoid, and AMP103 at `exp` and `sum`, whose inputs are now float32.
-    assert "fix rwkv7_time_mix.py: verified: 4 confirmed finding(s) gone, none new" in done.stderr
+    # One fix (AMP001's; AMP101 at the same sigmoid asks for the same edit), reported on its own.
+    assert done.stderr.splitlines() == [
+        "amplint: fix rwkv7_time_mix.py:52 AMP001: verified: the finding is gone and no new one appeared"
+    ]
     assert "self.w_lora(xw).to(torch.float32).sigmoid()" in path.read_text(encoding="utf-8")
+    # AMP001 and AMP101 at the sigmoid, and AMP103 at `exp` and `sum`, whose inputs are now float32.
+    assert _json(amplint_run(tmp_path, *args, "--format", "json")) == []
 
 
-def _diagnostic(code: str, confidence: Confidence, path: str = "model.py") -> Diagnostic:
-    return Diagnostic(code, "name", "message", path, 1, 1, 1, 2, confidence=confidence)
+# A model cast to bfloat16 and run without autocast: the softmax fix keeps its `.to(scores.dtype)`,
+# the sigmoid upcast leaves a float32 value that reaches the bf16 `out` projection, which raises.
+PURE_BF16 = """\
+import math
+
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(32, 32)
+        self.k = nn.Linear(32, 32)
+        self.w_lora = nn.Linear(32, 32)
+        self.out = nn.Linear(32, 32)
+
+    def forward(self, x):
+        scores = self.q(x) @ self.k(x).transpose(-1, -2) * 0.17
+        probs = torch.softmax(scores, dim=-1)
+        w = -math.exp(-0.5) * self.w_lora(x).sigmoid()
+        return self.out(probs @ x * w.exp())
+
+
+def factory():
+    torch.manual_seed(0)
+    return Block(), (torch.randn(2, 8, 32),)
+"""
+
+
+def test_each_fix_is_judged_and_the_failing_one_rolled_back(tmp_path: Path) -> None:
+    path = write(tmp_path / "block.py", PURE_BF16)
+    write(
+        tmp_path / "pyproject.toml",
+        '[tool.amplint.runtime]\ntargets = [{ target = "block.py:factory", dtype = "bfloat16", '
+        'autocast = false, param-dtype = "bfloat16" }]\n',
+    )
+    found = _json(amplint_run(tmp_path, "check", ".", "--confirm", "--format", "json"))
+    assert [(d["code"], d["line"], d["confidence"]) for d in found] == [
+        ("AMP003", 17, "confirmed"),
+        ("AMP001", 18, "confirmed"),
+    ]
+    done = amplint_run(tmp_path, "check", ".", "--confirm", "--fix")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [
+        "amplint: fix block.py:17 AMP003: verified: the finding is gone and no new one appeared",
+        "amplint: fix block.py:18 AMP001: rolled back: the fixed code is confirmed to have AMP104 at line 19",
+    ]
+    text = path.read_text(encoding="utf-8")
+    assert "torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)" in text
+    assert "self.w_lora(x).sigmoid()" in text  # as it was
+    assert "Fixed 1 finding, 1 remaining." in done.stdout
+
+
+def _diagnostic(code: str, confidence: Confidence, line: int = 1, path: str = "model.py") -> Diagnostic:
+    fix = Fix("upcast", (Edit(line, 1, line, 2, "x"),))
+    return Diagnostic(code, "name", "message", path, line, 1, line, 2, confidence=confidence, fix=fix)
 
 
 @pytest.mark.parametrize(
-    ("before", "after", "kept", "detail"),
+    ("after", "failed", "kept", "detail"),
     [
-        (["AMP001", "AMP101"], [], True, "verified: 2 confirmed finding(s) gone, none new"),
-        (["AMP001"], ["AMP001"], False, "rolled back: AMP001 still confirmed after the fix"),
-        (["AMP001"], ["AMP102"], False, "rolled back: the fixed code is confirmed to have AMP102"),
-        ([], [], True, "kept, not verified: no finding in this file was confirmed by a trace"),
+        ([], None, True, "verified: the finding is gone and no new one appeared"),
+        ([("AMP003", 5)], None, True, "verified: the finding is gone and no new one appeared"),
+        ([("AMP001", 3)], None, False, "rolled back: AMP001 is still confirmed after the fix"),
+        ([("AMP102", 7)], None, False, "rolled back: the fixed code is confirmed to have AMP102 at line 7"),
+        ([("AMP003", 4)], None, False, "rolled back: the fixed code is confirmed to have AMP003 at line 4"),
+        ([], "model.py:factory: RuntimeError", False, "rolled back: the fixed code could not be traced"),
     ],
 )
 def test_a_fix_is_kept_only_when_the_trace_agrees(
-    before: list[str], after: list[str], kept: bool, detail: str
+    after: list[tuple[str, int]], failed: str | None, kept: bool, detail: str
 ) -> None:
     from amplint.verify import _judge
 
-    was = [_diagnostic(code, Confidence.CONFIRMED) for code in before]
-    was.append(_diagnostic("AMP003", Confidence.UNREACHED))
-    was.append(_diagnostic("AMP001", Confidence.CONFIRMED, path="other.py"))
-    now = [_diagnostic(code, Confidence.CONFIRMED) for code in after]
-    outcome = _judge("model.py", was, now)
-    assert (outcome.kept, outcome.detail) == (kept, detail)
+    fix = _diagnostic("AMP001", Confidence.CONFIRMED, line=2)
+    before = [
+        fix,
+        _diagnostic("AMP003", Confidence.CONFIRMED, line=4),
+        _diagnostic("AMP001", Confidence.CONFIRMED, path="other.py"),
+    ]
+    now = [_diagnostic(code, Confidence.CONFIRMED, line=line) for code, line in after]
+    # The fix added a line above line 2: lines 2.. moved down by one.
+    lines = {1: 1, 2: 3, 3: 4, 4: 5}
+    outcome = _judge(fix, before, now, lines, failed)
+    assert (outcome.kept, outcome.detail.split(" (")[0]) == (kept, detail)
+
+
+def test_a_fix_the_trace_cannot_confirm_is_kept_unverified() -> None:
+    from amplint.verify import _judge
+
+    fix = _diagnostic("AMP014", Confidence.STATIC)
+    outcome = _judge(fix, [fix], [], {1: 1}, None)
+    assert (
+        outcome.kept
+        and outcome.detail == "kept, not verified: the trace did not confirm the finding (static)"
+    )
 
 
 def test_trace_reports_the_runtime_findings(tmp_path: Path) -> None:
@@ -335,8 +414,62 @@ def test_the_graph_fixes_a_chain_the_static_pass_cannot_see(tmp_path: Path) -> N
     assert path.read_text(encoding="utf-8") == GATE
     done = amplint_run(tmp_path, *args, "--fix")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "fix gate.py: verified:" in done.stderr
+    assert done.stderr.splitlines() == [
+        "amplint: fix gate.py:11 AMP101: verified: the finding is gone and no new one appeared",
+        "amplint: fix gate.py:14 AMP014: kept, not verified: the trace did not confirm the finding (static)",
+    ]
     assert "return self.proj(x).to(torch.float32).sigmoid()" in path.read_text(encoding="utf-8")
+
+
+# The chain starts with arithmetic on the product (`* temperature`), and ends at `cumsum`, which
+# autocast runs with `dtype=float32`: the upcast goes on the product, before the multiplication.
+SCALED = GATE.replace(
+    "self.proj = nn.Linear(64, 64)", "self.proj = nn.Linear(64, 64)\n        self.temperature = 0.3"
+)
+SCALED = SCALED.replace("return self.proj(x).sigmoid()", "return (self.proj(x) * self.temperature).sigmoid()")
+SCALED = SCALED.replace("return (1 - self.gate(x)).log()", "return self.gate(x).cumsum(-1)")
+
+
+def test_the_cast_point_is_the_start_of_the_chain(tmp_path: Path) -> None:
+    path = write(tmp_path / "gate.py", SCALED)
+    args = ["check", "gate.py", "--confirm", "--target", "gate.py:factory"]
+    amp101 = next(d for d in _json(amplint_run(tmp_path, *args, "--format", "json")) if d["code"] == "AMP101")
+    assert [(step["op"], step["line"]) for step in amp101["chain"]] == [
+        ("mul", 12),
+        ("sigmoid", 12),
+        ("cumsum", 15),
+    ]
+    assert amp101["fix"]["edits"][0]["content"] == "self.proj(x).to(torch.float32) * self.temperature"
+    done = amplint_run(tmp_path, *args, "--fix")
+    assert done.stderr.splitlines() == [
+        "amplint: fix gate.py:12 AMP101: verified: the finding is gone and no new one appeared"
+    ]
+    assert "return (self.proj(x).to(torch.float32) * self.temperature).sigmoid()" in path.read_text(
+        encoding="utf-8"
+    )
+
+
+@pytest.mark.parametrize(
+    ("expression", "operand", "fixed"),
+    [
+        ("h * self.scale", (6, None), "h.to(torch.float32) * self.scale"),
+        ("self.scale * (x @ self.w)", (7, 30), "self.scale * (x @ self.w).to(torch.float32)"),
+        ("x @ self.w + h", (7, 16), "(x @ self.w).to(torch.float32) + h"),
+    ],
+    ids=["name-assigned-earlier", "right-operand", "left-product"],
+)
+def test_a_binary_cast_point_upcasts_the_low_precision_operand(
+    tmp_path: Path, expression: str, operand: tuple[int, int | None], fixed: str
+) -> None:
+    from amplint.graph_fixes import upcast_fix
+    from amplint.source import read_source
+
+    # The operand's position is where the trace says its producer ran (1-based column).
+    text = f"import torch\n\n\nclass M:\n    def forward(self, x):\n        h = x @ self.w\n        return {expression}\n"
+    path = write(tmp_path / "m.py", text)
+    op = "mul" if "*" in expression else "add"
+    fix, _ = upcast_fix(read_source(path), [CastPoint(op, str(path), 7, 16, operand)])
+    assert fix is not None and fix.edits[0].content == fixed
 
 
 def test_a_static_fix_on_the_line_is_not_made_twice(tmp_path: Path) -> None:
@@ -361,7 +494,7 @@ def test_no_graph_fix_where_the_line_no_longer_matches(tmp_path: Path, text: str
     from amplint.source import read_source
 
     source = read_source(write(tmp_path / "gate.py", text))
-    fix, note = upcast_fix(source, 11, "sigmoid")
+    fix, note = upcast_fix(source, [CastPoint("sigmoid", str(tmp_path / "gate.py"), 11)])
     assert fix is None and reason in note
 
 

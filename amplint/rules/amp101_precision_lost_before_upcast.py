@@ -5,8 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from amplint.rule import Bad, Good, GraphFinding, RuntimeRule
-from amplint.runtime.chains import LOSSY, LateUpcast, describe_error, late_upcasts, measured_error, where
+from amplint.rule import Bad, CastPoint, Good, GraphFinding, RuntimeRule
+from amplint.runtime.chains import (
+    HALF,
+    LOSSY,
+    LateUpcast,
+    describe_error,
+    late_upcasts,
+    measured_error,
+    where,
+)
 
 if TYPE_CHECKING:
     from amplint.runtime.graph import DtypeGraph, DtypeNode
@@ -35,6 +43,9 @@ class PrecisionLostBeforeUpcast(RuntimeRule):
 
     ## Fix
     Upcast at the start of the chain, after the last matmul: `self.w_lora(xw).to(torch.float32).sigmoid()`.
+    When the chain starts with arithmetic on the product (`(x @ w * scale).sigmoid()`), the fix
+    upcasts the product there: `((x @ w).to(torch.float32) * scale).sigmoid()`. Under autocast a later
+    matmul still casts its inputs back down, so no product leaves low precision.
 
     ## References
     - PyTorch autocast op reference: https://pytorch.org/docs/stable/amp.html#autocast-op-reference
@@ -137,10 +148,31 @@ def factory():
                 f"upcasts it for `{sink.op}` at {where(sink)}: the float32 op reads an already "
                 "rounded value",
                 evidence=evidence,
-                help=f"upcast before `{start.op}`: `.to(torch.float32)` on its input",
+                help=f"upcast where the chain starts: `.to(torch.float32)` on the input of `{chain[0].op}`",
                 extra=extra,
-                upcast=start.op,
+                upcast=_cast_points(graph, chain, start),
             )
+
+
+def _cast_points(graph: DtypeGraph, chain: tuple[DtypeNode, ...], start: DtypeNode) -> tuple[CastPoint, ...]:
+    """Where an upcast removes the loss, earliest first: the inputs of the chain's ops up to its
+    first lossy one, in the file of the finding."""
+    points: list[CastPoint] = []
+    for node in chain[: chain.index(start) + 1]:
+        source = node.source
+        if source is None or start.source is None or source.path != start.source.path:
+            continue
+        operand = next((p.source for p in graph.producers(node) if p.dtype in HALF), None)
+        points.append(
+            CastPoint(
+                node.op,
+                source.path,
+                source.line,
+                source.column,
+                None if operand is None else (operand.line, operand.column),
+            )
+        )
+    return tuple(points)
 
 
 def _step(node: DtypeNode) -> dict[str, object]:

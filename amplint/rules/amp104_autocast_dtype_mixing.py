@@ -1,4 +1,4 @@
-"""AMP104: bfloat16 and float16 values meeting in one op."""
+"""AMP104: bfloat16 and float16 values meeting in one op, or a product given two dtypes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,27 @@ if TYPE_CHECKING:
 
 
 # Ops that refuse operands of two dtypes on a real device (a trace on fake tensors lets them through).
-_PRODUCTS = frozenset({"mm", "bmm", "addmm", "baddbmm", "convolution", "index_put", "index_put_"})
+_PRODUCTS = frozenset(
+    {
+        "mm",
+        "bmm",
+        "addmm",
+        "baddbmm",
+        "addbmm",
+        "addmv",
+        "mv",
+        "dot",
+        "convolution",
+        "index_put",
+        "index_put_",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_attention_math",
+    }
+)
+_FLOATING = frozenset({"float64", "float32", "bfloat16", "float16"})
 
 
 class AutocastDtypeMixing(RuntimeRule):
@@ -22,12 +42,15 @@ class AutocastDtypeMixing(RuntimeRule):
     Runs on a traced dtype graph (`amplint check --confirm`, `amplint trace`). Finds ops that read
     both bfloat16 and float16 tensors: a model cast with `.half()` fed by code that still produces
     bfloat16 (a cached rotary table, a buffer, a `torch_dtype` given to one part only), or two
-    autocast regions with different dtypes whose results meet.
+    autocast regions with different dtypes whose results meet. Outside autocast, it also finds a
+    product (`mm`, `addmm`, `bmm`, convolution, attention) given operands of any two floating dtypes:
+    an upcast to float32 whose result reaches a bf16 `nn.Linear`.
 
     ## Why is this bad?
     Neither dtype holds the other: type promotion turns the pair into float32, silently, in pointwise
     ops, and a matmul, `bmm`, `index_put_` or a fused kernel given the pair raises "expected both
     inputs to have the same dtype" at run time, on the GPU, far from where the second dtype came in.
+    A trace on fake tensors does not raise there; this rule says where a real run will.
 
     ## Example
     ```python
@@ -45,7 +68,9 @@ class AutocastDtypeMixing(RuntimeRule):
 
     code = "AMP104"
     name = "autocast-dtype-mixing"
-    summary = "bfloat16 and float16 tensors meeting in one op (promoted to float32, or raising in a matmul)"
+    summary = (
+        "bfloat16 and float16 meeting in one op (promoted to float32), or a matmul given two dtypes (raises)"
+    )
 
     bad = (
         Bad(
@@ -91,6 +116,28 @@ def factory():
     return Mix(), (torch.randn(2, 64),)
 """
         ),
+        Bad(
+            """\
+import torch
+from torch import nn
+
+
+class Precise(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(64, 64)
+        self.register_buffer("table", torch.randn(64, 64))
+
+    def forward(self, x):
+        hidden = self.proj(x)  # bfloat16 under autocast
+        with torch.autocast("cuda", enabled=False):
+            return hidden @ self.table  # a float32 table: raises on a GPU
+
+
+def factory():
+    return Precise(), (torch.randn(2, 64),)
+"""
+        ),
     )
     good = (
         Good(
@@ -115,14 +162,39 @@ def factory():
 """,
             "the table is cast to the dtype of the tensor it multiplies",
         ),
+        Good(
+            """\
+import torch
+from torch import nn
+
+
+class Precise(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(64, 64)
+        self.register_buffer("table", torch.randn(64, 64))
+
+    def forward(self, x):
+        hidden = self.proj(x)
+        with torch.autocast("cuda", enabled=False):
+            return hidden.float() @ self.table
+
+
+def factory():
+    return Precise(), (torch.randn(2, 64),)
+""",
+            "the float32 region upcasts what it reads",
+        ),
     )
 
     @classmethod
     def check_graph(cls, graph: DtypeGraph) -> Iterator[GraphFinding]:
         reported: set[tuple[str, int]] = set()
         for node in graph.nodes:
-            dtypes = set(node.input_dtypes)
-            if not {"bfloat16", "float16"} <= dtypes or node.source is None:
+            dtypes = {dtype for dtype in node.input_dtypes if dtype is not None}
+            product = node.op in _PRODUCTS
+            mixed = len(dtypes & _FLOATING) > 1 if product else {"bfloat16", "float16"} <= dtypes
+            if not mixed or node.source is None:
                 continue
             key = (node.source.path, node.source.line)
             if key in reported:
@@ -130,18 +202,24 @@ def factory():
             reported.add(key)
             producers = [graph.node(i) for i in node.inputs]
             origins = "; ".join(
-                f"{p.dtype} from `{p.op}` at {where(p)}"
-                for p in producers
-                if p.dtype in {"bfloat16", "float16"}
+                dict.fromkeys(
+                    f"{p.dtype} from `{p.op}` at {where(p)}" for p in producers if p.dtype in _FLOATING
+                )
             )
-            outcome = (
-                "a product given the pair raises at run time (both operands must have one dtype)"
-                if node.op in _PRODUCTS
-                else "type promotion makes it float32, silently"
-            )
+            if product:
+                names = " and ".join(sorted(dtypes & _FLOATING))
+                message = (
+                    f"`{node.op}` is given {names} operands ({origins}): it raises at run time on a "
+                    "real device (a product needs one dtype)"
+                )
+            else:
+                message = (
+                    f"`{node.op}` reads both bfloat16 and float16 ({origins}): type promotion makes it "
+                    "float32, silently"
+                )
             yield GraphFinding(
                 node,
-                f"`{node.op}` reads both bfloat16 and float16 ({origins}): {outcome}",
+                message,
                 evidence=f"`{node.op}` at {where(node)} read {', '.join(d or '-' for d in node.input_dtypes)}",
                 help="cast one side to the other's dtype (`x.to(y.dtype)`)",
             )

@@ -55,8 +55,9 @@ LOSSY = frozenset(
 
 @dataclass(frozen=True)
 class LateUpcast:
-    """Autocast's cast to float32 in front of a float32-policy op, and the computing ops that kept
-    the cast's input in low precision since the last product, earliest first."""
+    """Autocast's cast to float32 in front of a float32-policy op (or the op itself, when autocast
+    gave it `dtype=float32`), and the computing ops that kept the cast's input in low precision
+    since the last product, earliest first."""
 
     cast: DtypeNode
     sink: DtypeNode
@@ -75,16 +76,18 @@ def late_upcasts(graph: DtypeGraph) -> Iterator[LateUpcast]:
     for sink in graph.nodes:
         if sink.policy not in {"fp32", "fp32_set_opt_dtype"}:
             continue
-        for cast in graph.producers(sink):
-            if cast.policy == "autocast_cast" and cast.dtype == "float32":
-                yield LateUpcast(cast, sink, _path(graph, cast))
+        for producer in graph.producers(sink):
+            if producer.policy == "autocast_cast" and producer.dtype == "float32":
+                yield LateUpcast(producer, sink, _path(graph, next(iter(graph.producers(producer)), None)))
+            elif producer.dtype in HALF and sink.dtype == "float32":
+                # Autocast passed `dtype=float32` to the op (`cumsum`, `sum`): it upcasts its input itself.
+                yield LateUpcast(sink, sink, _path(graph, producer))
 
 
-def _path(graph: DtypeGraph, cast: DtypeNode) -> tuple[DtypeNode, ...]:
-    """Back from the cast through ops that inherited a half dtype, to the matmul, input or cast that
-    produced the value; earliest first."""
+def _path(graph: DtypeGraph, current: DtypeNode | None) -> tuple[DtypeNode, ...]:
+    """Back from the upcast value's producer through ops that inherited a half dtype, to the matmul,
+    input or cast that produced the value; earliest first."""
     path: list[DtypeNode] = []
-    current = next(iter(graph.producers(cast)), None)
     for _ in range(_REACH):
         if current is None or current.dtype not in HALF or current.policy != "inherited":
             break
@@ -121,6 +124,8 @@ def upcast_reached(graph: DtypeGraph, node: DtypeNode) -> tuple[DtypeNode, Dtype
                     user = next(iter(graph.consumers(consumer)), None)
                     if user is not None:
                         return consumer, user
+                elif consumer.policy in {"fp32", "fp32_set_opt_dtype"} and consumer.dtype == "float32":
+                    return consumer, consumer  # an op autocast gave `dtype=float32`
                 elif consumer.dtype in HALF and consumer.policy in {"inherited", "promote"}:
                     following.append(consumer)
         if not following:
