@@ -1,0 +1,470 @@
+"""`amplint.lock`: the dtype every op of each runtime target runs in, as a text file that reviews can
+diff. Plain data, no torch: a traced `DtypeGraph` becomes a record here, and records are written,
+read back (errors name the line) and compared (`amplint.lockdiff`) without importing torch.
+
+A record holds, per module, the ops in the order they ran: each op's name, the dtype of each input
+as the program produced it (and what autocast cast it to), its output dtype and the autocast policy
+that decided it. Node ids, shapes and source lines are not part of it (lines are kept as comments,
+for messages), so moving code or changing a sequence length leaves a record unchanged. A loop that
+ran the same ops N times is one `repeat N` block; modules that differ only in a numeric index
+(`model.layers.3.mlp`) and ran the same ops are one `model.layers.*.mlp` entry.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Union
+
+from amplint.runtime.graph import DtypeGraph, DtypeNode
+
+LOCK_NAME = "amplint.lock"
+LOCK_FORMAT = 1
+TOP = "(top)"
+MORE = "..."  # stands for more inputs like the one before it  # the module of ops that ran outside any nn.Module
+# Settings of a target that decide its dtypes, in the order they are written.
+SETTINGS = ("device", "dtype", "autocast", "param-dtype")
+# A loop body longer than this is not looked for: it keeps recording linear in the number of ops.
+_MAX_PERIOD = 256
+
+
+class LockfileError(Exception):
+    """The lockfile cannot be read; `line` is where (1-based), 0 for the whole file."""
+
+    def __init__(self, message: str, line: int = 0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+
+@dataclass(frozen=True)
+class Op:
+    op: str
+    inputs: tuple[str, ...]  # each tensor input's dtype as its producer made it ("none": not a tensor)
+    casts: tuple[str | None, ...]  # what autocast cast each input to; None where it did not
+    dtype: str
+    policy: str
+    where: str | None = field(default=None, compare=False)  # "path:line", for messages only
+    nodes: tuple[int, ...] = field(default=(), compare=False)  # ids in the traced graph, never written
+
+    def transitions(self) -> list[str]:
+        """Where this op changes a floating value's dtype (`bfloat16>float32`): a cast, an autocast
+        upcast, a type promotion; and `float32 matmul` for a product computed in float32."""
+        found = [f"{old}>{self.dtype}" for old in self.inputs if _floating(old) and _floating(self.dtype)]
+        found = [item for item in dict.fromkeys(found) if item.split(">")[0] != self.dtype]
+        if self.op in MATMULS and self.dtype == "float32":
+            found.append("float32 matmul")
+        return found
+
+
+@dataclass(frozen=True)
+class Repeat:
+    count: int
+    body: tuple[Item, ...]
+
+
+Item = Union[Op, Repeat]
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str  # "model.layers.*.self_attn" for a group of identical modules
+    size: int  # how many modules of the traced model the entry stands for
+    items: tuple[Item, ...]
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # as the configuration or the command line names it
+    settings: dict[str, str]
+    modules: tuple[Module, ...]
+    line: int = field(default=0, compare=False)  # where the target starts in the lockfile it was read from
+
+
+@dataclass(frozen=True)
+class Lockfile:
+    amplint: str
+    torch: str
+    targets: tuple[Target, ...]
+    format: int = LOCK_FORMAT
+
+    def target(self, name: str) -> Target | None:
+        return next((target for target in self.targets if target.name == name), None)
+
+
+# Products that autocast runs in the low-precision dtype: one in float32 is a speed regression.
+MATMULS = frozenset(
+    {
+        "mm",
+        "bmm",
+        "addmm",
+        "baddbmm",
+        "addbmm",
+        "matmul",
+        "linear",
+        "convolution",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_cudnn_attention",
+    }
+)
+
+
+def _floating(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
+
+
+# ---------------------------------------------------------------------------------------------
+# From a traced graph
+
+
+def settings_of(spec: dict[str, object]) -> dict[str, str]:
+    """A target's settings as the lockfile writes them, from a trace spec."""
+    values = {
+        "device": spec["device"],
+        "dtype": spec["dtype"],
+        "autocast": spec["autocast"],
+        "param-dtype": spec.get("param_dtype"),
+    }
+    return {key: _word(value) for key, value in values.items()}
+
+
+def _word(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def record(name: str, settings: dict[str, str], graph: DtypeGraph, root: Path) -> Target:
+    """The record of one traced target; source paths relative to `root` (the configuration's)."""
+    per_module: dict[str, list[Item]] = {}
+    for node in graph.nodes:
+        if node.policy in {"input", "autocast_cast"}:
+            continue  # autocast's casts are recorded on the op they feed
+        per_module.setdefault(node.module or TOP, []).append(_op(graph, node, root))
+    collapsed = {name: _collapse(items) for name, items in per_module.items()}
+    return Target(name, settings, tuple(_grouped(collapsed)))
+
+
+def _op(graph: DtypeGraph, node: DtypeNode, root: Path) -> Op:
+    inputs: list[str] = []
+    casts: list[str | None] = []
+    for producer in graph.producers(node):
+        if producer.policy == "autocast_cast":
+            pair = (_word(producer.input_dtypes[0] if producer.input_dtypes else None), producer.dtype)
+        else:
+            pair = (_word(producer.dtype), None)
+        # A run of identical inputs (`stack` of one tensor per step) is written once: its length
+        # follows the shapes.
+        if len(inputs) >= 2 and inputs[-1] == MORE and (inputs[-2], casts[-2]) == pair:
+            continue
+        if len(inputs) >= 2 and (inputs[-1], casts[-1]) == (inputs[-2], casts[-2]) == pair:
+            inputs[-1], casts[-1] = MORE, None
+            continue
+        inputs.append(pair[0])
+        casts.append(pair[1])
+    where = None
+    if node.source is not None:
+        where = f"{_lock_path(node.source.path, root)}:{node.source.line}"
+    return Op(node.op, tuple(inputs), tuple(casts), _word(node.dtype), node.policy, where, (node.id,))
+
+
+def _lock_path(path: str, root: Path) -> str:
+    """A path that does not depend on the machine: below the root relative to it, in an installed
+    package from the package on (`transformers/models/...`)."""
+    resolved = Path(os.path.abspath(path))
+    try:
+        return resolved.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        pass
+    parts = resolved.parts
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            return "/".join(parts[parts.index(marker) + 1 :])
+    return resolved.as_posix()
+
+
+def _key(item: Item) -> object:
+    """What two items must share to be the same step of a loop or the same module: the identity of
+    every op (names, dtypes, casts, policies) and the counts of nested loops."""
+    if isinstance(item, Op):
+        return (item.op, item.inputs, item.casts, item.dtype, item.policy)
+    return (item.count, tuple(_key(inner) for inner in item.body))
+
+
+def _collapse(items: list[Item]) -> tuple[Item, ...]:
+    """Runs of identical blocks become `Repeat`s, innermost loops first."""
+    current = list(items)
+    while True:
+        collapsed = _collapse_once(current)
+        if len(collapsed) == len(current):
+            return tuple(collapsed)
+        current = collapsed
+
+
+def _collapse_once(items: list[Item]) -> list[Item]:
+    keys = [_key(item) for item in items]
+    out: list[Item] = []
+    i = 0
+    while i < len(items):
+        period = _period(keys, i)
+        if period is None:
+            out.append(items[i])
+            i += 1
+            continue
+        count = 1
+        while keys[i + count * period : i + (count + 1) * period] == keys[i : i + period]:
+            count += 1
+        blocks = [items[i + k * period : i + (k + 1) * period] for k in range(count)]
+        out.append(Repeat(count, tuple(_merged(column) for column in zip(*blocks))))
+        i += count * period
+    return out
+
+
+def _period(keys: list[object], start: int) -> int | None:
+    """The shortest block at `start` that the next block repeats."""
+    limit = min(_MAX_PERIOD, (len(keys) - start) // 2)
+    for period in range(1, limit + 1):
+        if keys[start + period] == keys[start] and keys[start : start + period] == keys[
+            start + period : start + 2 * period
+        ]:
+            return period
+    return None
+
+
+def _merged(items: Sequence[Item]) -> Item:
+    """One item for the same step of several loop iterations or modules: the nodes of them all."""
+    first = items[0]
+    if isinstance(first, Op):
+        nodes = tuple(node for item in items if isinstance(item, Op) for node in item.nodes)
+        return replace(first, nodes=nodes)
+    bodies = [item.body for item in items if isinstance(item, Repeat)]
+    return Repeat(first.count, tuple(_merged(column) for column in zip(*bodies)))
+
+
+_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
+
+
+def pattern(module: str) -> str:
+    """`model.layers.3.mlp` -> `model.layers.*.mlp`."""
+    return _INDEX.sub("*", module)
+
+
+def _grouped(modules: dict[str, tuple[Item, ...]]) -> Iterator[Module]:
+    """Modules whose paths differ only in indices and that ran the same ops become one entry; the
+    most common sequence takes the `*` name, any module that differs keeps its own."""
+    by_pattern: dict[str, list[str]] = {}
+    for name in modules:
+        by_pattern.setdefault(pattern(name), []).append(name)
+    entries: list[tuple[int, Module]] = []
+    order = {name: index for index, name in enumerate(modules)}
+    for shared, names in by_pattern.items():
+        classes: dict[object, list[str]] = {}
+        for name in names:
+            classes.setdefault(tuple(_key(item) for item in modules[name]), []).append(name)
+        ranked = sorted(classes.values(), key=lambda members: (-len(members), order[members[0]]))
+        for rank, members in enumerate(ranked):
+            items = tuple(_merged(column) for column in zip(*(modules[name] for name in members)))
+            label = shared if rank == 0 and len(members) > 1 else members[0]
+            if len(members) > 1 and rank > 0:  # a second shared sequence: name each module
+                for name in members:
+                    entries.append((order[name], Module(name, 1, modules[name])))
+                continue
+            entries.append((order[members[0]], Module(label, len(members), items)))
+    for _, module in sorted(entries, key=lambda entry: entry[0]):
+        yield module
+
+
+# ---------------------------------------------------------------------------------------------
+# Text
+
+_HEADER = """\
+# amplint.lock: the dtype every op of each runtime target runs in under its autocast settings,
+# recorded by `amplint lock`. `amplint lock --check` traces again and reports every difference
+# (AMP110); `amplint lock --update` accepts them. After `#`: where each op ran, for messages only.
+"""
+
+
+def dumps(lock: Lockfile) -> str:
+    lines = [_HEADER.rstrip("\n"), f"format {lock.format}", f"amplint {lock.amplint}", f"torch {lock.torch}"]
+    for target in sorted(lock.targets, key=lambda item: item.name):
+        lines += ["", f"target {target.name}"]
+        lines += [f"  {key} {target.settings[key]}" for key in SETTINGS]
+        for module in target.modules:
+            size = f" ({module.size})" if module.size > 1 else ""
+            lines.append(f"  module {module.name}{size}")
+            lines += _item_lines(module.items, "    ")
+    return "\n".join(lines) + "\n"
+
+
+def _item_lines(items: Sequence[Item], indent: str) -> Iterator[str]:
+    for item in items:
+        if isinstance(item, Repeat):
+            yield f"{indent}repeat {item.count}"
+            yield from _item_lines(item.body, indent + "  ")
+            continue
+        inputs = ", ".join(
+            value if cast is None else f"{value} as {cast}"
+            for value, cast in zip(item.inputs, item.casts)
+        )
+        where = f"  # {item.where}" if item.where else ""
+        yield f"{indent}{item.op}({inputs}) -> {item.dtype} {item.policy}{where}"
+
+
+_OP = re.compile(r"^(?P<op>[\w.]+)\((?P<inputs>[^()]*)\) -> (?P<dtype>\w+) (?P<policy>\w+)(?:  # (?P<where>.+))?$")
+_INPUT = re.compile(r"^(?P<value>\w+|\.\.\.)(?: as (?P<cast>\w+))?$")
+_VERSION = re.compile(r"^[\w.+-]+$")
+
+
+def loads(text: str) -> Lockfile:
+    """The lockfile in `text`; a LockfileError naming the line that does not parse."""
+    lines = [(number, line.rstrip()) for number, line in enumerate(text.splitlines(), 1)]
+    lines = [(number, line) for number, line in lines if line.strip() and not line.lstrip().startswith("#")]
+    header: dict[str, str] = {}
+    position = 0
+    for key in ("format", "amplint", "torch"):
+        if position >= len(lines):
+            raise LockfileError(f"the lockfile ends before its `{key}` line", len(text.splitlines()))
+        number, line = lines[position]
+        word, _, value = line.partition(" ")
+        if word != key or not _VERSION.match(value):
+            raise LockfileError(f"expected `{key} VERSION`, found {line.strip()!r}", number)
+        header[key] = value
+        position += 1
+    if not header["format"].isdigit():
+        raise LockfileError(f"the format must be a number, not {header['format']!r}", lines[0][0])
+    version = int(header["format"])
+    if version != LOCK_FORMAT:
+        raise LockfileError(
+            f"the lockfile is in format {version}, written by amplint {header['amplint']}; this amplint "
+            f"reads format {LOCK_FORMAT}: "
+            + ("upgrade amplint" if version > LOCK_FORMAT else "write it again with `amplint lock --update`"),
+            lines[0][0],
+        )
+    parser = _Parser(lines[position:])
+    targets = parser.targets()
+    names = [target.name for target in targets]
+    duplicate = next((name for name in names if names.count(name) > 1), None)
+    if duplicate is not None:
+        raise LockfileError(f"target {duplicate} appears twice")
+    return Lockfile(header["amplint"], header["torch"], tuple(targets), version)
+
+
+class _Parser:
+    """Indentation-structured lines: `target` at 0, its settings and `module`s at 2, ops at 4 and
+    below, each `repeat` block's body two more."""
+
+    def __init__(self, lines: list[tuple[int, str]]) -> None:
+        self.lines = lines
+        self.position = 0
+
+    def _peek(self) -> tuple[int, int, str] | None:
+        if self.position >= len(self.lines):
+            return None
+        number, line = self.lines[self.position]
+        indent = len(line) - len(line.lstrip(" "))
+        return number, indent, line.strip()
+
+    def targets(self) -> list[Target]:
+        targets = []
+        while (peeked := self._peek()) is not None:
+            number, indent, text = peeked
+            word, _, name = text.partition(" ")
+            if indent != 0 or word != "target" or not name:
+                raise LockfileError(f"expected `target NAME`, found {text!r}", number)
+            self.position += 1
+            settings = self._settings(number)
+            modules = []
+            while (peeked := self._peek()) is not None and peeked[1] > 0:
+                modules.append(self._module())
+            targets.append(Target(name, settings, tuple(modules), number))
+        return targets
+
+    def _settings(self, target_line: int) -> dict[str, str]:
+        settings: dict[str, str] = {}
+        for key in SETTINGS:
+            peeked = self._peek()
+            if peeked is None or peeked[1] != 2 or peeked[2].partition(" ")[0] != key:
+                where = peeked[0] if peeked else target_line
+                found = f", found {peeked[2]!r}" if peeked else ""
+                raise LockfileError(f"expected the target's `{key}` setting{found}", where)
+            settings[key] = peeked[2].partition(" ")[2]
+            self.position += 1
+        return settings
+
+    def _module(self) -> Module:
+        peeked = self._peek()
+        assert peeked is not None
+        number, indent, text = peeked
+        match = re.fullmatch(r"module (\S+)(?: \((\d+)\))?", text)
+        if indent != 2 or match is None:
+            raise LockfileError(f"expected `module NAME`, found {text!r}", number)
+        self.position += 1
+        items = self._items(4)
+        return Module(match.group(1), int(match.group(2) or 1), tuple(items))
+
+    def _items(self, indent: int) -> list[Item]:
+        items: list[Item] = []
+        while (peeked := self._peek()) is not None and peeked[1] >= indent:
+            number, found, text = peeked
+            if found != indent:
+                raise LockfileError(f"unexpected indentation ({found} spaces, expected {indent})", number)
+            self.position += 1
+            repeat = re.fullmatch(r"repeat (\d+)", text)
+            if repeat is not None:
+                body = self._items(indent + 2)
+                if not body:
+                    raise LockfileError("a `repeat` block needs at least one op", number)
+                items.append(Repeat(int(repeat.group(1)), tuple(body)))
+                continue
+            items.append(_parse_op(text, number))
+        return items
+
+
+def _parse_op(text: str, number: int) -> Op:
+    match = _OP.match(text)
+    if match is None:
+        raise LockfileError(f"expected `OP(INPUTS) -> DTYPE POLICY  # WHERE`, found {text!r}", number)
+    inputs: list[str] = []
+    casts: list[str | None] = []
+    for part in filter(None, (part.strip() for part in match.group("inputs").split(","))):
+        found = _INPUT.match(part)
+        if found is None:
+            raise LockfileError(f"expected `DTYPE` or `DTYPE as DTYPE` for an input, found {part!r}", number)
+        inputs.append(found.group("value"))
+        casts.append(found.group("cast"))
+    return Op(
+        match.group("op"),
+        tuple(inputs),
+        tuple(casts),
+        match.group("dtype"),
+        match.group("policy"),
+        match.group("where"),
+    )
+
+
+def read(path: Path) -> Lockfile:
+    """The lockfile at `path`; a LockfileError when it cannot be read or parsed."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise LockfileError(f"not UTF-8 text: {exc.reason}") from None
+    except OSError as exc:
+        raise LockfileError(exc.strerror or str(exc)) from None
+    return loads(text)
+
+
+def write(path: Path, lock: Lockfile) -> None:
+    """Written to a temporary file beside it, then moved over it: a reader never sees half a lock."""
+    text = dumps(lock)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8", newline="\n")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
