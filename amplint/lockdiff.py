@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 
-from amplint.lockfile import Item, Module, Op, Repeat, Target, pattern
+from amplint.lockfile import Item, Op, Repeat, Target, pattern
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def _align(old: Sequence[Item], new: Sequence[Item], module: str, out: TargetDif
     matcher = SequenceMatcher(None, [_token(i) for i in old], [_token(i) for i in new], autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
-            for before, after in zip(old[i1:i2], new[j1:j2]):
+            for before, after in zip(old[i1:i2], new[j1:j2], strict=True):
                 if isinstance(before, Repeat) and isinstance(after, Repeat):
                     _align(before.body, after.body, module, out)  # the count follows the shapes
                 elif isinstance(before, Op) and isinstance(after, Op) and before != after:

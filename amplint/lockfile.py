@@ -17,14 +17,15 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Union
 
 from amplint.runtime.graph import DtypeGraph, DtypeNode
 
 LOCK_NAME = "amplint.lock"
 LOCK_FORMAT = 1
 TOP = "(top)"
-MORE = "..."  # stands for more inputs like the one before it  # the module of ops that ran outside any nn.Module
+MORE = (
+    "..."  # stands for more inputs like the one before it  # the module of ops that ran outside any nn.Module
+)
 # Settings of a target that decide its dtypes, in the order they are written.
 SETTINGS = ("device", "dtype", "autocast", "param-dtype")
 # A loop body longer than this is not looked for: it keeps recording linear in the number of ops.
@@ -50,6 +51,14 @@ class Op:
     where: str | None = field(default=None, compare=False)  # "path:line", for messages only
     nodes: tuple[int, ...] = field(default=(), compare=False)  # ids in the traced graph, never written
 
+    def signature(self) -> str:
+        """`exp(bfloat16 as float32) -> float32`: the inputs, what autocast cast them to, the output."""
+        inputs = ", ".join(
+            value if cast is None else f"{value} as {cast}"
+            for value, cast in zip(self.inputs, self.casts, strict=True)
+        )
+        return f"{self.op}({inputs}) -> {self.dtype}"
+
     def transitions(self) -> list[str]:
         """Where this op changes a floating value's dtype (`bfloat16>float32`): a cast, an autocast
         upcast, a type promotion; and `float32 matmul` for a product computed in float32."""
@@ -66,7 +75,7 @@ class Repeat:
     body: tuple[Item, ...]
 
 
-Item = Union[Op, Repeat]
+Item = Op | Repeat
 
 
 @dataclass(frozen=True)
@@ -221,7 +230,7 @@ def _collapse_once(items: list[Item]) -> list[Item]:
         while keys[i + count * period : i + (count + 1) * period] == keys[i : i + period]:
             count += 1
         blocks = [items[i + k * period : i + (k + 1) * period] for k in range(count)]
-        out.append(Repeat(count, tuple(_merged(column) for column in zip(*blocks))))
+        out.append(Repeat(count, tuple(_merged(column) for column in zip(*blocks, strict=True))))
         i += count * period
     return out
 
@@ -230,9 +239,10 @@ def _period(keys: list[object], start: int) -> int | None:
     """The shortest block at `start` that the next block repeats."""
     limit = min(_MAX_PERIOD, (len(keys) - start) // 2)
     for period in range(1, limit + 1):
-        if keys[start + period] == keys[start] and keys[start : start + period] == keys[
-            start + period : start + 2 * period
-        ]:
+        if (
+            keys[start + period] == keys[start]
+            and keys[start : start + period] == keys[start + period : start + 2 * period]
+        ):
             return period
     return None
 
@@ -244,7 +254,7 @@ def _merged(items: Sequence[Item]) -> Item:
         nodes = tuple(node for item in items if isinstance(item, Op) for node in item.nodes)
         return replace(first, nodes=nodes)
     bodies = [item.body for item in items if isinstance(item, Repeat)]
-    return Repeat(first.count, tuple(_merged(column) for column in zip(*bodies)))
+    return Repeat(first.count, tuple(_merged(column) for column in zip(*bodies, strict=True)))
 
 
 _INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
@@ -269,7 +279,9 @@ def _grouped(modules: dict[str, tuple[Item, ...]]) -> Iterator[Module]:
             classes.setdefault(tuple(_key(item) for item in modules[name]), []).append(name)
         ranked = sorted(classes.values(), key=lambda members: (-len(members), order[members[0]]))
         for rank, members in enumerate(ranked):
-            items = tuple(_merged(column) for column in zip(*(modules[name] for name in members)))
+            items = tuple(
+                _merged(column) for column in zip(*(modules[name] for name in members), strict=True)
+            )
             label = shared if rank == 0 and len(members) > 1 else members[0]
             if len(members) > 1 and rank > 0:  # a second shared sequence: name each module
                 for name in members:
@@ -308,15 +320,13 @@ def _item_lines(items: Sequence[Item], indent: str) -> Iterator[str]:
             yield f"{indent}repeat {item.count}"
             yield from _item_lines(item.body, indent + "  ")
             continue
-        inputs = ", ".join(
-            value if cast is None else f"{value} as {cast}"
-            for value, cast in zip(item.inputs, item.casts)
-        )
         where = f"  # {item.where}" if item.where else ""
-        yield f"{indent}{item.op}({inputs}) -> {item.dtype} {item.policy}{where}"
+        yield f"{indent}{item.signature()} {item.policy}{where}"
 
 
-_OP = re.compile(r"^(?P<op>[\w.]+)\((?P<inputs>[^()]*)\) -> (?P<dtype>\w+) (?P<policy>\w+)(?:  # (?P<where>.+))?$")
+_OP = re.compile(
+    r"^(?P<op>[\w.]+)\((?P<inputs>[^()]*)\) -> (?P<dtype>\w+) (?P<policy>\w+)(?:  # (?P<where>.+))?$"
+)
 _INPUT = re.compile(r"^(?P<value>\w+|\.\.\.)(?: as (?P<cast>\w+))?$")
 _VERSION = re.compile(r"^[\w.+-]+$")
 

@@ -277,7 +277,9 @@ def _finding(cluster: _Cluster, graph: DtypeGraph) -> GraphFinding | None:
     return GraphFinding(graph.node(node_id), message, evidence=evidence, help=_HELP, extra=extra)
 
 
-_HELP = "restore the recorded dtypes, or accept the change with `amplint lock --update` and commit the lockfile"
+_HELP = (
+    "restore the recorded dtypes, or accept the change with `amplint lock --update` and commit the lockfile"
+)
 
 
 def _effect(changes: Sequence[OpChange]) -> OpChange:
@@ -296,7 +298,7 @@ def _explain(effect: OpChange, cluster: _Cluster, graph: DtypeGraph) -> tuple[st
     if old.dtype != new.dtype and new.op in MATMULS:
         slower = ": a float32 product under autocast is slower" if new.dtype == "float32" else ""
         return f"`{new.op}` ran in {old.dtype} and now runs in {new.dtype}{slower}", None
-    changed = [i for i, (a, b) in enumerate(zip(old.inputs, new.inputs)) if a != b]
+    changed = [i for i, (a, b) in enumerate(zip(old.inputs, new.inputs, strict=False)) if a != b]
     if changed or len(old.inputs) != len(new.inputs):
         index = changed[0] if changed else 0
         before = old.inputs[index] if index < len(old.inputs) else "none"
@@ -313,7 +315,7 @@ def _explain(effect: OpChange, cluster: _Cluster, graph: DtypeGraph) -> tuple[st
         return f"`{new.op}` ran in {old.dtype} and now runs in {new.dtype}" + _cause(
             node, new.dtype, cluster, graph
         )[0], node
-    casts = [f"{a or 'none'} -> {b or 'none'}" for a, b in zip(old.casts, new.casts) if a != b]
+    casts = [f"{a or 'none'} -> {b or 'none'}" for a, b in zip(old.casts, new.casts, strict=False) if a != b]
     return f"autocast's casts of the inputs of `{new.op}` changed ({', '.join(casts)})", None
 
 
@@ -368,7 +370,7 @@ def _replaced(culprit: DtypeNode, dtype: str, cluster: _Cluster) -> Op | None:
     return None
 
 
-def _policy_words(policy: str, dtype: str, *, past: bool = False) -> str:
+def _policy_words(policy: str, dtype: str | None, *, past: bool = False) -> str:
     does, runs = ("did", "ran") if past else ("does", "runs")
     if policy in _UPCAST:
         return f"which autocast {runs} in float32"
@@ -382,42 +384,46 @@ def _policy_words(policy: str, dtype: str, *, past: bool = False) -> str:
 
 
 def _region_message(regions: Sequence[Region]) -> str:
+    """What rewritten code computes now and did before, and where values change dtype that did not."""
+    new = [op for region in regions for op in region.new if op.op not in VIEWS]
+    old = [op for region in regions for op in region.old if op.op not in VIEWS]
+    if new:
+        text = f"the rewritten code runs {_path(new)}"
+        text += f" where {_path(old)} ran" if old else " (new code)"
+    else:
+        text = f"the code that ran {_path(old)} is gone"
     gained = [_transition_words(op) for region in regions for op in region.gained]
-    lost = [_transition_words(op, old=True) for region in regions for op in region.lost]
-    replaced = [op for region in regions for op in region.old if op.op not in VIEWS]
-    parts = []
+    lost = [_transition_words(op) for region in regions for op in region.lost]
     if gained:
-        parts.append("the rewritten code changes dtypes where it did not: " + ", ".join(gained))
+        text += "; new dtype changes: " + ", ".join(gained)
     if lost:
-        parts.append("no longer " + ", ".join(lost))
-    text = "; ".join(parts)
-    if gained and replaced:
-        names = ", ".join(dict.fromkeys(f"`{op.op}` ({op.dtype})" for op in replaced[:3]))
-        text += f"; it replaced {names}"
+        text += "; dtype changes no longer made: " + ", ".join(lost)
     return text
 
 
-def _transition_words(op: Op, *, old: bool = False) -> str:
-    at = f"at {op.where}" if op.where else ""
+def _path(ops: Sequence[Op]) -> str:
+    """`bmm` bfloat16 -> `_softmax` float32 (at f.py:155)."""
+    shown = " -> ".join(f"`{op.op}` {op.dtype}" for op in ops[:_LISTED_CHANGES])
+    more = f" -> {len(ops) - _LISTED_CHANGES} more" if len(ops) > _LISTED_CHANGES else ""
+    at = f" (at {ops[0].where})" if ops[0].where else ""
+    return shown + more + at
+
+
+def _transition_words(op: Op) -> str:
+    at = f" ({op.where})" if op.where else ""
     words = []
     for transition in op.transitions():
         if transition == "float32 matmul":
-            words.append(f"`{op.op}` in float32 {at}: a float32 product under autocast is slower")
+            words.append(f"`{op.op}` in float32{at}, slower than in the autocast dtype")
         else:
             before, after = transition.split(">")
-            words.append(f"{before} to {after} at `{op.op}` {at}" + (" (lock)" if old else ""))
+            words.append(f"{before} to {after} at `{op.op}`{at}")
     return ", ".join(words)
 
 
 def _describe_change(change: OpChange) -> str:
     old, new = change.old, change.new
-    signature = _signature(old) + " -> " + _signature(new)
-    return f"{change.module}: {signature} at {new.where or 'an unknown line'}"
-
-
-def _signature(op: Op) -> str:
-    inputs = ", ".join(v if c is None else f"{v} as {c}" for v, c in zip(op.inputs, op.casts))
-    return f"{op.op}({inputs}) {op.dtype}"
+    return f"{change.module}: {old.signature()} became {new.signature()} at {new.where or 'an unknown line'}"
 
 
 def _describe_regions(cluster: _Cluster) -> list[str]:
@@ -434,8 +440,8 @@ def _change_dict(change: OpChange) -> dict[str, object]:
     return {
         "module": change.module,
         "op": change.new.op,
-        "old": _signature(change.old),
-        "new": _signature(change.new),
+        "old": change.old.signature(),
+        "new": change.new.signature(),
         "old_where": change.old.where,
         "where": change.new.where,
     }
@@ -444,8 +450,8 @@ def _change_dict(change: OpChange) -> dict[str, object]:
 def _region_dict(region: Region) -> dict[str, object]:
     return {
         "module": region.module,
-        "old": [_signature(op) for op in region.old],
-        "new": [_signature(op) for op in region.new],
+        "old": [op.signature() for op in region.old],
+        "new": [op.signature() for op in region.new],
         "lost": [op.transitions() for op in region.lost],
         "gained": [op.transitions() for op in region.gained],
     }
