@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -398,9 +399,8 @@ def _lock(args: argparse.Namespace) -> int:
         settings = load_settings([Path(".")], args.config)
     except ConfigError as exc:
         return _error(str(exc))
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    # The traces run in child processes: this one only needs to know that torch is there.
+    if importlib.util.find_spec("torch") is None:
         return _error("amplint lock traces the model and needs torch: pip install 'amplint[runtime]'")
     mode: Mode = "check" if args.check else "update" if args.update else "write"
     try:

@@ -264,6 +264,9 @@ def _finding(cluster: _Cluster, graph: DtypeGraph) -> GraphFinding | None:
         effect = _effect(cluster.changes)
         message, culprit = _explain(effect, cluster, graph)
         node = culprit or graph.node(effect.new.nodes[0])
+        slower = [_transition_words(op) for r in cluster.regions for op in r.gained if op.op in MATMULS]
+        if slower:
+            message += "; " + ", ".join(slower)
         others = len({c.new.op for c in cluster.changes if c.new.op not in VIEWS} - {effect.new.op})
         if others:
             message += f"; {others} other op(s) that follow from it changed too"
@@ -284,13 +287,14 @@ _HELP = (
 
 def _effect(changes: Sequence[OpChange]) -> OpChange:
     """The change that matters most: an op autocast decides (exp, softmax, a matmul), else the first."""
+    ordered = sorted(changes, key=lambda change: min(change.new.nodes))
     listed = [
         c
-        for c in changes
+        for c in ordered
         if c.new.op not in VIEWS and ({c.old.policy, c.new.policy} & _LISTED or c.new.op in MATMULS)
     ]
-    computing = [c for c in changes if c.new.op not in VIEWS]
-    return (listed or computing or list(changes))[0]
+    computing = [c for c in ordered if c.new.op not in VIEWS]
+    return (listed or computing or ordered)[0]
 
 
 def _explain(effect: OpChange, cluster: _Cluster, graph: DtypeGraph) -> tuple[str, DtypeNode | None]:
@@ -335,10 +339,10 @@ def _cause(
         )
     if culprit is None:
         return "", None
-    text = f"; produced by `{culprit.op}` at {where(culprit)}, {_policy_words(culprit.policy, culprit.dtype)}"
+    text = f"; produced by `{culprit.op}` at {where(culprit)}, {_policy_words(culprit.op, culprit.policy, culprit.dtype)}"
     replaced = _replaced(culprit, dtype, cluster)
     if replaced is not None:
-        text += f" (it replaced `{replaced.op}`, {_policy_words(replaced.policy, replaced.dtype, past=True)})"
+        text += f" (it replaced `{replaced.op}`, {_policy_words(replaced.op, replaced.policy, replaced.dtype, past=True)})"
     return text, culprit
 
 
@@ -370,8 +374,10 @@ def _replaced(culprit: DtypeNode, dtype: str, cluster: _Cluster) -> Op | None:
     return None
 
 
-def _policy_words(policy: str, dtype: str | None, *, past: bool = False) -> str:
+def _policy_words(op: str, policy: str, dtype: str | None, *, past: bool = False) -> str:
     does, runs = ("did", "ran") if past else ("does", "runs")
+    if op in MATMULS and dtype == "float32":
+        return f"a product that {runs} in float32, slower than in the autocast dtype"
     if policy in _UPCAST:
         return f"which autocast {runs} in float32"
     if policy == "explicit_cast":
