@@ -411,6 +411,9 @@ def _lock(args: argparse.Namespace) -> int:
         return _error(str(exc))
     for message in run.warnings:
         print(f"amplint: warning: {message}", file=sys.stderr)
+    print(f"amplint: {run.status}", file=sys.stderr)
+    if not run.diagnostics and mode != "check":
+        return EXIT_CLEAN  # a lock written or up to date: there is nothing to report
     sources: dict[str, str] = {}
     _read_sources(run.diagnostics, sources)
     color = args.output is None and sys.stdout.isatty() and not args.no_color and "NO_COLOR" not in os.environ
@@ -424,7 +427,6 @@ def _lock(args: argparse.Namespace) -> int:
             return _error(f"cannot write {args.output}: {exc.strerror or exc}")
     else:
         sys.stdout.write(report)
-    print(f"amplint: {run.status}", file=sys.stderr)
     return EXIT_FINDINGS if run.differs else EXIT_CLEAN
 
 

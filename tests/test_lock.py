@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from support import amplint_run, write
 
+from amplint.cli import main
 from amplint.lockdiff import diff
 from amplint.lockfile import Lockfile, LockfileError, Target, dumps, loads, record
 from amplint.rule import GraphFinding
@@ -335,56 +337,94 @@ def _unchanged(lock: Path) -> Callable[[], bool]:
     return lambda: lock.read_bytes() == before
 
 
-def test_lock_check_update_workflow(tmp_path: Path) -> None:
+@dataclass
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def lock_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., Done]:
+    """`amplint lock ARGS` in tmp_path, in this process: each target is traced for real, here rather
+    than in a child process, which would import torch again for every run."""
+    from amplint.runtime import child
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(child, "trace_in_child", lambda spec, timeout: child.run_traced(spec))
+
+    def run(*args: str) -> Done:
+        code = main(["lock", *args])
+        captured = capsys.readouterr()
+        return Done(code, captured.out, captured.err)
+
+    return run
+
+
+def test_lock_and_check_in_a_child_process(tmp_path: Path) -> None:
     lock = _project(tmp_path)
     done = amplint_run(tmp_path, "lock")
     assert done.returncode == 0, done.stderr
     assert "wrote amplint.lock" in done.stderr
-    assert (
-        "target model.py:factory" in lock.read_text()
-        and "exp(bfloat16 as float32) -> float32 fp32" in lock.read_text()
-    )
-    assert amplint_run(tmp_path, "lock", "--check").returncode == 0
-
+    assert "exp(bfloat16 as float32) -> float32 fp32  # model.py:11" in lock.read_text()
     write(tmp_path / "model.py", TINY.replace("self.proj(x).exp()", "self.proj(x).sigmoid()"))
-    unchanged = _unchanged(lock)
     done = amplint_run(tmp_path, "lock", "--check", "--format", "github")
     assert done.returncode == 1
     assert (
         done.stdout.startswith("::warning file=model.py,line=11,")
         and "title=AMP110 dtype-change::" in done.stdout
     )
-    done = amplint_run(tmp_path, "lock")  # a write that would change the lock needs --update
-    assert done.returncode == 1 and "amplint lock --update" in done.stderr and unchanged()
-    for fmt in ("json", "sarif"):
-        report = amplint_run(tmp_path, "lock", "--check", "--format", fmt).stdout
-        assert "AMP110" in report and "sigmoid" in report
-    assert unchanged()
-    done = amplint_run(tmp_path, "lock", "--update")
-    assert done.returncode == 0 and "sigmoid(bfloat16) -> bfloat16 inherited" in lock.read_text()
-    assert amplint_run(tmp_path, "lock", "--check").returncode == 0
 
 
-def test_a_failed_trace_during_check_leaves_the_lock_untouched(tmp_path: Path) -> None:
+def test_lock_check_update_workflow(tmp_path: Path, lock_cli: Callable[..., Done]) -> None:
     lock = _project(tmp_path)
-    assert amplint_run(tmp_path, "lock").returncode == 0
+    assert lock_cli().returncode == 0
+    done = lock_cli()
+    assert done.returncode == 0 and "amplint.lock is up to date" in done.stderr
+    assert lock_cli("--check").returncode == 0
+
+    write(tmp_path / "model.py", TINY.replace("self.proj(x).exp()", "self.proj(x).sigmoid()"))
+    unchanged = _unchanged(lock)
+    done = lock_cli("--check")
+    assert done.returncode == 1
+    assert done.stdout.startswith(
+        "model.py:11:16: AMP110 `Gate`: the rewritten code runs `sigmoid` bfloat16 (at model.py:11) where "
+        "`exp` float32 (at model.py:11) ran; dtype changes no longer made: bfloat16 to float32 at `exp` "
+        "(model.py:11)\n"
+    )
+    done = lock_cli()  # a write that would change the lock needs --update
+    assert done.returncode == 1 and "amplint lock --update" in done.stderr and unchanged()
+    for fmt in ("json", "sarif", "github"):
+        report = lock_cli("--check", "--format", fmt).stdout
+        assert "AMP110" in report and "sigmoid" in report, fmt
+    assert unchanged()
+    done = lock_cli("--update")
+    assert done.returncode == 0 and "sigmoid(bfloat16) -> bfloat16 inherited" in lock.read_text()
+    assert lock_cli("--check").returncode == 0
+
+
+def test_a_failed_trace_leaves_the_lock_untouched(tmp_path: Path, lock_cli: Callable[..., Done]) -> None:
+    lock = _project(tmp_path)
+    assert lock_cli().returncode == 0
     unchanged = _unchanged(lock)
     write(
         tmp_path / "model.py",
         TINY.replace("return Gate(),", "raise RuntimeError('no weights today')\n    return Gate(),"),
     )
     for args in (["--check"], ["--update"], []):
-        done = amplint_run(tmp_path, "lock", *args)
+        done = lock_cli(*args)
         assert done.returncode == 2, done.stderr
         assert "could not trace model.py:factory; amplint.lock is left as it was" in done.stderr
         assert "no weights today" in done.stderr
     assert unchanged()
 
 
-def test_versions_targets_and_settings_that_differ(tmp_path: Path) -> None:
+def test_versions_targets_and_settings_that_differ(tmp_path: Path, lock_cli: Callable[..., Done]) -> None:
     lock = _project(tmp_path, targets='["model.py:factory", "other.py:factory"]')
     write(tmp_path / "other.py", TINY)
-    assert amplint_run(tmp_path, "lock").returncode == 0
+    assert lock_cli().returncode == 0
     text = lock.read_text()
     # A lock from a newer torch and amplint; a target removed, one added, one with other settings.
     text = re.sub(r"^torch .*$", "torch 9.1.0", text, flags=re.M).replace("amplint 0.1.0", "amplint 0.9.0")
@@ -394,36 +434,49 @@ def test_versions_targets_and_settings_that_differ(tmp_path: Path) -> None:
         '[tool.amplint.runtime]\ntargets = ["model.py:factory", "new.py:factory"]\n',
     )
     write(tmp_path / "new.py", TINY)
-    done = amplint_run(tmp_path, "lock", "--check", "--format", "json")
+    done = lock_cli("--check", "--format", "json")
     assert done.returncode == 1, done.stderr
     assert "recorded with torch 9.1.0, this trace ran torch 2." in done.stderr
     assert "written by amplint 0.9.0, this is amplint 0.1.0" in done.stderr
-    found = {(d["line"], d["message"]) for d in json.loads(done.stdout)["diagnostics"]}
+    found = {(d["path"], d["line"], d["message"]) for d in json.loads(done.stdout)["diagnostics"]}
     lines = text.splitlines()
     assert found == {
         (
+            "amplint.lock",
             lines.index("target model.py:factory") + 1,
             "target `model.py:factory` was recorded with other settings (dtype: float16 -> bfloat16)",
         ),
-        (1, "target `new.py:factory` is not in the lockfile yet"),
+        ("amplint.lock", 1, "target `new.py:factory` is not in the lockfile yet"),
         (
+            "amplint.lock",
             lines.index("target other.py:factory") + 1,
             "target `other.py:factory` is in the lockfile but no longer a runtime target",
         ),
     }
+    # A target named on the command line is compared, and written, on its own.
+    done = lock_cli("--update", "new.py:factory")
+    assert done.returncode == 0
+    assert [line for line in lock.read_text().splitlines() if line.startswith("target ")] == [
+        "target model.py:factory",
+        "target new.py:factory",
+        "target other.py:factory",
+    ]
 
 
-def test_a_lockfile_from_a_newer_format_or_hand_edited_is_an_error(tmp_path: Path) -> None:
+def test_a_lockfile_from_a_newer_format_or_hand_edited_is_an_error(
+    tmp_path: Path, lock_cli: Callable[..., Done]
+) -> None:
     lock = _project(tmp_path)
     write(lock, "format 3\namplint 2.0.0\ntorch 3.0\n")
-    done = amplint_run(tmp_path, "lock", "--check")
+    done = lock_cli("--check")
     assert done.returncode == 2
     assert "amplint.lock:1: the lockfile is in format 3, written by amplint 2.0.0" in done.stderr
     write(lock, HEADER + TARGET + "  module Gate\n    exp(bfloat16 -> float32 fp32\n")
     unchanged = _unchanged(lock)
-    done = amplint_run(tmp_path, "lock", "--update")
+    done = lock_cli("--update")
     assert done.returncode == 2 and "amplint.lock:11: expected `OP(INPUTS) -> DTYPE POLICY" in done.stderr
     assert unchanged()
     lock.unlink()
-    done = amplint_run(tmp_path, "lock", "--check")
+    done = lock_cli("--check")
     assert done.returncode == 2 and "amplint.lock does not exist" in done.stderr
+    assert lock_cli("--check", "--update").returncode == 2
