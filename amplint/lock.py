@@ -22,6 +22,10 @@ from amplint.runtime.graph import DtypeGraph
 from amplint.source import display_path
 
 Mode = Literal["write", "check", "update"]
+# The `extra` key of an AMP110 finding that says what differs: `dtype` (an op's, from the rule) or one
+# of these, for a whole target.
+DIFFERENCE = "difference"
+TARGET_ADDED, TARGET_REMOVED, SETTINGS_CHANGED = "target-added", "target-removed", "settings"
 
 
 class LockError(Exception):
@@ -77,13 +81,17 @@ def run_lock(
         run.differs = bool(run.diagnostics)
         run.status = f"{shown} differs from the trace" if run.differs else f"{shown} matches the trace"
         return run
-    if old is not None and run.diagnostics and mode == "write":
-        run.differs = True
-        run.status = f"{shown} differs from the trace; accept the changes with `amplint lock --update`"
-        return run
-    if old is not None and not run.diagnostics and mode == "write":
-        run.status = f"{shown} is up to date"
-        return run
+    if mode == "write" and old is not None:
+        # A target the lock does not have yet is what this write adds; any other difference is
+        # accepted only with --update.
+        if any(d.extra.get(DIFFERENCE) != TARGET_ADDED for d in run.diagnostics):
+            run.differs = True
+            run.status = f"{shown} differs from the trace; accept the changes with `amplint lock --update`"
+            return run
+        if not run.diagnostics:
+            run.status = f"{shown} is up to date"
+            return run
+        run.diagnostics = []
     # Targets named on the command line replace theirs; the lock's other targets stay as they are.
     names = {target.name for target, _ in traced}
     kept = (
@@ -121,12 +129,13 @@ def _compare(
     for new, graph in traced:
         locked = old.target(new.name)
         if locked is None:
-            found.append(_at_lock(path, 1, f"target `{new.name}` is not in the lockfile yet", new.name))
+            message = f"target `{new.name}` is not in the lockfile yet"
+            found.append(_at_lock(path, 1, message, new.name, TARGET_ADDED))
             continue
         changed = settings_changes(locked, new)
         if changed:
             message = f"target `{new.name}` was recorded with other settings ({'; '.join(changed)})"
-            found.append(_at_lock(path, locked.line, message, new.name))
+            found.append(_at_lock(path, locked.line, message, new.name, SETTINGS_CHANGED))
             continue
         for finding in DtypeChange.check_lock(diff(locked, new), graph):
             diagnostic = runtime_diagnostic(DtypeChange, finding, new.name)
@@ -136,11 +145,11 @@ def _compare(
         names = {new.name for new, _ in traced}
         for gone in (target for target in old.targets if target.name not in names):
             message = f"target `{gone.name}` is in the lockfile but no longer a runtime target"
-            found.append(_at_lock(path, gone.line, message, gone.name))
+            found.append(_at_lock(path, gone.line, message, gone.name, TARGET_REMOVED))
     return found
 
 
-def _at_lock(path: Path, line: int, message: str, target: str) -> Diagnostic:
+def _at_lock(path: Path, line: int, message: str, target: str, difference: str) -> Diagnostic:
     """A difference of a whole target, pointed at its place in the lockfile."""
     return Diagnostic(
         code=DtypeChange.code,
@@ -154,5 +163,5 @@ def _at_lock(path: Path, line: int, message: str, target: str) -> Diagnostic:
         severity=DtypeChange.severity,
         confidence=Confidence.CONFIRMED,
         help="`amplint lock --update` records the targets as they trace now",
-        extra={"targets": [target]},
+        extra={"targets": [target], DIFFERENCE: difference},
     )

@@ -113,6 +113,45 @@ def test_edits_that_change_no_dtype_pass(tmp_path: Path, edit: tuple[str, str]) 
     assert _check(tmp_path, SIGMOID, SIGMOID.replace(*edit)) == []
 
 
+BRANCHES = """\
+import torch
+from torch import nn
+
+
+class Gated(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(32, 32)
+
+    def forward(self, x):
+        h = self.proj(x)
+        gate = torch.sigmoid(h)
+        energy = h.float().pow(2).mean(-1, keepdim=True)
+        return gate * energy
+
+
+def factory():
+    return Gated(), (torch.randn(2, 32),)
+"""
+
+
+def test_reordered_branches_of_one_module_pass(tmp_path: Path) -> None:
+    # The branches' ops swap places in the module's sequence: one aligns, the other is removed and
+    # inserted, and its cast to float32 cancels out.
+    reordered = _edit(
+        BRANCHES,
+        "        gate = torch.sigmoid(h)\n        energy = h.float().pow(2).mean(-1, keepdim=True)\n",
+        "        energy = h.float().pow(2).mean(-1, keepdim=True)\n        gate = torch.sigmoid(h)\n",
+    )
+    assert _check(tmp_path, BRANCHES, reordered) == []
+    # Without the upcast, the same reordering reports the energy's dtype, once.
+    (finding,) = _check(tmp_path, BRANCHES, reordered.replace("h.float().pow(2)", "h.pow(2)"))
+    assert finding.message == (
+        "`Gated`: the input of `pow` was float32 and is now bfloat16; `_to_copy` at model.py:13 in the "
+        "lock, a cast to float32, is gone"
+    )
+
+
 def test_the_regression_among_other_edits_is_the_only_finding(tmp_path: Path) -> None:
     changed = SOFTPLUS
     for edit in (INSERTED_OP, REORDERED, LONGER, MOVED):
@@ -453,9 +492,10 @@ def test_versions_targets_and_settings_that_differ(tmp_path: Path, lock_cli: Cal
             "target `other.py:factory` is in the lockfile but no longer a runtime target",
         ),
     }
-    # A target named on the command line is compared, and written, on its own.
-    done = lock_cli("--update", "new.py:factory")
-    assert done.returncode == 0
+    # A target named on the command line is compared, and written, on its own; a new one is added
+    # without --update.
+    done = lock_cli("new.py:factory")
+    assert done.returncode == 0 and "wrote amplint.lock" in done.stderr and done.stdout == ""
     assert [line for line in lock.read_text().splitlines() if line.startswith("target ")] == [
         "target model.py:factory",
         "target new.py:factory",

@@ -257,7 +257,7 @@ def _producers(graph: DtypeGraph, node: DtypeNode) -> list[DtypeNode]:
 def _finding(cluster: _Cluster, graph: DtypeGraph) -> GraphFinding | None:
     described = [_describe_change(c) for c in cluster.changes] + _describe_regions(cluster)
     evidence = "; ".join(_listed(list(dict.fromkeys(described))))
-    extra: dict[str, object] = {"changes": [_change_dict(c) for c in cluster.changes]}
+    extra: dict[str, object] = {"difference": "dtype", "changes": [_change_dict(c) for c in cluster.changes]}
     if cluster.regions:
         extra["rewritten"] = [_region_dict(region) for region in cluster.regions]
     if cluster.changes:
@@ -338,7 +338,12 @@ def _cause(
             chain[-1] if chain else None
         )
     if culprit is None:
-        return "", None
+        # Nothing new produces it: the code that made the old dtype is gone (a removed cast).
+        gone = next((op for region in cluster.regions for op in region.lost), None)
+        if gone is None:
+            return "", None
+        words = _policy_words(gone.op, gone.policy, gone.dtype, past=True)
+        return f"; `{gone.op}` at {gone.where} in the lock, {words}, is gone", None
     text = f"; produced by `{culprit.op}` at {where(culprit)}, {_policy_words(culprit.op, culprit.policy, culprit.dtype)}"
     replaced = _replaced(culprit, dtype, cluster)
     if replaced is not None:
