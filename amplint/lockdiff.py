@@ -68,7 +68,12 @@ def diff(old: Target, new: Target) -> TargetDiff:
     old_modules = {module.name: module for module in old.modules}
     used: set[str] = set()
     for module in new.modules:
-        counterpart = old_modules.get(module.name) or old_modules.get(pattern(module.name))
+        counterpart = (
+            old_modules.get(module.name)
+            or old_modules.get(pattern(module.name))
+            # modules the lock names one by one (there was one, or they differed) now alike
+            or next((m for m in old.modules if pattern(m.name) == module.name), None)
+        )
         if counterpart is None:
             out.regions.append(Region(module.name, (), tuple(_flat(module.items))))
             continue

@@ -22,10 +22,8 @@ from amplint.runtime.graph import DtypeGraph, DtypeNode
 
 LOCK_NAME = "amplint.lock"
 LOCK_FORMAT = 1
-TOP = "(top)"
-MORE = (
-    "..."  # stands for more inputs like the one before it  # the module of ops that ran outside any nn.Module
-)
+TOP = "(top)"  # the module of ops that ran outside any nn.Module
+MORE = "..."  # an input that stands for more inputs like the one before it
 # Settings of a target that decide its dtypes, in the order they are written.
 SETTINGS = ("device", "dtype", "autocast", "param-dtype")
 # A loop body longer than this is not looked for: it keeps recording linear in the number of ops.
@@ -62,8 +60,11 @@ class Op:
     def transitions(self) -> list[str]:
         """Where this op changes a floating value's dtype (`bfloat16>float32`): a cast, an autocast
         upcast, a type promotion; and `float32 matmul` for a product computed in float32."""
-        found = [f"{old}>{self.dtype}" for old in self.inputs if _floating(old) and _floating(self.dtype)]
-        found = [item for item in dict.fromkeys(found) if item.split(">")[0] != self.dtype]
+        found = [
+            f"{old}>{self.dtype}"
+            for old in dict.fromkeys(self.inputs)
+            if old != self.dtype and _floating(old) and _floating(self.dtype)
+        ]
         if self.op in MATMULS and self.dtype == "float32":
             found.append("float32 matmul")
         return found
@@ -186,7 +187,7 @@ def _op(graph: DtypeGraph, node: DtypeNode, root: Path) -> Op:
 def _lock_path(path: str, root: Path) -> str:
     """A path that does not depend on the machine: below the root relative to it, in an installed
     package from the package on (`transformers/models/...`)."""
-    resolved = Path(os.path.abspath(path))
+    resolved = Path(os.path.realpath(path))
     try:
         return resolved.relative_to(root.resolve()).as_posix()
     except ValueError:
@@ -279,15 +280,12 @@ def _grouped(modules: dict[str, tuple[Item, ...]]) -> Iterator[Module]:
             classes.setdefault(tuple(_key(item) for item in modules[name]), []).append(name)
         ranked = sorted(classes.values(), key=lambda members: (-len(members), order[members[0]]))
         for rank, members in enumerate(ranked):
-            items = tuple(
-                _merged(column) for column in zip(*(modules[name] for name in members), strict=True)
-            )
-            label = shared if rank == 0 and len(members) > 1 else members[0]
-            if len(members) > 1 and rank > 0:  # a second shared sequence: name each module
-                for name in members:
-                    entries.append((order[name], Module(name, 1, modules[name])))
-                continue
-            entries.append((order[members[0]], Module(label, len(members), items)))
+            if rank == 0 and len(members) > 1:
+                columns = zip(*(modules[name] for name in members), strict=True)
+                items = tuple(_merged(column) for column in columns)
+                entries.append((order[members[0]], Module(shared, len(members), items)))
+            else:
+                entries.extend((order[name], Module(name, 1, modules[name])) for name in members)
     for _, module in sorted(entries, key=lambda entry: entry[0]):
         yield module
 
@@ -358,10 +356,11 @@ def loads(text: str) -> Lockfile:
         )
     parser = _Parser(lines[position:])
     targets = parser.targets()
-    names = [target.name for target in targets]
-    duplicate = next((name for name in names if names.count(name) > 1), None)
-    if duplicate is not None:
-        raise LockfileError(f"target {duplicate} appears twice")
+    seen: set[str] = set()
+    for target in targets:
+        if target.name in seen:
+            raise LockfileError(f"target {target.name} appears twice", target.line)
+        seen.add(target.name)
     return Lockfile(header["amplint"], header["torch"], tuple(targets), version)
 
 

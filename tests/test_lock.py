@@ -266,8 +266,14 @@ def test_a_layer_that_differs_is_recorded_on_its_own(tmp_path: Path) -> None:
 
 def test_a_matmul_moved_to_float32_is_a_finding(tmp_path: Path) -> None:
     (finding,) = _check(tmp_path, LAYERS, LAYERS, ("same", "third_in_float32"))
-    assert finding.message.startswith("`layers.2`: ")
-    assert "`mm` in float32" in finding.message and "slower" in finding.message
+    assert finding.message.startswith("`layers.2`: the input of `tanh` was bfloat16 and is now float32")
+    assert "`mm` in float32 (model.py:15), slower than in the autocast dtype" in finding.message
+    # Back: the lock names layers.2 on its own, the trace has four alike layers.
+    (finding,) = _check(tmp_path, LAYERS, LAYERS, ("third_in_float32", "same"))
+    assert finding.message == (
+        "`layers.2`: the input of `tanh` was float32 and is now bfloat16; `_to_copy` at model.py:15 in "
+        "the lock, a cast to float32, is gone"
+    )
 
 
 # The rule's own examples: `locked()` is what the lock records, `factory()` what is checked.
@@ -334,7 +340,7 @@ TARGET = "target m.py:factory\n  device cuda\n  dtype bfloat16\n  autocast true\
             11,
             "a `repeat` block needs at least one op",
         ),
-        (HEADER + TARGET + TARGET, 0, "target m.py:factory appears twice"),
+        (HEADER + TARGET + TARGET, 10, "target m.py:factory appears twice"),
     ],
 )
 def test_a_lockfile_that_does_not_parse_names_the_line(text: str, line: int, message: str) -> None:
