@@ -208,9 +208,11 @@ def _clusters(diff: TargetDiff, graph: DtypeGraph) -> list[_Cluster]:
     for node, item in owner.items():
         cluster = clusters.setdefault(find(node), _Cluster())
         cluster.nodes.add(node)
-        known = cluster.regions if isinstance(item, Region) else cluster.changes
-        if (not isinstance(item, Region) or id(item) in changed) and all(item is not k for k in known):
-            known.append(item)  # type: ignore[arg-type]
+        if isinstance(item, Region):
+            if id(item) in changed and all(item is not region for region in cluster.regions):
+                cluster.regions.append(item)
+        elif all(item is not change for change in cluster.changes):
+            cluster.changes.append(item)
     found = sorted(
         (cluster for cluster in clusters.values() if cluster.changes or cluster.regions),
         key=lambda cluster: min(cluster.nodes),
@@ -314,11 +316,8 @@ def _explain(effect: OpChange, cluster: _Cluster, graph: DtypeGraph) -> tuple[st
         start = producers[index] if index < len(producers) else None
         cause, culprit = _cause(start, after, cluster, graph)
         return message + cause, culprit
-    if old.dtype != new.dtype:
-        node = graph.node(new.nodes[0])
-        return f"`{new.op}` ran in {old.dtype} and now runs in {new.dtype}" + _cause(
-            node, new.dtype, cluster, graph
-        )[0], node
+    if old.dtype != new.dtype:  # with the same inputs: the op itself (its arguments) changed
+        return f"`{new.op}` ran in {old.dtype} and now runs in {new.dtype}", graph.node(new.nodes[0])
     casts = [f"{a or 'none'} -> {b or 'none'}" for a, b in zip(old.casts, new.casts, strict=False) if a != b]
     return f"autocast's casts of the inputs of `{new.op}` changed ({', '.join(casts)})", None
 
