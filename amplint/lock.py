@@ -6,10 +6,11 @@ a refused write leave it byte for byte as it was.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from amplint import __version__
 from amplint.config import Settings
@@ -64,13 +65,13 @@ def run_lock(
     if old is None and mode == "check":
         raise LockError(f"{shown} does not exist: write it with `amplint lock` and commit it")
     traced: list[tuple[Target, DtypeGraph]] = []
-    for spec in specs:
+    for name, spec in zip(_names(specs), specs, strict=True):
         try:
             # The lock records dtypes only: no measuring replay, no second trace under CPU autocast.
             graph = trace_in_child({**spec, "measure": False, "compare_cpu": False}, timeout)
         except (ChildError, TargetError) as exc:
-            raise LockError(f"could not trace {spec['name']}; {shown} is left as it was: {exc}") from None
-        traced.append((record(spec["name"], settings_of(spec), graph, settings.root), graph))
+            raise LockError(f"could not trace {name}; {shown} is left as it was: {exc}") from None
+        traced.append((record(name, settings_of(spec), graph, settings.root), graph))
 
     run = LockRun()
     torch_version = traced[0][1].torch_version
@@ -100,6 +101,17 @@ def run_lock(
     write(path, Lockfile(__version__, torch_version, (*kept, *(target for target, _ in traced))))
     run.status = f"wrote {shown} ({len(traced)} target(s) traced)"
     return run
+
+
+def _names(specs: list[dict[str, Any]]) -> list[str]:
+    """Each target as the lock names it: as configured, with its settings when the same target is
+    traced under several (`model.py:factory [dtype=float16]`)."""
+    counts = Counter(spec["name"] for spec in specs)
+    names = []
+    for spec in specs:
+        words = " ".join(f"{key}={value}" for key, value in settings_of(spec).items())
+        names.append(spec["name"] if counts[spec["name"]] == 1 else f"{spec['name']} [{words}]")
+    return names
 
 
 def _read(path: Path, shown: str) -> Lockfile:

@@ -450,6 +450,19 @@ def test_lock_check_update_workflow(tmp_path: Path, lock_cli: Callable[..., Done
     assert lock_cli("--check").returncode == 0
 
 
+def test_one_target_under_two_settings(tmp_path: Path, lock_cli: Callable[..., Done]) -> None:
+    entries = '[{ target = "model.py:factory" }, { target = "model.py:factory", dtype = "float16" }]'
+    lock = _project(tmp_path, targets=entries)
+    assert lock_cli().returncode == 0
+    names = [line for line in lock.read_text().splitlines() if line.startswith("target ")]
+    assert names == [
+        "target model.py:factory [device=cuda dtype=bfloat16 autocast=true param-dtype=none]",
+        "target model.py:factory [device=cuda dtype=float16 autocast=true param-dtype=none]",
+    ]
+    assert "addmm(float32 as float16, float32 as float16, float16) -> float16" in lock.read_text()
+    assert lock_cli("--check").returncode == 0
+
+
 def test_a_failed_trace_leaves_the_lock_untouched(tmp_path: Path, lock_cli: Callable[..., Done]) -> None:
     lock = _project(tmp_path)
     assert lock_cli().returncode == 0
