@@ -110,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
         "targets",
         nargs="*",
         metavar="TARGET",
-        help="file.py:factory or module:factory (default: the configured)",
+        help="file.py:factory or module:factory (default: the configured targets)",
     )
     lock.add_argument(
         "--check",

@@ -474,6 +474,8 @@ def write(path: Path, lock: Lockfile) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         temporary.write_text(text, encoding="utf-8", newline="\n")
+        if path.exists():
+            os.chmod(temporary, path.stat().st_mode & 0o7777)  # keep the lock's permissions
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
