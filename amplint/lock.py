@@ -17,7 +17,8 @@ from amplint.config import Settings
 from amplint.confirm import runtime_diagnostic
 from amplint.diagnostics import Confidence, Diagnostic
 from amplint.lockdiff import diff, settings_changes
-from amplint.lockfile import LOCK_NAME, Lockfile, LockfileError, Target, read, record, settings_of, write
+from amplint.lockfile import LOCK_NAME, Lockfile, LockfileError, Target, read, write
+from amplint.lockrecord import record, settings_of
 from amplint.rules.amp110_dtype_change import DtypeChange
 from amplint.runtime.graph import DtypeGraph
 from amplint.source import display_path

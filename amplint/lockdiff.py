@@ -16,7 +16,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 
-from amplint.lockfile import Item, Op, Repeat, Target, pattern
+from amplint.lockfile import Item, Op, Repeat, Target
+from amplint.lockrecord import pattern
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from support import amplint_run, write
 
 from amplint.cli import main
 from amplint.lockdiff import diff
-from amplint.lockfile import Lockfile, LockfileError, Target, dumps, loads, record
+from amplint.lockfile import Lockfile, LockfileError, Target, dumps, loads
+from amplint.lockrecord import record
 from amplint.rule import GraphFinding
 from amplint.rules import all_rules
 from amplint.rules.amp110_dtype_change import DtypeChange
