@@ -30,6 +30,7 @@ SIGMOID_LINE = "w = -math.exp(-0.5) * self.w_lora(xw).sigmoid()"
 SETTINGS = {"device": "cuda", "dtype": "bfloat16", "autocast": "true", "param-dtype": "none"}
 
 _traced: dict[tuple[str, str], DtypeGraph] = {}
+_roots: dict[int, Path] = {}  # the directory each traced model.py was written to, by graph
 
 
 def _trace(tmp_path: Path, source: str, factory: str = "factory") -> DtypeGraph:
@@ -43,12 +44,12 @@ def _trace(tmp_path: Path, source: str, factory: str = "factory") -> DtypeGraph:
         write(directory / "model.py", source)
         spec = {"target": f"{directory / 'model.py'}:{factory}", "device": "cuda", "dtype": "bfloat16"}
         _traced[key] = run_traced({**spec, "autocast": True})
+        _roots[id(_traced[key])] = directory
     return _traced[key]
 
 
 def _record(graph: DtypeGraph) -> Target:
-    root = Path(graph.nodes[-1].source.path).parent if graph.nodes[-1].source else Path.cwd()
-    return record("model.py:factory", SETTINGS, graph, root)
+    return record("model.py:factory", SETTINGS, graph, _roots[id(graph)])
 
 
 def _check(
