@@ -1,9 +1,10 @@
-"""`amplint check`, `amplint rule`, `amplint --version`."""
+"""`amplint check`, `amplint lock`, `amplint trace`, `amplint rule`, `amplint --version`."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -102,6 +103,33 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--timeout", type=float, default=300.0, help="seconds before the trace is given up")
     trace.add_argument("--in-process", action="store_true", help="trace in this process (for debugging)")
 
+    lock = commands.add_parser(
+        "lock", help="record the dtype every op of the runtime targets runs in (amplint.lock), or check it"
+    )
+    lock.add_argument(
+        "targets",
+        nargs="*",
+        metavar="TARGET",
+        help="file.py:factory or module:factory (default: the configured targets)",
+    )
+    lock.add_argument(
+        "--check",
+        action="store_true",
+        help="trace again and report each difference from the lock; write nothing",
+    )
+    lock.add_argument(
+        "--update", action="store_true", help="write the lock even where it differs: accept changes"
+    )
+    lock.add_argument(
+        "--lockfile", type=Path, metavar="FILE", help="default: amplint.lock beside the configuration"
+    )
+    lock.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text")
+    lock.add_argument("--output", "-o", type=Path, metavar="FILE", help="write the report to FILE")
+    lock.add_argument("--config", type=Path, metavar="FILE", help="pyproject.toml or amplint.toml to use")
+    lock.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")
+    lock.add_argument("--no-color", action="store_true", help="never colour the text output")
+    lock.add_argument("--timeout", type=float, default=300.0, help="seconds each trace may take")
+
     rule = commands.add_parser("rule", help="explain a rule, or list them all")
     rule.add_argument("code", nargs="?", help="a rule code such as AMP001")
     rule.add_argument("--all", action="store_true", help="list every rule")
@@ -120,6 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _rule(args, parser)
     if args.command == "trace":
         return _trace(args)
+    if args.command == "lock":
+        return _lock(args)
     parser.print_help(sys.stderr)
     return EXIT_ERROR
 
@@ -354,6 +384,50 @@ def _trace(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(report)
     return EXIT_CLEAN
+
+
+def _lock(args: argparse.Namespace) -> int:
+    from amplint.config import ConfigError, load_settings
+    from amplint.lock import LockError, Mode, lock_path, run_lock
+    from amplint.reporters import ReportSummary, render
+
+    if args.check and args.update:
+        return _error("--check writes nothing and --update writes: give one of them")
+    if args.config is not None and not args.config.is_file():
+        return _error(f"config file does not exist: {args.config}")
+    try:
+        settings = load_settings([Path(".")], args.config)
+    except ConfigError as exc:
+        return _error(str(exc))
+    # The traces run in child processes: this one only needs to know that torch is there.
+    if importlib.util.find_spec("torch") is None:
+        return _error("amplint lock traces the model and needs torch: pip install 'amplint[runtime]'")
+    mode: Mode = "check" if args.check else "update" if args.update else "write"
+    try:
+        run = run_lock(
+            settings, args.targets, mode=mode, path=lock_path(settings, args.lockfile), timeout=args.timeout
+        )
+    except LockError as exc:
+        return _error(str(exc))
+    for message in run.warnings:
+        print(f"amplint: warning: {message}", file=sys.stderr)
+    print(f"amplint: {run.status}", file=sys.stderr)
+    if not run.diagnostics and mode != "check":
+        return EXIT_CLEAN  # a lock written or up to date: there is nothing to report
+    sources: dict[str, str] = {}
+    _read_sources(run.diagnostics, sources)
+    color = args.output is None and sys.stdout.isatty() and not args.no_color and "NO_COLOR" not in os.environ
+    summary = ReportSummary(root=str(settings.root), quiet=args.quiet)
+    report = render(args.format, run.diagnostics, sources=sources, color=color, summary=summary)
+    if args.output is not None:
+        try:
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+            args.output.write_text(report, encoding="utf-8")
+        except OSError as exc:
+            return _error(f"cannot write {args.output}: {exc.strerror or exc}")
+    else:
+        sys.stdout.write(report)
+    return EXIT_FINDINGS if run.differs else EXIT_CLEAN
 
 
 def _rule(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from amplint.diagnostics import Confidence, Diagnostic, Fix, sort_diagnostics
-from amplint.rule import CastPoint, Rule, Verdict
+from amplint.rule import CastPoint, GraphFinding, Rule, Verdict
 from amplint.rules import all_rules, rule_by_code
 from amplint.runtime.graph import DtypeGraph, DtypeNode
 from amplint.source import SourceError, display_path, read_source
@@ -123,37 +123,41 @@ def _judge(diagnostic: Diagnostic, lines: list[tuple[str, DtypeGraph, _Lines]]) 
 
 def graph_findings(graph: DtypeGraph, target: str) -> list[Diagnostic]:
     """The findings of the runtime-only rules on one graph."""
-    found: list[Diagnostic] = []
-    for rule in runtime_rules():
-        for finding in rule.check_graph(graph):
-            source = finding.node.source
-            if source is None:
-                continue
-            column = source.column or 1
-            extra: dict[str, object] = {EVIDENCE: finding.evidence, TARGETS: [target], **finding.extra}
-            fix = None
-            if finding.upcast:
-                fix, note = _upcast_fix(finding.upcast)
-                if fix is None:
-                    extra[FIX_NOTE] = note
-            found.append(
-                Diagnostic(
-                    code=rule.code,
-                    name=rule.name,
-                    message=finding.message,
-                    path=display_path(Path(source.path)),
-                    line=source.line,
-                    column=column,
-                    end_line=source.line,
-                    end_column=column,
-                    severity=rule.severity,
-                    confidence=Confidence.CONFIRMED,
-                    fix=fix,
-                    help=finding.help,
-                    extra=extra,
-                )
-            )
-    return found
+    found = (
+        runtime_diagnostic(rule, finding, target)
+        for rule in runtime_rules()
+        for finding in rule.check_graph(graph)
+    )
+    return [diagnostic for diagnostic in found if diagnostic is not None]
+
+
+def runtime_diagnostic(rule: type[Rule], finding: GraphFinding, target: str) -> Diagnostic | None:
+    """A runtime rule's finding as a diagnostic at its node's source; None when the node has none."""
+    source = finding.node.source
+    if source is None:
+        return None
+    column = source.column or 1
+    extra: dict[str, object] = {EVIDENCE: finding.evidence, TARGETS: [target], **finding.extra}
+    fix = None
+    if finding.upcast:
+        fix, note = _upcast_fix(finding.upcast)
+        if fix is None:
+            extra[FIX_NOTE] = note
+    return Diagnostic(
+        code=rule.code,
+        name=rule.name,
+        message=finding.message,
+        path=display_path(Path(source.path)),
+        line=source.line,
+        column=column,
+        end_line=source.line,
+        end_column=column,
+        severity=rule.severity,
+        confidence=Confidence.CONFIRMED,
+        fix=fix,
+        help=finding.help,
+        extra=extra,
+    )
 
 
 def _upcast_fix(points: Sequence[CastPoint]) -> tuple[Fix | None, str]:

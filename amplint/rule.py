@@ -123,6 +123,9 @@ class RuntimeRule(Rule):
     bad and good examples are models (with a `factory()`) that the tests trace."""
 
     runtime_only = True
+    # Its findings compare a trace with `amplint.lock` (`amplint lock --check`), not one graph: its
+    # examples define `locked()`, the model the lock records, beside `factory()`.
+    compares_lock: ClassVar[bool] = False
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         return iter(())

@@ -124,6 +124,11 @@ def _check_step() -> dict[str, Any]:
     return step
 
 
+def _lock_step() -> dict[str, Any]:
+    (step,) = [step for step in _steps() if "amplint lock" in step["run"]]
+    return step
+
+
 def test_action_metadata() -> None:
     action = load_action()
     assert action["name"]
@@ -133,10 +138,14 @@ def test_action_metadata() -> None:
     assert inputs["paths"]["default"] == "."
     assert inputs["args"]["default"] == ""
     assert inputs["python"]["default"] == "python"
+    assert inputs["lock-check"]["default"] == "false"
     assert action["runs"]["using"] == "composite"
     assert [step["shell"] for step in _steps()] == ["bash"] * len(_steps())
-    # The tests below run every step: the install step, then the check step.
-    assert _steps() == [_install_step(), _check_step()]
+    # The tests below run every step: the install step, the check step, the lockfile check.
+    assert _steps() == [_install_step(), _check_step(), _lock_step()]
+    # The lockfile check runs only when asked for, and also after a lint that found something.
+    assert _lock_step()["if"] == "${{ !cancelled() && inputs.lock-check == 'true' }}"
+    assert "amplint lock --check --format github" in _lock_step()["run"]
 
 
 def test_no_input_is_interpolated_into_a_script() -> None:
@@ -221,6 +230,16 @@ def test_check_step_several_paths_and_args(runner: Runner, workspace: Path) -> N
     result = runner.run_step(_check_step(), workspace, {"args": "--exit-zero"})
     assert result.returncode == 0
     assert "AMP001" in result.stdout
+
+
+def test_lock_step_runs_the_lockfile_check(runner: Runner, workspace: Path) -> None:
+    # The action's venv has no torch, which the traces need: the step says so and fails.
+    (workspace / "pyproject.toml").write_text(
+        '[tool.amplint.runtime]\ntargets = ["clean.py:factory"]\n', encoding="utf-8"
+    )
+    result = runner.run_step(_lock_step(), workspace, {"lock-check": "true"})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "amplint lock traces the model and needs torch" in result.stderr
 
 
 def test_clean_workspace_passes(runner: Runner, workspace: Path) -> None:

@@ -47,9 +47,8 @@ def _init_repo(path: Path) -> None:
 def test_hooks_file_declares_amplint_hook() -> None:
     hooks = yaml.safe_load(HOOKS_FILE.read_text(encoding="utf-8"))
     assert isinstance(hooks, list)
-    assert len(hooks) == 1
-    (hook,) = hooks
-    assert hook["id"] == "amplint"
+    assert [hook["id"] for hook in hooks] == ["amplint", "amplint-lock"]
+    hook = hooks[0]
     assert hook["name"] == "amplint"
     assert hook["description"]
     assert hook["entry"] == "amplint check"
@@ -60,10 +59,21 @@ def test_hooks_file_declares_amplint_hook() -> None:
     assert hook.get("pass_filenames", True) is True
 
 
+def test_hooks_file_declares_the_lockfile_hook() -> None:
+    hooks = yaml.safe_load(HOOKS_FILE.read_text(encoding="utf-8"))
+    hook = hooks[1]
+    assert hook["entry"] == "amplint lock --check"
+    assert hook["language"] == "python"
+    assert hook["types"] == ["python"]
+    # The lock covers the runtime targets, not the files pre-commit hands over: it runs once.
+    assert hook["pass_filenames"] is False
+    assert hook["require_serial"] is True
+
+
 def test_hooks_file_passes_pre_commit_schema() -> None:
     clientlib = pytest.importorskip("pre_commit.clientlib")
-    (hook,) = clientlib.load_manifest(str(HOOKS_FILE))
-    assert hook["id"] == "amplint"
+    hooks = clientlib.load_manifest(str(HOOKS_FILE))
+    assert [hook["id"] for hook in hooks] == ["amplint", "amplint-lock"]
 
 
 def test_check_without_paths_checks_current_directory(tmp_path: Path) -> None:
@@ -87,9 +97,9 @@ class TryRepo:
     project: Path
     env: dict[str, str]
 
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, hook: str = "amplint") -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "pre_commit", "try-repo", str(self.hook_repo), "amplint", *args],
+            [sys.executable, "-m", "pre_commit", "try-repo", str(self.hook_repo), hook, *args],
             cwd=self.project,
             env=self.env,
             capture_output=True,
@@ -151,3 +161,13 @@ def test_try_repo_clean_file_passes(try_repo: TryRepo) -> None:
     assert result.returncode == 0, output
     assert "Passed" in output
     assert "AMP001" not in output
+
+
+def test_try_repo_lock_hook_runs_the_lockfile_check(try_repo: TryRepo) -> None:
+    # The hook's own environment has no torch unless the user adds it (additional_dependencies):
+    # the hook runs once, without file names, and says what is missing.
+    result = try_repo.run("--all-files", hook="amplint-lock")
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "amplint lock --check" in output and "Failed" in output
+    assert "amplint lock traces the model and needs torch" in output

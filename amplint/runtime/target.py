@@ -100,6 +100,7 @@ def target_specs(runtime: dict[str, Any], targets: list[str] | None, root: Path)
         }
         specs.append(
             {
+                "name": table["target"],  # as written: how amplint.lock names the target
                 "target": _anchored(table["target"], root),
                 "hf_config": None,
                 "device": settings["device"],
