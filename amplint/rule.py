@@ -109,6 +109,8 @@ class RuntimeRule(Rule):
     bad and good examples are models (with a `factory()`) that the tests trace."""
 
     runtime_only = True
+    # How the tests trace the examples, beyond CUDA autocast in bfloat16 (e.g. `dtype`, `values`).
+    example_trace: ClassVar[Mapping[str, object]] = {}
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         return iter(())

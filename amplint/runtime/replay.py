@@ -38,20 +38,24 @@ class Replay(torch.fx.Interpreter):
         return target(*args, **kwargs)
 
     def converted(
-        self, n: torch.fx.Node, dtype: torch.dtype, values: Mapping[torch.fx.Node, Any] | None = None
+        self,
+        n: torch.fx.Node,
+        dtype: torch.dtype | None,
+        values: Mapping[torch.fx.Node, Any] | None = None,
     ) -> tuple[Any, Any]:
-        """The node's arguments with every floating-point tensor converted to `dtype` (taken from
-        `values` where it holds the argument, from the replay's own values otherwise) and every
-        floating-point dtype argument replaced by `dtype`."""
+        """The node's arguments taken from `values` where it holds them (from the replay's own values
+        otherwise), every floating-point tensor converted to `dtype` and every floating-point dtype
+        argument replaced by it; with `dtype` None, each tensor is converted to the dtype of the
+        replay's own value of that argument (a reference rounded to the traced dtypes)."""
         values = values or {}
 
         def value(argument: Any) -> Any:
             if isinstance(argument, torch.fx.Node):
                 current = values[argument] if argument in values else self.env[argument]
                 if isinstance(current, torch.Tensor) and current.is_floating_point():
-                    return current.to(dtype)
+                    return current.to(self.env[argument].dtype if dtype is None else dtype)
                 return current
-            if isinstance(argument, torch.dtype) and argument.is_floating_point:
+            if dtype is not None and isinstance(argument, torch.dtype) and argument.is_floating_point:
                 return dtype
             return on_cpu(argument)
 
@@ -95,7 +99,8 @@ def _math_attention(
     output = aten._scaled_dot_product_attention_math.default(
         query.to(inner), key.to(inner), value.to(inner), mask, dropout_p, is_causal, scale=scale
     )[0]
-    return output.to(query.dtype)
+    # The fused kernels write (batch, seq, heads, dim) in memory, which the traced views rely on.
+    return output.to(query.dtype).transpose(1, 2).contiguous().transpose(1, 2)
 
 
 def _flash(
@@ -126,7 +131,18 @@ def _efficient(
     return (_math_attention(query, key, value, attn_bias, dropout_p, is_causal, scale), None, None, None)
 
 
+def _softmax(value: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+    # CUDA's softmax reads half and writes float32 in one kernel; CPU's needs the input upcast first.
+    return aten._softmax.default(value.float() if half_to_float else value, dim, False)
+
+
+def _log_softmax(value: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+    return aten._log_softmax.default(value.float() if half_to_float else value, dim, False)
+
+
 _CPU_STANDINS: dict[Any, Callable[..., Any]] = {
     aten._scaled_dot_product_flash_attention.default: _flash,
     aten._scaled_dot_product_efficient_attention.default: _efficient,
+    aten._softmax.default: _softmax,
+    aten._log_softmax.default: _log_softmax,
 }
