@@ -180,7 +180,7 @@ def _surfaced(
         if any(p in {n.id for n in (origin, *chain)} for p in stopped.inputs):
             parts.append(f"`{stopped.op}` at {where(stopped)} raised on it: {values.stopped}")
     if not parts:
-        return "the ops after it absorbed the non-finite values (the outputs are finite)"
+        return "the non-finite values do not reach the outputs (a later op dropped or absorbed them)"
     return "; ".join(parts)
 
 

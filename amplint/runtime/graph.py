@@ -62,7 +62,7 @@ class NodeValues:
     reference_nan: float  # fraction NaN in the reference itself
     underflow: float  # fraction of the reference's non-zero values below the dtype's normal range, zero here
     error: float  # relative error against the reference, norm-wise: |value - ref| / |ref|
-    error_max: float  # the largest element-wise relative error (see `amplint.runtime.replay`)
+    error_max: float  # the largest element-wise relative error (see `amplint.runtime.cpu_replay`)
     local_error: float  # norm-wise error of the op run in its dtype from the reference's inputs
     headroom: float | None  # log2(finfo.max / largest magnitude), in bits; None when all are zero
 

@@ -81,8 +81,9 @@ def upstream(graph: DtypeGraph, nodes: Iterable[DtypeNode]) -> set[int]:
 
 
 def attention_scores(graph: DtypeGraph, node: DtypeNode) -> bool:
-    """A product whose result a softmax reads within a few ops: attention scores."""
-    if node.op not in PRODUCTS:
+    """A batched product (of two activations, as a linear layer is an `mm`) whose result a softmax
+    reads within a few ops: attention scores."""
+    if node.op not in {"bmm", "baddbmm"}:
         return False
     frontier, seen = [node], {node.id}
     for _ in range(_SCORES_REACH):

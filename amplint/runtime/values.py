@@ -26,7 +26,7 @@ from torch.utils import _pytree as pytree
 
 from amplint.runtime.chains import VIEWS, where
 from amplint.runtime.graph import DtypeGraph, NodeValues, ValueLimits, Values
-from amplint.runtime.replay import Replay, relative_error
+from amplint.runtime.cpu_replay import Replay, relative_error
 from amplint.runtime.tracer import first_tensor, trace
 from amplint.runtime.weights import load_weights
 
