@@ -33,6 +33,11 @@ from amplint.runtime.weights import load_weights
 __all__ = ["ReplayError", "replay", "replay_values"]
 
 _GB = 1024**3
+# Views that keep every element (reordered, reshaped or repeated): their statistics are their input's.
+_REORDERS = frozenset(
+    {"t", "transpose", "permute", "view", "_unsafe_view", "reshape", "expand", "unsqueeze", "squeeze"}
+    | {"clone", "alias", "detach", "contiguous", "lift_fresh_copy"}
+)
 
 
 class ReplayError(Exception):
@@ -168,8 +173,12 @@ class _ValuesReplay(Replay):
         self.reference[n] = reference
         traced, ref = first_tensor(result), first_tensor(reference)
         if n in self.ids and _floating(traced) and isinstance(ref, torch.Tensor):
-            local = traced if _exact(n) else self._local(n, rng)
-            stats = _stats(traced, ref, local)
+            source = n.all_input_nodes[0] if _op(n) in _REORDERS and n.all_input_nodes else None
+            if source is not None and source in self.ids and self.ids[source] in self.stats:
+                # The same elements in another order or shape (a transposed weight): the same values.
+                stats = self.stats[self.ids[source]]
+            else:
+                stats = _stats(traced, ref, traced if _exact(n) else self._local(n, rng))
             self.stats[self.ids[n]] = stats
             self._check_reference(n, stats)
         for done in self.user_to_last_uses.get(n, ()):
@@ -216,26 +225,32 @@ def _seeded(n: torch.fx.Node) -> bool:
     return torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
 
 
+def _op(n: torch.fx.Node) -> str:
+    return str(getattr(getattr(n.target, "overloadpacket", None), "__name__", ""))
+
+
 def _exact(n: torch.fx.Node) -> bool:
     """Ops that move values without computing: their local error is nil."""
-    if n.target is operator.getitem:
-        return True
-    packet = getattr(n.target, "overloadpacket", None)
-    return getattr(packet, "__name__", "") in VIEWS
+    return n.target is operator.getitem or _op(n) in VIEWS
 
 
 def _input_stats(value: torch.Tensor) -> NodeValues:
-    """A placeholder (an input, a weight): its range; it is its own reference."""
-    finite = value[value.isfinite()]
-    low, high = (float(finite.min()), float(finite.max())) if finite.numel() else (0.0, 0.0)
-    count = value.numel()
+    """A placeholder (an input, a weight): its range; it is its own reference. One pass over a
+    weight when it is finite, as weights are."""
+    low, high = (float(v) for v in torch.aminmax(value))
+    inf = nan = 0.0
+    if not (math.isfinite(low) and math.isfinite(high)):
+        count = value.numel()
+        inf, nan = int(value.isinf().sum()) / count, int(value.isnan().sum()) / count
+        finite = value[value.isfinite()]
+        low, high = (float(finite.min()), float(finite.max())) if finite.numel() else (0.0, 0.0)
     return NodeValues(
         low=low,
         high=high,
-        inf=int(value.isinf().sum()) / count,
-        nan=int(value.isnan().sum()) / count,
+        inf=inf,
+        nan=nan,
         overflow=0.0,
-        reference_nan=int(value.isnan().sum()) / count,
+        reference_nan=nan,
         underflow=0.0,
         error=0.0,
         error_max=0.0,
