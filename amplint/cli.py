@@ -114,9 +114,7 @@ def _parser() -> argparse.ArgumentParser:
         "--weights", type=Path, metavar="FILE", help="a .safetensors file or a saved state dict to load first"
     )
     values.add_argument("--headroom-bits", type=float, metavar="BITS", help="AMP106 limit (default 2)")
-    values.add_argument(
-        "--underflow-fraction", type=float, metavar="F", help="AMP107 limit (default 0.01)"
-    )
+    values.add_argument("--underflow-fraction", type=float, metavar="F", help="AMP107 limit (default 0.01)")
     values.add_argument(
         "--error-threshold", type=float, metavar="E", help="AMP108: output error that asks (default 0.01)"
     )

@@ -71,7 +71,9 @@ def _one(mode: str, seq_len: int, layers: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--layers", type=int, default=LLAMA_1B["num_hidden_layers"])
@@ -85,7 +87,16 @@ def main() -> None:
         results = []
         for _ in range(args.runs):
             done = subprocess.run(
-                [sys.executable, __file__, "--one", mode, "--seq-len", str(args.seq_len), "--layers", str(args.layers)],
+                [
+                    sys.executable,
+                    __file__,
+                    "--one",
+                    mode,
+                    "--seq-len",
+                    str(args.seq_len),
+                    "--layers",
+                    str(args.layers),
+                ],
                 capture_output=True,
                 text=True,
                 check=True,
@@ -93,8 +104,10 @@ def main() -> None:
             results.append(json.loads(done.stdout.strip().splitlines()[-1]))
         rows.append((mode, results))
     parameters = rows[0][1][0]["parameters"]
-    print(f"Llama-shaped, {args.layers} layers, {parameters / 1e9:.2f}B parameters in bfloat16, "
-          f"sequence length {args.seq_len}, median of {args.runs} fresh processes\n")
+    print(
+        f"Llama-shaped, {args.layers} layers, {parameters / 1e9:.2f}B parameters in bfloat16, "
+        f"sequence length {args.seq_len}, median of {args.runs} fresh processes\n"
+    )
     print("| Run | RSS with the weights | Peak RSS | Peak above the weights | Wall time |")
     print("| --- | --- | --- | --- | --- |")
     names = {"forward": "plain forward pass (`torch.no_grad`)", "values": "values replay (`--values`)"}

@@ -132,7 +132,7 @@ def test_large_error_ranks_the_op_that_adds_it() -> None:
     torch.manual_seed(0)
     graph = replay(Cancellation(), (torch.randn(256),), autocast=False, param_dtype=torch.float16)
     findings = _findings(graph, "AMP108")
-    assert [f.node.op for f in findings][0] == "sub"
+    assert findings[0].node.op == "sub"
     assert [f.extra["rank"] for f in findings] == list(range(1, len(findings) + 1))
     assert findings[0].extra["local_error"] > 0.05 > findings[-1].extra["local_error"]
     assert findings[0].extra["output_error"] > 0.05

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING
 from amplint.diagnostics import Severity
 from amplint.rule import Bad, Good, GraphFinding, RuntimeRule
 from amplint.runtime.chains import where
-from amplint.runtime.value_walks import downstream, fix_for, per_line, producer_values, ranges, replayed
+from amplint.runtime.value_walks import (
+    VALUES_IN_FLOAT16,
+    downstream,
+    fix_for,
+    per_line,
+    producer_values,
+    ranges,
+    replayed,
+)
 
 if TYPE_CHECKING:
     from amplint.runtime.graph import DtypeGraph, DtypeNode, NodeValues, Values
@@ -52,7 +60,7 @@ class FirstOverflow(RuntimeRule):
     name = "first-overflow"
     summary = "the first op whose values overflowed to inf/NaN on real inputs, and where that surfaced"
     severity = Severity.ERROR
-    example_trace = {"dtype": "float16", "values": True}
+    example_trace = VALUES_IN_FLOAT16
 
     bad = (
         Bad(
@@ -151,7 +159,9 @@ def _kind(found: NodeValues) -> str:
     return "NaN" if found.nan else "inf"
 
 
-def _turns(graph: DtypeGraph, origin: DtypeNode, found: NodeValues, chain: list[DtypeNode]) -> list[DtypeNode]:
+def _turns(
+    graph: DtypeGraph, origin: DtypeNode, found: NodeValues, chain: list[DtypeNode]
+) -> list[DtypeNode]:
     """The op that turned the inf into NaN (if the origin made only inf), then the outputs reached."""
     assert graph.values is not None
     turns: list[DtypeNode] = []

@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING
 
 from amplint.rule import Bad, Good, GraphFinding, RuntimeRule
 from amplint.runtime.chains import where
-from amplint.runtime.value_walks import fix_for, per_line, producer_values, ranges, replayed
+from amplint.runtime.value_walks import (
+    VALUES_IN_FLOAT16,
+    fix_for,
+    per_line,
+    producer_values,
+    ranges,
+    replayed,
+)
 
 if TYPE_CHECKING:
     from amplint.runtime.graph import DtypeGraph
@@ -43,7 +50,7 @@ class LowHeadroom(RuntimeRule):
     code = "AMP106"
     name = "low-headroom"
     summary = "values within a few bits of the dtype's largest finite value on real inputs"
-    example_trace = {"dtype": "float16", "values": True}
+    example_trace = VALUES_IN_FLOAT16
 
     bad = (
         Bad(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from amplint.rule import Bad, Good, GraphFinding, RuntimeRule
 from amplint.runtime.chains import where
-from amplint.runtime.value_walks import per_line, producer_values, ranges, replayed
+from amplint.runtime.value_walks import VALUES_IN_FLOAT16, per_line, producer_values, ranges, replayed
 
 if TYPE_CHECKING:
     from amplint.runtime.graph import DtypeGraph
@@ -42,7 +42,7 @@ class Underflow(RuntimeRule):
     code = "AMP107"
     name = "underflow"
     summary = "non-zero values flushed to zero by the dtype's range on real inputs"
-    example_trace = {"dtype": "float16", "values": True}
+    example_trace = VALUES_IN_FLOAT16
 
     bad = (
         Bad(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from amplint.rule import Bad, Good, GraphFinding, RuntimeRule
 from amplint.runtime.chains import HALF, where
-from amplint.runtime.value_walks import per_line, replayed, upstream
+from amplint.runtime.value_walks import VALUES_IN_FLOAT16, per_line, replayed, upstream
 
 if TYPE_CHECKING:
     from amplint.runtime.graph import DtypeGraph, DtypeNode
@@ -45,7 +45,7 @@ class LargeError(RuntimeRule):
     code = "AMP108"
     name = "large-error"
     summary = "the ops that contribute most to the outputs' error against float64, ranked"
-    example_trace = {"dtype": "float16", "values": True}
+    example_trace = VALUES_IN_FLOAT16
 
     bad = (
         Bad(
@@ -110,7 +110,11 @@ def factory():
         worst = max(values.nodes[node.id].error for node in wrong)
         feeding = upstream(graph, wrong)
         ranked = sorted(
-            ((node, found) for node, found in replayed(graph) if node.id in feeding and found.local_error > 0),
+            (
+                (node, found)
+                for node, found in replayed(graph)
+                if node.id in feeding and found.local_error > 0
+            ),
             key=lambda item: -item[1].local_error,
         )
         for rank, (node, found) in enumerate(per_line(ranked)[: limits.error_top], start=1):

@@ -19,8 +19,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from amplint.runtime.chains import HALF, computing, late_upcasts
-from amplint.runtime.graph import DtypeGraph
 from amplint.runtime.cpu_replay import Replay, relative_error
+from amplint.runtime.graph import DtypeGraph
 from amplint.runtime.tracer import first_tensor
 
 # Ops that rules flag for computing in half precision (softmax, norm statistics, accumulations):

@@ -53,7 +53,7 @@ def render_text(graph: DtypeGraph, nodes: list[DtypeNode]) -> str:
     rows = [("id", "op", "dtypes", "policy", "source", "module", *(_VALUE_COLUMNS if values else ()))]
     for node in nodes:
         inputs = ",".join(d or "-" for d in node.input_dtypes) or "-"
-        row = (
+        row: tuple[str, ...] = (
             str(node.id),
             node.op,
             f"{inputs} -> {node.dtype or '-'}",
@@ -86,7 +86,9 @@ def render_text(graph: DtypeGraph, nodes: list[DtypeNode]) -> str:
         lines.append(f"values: {replayed} ops replayed against float64{peak}")
         if values.stopped_at is not None:
             stopped = graph.nodes[values.stopped_at]
-            lines.append(f"values: the replay stopped at `{stopped.op}` ({_where(stopped)}): {values.stopped}")
+            lines.append(
+                f"values: the replay stopped at `{stopped.op}` ({_where(stopped)}): {values.stopped}"
+            )
         lines += [f"values: {note}" for note in values.notes]
     return "\n".join(lines) + "\n"
 
@@ -99,7 +101,7 @@ _VALUE_COLUMNS = ("absmax", "headroom", "inf/nan", "underflow", "error")
 def _value_cells(found: NodeValues) -> tuple[str, ...]:
     bad = found.inf + found.nan
     return (
-        f"{found.absmax:.3g}",
+        "-" if bad >= 1.0 else f"{found.absmax:.3g}",
         "-" if found.headroom is None else f"{found.headroom:.1f}",
         f"{bad:.0%}" if bad else "",
         f"{found.underflow:.0%}" if found.underflow else "",

@@ -136,8 +136,11 @@ def value_limits(table: dict[str, Any], where: str) -> dict[str, float | int]:
             continue
         value = table[key]
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or (kind is int and not isinstance(value, int)) or value < lowest or (
-            highest is not None and value > highest
+        if (
+            not number
+            or (kind is int and not isinstance(value, int))
+            or value < lowest
+            or (highest is not None and value > highest)
         ):
             bound = f"between {lowest:g} and {highest:g}" if highest is not None else f"at least {lowest:g}"
             what = "an integer" if kind is int else "a number"

@@ -4,16 +4,21 @@ the op. Plain data, no torch."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from types import MappingProxyType
 
 from amplint.runtime.chains import VIEWS, where
 from amplint.runtime.graph import DtypeGraph, DtypeNode, NodeValues
 
-PRODUCTS = frozenset({"mm", "bmm", "addmm", "baddbmm", "matmul", "linear", "convolution", "addmv", "mv", "dot"})
+PRODUCTS = frozenset(
+    {"mm", "bmm", "addmm", "baddbmm", "matmul", "linear", "convolution", "addmv", "mv", "dot"}
+)
 _SOFTMAX = frozenset({"_softmax", "softmax", "_log_softmax", "_safe_softmax"})
 _MASKS = frozenset({"masked_fill", "masked_fill_", "fill", "fill_", "full", "full_like", "new_full", "where"})
 _EXPONENTIALS = frozenset({"exp", "exp2", "expm1", "pow"})
 _SUMS = frozenset({"sum", "cumsum", "mean", "prod", "cumprod", "var", "var_mean", "logsumexp"})
+# How the tests trace the value rules' examples: in float16, replayed.
+VALUES_IN_FLOAT16: Mapping[str, object] = MappingProxyType({"dtype": "float16", "values": True})
 # How far downstream a product's result is looked for a softmax (views, scale, mask, cast).
 _SCORES_REACH = 8
 
@@ -118,8 +123,6 @@ def fix_for(graph: DtypeGraph, node: DtypeNode) -> str:
         return "subtract the maximum before exponentiating, or compute it in float32"
     if node.op in _SUMS:
         return "accumulate in float32 (`dtype=torch.float32`, or upcast the input first)"
-    return f"upcast to float32 before `{node.op}` (`.float()` on its input at {where(node)}), or run in bfloat16"
-
-
-def headroom_text(dtype: str | None, bits: float) -> str:
-    return f"{bits:.1f} bit(s) below the largest {dtype} value"
+    return (
+        f"upcast to float32 before `{node.op}` (`.float()` on its input at {where(node)}), or run in bfloat16"
+    )

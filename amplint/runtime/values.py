@@ -25,8 +25,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from amplint.runtime.chains import VIEWS, where
-from amplint.runtime.graph import DtypeGraph, NodeValues, ValueLimits, Values
 from amplint.runtime.cpu_replay import Replay, relative_error
+from amplint.runtime.graph import DtypeGraph, NodeValues, ValueLimits, Values
 from amplint.runtime.tracer import first_tensor, trace
 from amplint.runtime.weights import load_weights
 
@@ -133,7 +133,9 @@ class _Stopped(Exception):
 
 
 class _ValuesReplay(Replay):
-    def __init__(self, module: torch.fx.GraphModule, ids: dict[torch.fx.Node, int], graph: DtypeGraph) -> None:
+    def __init__(
+        self, module: torch.fx.GraphModule, ids: dict[torch.fx.Node, int], graph: DtypeGraph
+    ) -> None:
         super().__init__(module)
         self.ids = ids
         self.dtype_graph = graph
@@ -348,7 +350,9 @@ def _estimate(graph_module: torch.fx.GraphModule) -> tuple[int, tuple[str, str] 
         size = sum(_bytes(value) for value in _tensors(node.meta.get("val")))
         held[node] = size
         live += size
-        inputs64 = sum(_bytes(value, 8) for p in node.all_input_nodes for value in _tensors(p.meta.get("val")))
+        inputs64 = sum(
+            _bytes(value, 8) for p in node.all_input_nodes for value in _tensors(p.meta.get("val"))
+        )
         peak = max(peak, live + inputs64 + 2 * size)
         if size > biggest[0]:
             biggest = (size, node)
@@ -414,4 +418,3 @@ def _version_notes(saved: DtypeGraph, replayed: DtypeGraph) -> list[str]:
     ]
     notes += [f"{key}: {before[key]} then, {after[key]} now" for key in sorted(changed)[:10]]
     return notes
-

@@ -55,7 +55,8 @@ def load_weights(model: torch.nn.Module, weights: str | Path | Mapping[str, torc
         if tuple(state[name].shape) != expected[name]
     ]
     problems = [
-        f"{title} ({len(items)}):\n" + "\n".join(f"  {item}" for item in items[:_SHOWN])
+        f"{title} ({len(items)}):\n"
+        + "\n".join(f"  {item}" for item in items[:_SHOWN])
         + (f"\n  ... and {len(items) - _SHOWN} more" if len(items) > _SHOWN else "")
         for title, items in (
             ("missing from the weights", missing),
