@@ -6,10 +6,18 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from amplint.rule import Bad, Good, GraphFinding, RuntimeRule
-from amplint.runtime.chains import LOSSY, LateUpcast, describe_error, late_upcasts, measured_error, where
+from amplint.runtime.chains import (
+    LOSSY,
+    LateUpcast,
+    describe_error,
+    late_upcasts,
+    measured_error,
+    step,
+    where,
+)
 
 if TYPE_CHECKING:
-    from amplint.runtime.graph import DtypeGraph, DtypeNode
+    from amplint.runtime.graph import DtypeGraph
 
 
 class PrecisionLostBeforeUpcast(RuntimeRule):
@@ -126,7 +134,7 @@ def factory():
             sink = late.sink
             steps = " -> ".join(f"`{node.op}` at {where(node)}" for node in chain)
             evidence = f"{steps} ran in {start.dtype}; `{sink.op}` at {where(sink)} ran in float32"
-            extra: dict[str, object] = {"chain": [_step(node) for node in (*chain, sink)]}
+            extra: dict[str, object] = {"chain": [step(node) for node in (*chain, sink)]}
             measured = measured_error(graph, [item.cast for item in found])
             if measured is not None:
                 evidence += "; " + describe_error(measured)
@@ -141,13 +149,3 @@ def factory():
                 extra=extra,
                 upcast=start.op,
             )
-
-
-def _step(node: DtypeNode) -> dict[str, object]:
-    source = node.source
-    return {
-        "op": node.op,
-        "dtype": node.dtype,
-        "path": source.path if source else None,
-        "line": source.line if source else None,
-    }

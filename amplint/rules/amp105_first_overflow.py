@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from amplint.diagnostics import Severity
 from amplint.rule import Bad, Good, GraphFinding, RuntimeRule
-from amplint.runtime.chains import where
+from amplint.runtime.chains import step, where
 from amplint.runtime.value_walks import (
     VALUES_IN_FLOAT16,
     downstream,
@@ -148,7 +148,7 @@ def factory():
                 extra={
                     "overflow": found.overflow,
                     "input_ranges": [[v.low, v.high] for v in producer_values(graph, node)],
-                    "chain": [_step(graph, step) for step in (node, *_turns(graph, node, found, chain))],
+                    "chain": [_step(graph, n) for n in (node, *_turns(graph, node, found, chain))],
                 },
             )
 
@@ -197,13 +197,4 @@ def _surfaced(
 def _step(graph: DtypeGraph, node: DtypeNode) -> dict[str, object]:
     assert graph.values is not None
     found = graph.values.nodes[node.id]
-    source = node.source
-    return {
-        "op": node.op,
-        "dtype": node.dtype,
-        "path": source.path if source else None,
-        "line": source.line if source else None,
-        "module": node.module,
-        "inf": found.inf,
-        "nan": found.nan,
-    }
+    return {**step(node), "module": node.module, "inf": found.inf, "nan": found.nan}
