@@ -176,6 +176,24 @@ def test_weights_from_a_file(tmp_path: Path, suffix: str) -> None:
     assert graph.values.nodes[output.id].high == 24.0  # 8 inputs of 1 times weights of 3
 
 
+def test_a_transformers_config_replays_with_a_weights_file(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    from safetensors.torch import save_file
+
+    shape = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "vocab_size": 128}
+    heads = {"num_attention_heads": 4, "num_key_value_heads": 2}
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**shape, **heads))
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "w.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", **shape, **heads}))
+    spec = {"hf_config": str(tmp_path / "config.json"), "seq_len": 8, "batch_size": 1}
+    spec |= {"attn_implementation": "eager", "device": "cuda", "dtype": "bfloat16", "autocast": True}
+    graph = run_traced({**spec, "values": True, "weights": str(tmp_path / "w.safetensors")})
+    assert graph.values_note is None and graph.values is not None and graph.values.stopped is None
+    logits = graph.node(graph.values.outputs[0])
+    assert 0 < graph.values.nodes[logits.id].error < 0.05  # bfloat16 against float64, nothing broken
+
+
 def test_weights_that_do_not_fit_are_listed_and_nothing_runs(tmp_path: Path) -> None:
     path = tmp_path / "weights.pt"
     torch.save({"proj.weight": torch.zeros(4, 8), "extra.bias": torch.zeros(2)}, path)
@@ -191,7 +209,7 @@ def test_weights_that_do_not_fit_are_listed_and_nothing_runs(tmp_path: Path) -> 
 
 
 def test_a_replay_too_large_for_memory_is_refused_before_it_runs() -> None:
-    with pytest.raises(ReplayError, match=r"needs about .* GB beyond the weights .*--max-memory"):
+    with pytest.raises(ReplayError, match=r"needs about .* MB beyond the weights .*--max-memory"):
         replay(Projection(), (torch.ones(1024, 8),), max_memory=1024)
 
 

@@ -53,6 +53,10 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         from amplint.runtime.weights import load_weights
 
         load_weights(model, spec["weights"])
+        if spec.get("hf_config"):
+            from amplint.runtime.hf import materialize_buffers
+
+            materialize_buffers(model)
     param_dtype = getattr(torch, spec["param_dtype"]) if spec.get("param_dtype") else None
     settings = {
         "dtype": getattr(torch, spec["dtype"]),

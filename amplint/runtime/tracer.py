@@ -411,7 +411,7 @@ def _dtype_graph(
                 input_dtypes=[nodes[ids[p]].dtype for p in producers],
                 shape=list(value.shape) if isinstance(value, torch.Tensor) else None,
                 policy=policy,
-                source=_source(fx_node.meta.get("stack_trace")),
+                source=source_of(fx_node.meta.get("stack_trace")),
                 module=custom.get("amplint_module"),
                 inputs=[ids[p] for p in producers],
             )
@@ -435,7 +435,8 @@ def first_tensor(value: Any) -> Any:
     return value
 
 
-def _source(stack_trace: str | None) -> Source | None:
+def source_of(stack_trace: str | None) -> Source | None:
+    """The user's source line in a node's recorded stack trace (see `_user_frames`)."""
     if not stack_trace:
         return None
     match = _FRAME.search(stack_trace)

@@ -27,8 +27,9 @@ from torch.utils import _pytree as pytree
 from amplint.runtime.chains import VIEWS, where
 from amplint.runtime.cpu_replay import Replay, relative_error
 from amplint.runtime.graph import DtypeGraph, NodeValues, ValueLimits, Values
-from amplint.runtime.tracer import first_tensor, trace
+from amplint.runtime.tracer import first_tensor, source_of, trace
 from amplint.runtime.weights import load_weights
+from amplint.source import display_path
 
 __all__ = ["ReplayError", "replay", "replay_values"]
 
@@ -106,9 +107,9 @@ def replay_values(
     if allowed is not None and needed > allowed:
         where_ = f" (the largest value: `{biggest[0]}` at {biggest[1]})" if biggest else ""
         raise ReplayError(
-            f"the values replay needs about {needed / _GB:.1f} GB beyond the weights{where_}, and "
-            f"{allowed / _GB:.1f} GB are available: shorten the inputs (sequence length, batch), "
-            "or allow more with --max-memory GB"
+            f"the values replay needs about {_size(needed)} beyond the weights{where_}, and "
+            f"{_size(allowed)} are available: shorten the inputs (sequence length, batch), "
+            "or allow more (--max-memory GB; `max_memory` in bytes from Python)"
         )
     replayer = _ValuesReplay(graph_module, ids, graph)
     values = Values(outputs=_outputs(graph_module, ids), limits=limits or ValueLimits())
@@ -361,9 +362,9 @@ def _estimate(graph_module: torch.fx.GraphModule) -> tuple[int, tuple[str, str] 
     node = biggest[1]
     if node is None:
         return peak, None
-    stack = node.meta.get("stack_trace") or ""
-    line = stack.strip().splitlines()[0].strip() if stack.strip() else "an unknown line"
-    return peak, (str(getattr(node.target, "__name__", node.target)), line)
+    source = source_of(node.meta.get("stack_trace"))
+    line = f"{display_path(Path(source.path))}:{source.line}" if source else "an unknown line"
+    return peak, (_op(node) or str(node.target), line)
 
 
 def _tensors(value: Any) -> Iterable[torch.Tensor]:
@@ -377,6 +378,10 @@ def _bytes(value: torch.Tensor, float_size: int | None = None) -> int:
         return count * float_size
     extra = 8 if value.is_floating_point() else value.element_size()
     return count * (value.element_size() + extra)
+
+
+def _size(count: int) -> str:
+    return f"{count / _GB:.1f} GB" if count >= _GB // 10 else f"{count / 1024**2:.1f} MB"
 
 
 def _available() -> int | None:
