@@ -113,6 +113,12 @@ def _parser() -> argparse.ArgumentParser:
     values.add_argument(
         "--weights", type=Path, metavar="FILE", help="a .safetensors file or a saved state dict to load first"
     )
+    values.add_argument(
+        "--graph",
+        type=Path,
+        metavar="GRAPH.json",
+        help="replay with a saved trace's settings (dtype, autocast); another torch version's differences are noted",
+    )
     values.add_argument("--headroom-bits", type=float, metavar="BITS", help="AMP106 limit (default 2)")
     values.add_argument("--underflow-fraction", type=float, metavar="F", help="AMP107 limit (default 0.01)")
     values.add_argument(
@@ -341,18 +347,26 @@ def _trace(args: argparse.Namespace) -> int:
     limits = _value_limits(args)
     if isinstance(limits, int):
         return limits
-    if args.weights is not None and not args.values:
-        return _error("--weights is for the values replay: add --values")
+    if (args.weights is not None or args.graph is not None) and not args.values:
+        return _error("--weights and --graph are for the values replay: add --values")
+    saved = None
+    if args.graph is not None:
+        from amplint.runtime.graph import DtypeGraph
+
+        try:
+            saved = DtypeGraph.load(args.graph)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return _error(f"cannot read the saved graph {args.graph}: {exc}")
     spec = {
         "target": args.target,
         "hf_config": args.hf_config,
         "seq_len": args.seq_len,
         "batch_size": args.batch_size,
         "attn_implementation": args.attn_implementation,
-        "device": args.device,
-        "dtype": args.dtype,
-        "autocast": not args.no_autocast,
-        "param_dtype": args.param_dtype,
+        "device": args.device if saved is None else saved.device,
+        "dtype": args.dtype if saved is None else saved.dtype,
+        "autocast": not args.no_autocast if saved is None else saved.autocast,
+        "param_dtype": args.param_dtype if saved is None else saved.param_dtype,
         "measure": args.measure,
         "values": args.values,
         "weights": None if args.weights is None else str(args.weights.resolve()),
@@ -372,6 +386,8 @@ def _trace(args: argparse.Namespace) -> int:
             graph = trace_in_child(spec, args.timeout)
     except (TargetError, ChildError) as exc:
         return _error(str(exc))
+    if saved is not None and graph.values is not None:
+        graph.values.notes.extend(graph.differences_from(saved))
     nodes = select(graph, op=args.op, module=args.module, changed_dtype=args.changed_dtype)
     # `trace` applies no fix (`check --confirm --fix` does): the findings are shown without one.
     findings = [replace(d, fix=None) for d in graph_findings(graph, args.target or args.hf_config)]

@@ -229,6 +229,24 @@ class DtypeGraph:
             seen[where] += 1
         return keys
 
+    def differences_from(self, saved: DtypeGraph) -> list[str]:
+        """What differs from a graph of the same model saved by another torch version: the ops
+        only one of them has, and those whose dtype changed (by `op_keys`); empty for the same one."""
+        if saved.torch_version == self.torch_version:
+            return []
+        # By id: a saved `amplint trace --op` output holds only some of the nodes.
+        saved_dtypes = {node.id: node.dtype for node in saved.nodes}
+        before = {key: saved_dtypes[i] for i, key in saved.op_keys().items()}
+        after = {key: self.nodes[i].dtype for i, key in self.op_keys().items()}
+        changed = sorted(key for key in before.keys() & after.keys() if before[key] != after[key])
+        notes = [
+            f"the saved graph was traced on torch {saved.torch_version}, this one on {self.torch_version}: "
+            f"the model was traced again and the values are this version's; "
+            f"{len(before.keys() - after.keys())} op(s) only in the saved graph, "
+            f"{len(after.keys() - before.keys())} only in this one, {len(changed)} with another dtype"
+        ]
+        return notes + [f"{key}: {before[key]} then, {after[key]} now" for key in changed[:10]]
+
     @classmethod
     def load(cls, path: str | Path) -> DtypeGraph:
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))

@@ -86,7 +86,7 @@ def replay(
         max_memory=max_memory,
     )
     if graph is not None and replayed.values is not None:
-        replayed.values.notes.extend(_version_notes(graph, replayed))
+        replayed.values.notes.extend(replayed.differences_from(graph))
     return replayed
 
 
@@ -406,20 +406,3 @@ def _peak_rss() -> int | None:
         return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if os.uname().sysname == "Darwin" else peak * 1024
-
-
-def _version_notes(saved: DtypeGraph, replayed: DtypeGraph) -> list[str]:
-    """What differs between a graph saved by another torch version and the one traced now."""
-    if saved.torch_version == replayed.torch_version:
-        return []
-    before = {key: saved.nodes[i].dtype for i, key in saved.op_keys().items()}
-    after = {key: replayed.nodes[i].dtype for i, key in replayed.op_keys().items()}
-    changed = [key for key in before.keys() & after.keys() if before[key] != after[key]]
-    notes = [
-        f"the saved graph was traced on torch {saved.torch_version}, this replay on "
-        f"{replayed.torch_version}: the model was traced again, and the values are this version's; "
-        f"{len(before.keys() - after.keys())} op(s) only in the saved graph, "
-        f"{len(after.keys() - before.keys())} only in this one, {len(changed)} with another dtype"
-    ]
-    notes += [f"{key}: {before[key]} then, {after[key]} now" for key in sorted(changed)[:10]]
-    return notes
