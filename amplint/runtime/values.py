@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import operator
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -332,9 +332,11 @@ def _outputs(graph_module: torch.fx.GraphModule, ids: dict[torch.fx.Node, int]) 
 
 
 def _estimate(graph_module: torch.fx.GraphModule) -> tuple[int, tuple[str, str] | None]:
-    """Bytes the replay holds beyond the inputs and weights at its peak, from the traced shapes:
-    the values still to be read (as traced and in float64), plus the float64 copies of the largest
-    op's inputs and output made while it runs; and where the largest value is made."""
+    """Bytes the replay holds beyond the inputs and weights at its peak, from the traced shapes, and
+    where the largest value is made. Held: each value still to be read, as traced (nothing for a
+    view, which shares its input's memory) and in float64; while an op runs, also the float64
+    copies of the weights and inputs it reads and, for an op that computes, about three more
+    float64 outputs (its local error and the statistics' temporaries)."""
     last_use: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in graph_module.graph.nodes:
         for producer in node.all_input_nodes:
@@ -348,15 +350,16 @@ def _estimate(graph_module: torch.fx.GraphModule) -> tuple[int, tuple[str, str] 
     for node in graph_module.graph.nodes:
         if node.op != "call_function":
             continue
-        size = sum(_bytes(value) for value in _tensors(node.meta.get("val")))
-        held[node] = size
-        live += size
-        inputs64 = sum(
-            _bytes(value, 8) for p in node.all_input_nodes for value in _tensors(p.meta.get("val"))
-        )
-        peak = max(peak, live + inputs64 + 2 * size)
-        if size > biggest[0]:
-            biggest = (size, node)
+        tensors = _tensors(node.meta.get("val"))
+        reference = sum(value.numel() * 8 for value in tensors)
+        view = node.target is operator.getitem or _op(node) in VIEWS | _REORDERS
+        held[node] = reference + (0 if view else sum(v.numel() * v.element_size() for v in tensors))
+        live += held[node]
+        inputs = [p for p in node.all_input_nodes if p.op == "placeholder"]
+        copies = sum(value.numel() * 8 for p in inputs for value in _tensors(p.meta.get("val")))
+        peak = max(peak, live + copies + (0 if view else 3 * reference))
+        if held[node] > biggest[0]:
+            biggest = (held[node], node)
         for producer in freed_after.get(node, ()):
             live -= held.pop(producer, 0)
     node = biggest[1]
@@ -367,17 +370,8 @@ def _estimate(graph_module: torch.fx.GraphModule) -> tuple[int, tuple[str, str] 
     return peak, (_op(node) or str(node.target), line)
 
 
-def _tensors(value: Any) -> Iterable[torch.Tensor]:
+def _tensors(value: Any) -> list[torch.Tensor]:
     return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]
-
-
-def _bytes(value: torch.Tensor, float_size: int | None = None) -> int:
-    """A value's bytes as traced plus its float64 reference (or only `float_size` bytes an element)."""
-    count = value.numel()
-    if float_size is not None:
-        return count * float_size
-    extra = 8 if value.is_floating_point() else value.element_size()
-    return count * (value.element_size() + extra)
 
 
 def _size(count: int) -> str:
