@@ -12,6 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from support import amplint_run, write  # noqa: E402
 from torch import nn  # noqa: E402
 
 from amplint.rules import rule_by_code  # noqa: E402
@@ -20,7 +21,6 @@ from amplint.runtime.child import run_traced  # noqa: E402
 from amplint.runtime.target import TargetError, target_specs  # noqa: E402
 from amplint.runtime.values import ReplayError  # noqa: E402
 from amplint.runtime.weights import WeightsError  # noqa: E402
-from tests.support import amplint_run  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 FP16 = {"device": "cuda", "dtype": "float16", "autocast": False, "param_dtype": "float16", "values": True}
@@ -250,6 +250,23 @@ def test_trace_values_cli_text_and_json(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "absmax  headroom  inf/nan  underflow  error" in done.stdout
     assert "AMP105 `bmm` produced inf in 100% of its values" in done.stdout
+
+
+def test_check_confirm_replays_targets_with_values_and_reports_in_sarif(tmp_path: Path) -> None:
+    for name in ("qwen2_eager_attention.py", "qwen2_fp16_overflow.py"):
+        write(tmp_path / name, (FIXTURES / name).read_text(encoding="utf-8"))
+    target = '{ target = "qwen2_fp16_overflow.py:factory", autocast = false, param-dtype = "float16", values = true }'
+    write(tmp_path / "pyproject.toml", f"[tool.amplint.runtime]\ntargets = [{target}]\n")
+    done = amplint_run(tmp_path, "check", ".", "--confirm", "--format", "sarif")
+    assert done.returncode == 1, done.stderr
+    results = json.loads(done.stdout)["runs"][0]["results"]
+    [overflow] = [r for r in results if r["ruleId"] == "AMP105"]
+    location = overflow["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"]["uri"].endswith("qwen2_eager_attention.py")
+    assert location["region"]["startLine"] == _line_of(
+        "qwen2_eager_attention.py", "attn_weights = torch.matmul(query_states, key_states"
+    )
+    assert overflow["level"] == "error" and "turned it into NaN" in overflow["message"]["text"]
 
 
 def test_trace_values_cli_refuses_weights_that_do_not_fit(tmp_path: Path) -> None:
