@@ -169,7 +169,7 @@ def test_weights_from_a_file(tmp_path: Path, suffix: str) -> None:
 
         save_file(state, str(path))
     else:
-        torch.save(state, path)
+        torch.save({"state_dict": state, "step": 10}, path)  # a training checkpoint
     graph = replay(Projection(), (torch.ones(1, 8),), autocast=False, param_dtype=torch.float32, weights=path)
     assert graph.values is not None
     output = graph.node(graph.values.outputs[0])

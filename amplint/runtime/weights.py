@@ -36,6 +36,10 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
         raise
     except Exception as exc:
         raise WeightsError(f"cannot read weights from {path}: {type(exc).__name__}: {exc}") from None
+    for key in ("state_dict", "model"):  # a training checkpoint that holds the state dict
+        if isinstance(loaded, Mapping) and isinstance(loaded.get(key), Mapping):
+            loaded = loaded[key]
+            break
     if not isinstance(loaded, Mapping) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
         raise WeightsError(f"{path} holds no state dict (a mapping of names to tensors)")
     return dict(loaded)
