@@ -131,14 +131,16 @@ def factory():
             for node, found in replayed(graph)
             if found.overflow and not any(v.overflow for v in producer_values(graph, node))
         ]
-        for node, found in per_line(origins):
+        for index, (node, found) in enumerate(per_line(origins)):
             chain = downstream(graph, node, overflowed)
             surfaced = _surfaced(graph, values, node, found, chain)
             kind = _kind(found)
             yield GraphFinding(
                 node,
                 f"`{node.op}` produced {kind} in {found.overflow:.0%} of its values ({node.dtype}; "
-                f"inputs in {ranges(graph, node)}), the first overflow of the replay; {surfaced}",
+                f"inputs in {ranges(graph, node)}), "
+                + ("the first overflow of the replay" if index == 0 else "an overflow no earlier one fed")
+                + f"; {surfaced}",
                 evidence=(
                     f"replayed on the factory's inputs and weights: `{node.op}` at {where(node)}"
                     + (f" in {node.module}" if node.module else "")
