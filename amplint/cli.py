@@ -90,7 +90,12 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16", help="autocast dtype")
     trace.add_argument("--no-autocast", action="store_true", help="trace without autocast")
     trace.add_argument("--param-dtype", choices=("bfloat16", "float16", "float32"), help="cast parameters")
-    trace.add_argument("--format", choices=("text", "json"), default="text")
+    trace.add_argument(
+        "--format",
+        choices=("text", "json", "sarif", "github"),
+        default="text",
+        help="sarif and github report the runtime findings only",
+    )
     trace.add_argument("--output", "-o", type=Path, metavar="FILE", help="write the report to FILE")
     trace.add_argument("--op", metavar="PATTERN", help="only ops matching this glob (e.g. 'soft*')")
     trace.add_argument("--module", metavar="PATTERN", help="only ops in modules matching this glob")
@@ -99,6 +104,33 @@ def _parser() -> argparse.ArgumentParser:
         "--measure",
         action="store_true",
         help="replay the graph on the factory's inputs and weights to measure the error of late upcasts",
+    )
+    values = trace.add_argument_group(
+        "values replay", "run every op on real tensors and against float64 (AMP105-AMP108)"
+    )
+    values.add_argument(
+        "--values", action="store_true", help="replay on the factory's inputs and weights, against float64"
+    )
+    values.add_argument(
+        "--weights", type=Path, metavar="FILE", help="a .safetensors file or a saved state dict to load first"
+    )
+    values.add_argument(
+        "--graph",
+        type=Path,
+        metavar="GRAPH.json",
+        help="replay with a saved trace's settings (dtype, autocast); another torch version's differences are noted",
+    )
+    values.add_argument("--headroom-bits", type=float, metavar="BITS", help="AMP106 limit (default 2)")
+    values.add_argument("--underflow-fraction", type=float, metavar="F", help="AMP107 limit (default 0.01)")
+    values.add_argument(
+        "--error-threshold", type=float, metavar="E", help="AMP108: output error that asks (default 0.01)"
+    )
+    values.add_argument("--error-top", type=int, metavar="N", help="AMP108: ops to name (default 3)")
+    values.add_argument(
+        "--max-memory",
+        type=float,
+        metavar="GB",
+        help="memory the replay may use beyond the weights (default: what is available)",
     )
     trace.add_argument("--timeout", type=float, default=300.0, help="seconds before the trace is given up")
     trace.add_argument("--in-process", action="store_true", help="trace in this process (for debugging)")
@@ -342,30 +374,50 @@ def _trace(args: argparse.Namespace) -> int:
 
     if (args.target is None) == (args.hf_config is None):
         return _error("give a TARGET such as fixtures/rwkv7_time_mix.py:factory, or --hf-config CONFIG.json")
+    limits = _value_limits(args)
+    if isinstance(limits, int):
+        return limits
+    if (args.weights is not None or args.graph is not None) and not args.values:
+        return _error("--weights and --graph are for the values replay: add --values")
+    saved = None
+    if args.graph is not None:
+        from amplint.runtime.graph import DtypeGraph
+
+        try:
+            saved = DtypeGraph.load(args.graph)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return _error(f"cannot read the saved graph {args.graph}: {exc}")
     spec = {
         "target": args.target,
         "hf_config": args.hf_config,
         "seq_len": args.seq_len,
         "batch_size": args.batch_size,
         "attn_implementation": args.attn_implementation,
-        "device": args.device,
-        "dtype": args.dtype,
-        "autocast": not args.no_autocast,
-        "param_dtype": args.param_dtype,
+        "device": args.device if saved is None else saved.device,
+        "dtype": args.dtype if saved is None else saved.dtype,
+        "autocast": not args.no_autocast if saved is None else saved.autocast,
+        "param_dtype": args.param_dtype if saved is None else saved.param_dtype,
         "measure": args.measure,
+        "values": args.values,
+        "weights": None if args.weights is None else str(args.weights.resolve()),
+        "limits": limits,
+        "max_memory": None if args.max_memory is None else int(args.max_memory * 1024**3),
     }
     try:
         if args.in_process:
             from amplint.runtime.tracer import TraceError
+            from amplint.runtime.values import ReplayError
 
             try:
                 graph = run_traced(spec)
-            except TraceError as exc:
+            except (TraceError, ReplayError) as exc:
                 return _error(str(exc))
         else:
             graph = trace_in_child(spec, args.timeout)
     except (TargetError, ChildError) as exc:
         return _error(str(exc))
+    if saved is not None and graph.values is not None:
+        graph.values.notes.extend(graph.differences_from(saved))
     nodes = select(graph, op=args.op, module=args.module, changed_dtype=args.changed_dtype)
     # `trace` applies no fix (`check --confirm --fix` does): the findings are shown without one.
     findings = [replace(d, fix=None) for d in graph_findings(graph, args.target or args.hf_config)]
@@ -374,11 +426,14 @@ def _trace(args: argparse.Namespace) -> int:
     else:
         from amplint.reporters import render
 
-        report = render_text(graph, nodes)
-        if findings:
-            sources: dict[str, str] = {}
-            _read_sources(findings, sources)
-            report += "\n" + render("text", findings, sources=sources, color=False)
+        sources: dict[str, str] = {}
+        _read_sources(findings, sources)
+        if args.format != "text":
+            report = render(args.format, findings, sources=sources, color=False)
+        else:
+            report = render_text(graph, nodes)
+            if findings:
+                report += "\n" + render("text", findings, sources=sources, color=False)
     if args.output is not None:
         args.output.write_text(report, encoding="utf-8")
     else:
@@ -428,6 +483,20 @@ def _lock(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(report)
     return EXIT_FINDINGS if run.differs else EXIT_CLEAN
+
+
+def _value_limits(args: argparse.Namespace) -> dict[str, float | int] | int:
+    """The value rules' limits: `[tool.amplint.runtime]`'s, then the flags'; an exit code on error."""
+    from amplint.config import ConfigError, load_settings
+    from amplint.runtime.target import LIMITS, TargetError, value_limits
+
+    try:
+        configured = value_limits(load_settings([Path(".")], None).runtime, "[tool.amplint.runtime]")
+        flags = {key: getattr(args, key.replace("-", "_")) for key in LIMITS}
+        given = value_limits({k: v for k, v in flags.items() if v is not None}, "the command line")
+    except (ConfigError, TargetError) as exc:
+        return _error(str(exc))
+    return {**configured, **given}
 
 
 def _rule(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

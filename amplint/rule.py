@@ -126,6 +126,8 @@ class RuntimeRule(Rule):
     # Its findings compare a trace with `amplint.lock` (`amplint lock --check`), not one graph: its
     # examples define `locked()`, the model the lock records, beside `factory()`.
     compares_lock: ClassVar[bool] = False
+    # How the tests trace the examples, beyond CUDA autocast in bfloat16 (e.g. `dtype`, `values`).
+    example_trace: ClassVar[Mapping[str, object]] = {}
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         return iter(())

@@ -246,6 +246,7 @@ def test_runtime_rule_examples(tmp_path: Path, rule, index: int, bad: bool) -> N
         "dtype": "bfloat16",
         "autocast": True,
         "compare_cpu": True,  # as --confirm traces a target: AMP103 compares the two policies
+        **rule.example_trace,
     }
     graph = run_traced(spec)
     findings = list(rule.check_graph(graph))

@@ -13,6 +13,7 @@ from amplint.runtime.chains import (
     describe_error,
     late_upcasts,
     measured_error,
+    step,
     where,
 )
 
@@ -137,7 +138,7 @@ def factory():
             sink = late.sink
             steps = " -> ".join(f"`{node.op}` at {where(node)}" for node in chain)
             evidence = f"{steps} ran in {start.dtype}; `{sink.op}` at {where(sink)} ran in float32"
-            extra: dict[str, object] = {"chain": [_step(node) for node in (*chain, sink)]}
+            extra: dict[str, object] = {"chain": [step(node) for node in (*chain, sink)]}
             measured = measured_error(graph, [item.cast for item in found])
             if measured is not None:
                 evidence += "; " + describe_error(measured)
@@ -173,13 +174,3 @@ def _cast_points(graph: DtypeGraph, chain: tuple[DtypeNode, ...], start: DtypeNo
             )
         )
     return tuple(points)
-
-
-def _step(node: DtypeNode) -> dict[str, object]:
-    source = node.source
-    return {
-        "op": node.op,
-        "dtype": node.dtype,
-        "path": source.path if source else None,
-        "line": source.line if source else None,
-    }

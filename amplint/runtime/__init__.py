@@ -9,15 +9,27 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from amplint.runtime.graph import DtypeGraph, DtypeNode, Source
+from amplint.runtime.graph import DtypeGraph, DtypeNode, NodeValues, Source, ValueLimits, Values
 
 # torch warns at import when NumPy is absent; tracing never needs NumPy.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 if TYPE_CHECKING:
     from amplint.runtime.tracer import TraceError, trace
+    from amplint.runtime.values import ReplayError, replay
 
-__all__ = ["DtypeGraph", "DtypeNode", "Source", "TraceError", "trace"]
+__all__ = [
+    "DtypeGraph",
+    "DtypeNode",
+    "NodeValues",
+    "ReplayError",
+    "Source",
+    "TraceError",
+    "ValueLimits",
+    "Values",
+    "replay",
+    "trace",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -26,4 +38,8 @@ def __getattr__(name: str) -> Any:
         from amplint.runtime import tracer
 
         return getattr(tracer, name)
+    if name in {"replay", "ReplayError"}:
+        from amplint.runtime import values
+
+        return getattr(values, name)
     raise AttributeError(name)

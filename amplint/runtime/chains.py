@@ -104,6 +104,17 @@ def where(node: DtypeNode) -> str:
     return f"{display_path(Path(node.source.path))}:{node.source.line}"
 
 
+def step(node: DtypeNode) -> dict[str, object]:
+    """A node as one step of a chain in a finding's JSON."""
+    source = node.source
+    return {
+        "op": node.op,
+        "dtype": node.dtype,
+        "path": source.path if source else None,
+        "line": source.line if source else None,
+    }
+
+
 def computing(nodes: Iterable[DtypeNode]) -> list[DtypeNode]:
     return [node for node in nodes if node.policy in _COMPUTING and node.op not in VIEWS]
 

@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from amplint.runtime.graph import DtypeGraph
+from amplint.runtime.graph import DtypeGraph, ValueLimits
 
 # Exit codes of the child, read by the parent.
 USAGE, FACTORY_FAILED = 2, 3
@@ -49,6 +49,14 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
             raise
         except Exception as exc:
             raise ChildError("the factory raised:\n" + "".join(traceback.format_exception(exc))) from None
+    if spec.get("weights"):
+        from amplint.runtime.weights import load_weights
+
+        load_weights(model, spec["weights"])
+        if spec.get("hf_config"):
+            from amplint.runtime.hf import materialize_buffers
+
+            materialize_buffers(model)
     param_dtype = getattr(torch, spec["param_dtype"]) if spec.get("param_dtype") else None
     settings = {
         "dtype": getattr(torch, spec["dtype"]),
@@ -57,8 +65,18 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
     }
     measure = spec.get("measure", False)
     lines = {(path, line) for path, line in spec.get("measure_lines", [])} if measure else None
+    values = spec.get("values", False)
     graph = trace(
-        model, args, kwargs, device=spec["device"], measure=measure, measure_lines=lines, **settings
+        model,
+        args,
+        kwargs,
+        device=spec["device"],
+        measure=measure,
+        measure_lines=lines,
+        values=values,
+        limits=ValueLimits(**spec["limits"]) if values and spec.get("limits") else None,
+        max_memory=spec.get("max_memory"),
+        **settings,
     )
     if spec.get("compare_cpu") and spec["device"] == "cuda" and spec["autocast"]:
         # The same model under CPU autocast's policy, for the ops whose dtype differs (AMP103).
@@ -95,10 +113,11 @@ def main(argv: list[str]) -> int:
     spec, output = json.loads(argv[0]), Path(argv[1])
     from amplint.runtime.target import TargetError
     from amplint.runtime.tracer import TraceError
+    from amplint.runtime.values import ReplayError
 
     try:
         graph = run_traced(spec)
-    except (TargetError, TraceError) as exc:
+    except (TargetError, TraceError, ReplayError) as exc:
         print(exc, file=sys.stderr)
         return USAGE
     except ChildError as exc:

@@ -49,6 +49,66 @@ class DtypeNode:
 
 
 @dataclass
+class NodeValues:
+    """What one op produced when the graph was replayed on real tensors, against a float64 replay of
+    the same graph from the same inputs and weights (the reference). Fractions are of the op's
+    elements; errors and ranges cover the positions where both values are finite."""
+
+    low: float  # the smallest and largest finite value
+    high: float
+    inf: float  # fraction of elements that are +-inf, and NaN
+    nan: float
+    overflow: float  # fraction non-finite here but finite in the reference
+    reference_nan: float  # fraction NaN in the reference itself
+    underflow: float  # fraction of the reference's non-zero values below the dtype's normal range, zero here
+    error: float  # relative error against the reference, norm-wise: |value - ref| / |ref|
+    error_max: float  # the largest element-wise relative error (see `amplint.runtime.cpu_replay`)
+    local_error: float  # norm-wise error of the op run in its dtype from the reference's inputs
+    headroom: float | None  # log2(finfo.max / largest magnitude), in bits; None when all are zero
+
+    @property
+    def absmax(self) -> float:
+        return max(abs(self.low), abs(self.high))
+
+
+@dataclass
+class ValueLimits:
+    """When the value rules speak: within `headroom_bits` of the dtype's largest value (AMP106), at
+    least `underflow_fraction` of non-zero values flushed to zero (AMP107), an output whose relative
+    error exceeds `error_threshold`, and the `error_top` ops that contribute most to it (AMP108)."""
+
+    headroom_bits: float = 2.0
+    underflow_fraction: float = 0.01
+    error_threshold: float = 0.01
+    error_top: int = 3
+
+
+@dataclass
+class Values:
+    """The values replay of a graph (`amplint trace --values`): per node id, and what it could not do."""
+
+    nodes: dict[int, NodeValues] = field(default_factory=dict)
+    outputs: list[int] = field(default_factory=list)  # ids of the nodes the forward pass returned
+    limits: ValueLimits = field(default_factory=ValueLimits)
+    stopped_at: int | None = None  # the node whose op raised, ending the replay (e.g. multinomial)
+    stopped: str | None = None  # what it raised
+    notes: list[str] = field(default_factory=list)  # e.g. a NaN in the float64 reference: a model bug
+    peak_bytes: int | None = None  # the largest resident set of the process during the replay
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Values:
+        return cls(
+            nodes={int(key): NodeValues(**value) for key, value in data["nodes"].items()},
+            outputs=data["outputs"],
+            limits=ValueLimits(**data["limits"]),
+            stopped_at=data.get("stopped_at"),
+            stopped=data.get("stopped"),
+            notes=data.get("notes", []),
+            peak_bytes=data.get("peak_bytes"),
+        )
+
+
+@dataclass
 class DtypeGraph:
     nodes: list[DtypeNode]
     device: str  # "cuda" or "cpu": whose autocast policy
@@ -65,6 +125,10 @@ class DtypeGraph:
     # For a CUDA trace: the dtype each op produced when the same model was traced under CPU
     # autocast, by `op_key`; empty when no CPU trace was made.
     cpu_dtypes: dict[str, str | None] = field(default_factory=dict)
+    # Real values of every op from `amplint trace --values` (None: not replayed); `values_note` says
+    # why there are none when they were asked for.
+    values: Values | None = None
+    values_note: str | None = None
 
     def node(self, node_id: int) -> DtypeNode:
         return self.nodes[node_id]
@@ -146,6 +210,8 @@ class DtypeGraph:
             measured=measured,
             measure_note=data.get("measure_note"),
             cpu_dtypes=data.get("cpu_dtypes", {}),
+            values=Values.from_dict(data["values"]) if data.get("values") else None,
+            values_note=data.get("values_note"),
             **fields,
         )
 
@@ -162,6 +228,24 @@ class DtypeGraph:
             keys[node.id] = f"{where[0]}:{where[1]}:{where[2]}:{seen[where]}"
             seen[where] += 1
         return keys
+
+    def differences_from(self, saved: DtypeGraph) -> list[str]:
+        """What differs from a graph of the same model saved by another torch version: the ops
+        only one of them has, and those whose dtype changed (by `op_keys`); empty for the same one."""
+        if saved.torch_version == self.torch_version:
+            return []
+        # By id: a saved `amplint trace --op` output holds only some of the nodes.
+        saved_dtypes = {node.id: node.dtype for node in saved.nodes}
+        before = {key: saved_dtypes[i] for i, key in saved.op_keys().items()}
+        after = {key: self.nodes[i].dtype for i, key in self.op_keys().items()}
+        changed = sorted(key for key in before.keys() & after.keys() if before[key] != after[key])
+        notes = [
+            f"the saved graph was traced on torch {saved.torch_version}, this one on {self.torch_version}: "
+            f"the model was traced again and the values are this version's; "
+            f"{len(before.keys() - after.keys())} op(s) only in the saved graph, "
+            f"{len(after.keys() - before.keys())} only in this one, {len(changed)} with another dtype"
+        ]
+        return notes + [f"{key}: {before[key]} then, {after[key]} now" for key in changed[:10]]
 
     @classmethod
     def load(cls, path: str | Path) -> DtypeGraph:

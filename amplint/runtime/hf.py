@@ -38,3 +38,25 @@ def causal_lm(
         raise TargetError(f"{config_path}: transformers cannot build a causal LM from it: {exc}") from None
     input_ids = torch.zeros(batch_size, seq_len, dtype=torch.long)
     return model, (), {"input_ids": input_ids, "use_cache": False}
+
+
+def materialize_buffers(model: Any) -> None:
+    """Give the buffers a config computes (rotary `inv_freq`, not in a checkpoint) real values on
+    the CPU, for a model built on the meta device whose weights were loaded: each module holding
+    such a buffer is built again from the model's config (one that cannot be stays on meta, and the
+    values replay says that the model has no weights)."""
+    import torch
+
+    for module in model.modules():
+        if not any(buffer.is_meta for buffer in module.buffers(recurse=False)):
+            continue
+        try:
+            with torch.device("cpu"):
+                fresh = type(module)(config=model.config)
+        except TypeError:  # not built from the config alone
+            continue
+        for key, buffer in fresh.named_buffers(recurse=False):
+            module.register_buffer(key, buffer, persistent=key not in module._non_persistent_buffers_set)
+        for key, value in vars(fresh).items():  # scalars computed with the buffers (attention_scaling)
+            if not key.startswith("_") and not isinstance(value, torch.Tensor):
+                setattr(module, key, value)

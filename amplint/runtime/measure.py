@@ -12,13 +12,14 @@ statistic, a cumulative sum), against the same op in float64 and float32 from th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence, Set
-from typing import Any, cast
+from collections.abc import Sequence, Set
+from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
 
 from amplint.runtime.chains import HALF, computing, late_upcasts
+from amplint.runtime.cpu_replay import Replay, relative_error
 from amplint.runtime.graph import DtypeGraph
 from amplint.runtime.tracer import first_tensor
 
@@ -39,9 +40,6 @@ _SINGLE = frozenset(
         "sqrt",
     }
 )
-# Below this fraction of the largest reference value, the relative error is taken against that floor
-# (a value that is nearly zero would make any rounding look infinite).
-_FLOOR = 1e-6
 
 
 def measure(
@@ -68,7 +66,7 @@ def measure(
         return
     shadowed = {fx_nodes[node.id] for late in lates for node in late.path}
     casts = {fx_nodes[late.cast.id]: late.cast.id for late in lates}
-    replay = _Replay(graph_module, shadowed, casts, singles)
+    replay = _Measure(graph_module, shadowed, casts, singles)
     try:
         with torch.no_grad():
             replay.run(*pytree.tree_leaves(inputs))
@@ -78,7 +76,7 @@ def measure(
     graph.measured = replay.measured
 
 
-class _Replay(torch.fx.Interpreter):
+class _Measure(Replay):
     """Runs the graph on CPU in the traced dtypes, with float64 and float32 shadows of the values on
     the chains, and measures the error at each upcast."""
 
@@ -102,29 +100,23 @@ class _Replay(torch.fx.Interpreter):
     def run_node(self, n: torch.fx.Node) -> Any:
         if n.op != "call_function":
             return super().run_node(n)
-        target = cast(Callable[..., Any], n.target)
         args, kwargs = self.fetch_args_kwargs_from_env(n)
-        args, kwargs = pytree.tree_map(_on_cpu, (args, kwargs))
         if n in self.shadowed:
             for dtype, shadows in self.shadows.items():
-                shadow_args, shadow_kwargs = self._shadowed(n, shadows, dtype)
-                shadows[n] = first_tensor(target(*shadow_args, **shadow_kwargs))
+                shadows[n] = first_tensor(self.call(n, *self.converted(n, dtype, shadows)))
         if n in self.casts:
             source = n.all_input_nodes[0]
             reference = self.shadows[torch.float64].get(source)
             fixed = self.shadows[torch.float32].get(source)
             if reference is not None and fixed is not None:
                 self.measured[self.casts[n]] = _errors(first_tensor(args[0]), reference, fixed)
-        result = target(*args, **kwargs)
+        result = self.call(n, args, kwargs)
         if n in self.singles:
             # The op itself in float64 and in float32 from the same inputs, against what it gave.
             try:
                 reference, fixed = (
-                    first_tensor(target(*shadow_args, **shadow_kwargs))
-                    for shadow_args, shadow_kwargs in (
-                        self._shadowed(n, {}, torch.float64),
-                        self._shadowed(n, {}, torch.float32),
-                    )
+                    first_tensor(self.call(n, *self.converted(n, dtype)))
+                    for dtype in (torch.float64, torch.float32)
                 )
                 if bool(torch.isfinite(first_tensor(result)).all()):  # an overflow is a finding of its own
                     self.measured[self.singles[n]] = _errors(first_tensor(result), reference, fixed)
@@ -132,45 +124,11 @@ class _Replay(torch.fx.Interpreter):
                 pass
         return result
 
-    def _shadowed(
-        self, n: torch.fx.Node, shadows: dict[torch.fx.Node, torch.Tensor], dtype: torch.dtype
-    ) -> tuple[Any, Any]:
-        """The node's arguments with each value on a chain replaced by its shadow, and every other
-        floating-point tensor (the chain's input, a weight) converted to the shadow's dtype."""
-
-        def value(argument: Any) -> Any:
-            if isinstance(argument, torch.fx.Node):
-                if argument in shadows:
-                    return shadows[argument]
-                current = self.env[argument]
-                if isinstance(current, torch.Tensor) and current.is_floating_point():
-                    return current.to(dtype)
-                return current
-            if isinstance(argument, torch.dtype) and argument.is_floating_point:
-                return dtype
-            return _on_cpu(argument)
-
-        return torch.fx.node.map_aggregate(n.args, value), torch.fx.node.map_aggregate(n.kwargs, value)
-
-
-def _on_cpu(value: Any) -> Any:
-    if isinstance(value, torch.device) and value.type != "cpu":
-        return torch.device("cpu")
-    return value
-
 
 def _errors(traced: torch.Tensor, reference: torch.Tensor, fixed: torch.Tensor) -> dict[str, float]:
-    traced, fixed, reference = traced.to(torch.float64), fixed.to(torch.float64), reference.to(torch.float64)
     return {
-        "max": _relative(traced, reference, max),
-        "mean": _relative(traced, reference, None),
-        "fixed_max": _relative(fixed, reference, max),
-        "fixed_mean": _relative(fixed, reference, None),
+        "max": relative_error(traced, reference, max),
+        "mean": relative_error(traced, reference, None),
+        "fixed_max": relative_error(fixed, reference, max),
+        "fixed_mean": relative_error(fixed, reference, None),
     }
-
-
-def _relative(value: torch.Tensor, reference: torch.Tensor, reduce: Any) -> float:
-    scale = reference.abs()
-    floor = _FLOOR * float(scale.max()) if scale.numel() else 0.0
-    error = (value - reference).abs() / scale.clamp_min(max(floor, 1e-300))
-    return float(error.max()) if reduce is max else float(error.mean())

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
 from amplint.diagnostics import Diagnostic
-from amplint.runtime.graph import DtypeGraph, DtypeNode
+from amplint.runtime.graph import DtypeGraph, DtypeNode, NodeValues
 
 
 def select(
@@ -49,19 +49,22 @@ def render_text(graph: DtypeGraph, nodes: list[DtypeNode]) -> str:
         if graph.autocast
         else f"no autocast, parameters in {graph.param_dtype or 'their own dtype'}"
     )
-    rows = [("id", "op", "dtypes", "policy", "source", "module")]
+    values = graph.values
+    rows = [("id", "op", "dtypes", "policy", "source", "module", *(_VALUE_COLUMNS if values else ()))]
     for node in nodes:
         inputs = ",".join(d or "-" for d in node.input_dtypes) or "-"
-        rows.append(
-            (
-                str(node.id),
-                node.op,
-                f"{inputs} -> {node.dtype or '-'}",
-                node.policy,
-                _where(node),
-                node.module or "",
-            )
+        row: tuple[str, ...] = (
+            str(node.id),
+            node.op,
+            f"{inputs} -> {node.dtype or '-'}",
+            node.policy,
+            _where(node),
+            node.module or "",
         )
+        if values is not None:
+            found = values.nodes.get(node.id)
+            row += _value_cells(found) if found is not None else ("",) * len(_VALUE_COLUMNS)
+        rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [f"# {mode}, torch {graph.torch_version}"]
     lines += [
@@ -75,7 +78,35 @@ def render_text(graph: DtypeGraph, nodes: list[DtypeNode]) -> str:
         f"{summary['autocast_casts']} casts inserted by autocast, {summary['explicit_casts']} explicit casts",
         f"{len(summary['fp32_islands'])} float32 islands inside the low-precision region",
     ]
+    if graph.values_note:
+        lines.append(f"values: not replayed: {graph.values_note}")
+    if values is not None:
+        replayed = len([n for n in graph.nodes if n.policy != "input" and n.id in values.nodes])
+        peak = f", peak memory {values.peak_bytes / 1024**2:,.0f} MB" if values.peak_bytes else ""
+        lines.append(f"values: {replayed} ops replayed against float64{peak}")
+        if values.stopped_at is not None:
+            stopped = graph.nodes[values.stopped_at]
+            lines.append(
+                f"values: the replay stopped at `{stopped.op}` ({_where(stopped)}): {values.stopped}"
+            )
+        lines += [f"values: {note}" for note in values.notes]
     return "\n".join(lines) + "\n"
+
+
+# absmax: largest finite magnitude; headroom: bits to the dtype's largest value; inf/nan and
+# underflow (non-zero values flushed to zero): fractions; error: norm-wise, against float64.
+_VALUE_COLUMNS = ("absmax", "headroom", "inf/nan", "underflow", "error")
+
+
+def _value_cells(found: NodeValues) -> tuple[str, ...]:
+    bad = found.inf + found.nan
+    return (
+        "-" if bad >= 1.0 else f"{found.absmax:.3g}",
+        "-" if found.headroom is None else f"{found.headroom:.1f}",
+        f"{bad:.0%}" if bad else "",
+        f"{found.underflow:.0%}" if found.underflow else "",
+        f"{found.error:.1e}" if found.error else "",
+    )
 
 
 def render_json(graph: DtypeGraph, nodes: list[DtypeNode], findings: Sequence[Diagnostic] = ()) -> str:

@@ -65,6 +65,14 @@ _CHOICES: dict[str, tuple[object, ...]] = {
     "autocast": (True, False),
     "param-dtype": ("bfloat16", "float16", "float32"),
     "measure": (True, False),  # replay the graph on the factory's weights: a real forward pass on CPU
+    "values": (True, False),  # replay every op against float64 for AMP105-AMP108: about 3 forward passes
+}
+# The value rules' limits (`amplint.runtime.graph.ValueLimits`): key -> (field, type, lowest, highest).
+LIMITS: dict[str, tuple[str, type, float, float | None]] = {
+    "headroom-bits": ("headroom_bits", float, 0.0, None),
+    "underflow-fraction": ("underflow_fraction", float, 0.0, 1.0),
+    "error-threshold": ("error_threshold", float, 0.0, None),
+    "error-top": ("error_top", int, 1, None),
 }
 _DEFAULTS: dict[str, object] = {
     "device": "cuda",
@@ -72,6 +80,7 @@ _DEFAULTS: dict[str, object] = {
     "autocast": True,
     "param-dtype": None,
     "measure": True,
+    "values": False,
 }
 
 
@@ -80,10 +89,11 @@ def target_specs(runtime: dict[str, Any], targets: list[str] | None, root: Path)
     `targets` of `[tool.amplint.runtime]` (each a string or a table with its own settings); the
     table's own keys are the defaults. A relative file path is relative to `root` (the config's)."""
     where = "[tool.amplint.runtime]"
-    unknown = sorted(set(runtime) - {"targets", "timeout", *_CHOICES})
+    unknown = sorted(set(runtime) - {"targets", "timeout", *_CHOICES, *LIMITS})
     if unknown:
         raise TargetError(f"{where} has unknown key(s) {', '.join(map(repr, unknown))}")
     defaults = {key: _choice(runtime, key, _DEFAULTS[key], where) for key in _CHOICES}
+    limits = value_limits(runtime, where)
     entries: list[object] = list(targets) if targets else runtime.get("targets", [])
     if not isinstance(entries, list):
         raise TargetError(f"{where} 'targets' must be a list of FILE.py:FACTORY strings or tables")
@@ -92,12 +102,14 @@ def target_specs(runtime: dict[str, Any], targets: list[str] | None, root: Path)
         table = {"target": entry} if isinstance(entry, str) else entry
         if not isinstance(table, dict) or not isinstance(table.get("target"), str):
             raise TargetError(f"{where} target {entry!r} must be a string or a table with a 'target' key")
-        extra = sorted(set(table) - {"target", *_CHOICES})
+        extra = sorted(set(table) - {"target", "weights", *_CHOICES, *LIMITS})
         if extra:
             raise TargetError(f"{where} target {table['target']!r} has unknown key(s) {', '.join(extra)}")
-        settings = {
-            key: _choice(table, key, defaults[key], f"{where} target {table['target']!r}") for key in _CHOICES
-        }
+        named = f"{where} target {table['target']!r}"
+        settings = {key: _choice(table, key, defaults[key], named) for key in _CHOICES}
+        weights = table.get("weights")
+        if weights is not None and not isinstance(weights, str):
+            raise TargetError(f"{named} 'weights' must be a path to a .safetensors file or a state dict")
         specs.append(
             {
                 "name": table["target"],  # as written: how amplint.lock names the target
@@ -108,10 +120,34 @@ def target_specs(runtime: dict[str, Any], targets: list[str] | None, root: Path)
                 "autocast": settings["autocast"],
                 "param_dtype": settings["param-dtype"],
                 "measure": settings["measure"],
+                "values": settings["values"],
+                "limits": {**limits, **value_limits(table, named)},
+                "weights": None if weights is None else str(root / weights),
                 "compare_cpu": True,
             }
         )
     return specs
+
+
+def value_limits(table: dict[str, Any], where: str) -> dict[str, float | int]:
+    """The value rules' limits a table sets, by `ValueLimits` field, checked."""
+    limits: dict[str, float | int] = {}
+    for key, (name, kind, lowest, highest) in LIMITS.items():
+        if key not in table:
+            continue
+        value = table[key]
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if (
+            not number
+            or (kind is int and not isinstance(value, int))
+            or value < lowest
+            or (highest is not None and value > highest)
+        ):
+            bound = f"between {lowest:g} and {highest:g}" if highest is not None else f"at least {lowest:g}"
+            what = "an integer" if kind is int else "a number"
+            raise TargetError(f"{where} '{key}' must be {what} {bound}, got {value!r}")
+        limits[name] = kind(value)
+    return limits
 
 
 def _choice(table: dict[str, Any], key: str, default: object, where: str) -> object:

@@ -30,7 +30,7 @@ from torch.utils import _pytree as pytree
 
 from amplint.runtime.cuda_attention import CudaAttentionMode
 from amplint.runtime.cuda_indexing import CudaIndexingMode
-from amplint.runtime.graph import DtypeGraph, DtypeNode, Source
+from amplint.runtime.graph import DtypeGraph, DtypeNode, Source, ValueLimits
 from amplint.runtime.policy import classify
 
 _CAST_OPS = frozenset({"_to_copy", "to", "convert_element_type", "_to_dtype"})
@@ -220,6 +220,9 @@ def trace(
     param_dtype: torch.dtype | None = None,
     measure: bool = False,
     measure_lines: set[tuple[str, int]] | None = None,
+    values: bool = False,
+    limits: ValueLimits | None = None,
+    max_memory: int | None = None,
 ) -> DtypeGraph:
     """Trace `fn_or_module(*args, **kwargs)` and return the dtype of every op it ran.
 
@@ -228,7 +231,9 @@ def trace(
     autocast, as half-precision inference usually runs: parameters, buffers and floating-point
     inputs take that dtype. Weights are never materialised. `measure`: replay the graph on the real
     inputs and weights to measure the error at late upcasts, of the ops rules flag, and of every
-    half-precision op at `measure_lines` (absolute path, line) (see `amplint.runtime.measure`)."""
+    half-precision op at `measure_lines` (absolute path, line) (see `amplint.runtime.measure`).
+    `values`: replay every op on the real inputs and weights and against float64 (see
+    `amplint.runtime.values`; `limits` for the rules that read it, `max_memory` in bytes)."""
     if device not in {"cuda", "cpu"}:
         raise ValueError(f"device must be 'cuda' or 'cpu', not {device!r}")
     fake_device = "cuda:0" if device == "cuda" else "cpu"
@@ -282,14 +287,21 @@ def trace(
         param_dtype=param_dtype,
         emulated=emulated,
     )
-    if measure:
+    if measure or values:
         real_inputs = _real_inputs(model, call_args, param_dtype)
         if real_inputs is None:
-            graph.measure_note = "the model has no weights to measure with (built on the meta device)"
+            note = "the model has no weights to replay with (built on the meta device)"
+            graph.measure_note = note if measure else None
+            graph.values_note = note if values else None
         else:
-            from amplint.runtime.measure import measure as measure_errors
+            if measure:
+                from amplint.runtime.measure import measure as measure_errors
 
-            measure_errors(graph, graph_module, fx_nodes, real_inputs, measure_lines or set())
+                measure_errors(graph, graph_module, fx_nodes, real_inputs, measure_lines or set())
+            if values:
+                from amplint.runtime.values import replay_values
+
+                replay_values(graph, graph_module, fx_nodes, real_inputs, limits, max_memory)
     return graph
 
 
@@ -399,7 +411,7 @@ def _dtype_graph(
                 input_dtypes=[nodes[ids[p]].dtype for p in producers],
                 shape=list(value.shape) if isinstance(value, torch.Tensor) else None,
                 policy=policy,
-                source=_source(fx_node.meta.get("stack_trace")),
+                source=source_of(fx_node.meta.get("stack_trace")),
                 module=custom.get("amplint_module"),
                 inputs=[ids[p] for p in producers],
             )
@@ -423,7 +435,8 @@ def first_tensor(value: Any) -> Any:
     return value
 
 
-def _source(stack_trace: str | None) -> Source | None:
+def source_of(stack_trace: str | None) -> Source | None:
+    """The user's source line in a node's recorded stack trace (see `_user_frames`)."""
     if not stack_trace:
         return None
     match = _FRAME.search(stack_trace)

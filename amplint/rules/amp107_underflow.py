@@ -1,0 +1,118 @@
+"""AMP107: non-zero values flushed to zero by the dtype's range."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from amplint.rule import Bad, Good, GraphFinding, RuntimeRule
+from amplint.runtime.chains import where
+from amplint.runtime.value_walks import VALUES_IN_FLOAT16, per_line, producer_values, ranges, replayed
+
+if TYPE_CHECKING:
+    from amplint.runtime.graph import DtypeGraph
+
+
+class Underflow(RuntimeRule):
+    """
+    ## What it does
+    Runs on a values replay (`amplint trace --values`). Finds ops where at least a fraction
+    (`underflow-fraction`, default 0.01) of the values that are non-zero in the float64 reference
+    became zero because they fell below the dtype's normal range (float16: 6.1e-05, with subnormals
+    down to 6e-08). Zeros from cancellation do not count.
+
+    ## Why is this bad?
+    A flushed value is not slightly wrong but gone: an eps guard of 1e-8 becomes 0 and the division
+    it protects returns inf, a small probability becomes 0 and its log `-inf`, a small gradient or
+    decay stops contributing at all.
+
+    ## Example
+    ```python
+    scaled = self.proj(x) * 1e-9  # float16: every value flushes to zero
+    ```
+
+    ## Fix
+    Keep the value in float32 (`.float()` before the op), use constants the dtype can hold
+    (`torch.finfo(dtype).tiny`, `torch.finfo(dtype).eps`), or rescale so that the values stay in range.
+
+    ## References
+    - float16 range: https://en.wikipedia.org/wiki/Half-precision_floating-point_format
+    """
+
+    code = "AMP107"
+    name = "underflow"
+    summary = "non-zero values flushed to zero by the dtype's range on real inputs"
+    example_trace = VALUES_IN_FLOAT16
+
+    bad = (
+        Bad(
+            """\
+import torch
+from torch import nn
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(64, 64)
+
+    def forward(self, x):
+        return self.proj(x) * 1e-9
+
+
+def factory():
+    torch.manual_seed(0)
+    return Tiny(), (torch.randn(8, 64),)
+"""
+        ),
+    )
+    good = (
+        Good(
+            """\
+import torch
+from torch import nn
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(64, 64)
+
+    def forward(self, x):
+        return self.proj(x).float() * 1e-9
+
+
+def factory():
+    torch.manual_seed(0)
+    return Tiny(), (torch.randn(8, 64),)
+""",
+            "the product is computed in float32, which holds 1e-9",
+        ),
+    )
+
+    @classmethod
+    def check_graph(cls, graph: DtypeGraph) -> Iterator[GraphFinding]:
+        if graph.values is None:
+            return
+        fraction = graph.values.limits.underflow_fraction
+        flushed = [
+            (node, found)
+            for node, found in replayed(graph)
+            if found.underflow >= fraction
+            and found.underflow > max((v.underflow for v in producer_values(graph, node)), default=0.0)
+        ]
+        for node, found in per_line(flushed):
+            yield GraphFinding(
+                node,
+                f"`{node.op}` flushed {found.underflow:.0%} of its non-zero values to zero in "
+                f"{node.dtype} (limit {fraction:g}): they fall below the dtype's normal range",
+                evidence=(
+                    f"replayed on the factory's inputs and weights: `{node.op}` at {where(node)} "
+                    f"read inputs in {ranges(graph, node)}; float64 keeps those values non-zero"
+                ),
+                help=(
+                    f"compute `{node.op}` in float32 (`.float()` on its input), or use constants the dtype "
+                    "can hold (`torch.finfo(dtype).tiny`)"
+                ),
+                extra={"underflow": found.underflow},
+            )

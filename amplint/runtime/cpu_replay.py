@@ -1,0 +1,148 @@
+"""Replaying a traced graph on CPU with real tensors: what the error measurements
+(`amplint.runtime.measure`) and the values replay (`amplint.runtime.values`) share.
+
+The graph is run node by node in the dtypes the trace recorded (autocast's casts are explicit
+nodes, so CUDA autocast's choices replay as made). Device arguments are mapped to the CPU, and the
+fused attention kernels that only CUDA builds have are run as the math they compute: scores in
+float32 from the half inputs, the output rounded to the input dtype, as the fused kernels do.
+A node can also be evaluated again with its floating-point values converted to another dtype (a
+float64 reference, a float32 fix), its dtype arguments included: a cast to half becomes a cast to
+that dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+import torch
+from torch.utils import _pytree as pytree
+
+aten = torch.ops.aten
+
+# Below this fraction of the largest reference value, the element-wise relative error is taken
+# against that floor (a value that is nearly zero would make any rounding look infinite).
+FLOOR = 1e-6
+# Errors are kept finite so that they serialise as JSON numbers.
+_LARGEST = 1e300
+
+
+class Replay(torch.fx.Interpreter):
+    """Runs a traced graph on CPU. Values are freed after their last use (the Interpreter's
+    garbage collection), so memory holds the weights and the activations still to be read."""
+
+    def call(self, n: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+        """The node's op applied to `args` and `kwargs`, on CPU."""
+        args, kwargs = pytree.tree_map(on_cpu, (args, kwargs))
+        target = _CPU_STANDINS.get(n.target, cast(Callable[..., Any], n.target))
+        return target(*args, **kwargs)
+
+    def converted(
+        self,
+        n: torch.fx.Node,
+        dtype: torch.dtype | None,
+        values: Mapping[torch.fx.Node, Any] | None = None,
+    ) -> tuple[Any, Any]:
+        """The node's arguments taken from `values` where it holds them (from the replay's own values
+        otherwise), every floating-point tensor converted to `dtype` and every floating-point dtype
+        argument replaced by it; with `dtype` None, each tensor is converted to the dtype of the
+        replay's own value of that argument (a reference rounded to the traced dtypes)."""
+        values = values or {}
+
+        def value(argument: Any) -> Any:
+            if isinstance(argument, torch.fx.Node):
+                current = values[argument] if argument in values else self.env[argument]
+                if isinstance(current, torch.Tensor) and current.is_floating_point():
+                    return current.to(self.env[argument].dtype if dtype is None else dtype)
+                return current
+            if dtype is not None and isinstance(argument, torch.dtype) and argument.is_floating_point:
+                return dtype
+            return on_cpu(argument)
+
+        return torch.fx.node.map_aggregate(n.args, value), torch.fx.node.map_aggregate(n.kwargs, value)
+
+
+def on_cpu(value: Any) -> Any:
+    if isinstance(value, torch.device) and value.type != "cpu":
+        return torch.device("cpu")
+    return value
+
+
+def relative_error(value: torch.Tensor, reference: torch.Tensor, reduce: Any) -> float:
+    """Element-wise relative error against the reference, its `max` (reduce=max) or mean, with
+    `FLOOR` below which the largest reference value is the scale."""
+    value, reference = value.to(torch.float64), reference.to(torch.float64)
+    scale = reference.abs()
+    floor = FLOOR * float(scale.max()) if scale.numel() else 0.0
+    error = (value - reference).abs() / scale.clamp_min(max(floor, 1e-300))
+    if not error.numel():
+        return 0.0
+    return min(float(error.max()) if reduce is max else float(error.mean()), _LARGEST)
+
+
+def _math_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+) -> torch.Tensor:
+    """A fused attention kernel's output: scores and softmax in float32 (float64 for a float64
+    reference), the output in the input dtype."""
+    inner = torch.float64 if query.dtype == torch.float64 else torch.float32
+    mask = attn_mask.to(inner) if attn_mask is not None and attn_mask.is_floating_point() else attn_mask
+    if key.shape[1] != query.shape[1]:  # grouped-query attention: the kernels broadcast the heads
+        repeats = query.shape[1] // key.shape[1]
+        key, value = key.repeat_interleave(repeats, 1), value.repeat_interleave(repeats, 1)
+    output = aten._scaled_dot_product_attention_math.default(
+        query.to(inner), key.to(inner), value.to(inner), mask, dropout_p, is_causal, scale=scale
+    )[0]
+    # The fused kernels write (batch, seq, heads, dim) in memory, which the traced views rely on.
+    return output.to(query.dtype).transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def _flash(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    return_debug_mask: bool = False,
+    *,
+    scale: float | None = None,
+) -> tuple[Any, ...]:
+    output = _math_attention(query, key, value, None, dropout_p, is_causal, scale)
+    return (output, *([None] * 8))  # the statistics a backward pass would read: never replayed
+
+
+def _efficient(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_bias: torch.Tensor | None,
+    compute_log_sumexp: bool,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    scale: float | None = None,
+) -> tuple[Any, ...]:
+    return (_math_attention(query, key, value, attn_bias, dropout_p, is_causal, scale), None, None, None)
+
+
+def _softmax(value: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+    # CUDA's softmax reads half and writes float32 in one kernel; CPU's needs the input upcast first.
+    return aten._softmax.default(value.float() if half_to_float else value, dim, False)
+
+
+def _log_softmax(value: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+    return aten._log_softmax.default(value.float() if half_to_float else value, dim, False)
+
+
+_CPU_STANDINS: dict[Any, Callable[..., Any]] = {
+    aten._scaled_dot_product_flash_attention.default: _flash,
+    aten._scaled_dot_product_efficient_attention.default: _efficient,
+    aten._softmax.default: _softmax,
+    aten._log_softmax.default: _log_softmax,
+}
