@@ -344,16 +344,25 @@ def _jobs(value: str) -> int:
     return jobs
 
 
-def _clean(args: argparse.Namespace) -> int:
-    from amplint.cache import cache_directory, clean
+def _project_settings(args: argparse.Namespace) -> Settings | int:
+    """The settings of the project around the working directory (`--config` if given); an exit code
+    on error."""
     from amplint.config import ConfigError, load_settings
 
     if args.config is not None and not args.config.is_file():
         return _error(f"config file does not exist: {args.config}")
     try:
-        settings = load_settings([Path(".")], args.config)
+        return load_settings([Path(".")], args.config)
     except ConfigError as exc:
         return _error(str(exc))
+
+
+def _clean(args: argparse.Namespace) -> int:
+    from amplint.cache import cache_directory, clean
+
+    settings = _project_settings(args)
+    if isinstance(settings, int):
+        return settings
     try:
         print(clean(cache_directory(settings)))
     except OSError as exc:
@@ -442,18 +451,14 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _lock(args: argparse.Namespace) -> int:
-    from amplint.config import ConfigError, load_settings
     from amplint.lock import LockError, Mode, lock_path, run_lock
     from amplint.reporters import ReportSummary, render
 
     if args.check and args.update:
         return _error("--check writes nothing and --update writes: give one of them")
-    if args.config is not None and not args.config.is_file():
-        return _error(f"config file does not exist: {args.config}")
-    try:
-        settings = load_settings([Path(".")], args.config)
-    except ConfigError as exc:
-        return _error(str(exc))
+    settings = _project_settings(args)
+    if isinstance(settings, int):
+        return settings
     # The traces run in child processes: this one only needs to know that torch is there.
     if importlib.util.find_spec("torch") is None:
         return _error("amplint lock traces the model and needs torch: pip install 'amplint[runtime]'")
