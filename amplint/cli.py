@@ -8,9 +8,8 @@ import importlib.util
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from amplint import __version__
 
@@ -63,7 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--show-refuted", action="store_true", help="with --confirm: show refuted findings")
     check.add_argument(
-        "--timeout", type=float, default=300.0, help="with --confirm: seconds each trace may take"
+        "--timeout",
+        type=float,
+        help="with --confirm: seconds each trace may take (default: `timeout` in [tool.amplint.runtime], or 300)",
     )
     check.add_argument(
         "--jobs",
@@ -160,7 +161,11 @@ def _parser() -> argparse.ArgumentParser:
     lock.add_argument("--config", type=Path, metavar="FILE", help="pyproject.toml or amplint.toml to use")
     lock.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")
     lock.add_argument("--no-color", action="store_true", help="never colour the text output")
-    lock.add_argument("--timeout", type=float, default=300.0, help="seconds each trace may take")
+    lock.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds each trace may take (default: `timeout` in [tool.amplint.runtime], or 300)",
+    )
 
     rule = commands.add_parser("rule", help="explain a rule, or list them all")
     rule.add_argument("code", nargs="?", help="a rule code such as AMP001")
@@ -234,8 +239,6 @@ def _check(args: argparse.Namespace) -> int:
     if args.diff:
         sys.stdout.write("".join(run.diffs))
         sys.stdout.flush()
-    to_terminal = args.output is None and sys.stdout.isatty()
-    color = to_terminal and not args.no_color and "NO_COLOR" not in os.environ
     summary = ReportSummary(
         files_checked=run.files_checked,
         fixed=run.fixed,
@@ -248,21 +251,14 @@ def _check(args: argparse.Namespace) -> int:
         args.format,
         run.diagnostics,
         sources=run.sources,
-        color=color,
+        color=_color(args),
         statistics=args.statistics,
         summary=summary,
     )
-    if args.output is not None:
-        try:
-            args.output.parent.mkdir(parents=True, exist_ok=True)
-            args.output.write_text(report, encoding="utf-8")
-        except OSError as exc:
-            return _error(f"cannot write {args.output}: {exc.strerror or exc}")
-    elif args.diff:
-        # The diff owns stdout so that it can be piped to `git apply`; the report goes to stderr.
-        sys.stderr.write(report)
-    else:
-        sys.stdout.write(report)
+    # The diff owns stdout so that it can be piped to `git apply`; the report goes to stderr.
+    written = _write_report(report, args.output, sys.stderr if args.diff else sys.stdout)
+    if written is not None:
+        return written
     if run.errors:
         return EXIT_ERROR
     if args.exit_zero:
@@ -281,10 +277,11 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
     from amplint.confirm import Traced, confirm, finding_lines
     from amplint.diagnostics import Confidence
     from amplint.runtime.child import ChildError, trace_in_child
-    from amplint.runtime.target import TargetError, target_specs
+    from amplint.runtime.target import TargetError, target_specs, trace_timeout
 
     try:
         specs = target_specs(settings.runtime, args.target, settings.root)
+        timeout = trace_timeout(settings.runtime, args.timeout)
     except TargetError as exc:
         return _error(str(exc))
     if not specs:
@@ -298,7 +295,7 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
         measure_lines = finding_lines(diagnostics)
         for spec in specs:
             try:
-                graph = trace_in_child({**spec, "measure_lines": measure_lines}, args.timeout)
+                graph = trace_in_child({**spec, "measure_lines": measure_lines}, timeout)
                 traced.append(Traced(spec["target"], graph=graph))
             except (ChildError, TargetError) as exc:
                 warnings.append(f"could not trace {spec['target']}; its findings stay unconfirmed: {exc}")
@@ -429,7 +426,7 @@ def _trace(args: argparse.Namespace) -> int:
         graph.values.notes.extend(graph.differences_from(saved))
     nodes = select(graph, op=args.op, module=args.module, changed_dtype=args.changed_dtype)
     # `trace` applies no fix (`check --confirm --fix` does): the findings are shown without one.
-    findings = [replace(d, fix=None) for d in graph_findings(graph, args.target or args.hf_config)]
+    findings = graph_findings(graph, args.target or args.hf_config, fixes=False)
     if args.format == "json":
         report = render_json(graph, nodes, findings)
     else:
@@ -443,11 +440,8 @@ def _trace(args: argparse.Namespace) -> int:
             report = render_text(graph, nodes)
             if findings:
                 report += "\n" + render("text", findings, sources=sources, color=False)
-    if args.output is not None:
-        args.output.write_text(report, encoding="utf-8")
-    else:
-        sys.stdout.write(report)
-    return EXIT_CLEAN
+    written = _write_report(report, args.output, sys.stdout)
+    return EXIT_CLEAN if written is None else written
 
 
 def _lock(args: argparse.Namespace) -> int:
@@ -476,18 +470,30 @@ def _lock(args: argparse.Namespace) -> int:
         return EXIT_CLEAN  # a lock written or up to date: there is nothing to report
     sources: dict[str, str] = {}
     _read_sources(run.diagnostics, sources)
-    color = args.output is None and sys.stdout.isatty() and not args.no_color and "NO_COLOR" not in os.environ
     summary = ReportSummary(root=str(settings.root), quiet=args.quiet)
-    report = render(args.format, run.diagnostics, sources=sources, color=color, summary=summary)
-    if args.output is not None:
-        try:
-            args.output.parent.mkdir(parents=True, exist_ok=True)
-            args.output.write_text(report, encoding="utf-8")
-        except OSError as exc:
-            return _error(f"cannot write {args.output}: {exc.strerror or exc}")
-    else:
-        sys.stdout.write(report)
+    report = render(args.format, run.diagnostics, sources=sources, color=_color(args), summary=summary)
+    written = _write_report(report, args.output, sys.stdout)
+    if written is not None:
+        return written
     return EXIT_FINDINGS if run.differs else EXIT_CLEAN
+
+
+def _color(args: argparse.Namespace) -> bool:
+    """Colour for a text report that goes to a terminal, unless turned off."""
+    return args.output is None and sys.stdout.isatty() and not args.no_color and "NO_COLOR" not in os.environ
+
+
+def _write_report(report: str, output: Path | None, stream: TextIO) -> int | None:
+    """Write the report to `output` (its folder made) or to `stream`; an exit code if it cannot."""
+    if output is None:
+        stream.write(report)
+        return None
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(report, encoding="utf-8")
+    except OSError as exc:
+        return _error(f"cannot write {output}: {exc.strerror or exc}")
+    return None
 
 
 def _value_limits(args: argparse.Namespace) -> dict[str, float | int] | int:

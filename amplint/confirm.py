@@ -121,17 +121,20 @@ def _judge(diagnostic: Diagnostic, lines: list[tuple[str, DtypeGraph, _Lines]]) 
     return diagnostic
 
 
-def graph_findings(graph: DtypeGraph, target: str) -> list[Diagnostic]:
-    """The findings of the runtime-only rules on one graph."""
+def graph_findings(graph: DtypeGraph, target: str, *, fixes: bool = True) -> list[Diagnostic]:
+    """The findings of the runtime-only rules on one graph; with `fixes`, the edits that fix them
+    (each reads and parses its source file)."""
     found = (
-        runtime_diagnostic(rule, finding, target)
+        runtime_diagnostic(rule, finding, target, fixes=fixes)
         for rule in runtime_rules()
         for finding in rule.check_graph(graph)
     )
     return [diagnostic for diagnostic in found if diagnostic is not None]
 
 
-def runtime_diagnostic(rule: type[Rule], finding: GraphFinding, target: str) -> Diagnostic | None:
+def runtime_diagnostic(
+    rule: type[Rule], finding: GraphFinding, target: str, *, fixes: bool = True
+) -> Diagnostic | None:
     """A runtime rule's finding as a diagnostic at its node's source; None when the node has none."""
     source = finding.node.source
     if source is None:
@@ -139,7 +142,7 @@ def runtime_diagnostic(rule: type[Rule], finding: GraphFinding, target: str) -> 
     column = source.column or 1
     extra: dict[str, object] = {EVIDENCE: finding.evidence, TARGETS: [target], **finding.extra}
     fix = None
-    if finding.upcast:
+    if fixes and finding.upcast:
         fix, note = _upcast_fix(finding.upcast)
         if fix is None:
             extra[FIX_NOTE] = note

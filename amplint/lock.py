@@ -48,14 +48,17 @@ def lock_path(settings: Settings, given: Path | None) -> Path:
 
 
 def run_lock(
-    settings: Settings, targets: Sequence[str] | None, *, mode: Mode, path: Path, timeout: float
+    settings: Settings, targets: Sequence[str] | None, *, mode: Mode, path: Path, timeout: float | None
 ) -> LockRun:
+    """Trace the targets and write, update or check the lock at `path`; `timeout`: seconds per trace
+    (None: the configured `timeout`, or 300)."""
     from amplint.runtime.child import ChildError, trace_in_child
-    from amplint.runtime.target import TargetError, target_specs
+    from amplint.runtime.target import TargetError, target_specs, trace_timeout
 
     shown = display_path(path)
     try:
         specs = target_specs(settings.runtime, list(targets) if targets else None, settings.root)
+        seconds = trace_timeout(settings.runtime, timeout)
     except TargetError as exc:
         raise LockError(str(exc)) from None
     if not specs:
@@ -69,7 +72,7 @@ def run_lock(
     for name, spec in zip(_names(specs), specs, strict=True):
         try:
             # The lock records dtypes only: no measuring replay, no second trace under CPU autocast.
-            graph = trace_in_child({**spec, "measure": False, "compare_cpu": False}, timeout)
+            graph = trace_in_child({**spec, "measure": False, "compare_cpu": False}, seconds)
         except (ChildError, TargetError) as exc:
             raise LockError(f"could not trace {name}; {shown} is left as it was: {exc}") from None
         traced.append((record(name, settings_of(spec), graph, settings.root), graph))

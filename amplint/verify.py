@@ -77,9 +77,8 @@ def fix_and_verify(
     if not failed:
         run.diagnostics = after
         return run, outcomes
-    outcomes.extend(_one_at_a_time(failed, before, paths, settings, trace, jobs))
-    run, diagnostics, _ = _traced(paths, settings, trace, jobs)
-    run.diagnostics = diagnostics
+    one_by_one, run = _one_at_a_time(failed, before, paths, settings, trace, jobs)
+    outcomes.extend(one_by_one)
     run.fixed = sum(1 for outcome in outcomes if outcome.kept)
     return run, outcomes
 
@@ -91,12 +90,13 @@ def _one_at_a_time(
     settings: Settings,
     trace: Tracer,
     jobs: int | None,
-) -> list[FixOutcome]:
+) -> tuple[list[FixOutcome], CheckRun]:
     """Each fix of `files` (put back as they were) applied on top of the ones kept so far, traced,
-    and kept or rolled back on its own. Every fix's edits are positions in the original text, so a
-    set of fixes is always applied to that text together."""
+    and kept or rolled back on its own; and the check of the files as they are left, with its
+    trace. Every fix's edits are positions in the original text, so a set of fixes is always
+    applied to that text together."""
     outcomes: list[FixOutcome] = []
-    _, current, _ = _traced(paths, settings, trace, jobs)
+    state, current, _ = _traced(paths, settings, trace, jobs)
     for path, original in files.items():
         kept: list[Edit] = []
         text = original.text
@@ -114,7 +114,7 @@ def _one_at_a_time(
                 )
                 continue
             write_atomic(original, candidate)
-            _, now, failed_trace = _traced(paths, settings, trace, jobs)
+            run, now, failed_trace = _traced(paths, settings, trace, jobs)
             # The fix's own finding is looked up in original coordinates; new ones against the last
             # state kept.
             lines = _line_map(original.text, candidate)
@@ -122,10 +122,11 @@ def _one_at_a_time(
             outcomes.append(outcome)
             if outcome.kept:
                 kept.extend(fix.fix.edits)
-                text, current = candidate, now
+                text, current, state = candidate, now, run
             else:
                 write_atomic(original, text)
-    return outcomes
+    state.diagnostics = current
+    return outcomes, state
 
 
 def _traced(

@@ -511,3 +511,24 @@ def test_measurement_can_be_turned_off(tmp_path: Path) -> None:
     found = _json(amplint_run(tmp_path, "check", ".", "--confirm", "--format", "json"))
     amp001 = next(d for d in found if d["code"] == "AMP001")
     assert amp001["confidence"] == "confirmed" and "measured" not in amp001
+
+
+@pytest.mark.parametrize(
+    ("timeout", "expected"),
+    [
+        ("0.01", "the trace did not finish within 0.01 s"),
+        ('"long"', "'timeout' must be a positive number of seconds, got 'long'"),
+    ],
+    ids=["applied", "invalid"],
+)
+def test_the_configured_timeout_bounds_each_trace(tmp_path: Path, timeout: str, expected: str) -> None:
+    _copy_fixture(tmp_path, "rwkv7_time_mix.py")
+    write(
+        tmp_path / "pyproject.toml",
+        f'[tool.amplint.runtime]\ntargets = ["rwkv7_time_mix.py:factory"]\ntimeout = {timeout}\n',
+    )
+    done = amplint_run(tmp_path, "check", ".", "--confirm")
+    assert expected in done.stderr
+    # `--timeout` wins over the configured one.
+    if timeout == "0.01":
+        assert expected not in amplint_run(tmp_path, "check", ".", "--confirm", "--timeout", "300").stderr

@@ -129,6 +129,18 @@ def target_specs(runtime: dict[str, Any], targets: list[str] | None, root: Path)
     return specs
 
 
+def trace_timeout(runtime: dict[str, Any], given: float | None) -> float:
+    """Seconds each trace may take: `--timeout` when given, else the table's `timeout`, else 300."""
+    if given is not None:
+        return given
+    value = runtime.get("timeout", 300.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise TargetError(
+            f"[tool.amplint.runtime] 'timeout' must be a positive number of seconds, got {value!r}"
+        )
+    return float(value)
+
+
 def value_limits(table: dict[str, Any], where: str) -> dict[str, float | int]:
     """The value rules' limits a table sets, by `ValueLimits` field, checked."""
     limits: dict[str, float | int] = {}
