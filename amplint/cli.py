@@ -268,10 +268,9 @@ def _check(args: argparse.Namespace) -> int:
 
 def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespace) -> CheckRun | int:
     """The check with every finding joined to the traced runtime targets (and, with --fix, each
-    file's fixes verified by a new trace); an exit code on a usage error."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    fix verified by a new trace); an exit code on a usage error. The traces run in child processes:
+    this one only needs to know that torch is there, not to import it."""
+    if importlib.util.find_spec("torch") is None:
         return _error("--confirm traces the model and needs torch: pip install 'amplint[runtime]'")
     from amplint.api import run_check
     from amplint.confirm import Traced, confirm, finding_lines
@@ -371,9 +370,7 @@ def _trace(args: argparse.Namespace) -> int:
     from amplint.confirm import graph_findings
     from amplint.runtime.report import render_json, render_text, select
 
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("torch") is None:
         return _error("tracing needs torch: pip install 'amplint[runtime]'")
     from amplint.runtime.child import ChildError, run_traced, trace_in_child
     from amplint.runtime.target import TargetError
@@ -453,7 +450,6 @@ def _lock(args: argparse.Namespace) -> int:
     settings = _project_settings(args)
     if isinstance(settings, int):
         return settings
-    # The traces run in child processes: this one only needs to know that torch is there.
     if importlib.util.find_spec("torch") is None:
         return _error("amplint lock traces the model and needs torch: pip install 'amplint[runtime]'")
     mode: Mode = "check" if args.check else "update" if args.update else "write"

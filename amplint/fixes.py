@@ -4,19 +4,15 @@ a half-written or unparsable file."""
 from __future__ import annotations
 
 import difflib
-import os
-import stat
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import libcst as cst
 
 from amplint.diagnostics import Diagnostic, Edit
 from amplint.rule import Rule
 from amplint.runner import FileResult, lint_source
-from amplint.source import LineIndex, SourceFile
+from amplint.source import LineIndex, SourceFile, replace_file
 
 # Fixes can overlap (two findings in one expression); each round applies those that do not, then
 # re-lints. A handful of rounds reaches a fixpoint on real code.
@@ -122,20 +118,6 @@ def unified_diff(display: str, old: str, new: str) -> str:
 
 
 def write_atomic(source: SourceFile, new_text: str) -> None:
-    """Write next to the file, then rename over it: readers see the old or the new file, never a mix.
-    Mode, encoding, BOM and line endings (already in `new_text`) are kept."""
-    # Replace the target of a symlink, not the link itself.
-    path = source.path.resolve() if source.path.is_symlink() else source.path
-    data = source.encode(new_text)
-    mode = stat.S_IMODE(os.stat(path).st_mode)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".amplint")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Replace the file with `new_text` atomically (`source.replace_file`). Mode, encoding, BOM and
+    line endings (already in `new_text`) are kept."""
+    replace_file(source.path, source.encode(new_text))

@@ -14,19 +14,17 @@ from typing import Any, Literal
 
 from amplint import __version__
 from amplint.config import Settings
-from amplint.confirm import runtime_diagnostic
+from amplint.confirm import TARGETS, runtime_diagnostic
 from amplint.diagnostics import Confidence, Diagnostic
 from amplint.lockdiff import diff, settings_changes
 from amplint.lockfile import LOCK_NAME, Lockfile, LockfileError, Target, read, write
 from amplint.lockrecord import record, settings_of
-from amplint.rules.amp110_dtype_change import DtypeChange
+from amplint.rules.amp110_dtype_change import DIFFERENCE, DtypeChange
 from amplint.runtime.graph import DtypeGraph
 from amplint.source import display_path
 
 Mode = Literal["write", "check", "update"]
-# The `extra` key of an AMP110 finding that says what differs: `dtype` (an op's, from the rule) or one
-# of these, for a whole target.
-DIFFERENCE = "difference"
+# What differs (`extra[DIFFERENCE]`) in an AMP110 finding about a whole target.
 TARGET_ADDED, TARGET_REMOVED, SETTINGS_CHANGED = "target-added", "target-removed", "settings"
 
 
@@ -71,8 +69,9 @@ def run_lock(
     traced: list[tuple[Target, DtypeGraph]] = []
     for name, spec in zip(_names(specs), specs, strict=True):
         try:
-            # The lock records dtypes only: no measuring replay, no second trace under CPU autocast.
-            graph = trace_in_child({**spec, "measure": False, "compare_cpu": False}, seconds)
+            # The lock records dtypes only: no measuring or values replay, no second trace under CPU
+            # autocast.
+            graph = trace_in_child({**spec, "measure": False, "values": False, "compare_cpu": False}, seconds)
         except (ChildError, TargetError) as exc:
             raise LockError(f"could not trace {name}; {shown} is left as it was: {exc}") from None
         traced.append((record(name, settings_of(spec), graph, settings.root), graph))
@@ -179,5 +178,5 @@ def _at_lock(path: Path, line: int, message: str, target: str, difference: str) 
         severity=DtypeChange.severity,
         confidence=Confidence.CONFIRMED,
         help="`amplint lock --update` records the targets as they trace now",
-        extra={"targets": [target], DIFFERENCE: difference},
+        extra={TARGETS: [target], DIFFERENCE: difference},
     )

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 
-from amplint.lockfile import Item, Op, Repeat, Target
+from amplint.lockfile import Item, Module, Op, Repeat, Target
 from amplint.lockrecord import pattern
 
 
@@ -50,9 +50,6 @@ class TargetDiff:
     def changed_regions(self) -> list[Region]:
         return [region for region in self.regions if region.lost or region.gained]
 
-    def __bool__(self) -> bool:
-        return bool(self.changes or self.changed_regions)
-
 
 def settings_changes(old: Target, new: Target) -> list[str]:
     """`dtype: bfloat16 -> float16` for every setting that differs."""
@@ -67,27 +64,31 @@ def diff(old: Target, new: Target) -> TargetDiff:
     """What changed from `old` (the lock) to `new` (a fresh trace) of one target."""
     out = TargetDiff()
     old_modules = {module.name: module for module in old.modules}
+    old_by_pattern: dict[str, Module] = {}
+    for module in old.modules:
+        old_by_pattern.setdefault(pattern(module.name), module)
     used: set[str] = set()
     for module in new.modules:
         counterpart = (
             old_modules.get(module.name)
             or old_modules.get(pattern(module.name))
             # modules the lock names one by one (there was one, or they differed) now alike
-            or next((m for m in old.modules if pattern(m.name) == module.name), None)
+            or old_by_pattern.get(module.name)
         )
         if counterpart is None:
             out.regions.append(Region(module.name, (), tuple(_flat(module.items))))
             continue
         used.add(counterpart.name)
         _align(counterpart.items, module.items, module.name, out)
-    new_names = {module.name for module in new.modules}
+    new_modules = {module.name: module for module in new.modules}
     for module in old.modules:
         if module.name in used:
             continue
         # A module the lock names on its own (it differed from its siblings) whose siblings now share
         # one entry: compare it with that entry.
-        shared = next((m for m in new.modules if m.name == pattern(module.name) != module.name), None)
-        if shared is not None and module.name not in new_names:
+        grouped = pattern(module.name)
+        shared = new_modules.get(grouped) if grouped != module.name else None
+        if shared is not None and module.name not in new_modules:
             _align(module.items, shared.items, module.name, out)
         else:
             out.regions.append(Region(module.name, tuple(_flat(module.items)), ()))

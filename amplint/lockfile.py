@@ -12,11 +12,12 @@ ran the same ops N times is one `repeat N` block; modules that differ only in a 
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from amplint.source import replace_file
 
 LOCK_NAME = "amplint.lock"
 LOCK_FORMAT = 1
@@ -298,13 +299,5 @@ def read(path: Path) -> Lockfile:
 
 
 def write(path: Path, lock: Lockfile) -> None:
-    """Written to a temporary file beside it, then moved over it: a reader never sees half a lock."""
-    text = dumps(lock)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_text(text, encoding="utf-8", newline="\n")
-        if path.exists():
-            os.chmod(temporary, path.stat().st_mode & 0o7777)  # keep the lock's permissions
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    """Written beside it, then moved over it (`source.replace_file`): a reader never sees half a lock."""
+    replace_file(path, dumps(lock).encode("utf-8"))

@@ -7,9 +7,10 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
-from amplint.lockfile import MORE, Item, Module, Op, Repeat, Target
+from amplint.lockfile import MORE, SETTINGS, Item, Module, Op, Repeat, Target
 from amplint.runtime.graph import DtypeGraph, DtypeNode
 
 TOP = "(top)"  # the module of ops that ran outside any nn.Module
@@ -19,13 +20,7 @@ _MAX_PERIOD = 256
 
 def settings_of(spec: dict[str, object]) -> dict[str, str]:
     """A target's settings as the lockfile writes them, from a trace spec."""
-    values = {
-        "device": spec["device"],
-        "dtype": spec["dtype"],
-        "autocast": spec["autocast"],
-        "param-dtype": spec.get("param_dtype"),
-    }
-    return {key: _word(value) for key, value in values.items()}
+    return {key: _word(spec.get(key.replace("-", "_"))) for key in SETTINGS}
 
 
 def _word(value: object) -> str:
@@ -70,6 +65,7 @@ def _op(graph: DtypeGraph, node: DtypeNode, root: Path) -> Op:
     return Op(node.op, tuple(inputs), tuple(casts), _word(node.dtype), node.policy, where, (node.id,))
 
 
+@cache  # a trace has a few source files and many ops: resolve each path once
 def _lock_path(path: str, root: Path) -> str:
     """A path that does not depend on the machine: below the root relative to it, in an installed
     package from the package on (`transformers/models/...`)."""

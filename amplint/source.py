@@ -6,6 +6,8 @@ import codecs
 import io
 import os
 import re
+import stat
+import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,3 +119,27 @@ def display_path(path: Path) -> str:
         except ValueError:
             return path.as_posix()
     return Path(os.path.normpath(path)).as_posix()
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Write `data` beside `path`, then rename it over `path`: readers see the old or the new file,
+    never a mix. A link's target is replaced, not the link; an existing file keeps its mode, a new
+    one gets the mode the umask gives."""
+    path = path.resolve() if path.is_symlink() else path
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".amplint")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -10,7 +10,7 @@ import pytest
 from support import amplint_run, write
 
 from amplint.diagnostics import Confidence, Diagnostic, Edit, Fix
-from amplint.rule import CastPoint
+from amplint.rule import CastPoint, RuntimeRule
 from amplint.rules import all_rules
 
 pytest.importorskip("torch")
@@ -224,9 +224,7 @@ def test_bad_runtime_settings_are_named(tmp_path: Path) -> None:
 
 
 # A rule that compares a trace with amplint.lock has pairs of models as examples: tests/test_lock.py.
-RUNTIME_RULES = [
-    rule for rule in all_rules() if rule.runtime_only and not getattr(rule, "compares_lock", False)
-]
+RUNTIME_RULES = [rule for rule in all_rules() if issubclass(rule, RuntimeRule) and not rule.compares_lock]
 
 
 @pytest.mark.parametrize(

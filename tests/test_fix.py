@@ -388,3 +388,23 @@ def test_api_check_paths_does_not_write(tmp_path: Path, monkeypatch: pytest.Monk
     diagnostics = amplint.check_paths([tmp_path / "pkg"])
     assert [(d.path, d.code, d.line, d.column) for d in diagnostics] == [("pkg/model.py", "AMP001", 5, 9)]
     assert path.read_text(encoding="utf-8") == HAZARD
+
+
+def test_a_replaced_file_keeps_its_mode_and_a_new_one_follows_the_umask(tmp_path: Path) -> None:
+    from amplint.source import replace_file
+
+    kept = tmp_path / "model.py"
+    kept.write_text("old\n", encoding="utf-8")
+    kept.chmod(0o751)
+    link = tmp_path / "link.py"
+    link.symlink_to(kept)
+    replace_file(link, b"new\n")
+    assert link.is_symlink() and kept.read_bytes() == b"new\n"
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o751
+    umask = os.umask(0o027)
+    try:
+        replace_file(tmp_path / "amplint.lock", b"lock\n")
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "amplint.lock").stat().st_mode) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["amplint.lock", "link.py", "model.py"]

@@ -18,6 +18,9 @@ _UPCAST = frozenset({"fp32", "fp32_set_opt_dtype"})
 _LISTED = _UPCAST | {"lower_precision", "promote"}
 # How many changes a finding's evidence lists before it counts the rest.
 _LISTED_CHANGES = 6
+# The `extra` key of an AMP110 finding that says what differs: `dtype` (an op's), or, for a whole
+# target, what `amplint.lock` names (a target added or removed, its settings changed).
+DIFFERENCE = "difference"
 
 
 class DtypeChange(RuntimeRule):
@@ -259,7 +262,7 @@ def _producers(graph: DtypeGraph, node: DtypeNode) -> list[DtypeNode]:
 def _finding(cluster: _Cluster, graph: DtypeGraph) -> GraphFinding | None:
     described = [_describe_change(c) for c in cluster.changes] + _describe_regions(cluster)
     evidence = "; ".join(_listed(list(dict.fromkeys(described))))
-    extra: dict[str, object] = {"difference": "dtype", "changes": [_change_dict(c) for c in cluster.changes]}
+    extra: dict[str, object] = {DIFFERENCE: "dtype", "changes": [_change_dict(c) for c in cluster.changes]}
     if cluster.regions:
         extra["rewritten"] = [_region_dict(region) for region in cluster.regions]
     if cluster.changes:
