@@ -409,11 +409,10 @@ def _trace(args: argparse.Namespace) -> int:
     try:
         if args.in_process:
             from amplint.runtime.tracer import TraceError
-            from amplint.runtime.values import ReplayError
 
             try:
                 graph = run_traced(spec)
-            except (TraceError, ReplayError) as exc:
+            except TraceError as exc:  # a ReplayError too
                 return _error(str(exc))
         else:
             graph = trace_in_child(spec, args.timeout)

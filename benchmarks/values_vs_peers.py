@@ -11,9 +11,7 @@ against float64. Needs torch and transformers.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,20 +19,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from amplint.runtime.target import load_factory
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CASES = {
     "case 2: Qwen2-style eager attention with large q/k biases": ("qwen2_fp16_overflow.py", "factory"),
     "case 5: float16 logits overflowing before top-p sampling": ("sampling_overflow.py", "factory"),
 }
-
-
-def _factory(file: str, name: str) -> Callable[[], tuple[nn.Module, tuple[Any, ...]]]:
-    sys.path.insert(0, str(FIXTURES))
-    spec = importlib.util.spec_from_file_location(Path(file).stem, FIXTURES / file)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, name)
 
 
 def _half(factory: Callable[[], tuple[nn.Module, tuple[Any, ...]]]) -> tuple[nn.Module, tuple[Any, ...]]:
@@ -114,7 +105,7 @@ def main() -> None:
         "amplint trace --values (AMP105)": amplint_values,
     }
     for case, (file, name) in CASES.items():
-        factory = _factory(file, name)
+        factory = load_factory(f"{FIXTURES / file}:{name}")
         print(f"## {case} ({file}:{name}, float16)\n")
         for tool, run in tools.items():
             print(f"### {tool}\n\n```\n{run(factory)}\n```\n")

@@ -131,9 +131,11 @@ def factory():
             for node, found in replayed(graph)
             if found.overflow and not any(v.overflow for v in producer_values(graph, node))
         ]
+        outputs = set(values.outputs)
         for index, (node, found) in enumerate(per_line(origins)):
             chain = downstream(graph, node, overflowed)
-            surfaced = _surfaced(graph, values, node, found, chain)
+            turns = _turns(values, found, chain, outputs)
+            surfaced = _surfaced(graph, values, node, chain, turns, outputs)
             kind = _kind(found)
             yield GraphFinding(
                 node,
@@ -150,7 +152,7 @@ def factory():
                 extra={
                     "overflow": found.overflow,
                     "input_ranges": [[v.low, v.high] for v in producer_values(graph, node)],
-                    "chain": [_step(graph, n) for n in (node, *_turns(graph, node, found, chain))],
+                    "chain": [_step(graph, n) for n in (node, *turns)],
                 },
             )
 
@@ -161,27 +163,26 @@ def _kind(found: NodeValues) -> str:
     return "NaN" if found.nan else "inf"
 
 
-def _turns(
-    graph: DtypeGraph, origin: DtypeNode, found: NodeValues, chain: list[DtypeNode]
-) -> list[DtypeNode]:
+def _turns(values: Values, found: NodeValues, chain: list[DtypeNode], outputs: set[int]) -> list[DtypeNode]:
     """The op that turned the inf into NaN (if the origin made only inf), then the outputs reached."""
-    assert graph.values is not None
     turns: list[DtypeNode] = []
     if not found.nan:
-        nan = next((n for n in chain if graph.values.nodes[n.id].nan), None)
+        nan = next((n for n in chain if values.nodes[n.id].nan), None)
         if nan is not None:
             turns.append(nan)
-    outputs = set(graph.values.outputs)
     turns += [n for n in chain if n.id in outputs and n not in turns]
     return turns
 
 
 def _surfaced(
-    graph: DtypeGraph, values: Values, origin: DtypeNode, found: NodeValues, chain: list[DtypeNode]
+    graph: DtypeGraph,
+    values: Values,
+    origin: DtypeNode,
+    chain: list[DtypeNode],
+    turns: list[DtypeNode],
+    outputs: set[int],
 ) -> str:
     parts = []
-    turns = _turns(graph, origin, found, chain)
-    outputs = set(values.outputs)
     for node in turns:
         if node.id in outputs:
             parts.append(f"the output (`{node.op}` at {where(node)}) is {_kind(values.nodes[node.id])}")
@@ -189,7 +190,8 @@ def _surfaced(
             parts.append(f"`{node.op}` at {where(node)} turned it into NaN")
     if values.stopped_at is not None:
         stopped = graph.node(values.stopped_at)
-        if any(p in {n.id for n in (origin, *chain)} for p in stopped.inputs):
+        reached = {origin.id, *(n.id for n in chain)}
+        if any(p in reached for p in stopped.inputs):
             parts.append(f"`{stopped.op}` at {where(stopped)} raised on it: {values.stopped}")
     if not parts:
         return "the non-finite values do not reach the outputs (a later op dropped or absorbed them)"

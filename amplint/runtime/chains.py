@@ -9,7 +9,7 @@ from pathlib import Path
 
 from amplint.diagnostics import Confidence
 from amplint.rule import Verdict
-from amplint.runtime.graph import DtypeGraph, DtypeNode
+from amplint.runtime.graph import DtypeGraph, DtypeNode, Source
 from amplint.source import display_path
 
 HALF = frozenset({"bfloat16", "float16"})
@@ -99,9 +99,14 @@ def _path(graph: DtypeGraph, current: DtypeNode | None) -> tuple[DtypeNode, ...]
 
 def where(node: DtypeNode) -> str:
     """`path:line` of a node's source, the path as reports show it (relative below the working directory)."""
-    if node.source is None:
+    return at(node.source)
+
+
+def at(source: Source | None) -> str:
+    """`path:line` of a source location, as `where` shows it."""
+    if source is None:
         return "an unknown line"
-    return f"{display_path(Path(node.source.path))}:{node.source.line}"
+    return f"{display_path(Path(source.path))}:{source.line}"
 
 
 def step(node: DtypeNode) -> dict[str, object]:

@@ -113,11 +113,10 @@ def main(argv: list[str]) -> int:
     spec, output = json.loads(argv[0]), Path(argv[1])
     from amplint.runtime.target import TargetError
     from amplint.runtime.tracer import TraceError
-    from amplint.runtime.values import ReplayError
 
     try:
         graph = run_traced(spec)
-    except (TargetError, TraceError, ReplayError) as exc:
+    except (TargetError, TraceError) as exc:  # a ReplayError is a TraceError
         print(exc, file=sys.stderr)
         return USAGE
     except ChildError as exc:

@@ -68,16 +68,16 @@ def on_cpu(value: Any) -> Any:
     return value
 
 
-def relative_error(value: torch.Tensor, reference: torch.Tensor, reduce: Any) -> float:
-    """Element-wise relative error against the reference, its `max` (reduce=max) or mean, with
-    `FLOOR` below which the largest reference value is the scale."""
+def relative_errors(value: torch.Tensor, reference: torch.Tensor) -> tuple[float, float]:
+    """The largest and the mean element-wise relative error against the reference, from one error
+    tensor; below `FLOOR` times the largest reference value, that value is the scale."""
     value, reference = value.to(torch.float64), reference.to(torch.float64)
     scale = reference.abs()
     floor = FLOOR * float(scale.max()) if scale.numel() else 0.0
     error = (value - reference).abs() / scale.clamp_min(max(floor, 1e-300))
     if not error.numel():
-        return 0.0
-    return min(float(error.max()) if reduce is max else float(error.mean()), _LARGEST)
+        return 0.0, 0.0
+    return min(float(error.max()), _LARGEST), min(float(error.mean()), _LARGEST)
 
 
 def _math_attention(

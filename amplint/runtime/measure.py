@@ -19,7 +19,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from amplint.runtime.chains import HALF, computing, late_upcasts
-from amplint.runtime.cpu_replay import Replay, relative_error
+from amplint.runtime.cpu_replay import Replay, relative_errors
 from amplint.runtime.graph import DtypeGraph
 from amplint.runtime.tracer import first_tensor
 
@@ -126,9 +126,6 @@ class _Measure(Replay):
 
 
 def _errors(traced: torch.Tensor, reference: torch.Tensor, fixed: torch.Tensor) -> dict[str, float]:
-    return {
-        "max": relative_error(traced, reference, max),
-        "mean": relative_error(traced, reference, None),
-        "fixed_max": relative_error(fixed, reference, max),
-        "fixed_mean": relative_error(fixed, reference, None),
-    }
+    largest, mean = relative_errors(traced, reference)
+    fixed_largest, fixed_mean = relative_errors(fixed, reference)
+    return {"max": largest, "mean": mean, "fixed_max": fixed_largest, "fixed_mean": fixed_mean}

@@ -30,7 +30,7 @@ def replayed(graph: DtypeGraph) -> Iterator[tuple[DtypeNode, NodeValues]]:
         return
     for node in graph.nodes:
         found = graph.values.nodes.get(node.id)
-        if found is not None and node.policy != "input" and node.op not in VIEWS and node.op != "getitem":
+        if found is not None and node.policy != "input" and node.op not in VIEWS:
             yield node, found
 
 

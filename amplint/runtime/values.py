@@ -24,12 +24,11 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from amplint.runtime.chains import VIEWS, where
-from amplint.runtime.cpu_replay import Replay, relative_error
+from amplint.runtime.chains import VIEWS, at, where
+from amplint.runtime.cpu_replay import Replay, relative_errors
 from amplint.runtime.graph import DtypeGraph, NodeValues, ValueLimits, Values
-from amplint.runtime.tracer import first_tensor, source_of, trace
+from amplint.runtime.tracer import TraceError, first_tensor, source_of, trace
 from amplint.runtime.weights import load_weights
-from amplint.source import display_path
 
 __all__ = ["ReplayError", "replay", "replay_values"]
 
@@ -41,7 +40,7 @@ _REORDERS = frozenset(
 )
 
 
-class ReplayError(Exception):
+class ReplayError(TraceError):
     """The values replay cannot run (not enough memory); the message says why and what to do."""
 
 
@@ -151,8 +150,8 @@ class _ValuesReplay(Replay):
             result = super().run_node(n)
             value = first_tensor(result)
             if n in self.ids and _floating(value):
-                self.stats[self.ids[n]] = _input_stats(value)
-                if bool(value.isnan().any()):
+                stats = self.stats[self.ids[n]] = _input_stats(value)
+                if stats.nan:
                     self._reference_nan.add(n)
             return result
         if n.op != "call_function":
@@ -271,12 +270,13 @@ def _stats(traced: torch.Tensor, reference: torch.Tensor, local: torch.Tensor | 
     info = torch.finfo(traced.dtype)
     # Positions the reference itself puts at or past the dtype's largest value (a mask built from
     # `finfo.min`) are there by design: they do not count against the headroom.
-    in_range = finite & ~(reference.abs() >= info.max)
+    absolute = reference.abs()
+    in_range = finite & ~(absolute >= info.max)
     kept = traced[in_range]
     low, high = (float(kept.min()), float(kept.max())) if kept.numel() else (0.0, 0.0)
     # A flushed value counts where it is within the dtype's precision of the largest one: smaller
     # ones vanish next to it in any sum anyway (a softmax's far tail).
-    magnitude = reference.abs().where(ref_finite, 0.0)
+    magnitude = absolute.where(ref_finite, 0.0)
     significant = magnitude >= info.eps * float(magnitude.max())
     nonzero = significant & (magnitude != 0)
     flushed = nonzero & (traced == 0) & (magnitude < info.tiny)
@@ -292,7 +292,7 @@ def _stats(traced: torch.Tensor, reference: torch.Tensor, local: torch.Tensor | 
         reference_nan=int(reference.isnan().sum()) / count,
         underflow=int(flushed.sum()) / max(int(nonzero.sum()), 1),
         error=_normwise(value64, ref_both),
-        error_max=relative_error(value64, ref_both, max),
+        error_max=relative_errors(value64, ref_both)[0],
         local_error=0.0 if local is None or local is traced else _local_error(local, reference),
         headroom=_headroom(traced.dtype, max(abs(low), abs(high))),
     )
@@ -352,7 +352,7 @@ def _estimate(graph_module: torch.fx.GraphModule) -> tuple[int, tuple[str, str] 
             continue
         tensors = _tensors(node.meta.get("val"))
         reference = sum(value.numel() * 8 for value in tensors)
-        view = node.target is operator.getitem or _op(node) in VIEWS | _REORDERS
+        view = _exact(node)  # views and reorders cost only their float64 reference
         held[node] = reference + (0 if view else sum(v.numel() * v.element_size() for v in tensors))
         live += held[node]
         inputs = [p for p in node.all_input_nodes if p.op == "placeholder"]
@@ -365,9 +365,7 @@ def _estimate(graph_module: torch.fx.GraphModule) -> tuple[int, tuple[str, str] 
     node = biggest[1]
     if node is None:
         return peak, None
-    source = source_of(node.meta.get("stack_trace"))
-    line = f"{display_path(Path(source.path))}:{source.line}" if source else "an unknown line"
-    return peak, (_op(node) or str(node.target), line)
+    return peak, (_op(node) or str(node.target), at(source_of(node.meta.get("stack_trace"))))
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
