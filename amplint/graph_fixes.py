@@ -15,13 +15,13 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from amplint.context import FileContext, FixPlan
 from amplint.diagnostics import Fix
-from amplint.patterns import argument, callee_name, method_call, upcast_input, with_method
 from amplint.rule import CastPoint
 from amplint.runner import render_fix
-from amplint.scopes import walk
 from amplint.source import LineIndex, SourceFile
+from amplint.static.context import FileContext, FixPlan
+from amplint.static.patterns import argument, callee_name, method_call, upcast_input, with_method
+from amplint.static.scopes import walk
 
 # The Python calls each traced op comes from.
 _CALLS = {

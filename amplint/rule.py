@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, ClassVar
 from amplint.diagnostics import Confidence, Diagnostic, Severity
 
 if TYPE_CHECKING:
-    from amplint.context import FileContext, Finding
     from amplint.runtime.graph import DtypeGraph, DtypeNode
+    from amplint.static.context import FileContext, Finding
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class Rule:
     triggers: ClassVar[frozenset[str]] = frozenset()
     # A function body with none of these words (and no match of `region_pattern`, for sites that
     # have no word of their own, such as `-65504`) holds no site of the rule, so the parser may skip
-    # it (see `amplint.regions`). None: the rule reads every body of a file it is active on.
+    # it (see `amplint.static.regions`). None: the rule reads every body of a file it is active on.
     region_words: ClassVar[frozenset[str] | None] = None
     region_pattern: ClassVar[re.Pattern[str] | None] = None
     bad: ClassVar[tuple[Bad, ...]] = ()

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import libcst as cst
 
-from amplint.context import FileContext, Finding, FixPlan
 from amplint.diagnostics import Diagnostic, Edit, Fix, sort_diagnostics
-from amplint.regions import region_marks, skip_bodies
 from amplint.results import UNPARSABLE, FileResult, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
 from amplint.source import LineIndex, SourceError, SourceFile, decode_source, display_path, read_source
+from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.regions import region_marks, skip_bodies
 from amplint.suppression import file_is_exempt, line_suppresses
 
 __all__ = [

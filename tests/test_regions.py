@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import amplint.runner
-from amplint.regions import region_marks, skip_bodies
 from amplint.rules import all_rules, rule_by_code
 from amplint.runner import lint_text
+from amplint.static.regions import region_marks, skip_bodies
 
 RULES = [rule for rule in all_rules() if rule.code != "AMP900" and not rule.runtime_only]
 

@@ -8,13 +8,20 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from amplint.context import FileContext, Finding, FixPlan
 from amplint.diagnostics import Confidence, Diagnostic
-from amplint.flow import Flow, Policy, analyse_all
-from amplint.patterns import argument, function_call, is_fp32_value, is_matmul, method_call, upcast_input
 from amplint.rule import Bad, Good, Rule, Verdict
 from amplint.runtime.chains import HALF, describe_error, measured_error, upcast_reached, where
-from amplint.scopes import scopes_holding
+from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.flow import Flow, Policy, analyse_all
+from amplint.static.patterns import (
+    argument,
+    function_call,
+    is_fp32_value,
+    is_matmul,
+    method_call,
+    upcast_input,
+)
+from amplint.static.scopes import scopes_holding
 
 _FUNCTIONS = {
     "torch.sigmoid": "sigmoid",

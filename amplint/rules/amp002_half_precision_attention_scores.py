@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from amplint.attention import is_softmax, scaled_inside, score_operands
-from amplint.context import FileContext, Finding
 from amplint.diagnostics import Confidence, Diagnostic
-from amplint.flow import Flow, Policy, analyse
-from amplint.patterns import function_call, is_fp32_value, is_scaled, method_call
 from amplint.rule import Bad, Good, Rule, Verdict
 from amplint.runtime.chains import where
-from amplint.scopes import scopes_holding, walk
+from amplint.static.attention import is_softmax, scaled_inside, score_operands
+from amplint.static.context import FileContext, Finding
+from amplint.static.flow import Flow, Policy, analyse
+from amplint.static.patterns import function_call, is_fp32_value, is_scaled, method_call
+from amplint.static.scopes import scopes_holding, walk
 
 # Clipping or soft-capping (`tanh(s / c) * c`) after the product maps inf back to a finite value
 # before softmax sees it.

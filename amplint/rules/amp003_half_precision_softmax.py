@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from amplint.attention import (
+from amplint.diagnostics import Diagnostic
+from amplint.rule import Bad, Good, Rule, Verdict
+from amplint.runtime.chains import half_precision_verdict
+from amplint.static.attention import (
     is_multinomial,
     is_softmax,
     score_operands,
@@ -16,18 +19,15 @@ from amplint.attention import (
     softmax_input,
     softmax_module_call,
 )
-from amplint.context import FileContext, Finding, FixPlan
-from amplint.diagnostics import Diagnostic
-from amplint.flow import Flow, Policy, analyse, value_children
-from amplint.patterns import (
+from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.flow import Flow, Policy, analyse, value_children
+from amplint.static.patterns import (
     is_fp32_value,
     is_half_dtype,
     with_dtype,
     with_method,
 )
-from amplint.rule import Bad, Good, Rule, Verdict
-from amplint.runtime.chains import half_precision_verdict
-from amplint.scopes import Scope, scopes_holding
+from amplint.static.scopes import Scope, scopes_holding
 
 _MESSAGE = (
     "softmax over attention scores or logits returns float16/bfloat16 probabilities when the model runs "

@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from amplint.attention import is_softmax
-from amplint.context import FileContext, Finding, FixPlan
-from amplint.flow import Flow, Policy, analyse
-from amplint.patterns import (
+from amplint.rule import Bad, Good, Rule, Verdict
+from amplint.runtime.chains import half_precision_verdict
+from amplint.static.attention import is_softmax
+from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.flow import Flow, Policy, analyse
+from amplint.static.patterns import (
     argument,
     function_call,
     is_fp32_dtype,
@@ -21,10 +23,8 @@ from amplint.patterns import (
     lineage,
     method_call,
 )
-from amplint.precision import autocast_region_of, holds_float32
-from amplint.rule import Bad, Good, Rule, Verdict
-from amplint.runtime.chains import half_precision_verdict
-from amplint.scopes import Scope, scopes_holding, walk
+from amplint.static.precision import autocast_region_of, holds_float32
+from amplint.static.scopes import Scope, scopes_holding, walk
 
 FP16_MAX = 65504.0
 # Magnitudes from here on round to inf in float16 (65504 plus half a unit in the last place).

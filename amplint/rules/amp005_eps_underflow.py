@@ -9,19 +9,19 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from amplint.context import FileContext, Finding
-from amplint.flow import Flow, Policy, analyse
-from amplint.patterns import argument, is_fp32_dtype, is_matmul, lineage, method_call
-from amplint.precision import (
+from amplint.rule import Bad, Good, Rule, Verdict
+from amplint.rules.amp004_mask_constant_overflow import dtype_cast, module_constants, numeric_value
+from amplint.runtime.chains import half_precision_verdict
+from amplint.static.context import FileContext, Finding
+from amplint.static.flow import Flow, Policy, analyse
+from amplint.static.patterns import argument, is_fp32_dtype, is_matmul, lineage, method_call
+from amplint.static.precision import (
     autocast_region_of,
     holds_float32,
     may_run_in_half,
     under_cuda_autocast,
 )
-from amplint.rule import Bad, Good, Rule, Verdict
-from amplint.rules.amp004_mask_constant_overflow import dtype_cast, module_constants, numeric_value
-from amplint.runtime.chains import half_precision_verdict
-from amplint.scopes import Scope, scopes_holding, suite_body, walk
+from amplint.static.scopes import Scope, scopes_holding, suite_body, walk
 
 # Positive values at or below 2**-25 round to zero in float16 (its smallest subnormal is 2**-24,
 # about 5.96e-8; its smallest normal number is 2**-14, about 6.1e-5).

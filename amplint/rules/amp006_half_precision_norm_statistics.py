@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from amplint.context import FileContext, Finding, FixPlan
-from amplint.flow import Flow, Hit, Policy, analyse
-from amplint.patterns import argument, function_call, is_fp32_dtype, lineage, method_call, with_method
-from amplint.precision import called_in_module, holds_float32, under_cuda_autocast
 from amplint.rule import Bad, Good, Rule, Verdict
 from amplint.runtime.chains import half_precision_verdict
-from amplint.scopes import Scope, scopes_holding, walk
+from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.flow import Flow, Hit, Policy, analyse
+from amplint.static.patterns import argument, function_call, is_fp32_dtype, lineage, method_call, with_method
+from amplint.static.precision import called_in_module, holds_float32, under_cuda_autocast
+from amplint.static.scopes import Scope, scopes_holding, walk
 
 _MEAN_FUNCTIONS = frozenset({"torch.mean"})
 # `std` is left out on purpose: its square root keeps it in range, so a half-precision `std` is one

@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from amplint.context import FileContext, Finding, FixPlan
-from amplint.flow import Flow, Policy, analyse, value_children
-from amplint.patterns import (
+from amplint.rule import Bad, Good, Rule, Verdict
+from amplint.runtime.chains import half_precision_verdict
+from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.flow import Flow, Policy, analyse, value_children
+from amplint.static.patterns import (
     argument,
     callee_name,
     function_call,
@@ -20,10 +22,8 @@ from amplint.patterns import (
     with_dtype,
     with_method,
 )
-from amplint.precision import holds_float32, under_cuda_autocast
-from amplint.rule import Bad, Good, Rule, Verdict
-from amplint.runtime.chains import half_precision_verdict
-from amplint.scopes import Scope, scopes_holding, walk
+from amplint.static.precision import holds_float32, under_cuda_autocast
+from amplint.static.scopes import Scope, scopes_holding, walk
 
 _OPS = frozenset({"cumsum", "cumprod", "logcumsumexp"})
 _FUNCTIONS = {f"torch.{op}": op for op in _OPS}

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amplint.context import FileContext, Finding, FixPlan
 from amplint.diagnostics import Severity
-from amplint.imports import dotted_name, import_aliases
 from amplint.rule import Bad, Good, Rule
-from amplint.scopes import walk
+from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.imports import dotted_name, import_aliases
+from amplint.static.scopes import walk
 
 
 @dataclass(frozen=True)

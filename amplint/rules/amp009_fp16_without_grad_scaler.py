@@ -7,12 +7,12 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from amplint.context import FileContext, Finding
-from amplint.imports import dotted_name
-from amplint.patterns import function_call, method_call
-from amplint.precision import autocast_region_of, float16_setting
 from amplint.rule import Bad, Good, Rule
-from amplint.scopes import walk
+from amplint.static.context import FileContext, Finding
+from amplint.static.imports import dotted_name
+from amplint.static.patterns import function_call, method_call
+from amplint.static.precision import autocast_region_of, float16_setting
+from amplint.static.scopes import walk
 
 # Words that put a loss scaler in scope: torch's GradScaler and its FSDP variant, apex's
 # `amp.scale_loss`, and the loss scalers of DeepSpeed, Megatron and fairseq.

@@ -7,12 +7,12 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from amplint.context import FileContext, Finding
-from amplint.imports import dotted_name
-from amplint.patterns import argument
-from amplint.precision import float16_setting, is_float16
 from amplint.rule import Bad, Good, Rule
-from amplint.scopes import walk
+from amplint.static.context import FileContext, Finding
+from amplint.static.imports import dotted_name
+from amplint.static.patterns import argument
+from amplint.static.precision import float16_setting, is_float16
+from amplint.static.scopes import walk
 
 _LOADERS = frozenset({"from_pretrained", "from_single_file"})
 _PIPELINES = frozenset({"transformers.pipeline"})

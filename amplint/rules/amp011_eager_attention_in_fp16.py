@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from amplint.context import FileContext, Finding
-from amplint.precision import float16_setting, is_float16
 from amplint.rule import Bad, Good, Rule
-from amplint.scopes import walk
+from amplint.static.context import FileContext, Finding
+from amplint.static.precision import float16_setting, is_float16
+from amplint.static.scopes import walk
 
 _ATTN_KEYS = frozenset({"attn_implementation", "_attn_implementation", "_attn_implementation_internal"})
 _DTYPE_KEYS = frozenset({"torch_dtype", "dtype"})

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amplint.context import FileContext, Finding, FixPlan
 from amplint.diagnostics import Severity
-from amplint.flow import Flow, Policy, analyse
-from amplint.patterns import argument, method_call
-from amplint.precision import HALF_WORDS, autocast_region_of, may_run_in_half
 from amplint.rule import Bad, Good, Rule
-from amplint.scopes import Scope, suite_body
+from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.flow import Flow, Policy, analyse
+from amplint.static.patterns import argument, method_call
+from amplint.static.precision import HALF_WORDS, autocast_region_of, may_run_in_half
+from amplint.static.scopes import Scope, suite_body
 
 _FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
 _MODULES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.BCELoss", "torch.nn.modules.loss.BCELoss"})

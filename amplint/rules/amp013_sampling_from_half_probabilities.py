@@ -8,16 +8,18 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from amplint.attention import (
+from amplint.rule import Bad, Good, Rule, Verdict
+from amplint.runtime.chains import half_precision_verdict
+from amplint.static.attention import (
     SOFTMAX_METHODS,
     is_multinomial,
     is_softmax,
     softmax_dtype_argument,
     softmax_input,
 )
-from amplint.context import FileContext, Finding
-from amplint.flow import Flow, Policy, analyse, value_children
-from amplint.patterns import (
+from amplint.static.context import FileContext, Finding
+from amplint.static.flow import Flow, Policy, analyse, value_children
+from amplint.static.patterns import (
     argument,
     function_call,
     is_fp32_dtype,
@@ -27,10 +29,8 @@ from amplint.patterns import (
     is_upcast,
     method_call,
 )
-from amplint.precision import may_run_in_half, under_cuda_autocast
-from amplint.rule import Bad, Good, Rule, Verdict
-from amplint.runtime.chains import half_precision_verdict
-from amplint.scopes import Scope, walk
+from amplint.static.precision import may_run_in_half, under_cuda_autocast
+from amplint.static.scopes import Scope, walk
 
 _CATEGORICAL = frozenset(
     {

@@ -8,13 +8,20 @@ from dataclasses import dataclass, replace
 
 import libcst as cst
 
-from amplint.attention import SOFTMAX_FUNCTIONS, softmax_module_call
-from amplint.context import FileContext, Finding, FixPlan
-from amplint.flow import Flow, Policy, analyse
-from amplint.patterns import argument, callee_name, function_call, method_call, needs_parentheses, with_method
-from amplint.precision import defines_modules, holds_float32
 from amplint.rule import Bad, Good, Rule
-from amplint.scopes import Scope, scopes_holding, walk
+from amplint.static.attention import SOFTMAX_FUNCTIONS, softmax_module_call
+from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.flow import Flow, Policy, analyse
+from amplint.static.patterns import (
+    argument,
+    callee_name,
+    function_call,
+    method_call,
+    needs_parentheses,
+    with_method,
+)
+from amplint.static.precision import defines_modules, holds_float32
+from amplint.static.scopes import Scope, scopes_holding, walk
 
 _LOG_FUNCTIONS = frozenset({"torch.log"})
 _EXP_FUNCTIONS = frozenset({"torch.exp"})

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from amplint.context import FileContext, Finding, FixPlan
-from amplint.flow import Flow, Policy, analyse
-from amplint.imports import dotted_name
-from amplint.patterns import argument, lineage, matmul_operands
-from amplint.precision import AUTOCAST, may_run_in_half, under_autocast
 from amplint.rule import Bad, Good, Rule
-from amplint.scopes import Scope, walk
+from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.flow import Flow, Policy, analyse
+from amplint.static.imports import dotted_name
+from amplint.static.patterns import argument, lineage, matmul_operands
+from amplint.static.precision import AUTOCAST, may_run_in_half, under_autocast
+from amplint.static.scopes import Scope, walk
 
 _FUNCTION_BASES = frozenset(
     {"torch.autograd.Function", "torch.autograd.function.Function", "torch.autograd.function.InplaceFunction"}

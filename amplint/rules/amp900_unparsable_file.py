@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from amplint.context import FileContext, Finding
 from amplint.diagnostics import Severity
 from amplint.rule import Bad, Good, Rule
+from amplint.static.context import FileContext, Finding
 
 
 class UnparsableFile(Rule):

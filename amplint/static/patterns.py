@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from amplint.context import FileContext
-from amplint.flow import Flow
+from amplint.static.context import FileContext
+from amplint.static.flow import Flow
 
 FP32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
 HALF_DTYPES = frozenset({"torch.float16", "torch.half", "torch.bfloat16"})

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amplint.scopes import Scope, suite_body
+from amplint.static.scopes import Scope, suite_body
 
 Origins = frozenset[cst.CSTNode]
 _EMPTY: Origins = frozenset()

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, cast
 
 import libcst as cst
 
-from amplint.imports import import_aliases
+from amplint.static.imports import import_aliases
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from amplint.context import FileContext
+    from amplint.static.context import FileContext
 
 
 @dataclass(frozen=True)

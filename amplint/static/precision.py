@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, cast
 
 import libcst as cst
 
-from amplint.flow import Flow, Policy, analyse
-from amplint.patterns import argument, dtype_source, fp32_step, is_fp32_value, lineage
-from amplint.scopes import walk
+from amplint.static.flow import Flow, Policy, analyse
+from amplint.static.patterns import argument, dtype_source, fp32_step, is_fp32_value, lineage
+from amplint.static.scopes import walk
 
 if TYPE_CHECKING:
-    from amplint.context import FileContext
+    from amplint.static.context import FileContext
 
 HALF_WORDS = frozenset(
     {

@@ -15,9 +15,9 @@ import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
-from amplint.imports import ImportMap
-from amplint.scopes import ModuleIndex, Scope, index_module, walk
 from amplint.source import NEWLINE, LineIndex
+from amplint.static.imports import ImportMap
+from amplint.static.scopes import ModuleIndex, Scope, index_module, walk
 
 
 @dataclass(frozen=True)

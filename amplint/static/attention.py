@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from amplint.context import FileContext
-from amplint.flow import Flow
-from amplint.patterns import argument, function_call, method_call
+from amplint.static.context import FileContext
+from amplint.static.flow import Flow
+from amplint.static.patterns import argument, function_call, method_call
 
 SOFTMAX_FUNCTIONS = frozenset(
     {
