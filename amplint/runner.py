@@ -112,8 +112,17 @@ def _diagnostic(
         severity=rule.severity,
         fix=render_fix(ctx, finding.fix, lines) if finding.fix else None,
         help=finding.help,
-        extra=dict(finding.extra),
+        extra=dict(finding.extra) | _evidence(ctx, finding),
     )
+
+
+def _evidence(ctx: FileContext, finding: Finding) -> dict[str, object]:
+    """The finding's evidence as `extra["evidence"]`: 1-based line and column, and what happened."""
+    steps = []
+    for step in finding.evidence:
+        where = ctx.position(step.node).start
+        steps.append({"line": where.line, "column": where.column + 1, "message": step.text})
+    return {"evidence": steps} if steps else {}
 
 
 def render_fix(ctx: FileContext, plan: FixPlan, lines: LineIndex) -> Fix | None:

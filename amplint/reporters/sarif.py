@@ -152,6 +152,20 @@ def _result(diagnostic: Diagnostic, rule_index: int) -> dict[str, Any]:
         "message": _message(message),
         "locations": [{"physicalLocation": {"artifactLocation": location, "region": region}}],
     }
+    evidence = diagnostic.extra.get("evidence")
+    if isinstance(evidence, list) and evidence and not notebook:
+        # Why the value has its dtype there: the autocast region, the cast, the op, in source order.
+        result["relatedLocations"] = [
+            {
+                "id": i,
+                "physicalLocation": {
+                    "artifactLocation": location,
+                    "region": {"startLine": step["line"], "startColumn": step["column"]},
+                },
+                "message": {"text": step["message"]},
+            }
+            for i, step in enumerate(evidence)
+        ]
     if diagnostic.fix is not None and not notebook:
         result["fixes"] = [_fix(diagnostic, location)]
     properties: dict[str, Any] = {

@@ -16,6 +16,7 @@ from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionPr
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from amplint.source import NEWLINE, LineIndex
+from amplint.static.dtypes import DtypeFacts, Step
 from amplint.static.imports import ImportMap
 from amplint.static.scopes import ModuleIndex, Scope, index_module, walk
 
@@ -36,6 +37,8 @@ class Finding:
     fix: FixPlan | None = None
     help: str | None = None
     extra: Mapping[str, object] = field(default_factory=dict)
+    # Why the value has its dtype there (from the dtype-facts engine): related locations in reports.
+    evidence: tuple[Step, ...] = ()
 
 
 class FileContext:
@@ -189,6 +192,11 @@ class FileContext:
             positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
             cached = self._position_cache[statement] = (self._line_offsets[statement], positions)
         return cached
+
+    @cached_property
+    def facts(self) -> DtypeFacts:
+        """The dtype facts of this file's expressions (computed per function, on demand)."""
+        return DtypeFacts(self)
 
     def qualified(self, node: cst.BaseExpression) -> str | None:
         return self.imports.qualified(node)

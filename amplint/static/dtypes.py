@@ -1,0 +1,1067 @@
+"""The dtype-facts engine: for each expression of a file, which floating dtypes its value can have
+there, and the evidence for it.
+
+An abstract interpretation over the libcst tree, one function at a time, on demand. A `Fact` is a
+set of possible dtypes (float64, float32, bfloat16, float16) with the chain of steps that produced
+it: the autocast region and its dtype, the `.half()` or `.to(...)`, the `dtype=` argument, the op
+that autocast upcasts, the parameter whose dtype the caller picks. Values are followed through
+assignments, tuple unpacking, comprehensions, `self` attributes, branches (joined) and loops (run
+twice); calls of the file's own functions and methods are analysed with the facts of their
+arguments, and a function's parameters hold what every call of it in the file passes (or, when the
+file never calls it, whatever the caller picks: the project's precision profile).
+
+Each op's result follows PyTorch: casts and `dtype=` set it, factories make float32, type promotion
+widens (a float32 operand promotes a bfloat16 product), and under autocast the CUDA or CPU policy
+of `amplint.static.ops` decides. Code outside any autocast region of the file may still run under
+the caller's autocast, so both possibilities are kept.
+
+Rules ask this engine; none reasons about dtypes itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from amplint.static import ops
+from amplint.static.ops import BF16, F16, F32, F64, HALF
+from amplint.static.scopes import suite_body, walk
+
+if TYPE_CHECKING:
+    from amplint.static.context import FileContext
+
+# What kind of value an expression holds.
+TENSOR, DTYPE, SCALAR, INTEGER, MODULE, OTHER, UNKNOWN = (
+    "tensor",
+    "dtype",
+    "scalar",
+    "integer",
+    "module",
+    "other",
+    "unknown",
+)
+_ORDER = {F64: 3, F32: 2, BF16: 1, F16: 1}
+_SHORT = {F64: "float64", F32: "float32", BF16: "bf16", F16: "fp16"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One piece of evidence: what happened at `node`."""
+
+    node: cst.CSTNode
+    text: str
+
+
+@dataclass(frozen=True)
+class Fact:
+    """What an expression can hold. For a tensor (or a dtype object), `dtypes` are the floating
+    dtypes it can have; empty when nothing is known. `caller` marks half dtypes that come only from
+    the caller's choice (a parameter, a model's weights), not from this code. `number` is the value
+    of a Python number when it is known; `items` the facts of a tuple's elements."""
+
+    kind: str
+    dtypes: frozenset[str] = frozenset()
+    why: tuple[Step, ...] = ()
+    caller: bool = False
+    number: float | None = None
+    items: tuple[Fact, ...] | None = None
+    module: str | None = None  # the constructor of a submodule (`Linear`)
+
+    @property
+    def may_be_half(self) -> bool:
+        return self.kind == TENSOR and bool(self.dtypes & HALF)
+
+    @property
+    def may_be_fp16(self) -> bool:
+        return self.kind == TENSOR and F16 in self.dtypes
+
+    @property
+    def is_wide(self) -> bool:
+        """Known to be float32 or float64 whatever the caller does."""
+        return bool(self.dtypes) and not self.dtypes & HALF
+
+    def half_names(self) -> str:
+        return "/".join(_SHORT[d] for d in (BF16, F16) if d in self.dtypes)
+
+    def explain(self) -> str:
+        """`bf16/fp16 here: ...` in one line, the evidence in source order."""
+        names = "/".join(_SHORT[d] for d in ops.FLOATS if d in self.dtypes) or "unknown"
+        steps = "; ".join(step.text for step in self.why)
+        return f"{names} here" + (f": {steps}" if steps else "")
+
+
+UNKNOWN_FACT = Fact(UNKNOWN)
+_SCALAR = Fact(SCALAR)
+_INTEGER = Fact(INTEGER)
+_OTHER = Fact(OTHER)
+_MAX_WHY = 4
+_MAX_DEPTH = 3  # calls of the file's own functions followed inside each other
+
+
+def join(facts: Iterable[Fact]) -> Fact:
+    """What a value holds when it may come from any of `facts` (branches, call sites)."""
+    facts = [fact for fact in facts if fact.kind != UNKNOWN] or list(facts)
+    if not facts:
+        return UNKNOWN_FACT
+    first = facts[0]
+    if len(facts) == 1:
+        return first
+    kinds = {fact.kind for fact in facts}
+    kind = first.kind if len(kinds) == 1 else TENSOR if TENSOR in kinds else UNKNOWN
+    numbers = {fact.number for fact in facts}
+    why: list[Step] = []
+    for fact in facts:
+        why.extend(step for step in fact.why if step.text not in {w.text for w in why})
+    return Fact(
+        kind,
+        frozenset().union(*(fact.dtypes for fact in facts)),
+        tuple(why[-_MAX_WHY:]),
+        all(fact.caller for fact in facts if fact.dtypes & HALF) and any(f.caller for f in facts),
+        numbers.pop() if len(numbers) == 1 else None,
+    )
+
+
+def promote(facts: Iterable[Fact]) -> Fact:
+    """PyTorch's type promotion of tensor operands: the widest floating dtype wins; Python numbers
+    and integer tensors do not change a floating result."""
+    tensors = [fact for fact in facts if fact.kind in (TENSOR, UNKNOWN)]
+    known = [fact for fact in tensors if fact.kind == TENSOR and fact.dtypes]
+    if not known:
+        return tensors[0] if tensors else _SCALAR
+    if len(known) == 1:
+        return known[0]
+    # Every combination of the operands' possible dtypes.
+    result: set[str] = set()
+    options: list[frozenset[str]] = [frozenset({"-"})]
+    for fact in known:
+        options = [frozenset(prefix | {d}) for prefix in options for d in fact.dtypes]
+    for combination in options:
+        dtypes = combination - {"-"}
+        top = max(_ORDER[d] for d in dtypes)
+        widest = {d for d in dtypes if _ORDER[d] == top}
+        result.add(F32 if widest == HALF else widest.pop())
+    why: list[Step] = []
+    for fact in known:
+        why.extend(step for step in fact.why if step not in why)
+    caller = any(fact.caller for fact in known) and not any(
+        fact.dtypes & HALF and not fact.caller for fact in known
+    )
+    return Fact(TENSOR, frozenset(result), tuple(why[-_MAX_WHY:]), caller)
+
+
+@dataclass(frozen=True)
+class Autocast:
+    """One autocast state code can run under: `device` None means autocast is off."""
+
+    device: str | None
+    dtype: str | None = None
+    where: cst.CSTNode | None = None
+
+
+OFF = Autocast(None)
+
+
+@dataclass
+class _Frame:
+    """The state of one function's interpretation."""
+
+    env: dict[str, Fact]
+    autocast: frozenset[Autocast]
+    returns: list[Fact] = field(default_factory=list)
+    depth: int = 0
+
+
+class DtypeFacts:
+    """The facts of one file. `of(expr)` answers for any expression; the function that holds it is
+    analysed the first time one of its expressions is asked about."""
+
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+        self.profile = getattr(ctx, "profile", None) or _BOTH
+        self._facts: dict[cst.CSTNode, Fact] = {}
+        self._states: dict[cst.CSTNode, frozenset[Autocast]] = {}
+        self._done: set[cst.CSTNode] = set()
+        self._scope_of: dict[cst.CSTNode, cst.FunctionDef | cst.Module] | None = None
+        self._module_env: dict[str, Fact] | None = None
+        self._classes: dict[str, cst.ClassDef] = {}
+        self._class_of: dict[cst.FunctionDef, cst.ClassDef] = {}
+        self._functions: dict[str, list[cst.FunctionDef]] = {}
+        self._call_sites: dict[str, list[tuple[cst.Call, cst.FunctionDef | cst.Module]]] | None = None
+        self._params: dict[cst.FunctionDef, dict[str, Fact]] = {}
+        self._entry: dict[cst.FunctionDef, frozenset[Autocast]] = {}
+        self._attributes: dict[tuple[str, str], Fact] = {}
+        self._returns: dict[tuple[cst.FunctionDef, tuple[Fact, ...]], Fact] = {}
+        self._active: set[cst.FunctionDef] = set()
+        self._index_definitions()
+
+    # -- questions rules ask ---------------------------------------------------------------------
+    def of(self, node: cst.CSTNode) -> Fact:
+        """The fact of an expression (UNKNOWN for one the engine never reached)."""
+        fact = self._facts.get(node)
+        if fact is None:
+            scope = self.scope_of(node)
+            if scope is not None and scope not in self._done:
+                self._analyse(scope)
+                fact = self._facts.get(node)
+        return fact or UNKNOWN_FACT
+
+    def autocast_at(self, node: cst.CSTNode) -> frozenset[Autocast]:
+        """The autocast states the statement holding `node` can run under (OFF among them)."""
+        self.of(node)
+        return self._states.get(node, self._default_entry())
+
+    def under_cuda_autocast(self, node: cst.CSTNode) -> bool:
+        """Whether `node` surely runs under an enabled CUDA autocast region of this file."""
+        states = self.autocast_at(node)
+        return bool(states) and all(s.device == "cuda" and s.where is not None for s in states)
+
+    def number(self, node: cst.BaseExpression) -> float | None:
+        """The value of a Python number: a literal, `-1e9`, `float("-inf")`, a module constant, a
+        parameter's default, or `self.eps` set from one in `__init__`."""
+        return self.of(node).number
+
+    def scope_of(self, node: cst.CSTNode) -> cst.FunctionDef | cst.Module | None:
+        function = self.ctx.function_of(node)
+        if function is not None:
+            return function
+        if node in self.ctx.index.top_of:
+            return self.ctx.module
+        if self._scope_of is None:
+            self._scope_of = {}
+            for top in self.ctx.module.body:
+                for inner in walk(top):
+                    self._scope_of.setdefault(inner, self.ctx.module)
+                for function in (n for n in walk(top) if isinstance(n, cst.FunctionDef)):
+                    for inner in walk(function.body):
+                        self._scope_of[inner] = function
+        return self._scope_of.get(node)
+
+    def line(self, node: cst.CSTNode) -> int:
+        return self.ctx.position(node).start.line
+
+    def explain_line(self, line: int) -> list[tuple[str, Fact]]:
+        """Every expression that starts on `line`, outermost first, with its fact."""
+        found: list[tuple[str, Fact]] = []
+        for top in self.ctx.module.body:
+            where = self.ctx.position(top)
+            if not where.start.line <= line <= where.end.line:
+                continue
+            for node in walk(top):
+                if isinstance(node, cst.BaseExpression) and not isinstance(node, cst.BaseString):
+                    try:
+                        starts = self.ctx.position(node).start.line
+                    except KeyError:
+                        continue
+                    if starts == line:
+                        fact = self.of(node)
+                        if fact.kind in (TENSOR, DTYPE):
+                            found.append((" ".join(self.ctx.code(node).split()), fact))
+        return found
+
+    # -- the file's definitions ------------------------------------------------------------------
+    def _index_definitions(self) -> None:
+        for statement in self.ctx.module.body:
+            if isinstance(statement, cst.ClassDef):
+                self._classes[statement.name.value] = statement
+                for item in suite_body(statement.body):
+                    if isinstance(item, cst.FunctionDef):
+                        self._class_of[item] = statement
+                        self._functions.setdefault(item.name.value, []).append(item)
+            elif isinstance(statement, cst.FunctionDef):
+                self._functions.setdefault(statement.name.value, []).append(statement)
+
+    def _default_entry(self) -> frozenset[Autocast]:
+        """What code that this file does not call runs under: autocast off, or the caller's."""
+        return frozenset({OFF, *(Autocast("cuda", d) for d in self.profile.half)})
+
+    def _caller_tensor(self, node: cst.CSTNode, what: str) -> Fact:
+        dtypes = frozenset({F32, *self.profile.half})
+        return Fact(TENSOR, dtypes, (Step(node, what),), caller=bool(self.profile.half))
+
+    def _module_constants(self) -> dict[str, Fact]:
+        if self._module_env is None:
+            self._module_env = {}
+            frame = _Frame(self._module_env, frozenset({OFF}))
+            for statement in self.ctx.module.body:
+                if isinstance(statement, cst.SimpleStatementLine):
+                    for small in statement.body:
+                        if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
+                            targets = (
+                                [t.target for t in small.targets]
+                                if isinstance(small, cst.Assign)
+                                else [small.target]
+                            )
+                            fact = self._expr(small.value, frame)
+                            for target in targets:
+                                self._bind(target, fact, small.value, frame)
+        return self._module_env
+
+    # -- interpretation --------------------------------------------------------------------------
+    def _analyse(self, scope: cst.FunctionDef | cst.Module) -> None:
+        self._done.add(scope)
+        if isinstance(scope, cst.Module):
+            frame = _Frame(dict(self._module_constants()), frozenset({OFF}))
+            self._run(scope.body, frame)
+            return
+        frame = _Frame(dict(self._parameters(scope)), self._entry_states(scope))
+        if scope in self._class_of:
+            frame.env["__class__"] = Fact(OTHER, module=self._class_of[scope].name.value)
+        self._active.add(scope)
+        try:
+            self._run(suite_body(scope.body), frame)
+        finally:
+            self._active.discard(scope)
+
+    def _entry_states(self, function: cst.FunctionDef) -> frozenset[Autocast]:
+        """The autocast states a function starts in: its decorators, else its callers' in this file."""
+        cached = self._entry.get(function)
+        if cached is not None:
+            return cached
+        states = self._default_entry()
+        sites = self._sites(function)
+        if sites:
+            collected: set[Autocast] = set()
+            for call, _ in sites:
+                collected |= self._states.get(call, self._default_entry())
+            states = frozenset(collected)
+        for decorator in function.decorators:
+            decided = self._autocast_of(decorator.decorator, _Frame({}, states))
+            if decided is not None:
+                states = decided
+            elif self._custom_fwd_float32(decorator.decorator):
+                states = frozenset({OFF})
+        self._entry[function] = states
+        return states
+
+    def _parameters(self, function: cst.FunctionDef) -> dict[str, Fact]:
+        cached = self._params.get(function)
+        if cached is not None:
+            return cached
+        params = [*function.params.posonly_params, *function.params.params, *function.params.kwonly_params]
+        env: dict[str, Fact] = {}
+        self._params[function] = env  # a recursive call sees the defaults
+        method = function in self._class_of
+        upcast = any(self._custom_fwd_float32(d.decorator) for d in function.decorators)
+        for i, param in enumerate(params):
+            name = param.name.value
+            if method and i == 0:
+                env[name] = Fact(OTHER, module="self")
+                continue
+            env[name] = self._param_default(function, param, upcast)
+        sites = self._sites(function)
+        if sites:
+            positional = [p.name.value for p in params[1 if method else 0 :]]
+            for name in positional + [p.name.value for p in function.params.kwonly_params]:
+                passed = [self._argument_fact(call, scope, positional, name) for call, scope in sites]
+                if all(fact is not None for fact in passed):
+                    facts = [fact for fact in passed if fact is not None]
+                    env[name] = join(facts)
+        return env
+
+    def _param_default(self, function: cst.FunctionDef, param: cst.Param, upcast: bool) -> Fact:
+        name = param.name.value
+        annotation = self.ctx.code(param.annotation.annotation) if param.annotation else ""
+        if param.default is not None:
+            default = self._expr(param.default, _Frame(dict(self._module_constants()), frozenset({OFF})))
+            if default.kind in (SCALAR, DTYPE, OTHER):
+                return default
+        if annotation and "Tensor" not in annotation and annotation not in ("Any", "object"):
+            return _OTHER if annotation != "float" else _SCALAR
+        if upcast:
+            return Fact(TENSOR, frozenset({F32}), (Step(param, "cast to float32 by `custom_fwd`"),))
+        return self._caller_tensor(
+            param, f"`{name}` is an input of `{function.name.value}`, in the caller's dtype"
+        )
+
+    def _argument_fact(
+        self, call: cst.Call, scope: cst.FunctionDef | cst.Module, positional: list[str], name: str
+    ) -> Fact | None:
+        """The fact of what `call` passes for parameter `name`; None when it passes nothing seen."""
+        if scope not in self._done and (not isinstance(scope, cst.FunctionDef) or scope not in self._active):
+            self._analyse(scope)
+        index = positional.index(name) if name in positional else None
+        at = 0
+        for arg in call.args:
+            if arg.star:
+                return None
+            if arg.keyword is not None:
+                if arg.keyword.value == name:
+                    return self._facts.get(arg.value)
+            else:
+                if at == index:
+                    return self._facts.get(arg.value)
+                at += 1
+        return None
+
+    def _sites(self, function: cst.FunctionDef) -> list[tuple[cst.Call, cst.FunctionDef | cst.Module]]:
+        """The calls of `function` in this file: `name(...)`, or `self.name(...)` for a method."""
+        if self._call_sites is None:
+            self._call_sites = {}
+            for call in self.ctx.index.calls:
+                func = call.func
+                if (
+                    isinstance(func, cst.Name)
+                    and func.value in self._functions
+                    and not self.ctx.qualified(func)
+                ):
+                    key = func.value
+                elif (
+                    isinstance(func, cst.Attribute)
+                    and isinstance(func.value, cst.Name)
+                    and func.value.value in ("self", "cls")
+                    and func.attr.value in self._functions
+                ):
+                    key = "self." + func.attr.value
+                else:
+                    continue
+                scope = self.ctx.function_of(call) or self.ctx.module
+                self._call_sites.setdefault(key, []).append((call, scope))
+        key = ("self." if function in self._class_of else "") + function.name.value
+        return [site for site in self._call_sites.get(key, []) if site[1] is not function]
+
+    def _run(self, body: Iterable[cst.BaseStatement], frame: _Frame) -> None:
+        for statement in body:
+            self._statement(statement, frame)
+
+    def _branch(self, bodies: list[Iterable[cst.BaseStatement]], frame: _Frame, keep: bool) -> None:
+        """Run alternative bodies from the same state and join what they bind (`keep`: the state
+        before counts as an alternative too, as when no branch may run)."""
+        results = []
+        for body in bodies:
+            inner = replace(frame, env=dict(frame.env))
+            self._run(body, inner)
+            frame.returns = inner.returns
+            results.append(inner.env)
+        if keep:
+            results.append(frame.env)
+        for name in {name for env in results for name in env}:
+            frame.env[name] = join([env[name] for env in results if name in env])
+
+    def _statement(self, node: cst.BaseStatement, frame: _Frame) -> None:
+        if isinstance(node, cst.SimpleStatementLine):
+            for small in node.body:
+                self._small(small, frame)
+        elif isinstance(node, cst.If):
+            self._expr(node.test, frame)
+            bodies: list[Iterable[cst.BaseStatement]] = [suite_body(node.body)]
+            orelse = node.orelse
+            if isinstance(orelse, cst.If):
+                bodies.append((orelse,))
+            elif orelse is not None:
+                bodies.append(suite_body(orelse.body))
+            self._branch(bodies, frame, keep=orelse is None)
+        elif isinstance(node, (cst.For, cst.While)):
+            if isinstance(node, cst.For):
+                iterated = self._expr(node.iter, frame)
+                element = join(iterated.items) if iterated.items else iterated
+                self._bind(node.target, element if element.kind != SCALAR else _SCALAR, None, frame)
+            else:
+                self._expr(node.test, frame)
+            for _ in range(2):
+                self._branch([suite_body(node.body)], frame, keep=True)
+            if node.orelse is not None:
+                self._run(suite_body(node.orelse.body), frame)
+        elif isinstance(node, cst.With):
+            states = frame.autocast
+            for item in node.items:
+                self._expr(item.item, frame)
+                decided = self._autocast_of(item.item, frame)
+                if decided is not None:
+                    states = decided
+                if item.asname is not None:
+                    self._bind(item.asname.name, UNKNOWN_FACT, None, frame)
+            inner = replace(frame, autocast=states)
+            self._run(suite_body(node.body), inner)
+            frame.returns = inner.returns
+        elif isinstance(node, cst.Try):
+            bodies = [suite_body(node.body), *(suite_body(h.body) for h in node.handlers)]
+            self._branch(bodies, frame, keep=False)
+            for extra in (node.orelse, node.finalbody):
+                if extra is not None:
+                    self._run(suite_body(extra.body), frame)
+        elif isinstance(node, cst.FunctionDef):
+            frame.env[node.name.value] = _OTHER
+
+    def _small(self, node: cst.BaseSmallStatement, frame: _Frame) -> None:
+        if isinstance(node, cst.Assign):
+            fact = self._expr(node.value, frame)
+            for target in node.targets:
+                self._bind(target.target, fact, node.value, frame)
+        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            self._bind(node.target, self._expr(node.value, frame), node.value, frame)
+        elif isinstance(node, cst.AugAssign):
+            operator = type(node.operator).__name__.replace("Assign", "")
+            left = self._expr(node.target, frame)
+            right = self._expr(node.value, frame)
+            result = self._binary(operator, left, right, node, frame)
+            self._bind(node.target, result, None, frame)
+        elif isinstance(node, cst.Return) and node.value is not None:
+            frame.returns.append(self._expr(node.value, frame))
+        elif isinstance(node, cst.Expr):
+            self._expr(node.value, frame)
+
+    def _bind(
+        self, target: cst.BaseExpression, fact: Fact, value: cst.BaseExpression | None, frame: _Frame
+    ) -> None:
+        self._facts[target] = fact
+        if isinstance(target, cst.Name):
+            frame.env[target.value] = fact
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            elements = target.elements
+            items = fact.items if fact.items is not None and len(fact.items) == len(elements) else None
+            for i, element in enumerate(elements):
+                inner = items[i] if items is not None else fact if fact.items is None else join(fact.items)
+                self._bind(element.value, inner, None, frame)
+        elif isinstance(target, cst.StarredElement):
+            self._bind(target.value, fact, None, frame)
+        elif isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
+            owner = target.value.value
+            if owner == "self":
+                key = (self._class_name(frame), target.attr.value)
+                previous = self._attributes.get(key)
+                self._attributes[key] = fact if previous is None else join([previous, fact])
+        elif isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
+            name = target.value.value
+            if name in frame.env and frame.env[name].kind == TENSOR:
+                frame.env[name] = promote([frame.env[name], fact]) if fact.kind == TENSOR else frame.env[name]
+
+    def _class_name(self, frame: _Frame) -> str:
+        return frame.env.get("__class__", _OTHER).module or ""
+
+    # -- expressions -----------------------------------------------------------------------------
+    def _expr(self, node: cst.BaseExpression, frame: _Frame) -> Fact:
+        fact = self._evaluate(node, frame)
+        previous = self._facts.get(node)
+        self._facts[node] = fact if previous is None else join([previous, fact])
+        states = self._states.get(node)
+        self._states[node] = frame.autocast if states is None else states | frame.autocast
+        return fact
+
+    def _evaluate(self, node: cst.BaseExpression, frame: _Frame) -> Fact:
+        if isinstance(node, cst.Name):
+            return self._name(node, frame)
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return Fact(SCALAR, number=float(node.evaluated_value))
+        if isinstance(node, (cst.Imaginary, cst.BaseString)):
+            for child in _children(node):
+                self._expr(child, frame)
+            return _OTHER
+        if isinstance(node, cst.Attribute):
+            return self._attribute(node, frame)
+        if isinstance(node, cst.Subscript):
+            value = self._expr(node.value, frame)
+            for element in node.slice:
+                if isinstance(element.slice, cst.Index):
+                    self._expr(element.slice.value, frame)
+            if value.items is not None:
+                index = _literal_index(node)
+                if index is not None and -len(value.items) <= index < len(value.items):
+                    return value.items[index]
+                return join(value.items)
+            return value if value.kind in (TENSOR, UNKNOWN) else UNKNOWN_FACT
+        if isinstance(node, cst.UnaryOperation):
+            inner = self._expr(node.expression, frame)
+            if isinstance(node.operator, cst.Minus) and inner.number is not None:
+                return replace(inner, number=-inner.number)
+            if isinstance(node.operator, (cst.BitInvert, cst.Not)):
+                return _INTEGER if inner.kind in (TENSOR, INTEGER) else _SCALAR
+            return inner
+        if isinstance(node, cst.BinaryOperation):
+            left = self._expr(node.left, frame)
+            right = self._expr(node.right, frame)
+            return self._binary(type(node.operator).__name__, left, right, node, frame)
+        if isinstance(node, cst.BooleanOperation):
+            return join([self._expr(node.left, frame), self._expr(node.right, frame)])
+        if isinstance(node, cst.Comparison):
+            facts = [
+                self._expr(node.left, frame),
+                *(self._expr(c.comparator, frame) for c in node.comparisons),
+            ]
+            return _INTEGER if any(f.kind == TENSOR for f in facts) else _SCALAR
+        if isinstance(node, cst.IfExp):
+            self._expr(node.test, frame)
+            return join([self._expr(node.body, frame), self._expr(node.orelse, frame)])
+        if isinstance(node, (cst.Tuple, cst.List)):
+            return Fact(OTHER, items=tuple(self._expr(e.value, frame) for e in node.elements))
+        if isinstance(node, (cst.ListComp, cst.GeneratorExp)):
+            return self._comprehension(node, frame)
+        if isinstance(node, cst.Call):
+            return self._call(node, frame)
+        if isinstance(node, cst.NamedExpr):
+            fact = self._expr(node.value, frame)
+            self._bind(node.target, fact, node.value, frame)
+            return fact
+        for child in _children(node):
+            self._expr(child, frame)
+        return UNKNOWN_FACT
+
+    def _name(self, node: cst.Name, frame: _Frame) -> Fact:
+        fact = frame.env.get(node.value)
+        if fact is not None:
+            return fact
+        qualified = self.ctx.qualified(node)
+        if qualified is not None:
+            return self._qualified(qualified, node)
+        if node.value in ("True", "False", "None"):
+            return _SCALAR if node.value != "None" else _OTHER
+        if node.value in self._classes or node.value in self._functions:
+            return _OTHER
+        return self._module_constants().get(node.value, UNKNOWN_FACT)
+
+    def _qualified(self, qualified: str, node: cst.CSTNode) -> Fact:
+        dtype = _DTYPE_NAMES.get(qualified)
+        if dtype is not None:
+            return Fact(DTYPE, frozenset({dtype}), (Step(node, f"`{qualified}`"),))
+        if qualified in ("math.pi", "math.e", "math.inf", "math.tau"):
+            return Fact(SCALAR, number=getattr(math, qualified[5:]))
+        return _OTHER
+
+    def _attribute(self, node: cst.Attribute, frame: _Frame) -> Fact:
+        qualified = self.ctx.qualified(node)
+        if qualified is not None:
+            return self._qualified(qualified, node)
+        name = node.attr.value
+        if isinstance(node.value, cst.Name) and node.value.value == "self":
+            return self._self_attribute(name, node, frame)
+        value = self._expr(node.value, frame)
+        if name == "dtype":
+            if value.kind == TENSOR:
+                return replace(value, kind=DTYPE)
+            return Fact(DTYPE) if value.kind == UNKNOWN else _OTHER
+        if name in ops.TENSOR_ATTRIBUTES_SCALAR:
+            return _SCALAR
+        if name in ("min", "max", "eps", "tiny", "smallest_normal", "bits", "resolution"):
+            return value if value.kind == SCALAR else _SCALAR
+        if value.kind == TENSOR:
+            return value  # `.T`, `.mT`, `.data`, `.grad`, `.real`
+        return UNKNOWN_FACT
+
+    def _self_attribute(self, name: str, node: cst.CSTNode, frame: _Frame) -> Fact:
+        cls = self._class_name(frame)
+        if (cls, name) not in self._attributes:
+            self._attributes[(cls, name)] = UNKNOWN_FACT  # a cycle sees nothing
+            self._attributes[(cls, name)] = self._init_attribute(cls, name, node)
+        fact = self._attributes[(cls, name)]
+        return (
+            fact
+            if fact.kind != UNKNOWN
+            else self._caller_tensor(node, f"`self.{name}` is the model's, in the caller's dtype")
+        )
+
+    def _init_attribute(self, cls: str, name: str, where: cst.CSTNode) -> Fact:
+        """What `self.<name>` holds, from its assignments in the class's `__init__`: a submodule, a
+        number, a parameter or buffer (in the weights' dtype), or another value."""
+        klass = self._classes.get(cls)
+        if klass is None:
+            return UNKNOWN_FACT
+        init = next(
+            (
+                f
+                for f in suite_body(klass.body)
+                if isinstance(f, cst.FunctionDef) and f.name.value == "__init__"
+            ),
+            None,
+        )
+        if init is None:
+            return UNKNOWN_FACT
+        frame = _Frame(dict(self._parameters(init)), frozenset({OFF}))
+        frame.env["__class__"] = Fact(OTHER, module=cls)
+        found: list[Fact] = []
+        for statement in walk(init.body):
+            if isinstance(statement, cst.Assign):
+                for target in statement.targets:
+                    t = target.target
+                    if (
+                        isinstance(t, cst.Attribute)
+                        and t.attr.value == name
+                        and isinstance(t.value, cst.Name)
+                        and t.value.value == "self"
+                    ):
+                        found.append(self._init_value(statement.value, frame))
+            elif (
+                isinstance(statement, cst.Call)
+                and isinstance(statement.func, cst.Attribute)
+                and statement.func.attr.value in ("register_buffer", "register_parameter")
+                and statement.args
+            ):
+                first = statement.args[0].value
+                if isinstance(first, cst.SimpleString) and first.evaluated_value == name:
+                    found.append(
+                        self._caller_tensor(where, f"`self.{name}` is a buffer, in the model's dtype")
+                    )
+        return join(found) if found else UNKNOWN_FACT
+
+    def _init_value(self, value: cst.BaseExpression, frame: _Frame) -> Fact:
+        if isinstance(value, cst.Call):
+            constructor = (self.ctx.qualified(value.func) or self.ctx.code(value.func)).rsplit(".", 1)[-1]
+            if constructor in ("Parameter", "Buffer"):
+                return self._caller_tensor(value, "a parameter, in the model's dtype")
+            if constructor in ops.MODULE_OPS or constructor[:1].isupper():
+                return Fact(MODULE, module=constructor)
+        fact = self._expr(value, frame)
+        return fact if fact.kind in (SCALAR, DTYPE, OTHER, INTEGER) else UNKNOWN_FACT
+
+    def _comprehension(self, node: cst.ListComp | cst.GeneratorExp, frame: _Frame) -> Fact:
+        inner = replace(frame, env=dict(frame.env))
+        loop: cst.CompFor | None = node.for_in
+        while loop is not None:
+            iterated = self._expr(loop.iter, inner)
+            element = join(iterated.items) if iterated.items else iterated
+            self._bind(loop.target, element, None, inner)
+            for condition in loop.ifs:
+                self._expr(condition.test, inner)
+            loop = loop.inner_for_in
+        elt = self._expr(node.elt, inner)
+        return (
+            Fact(OTHER, items=None, dtypes=elt.dtypes, why=elt.why)
+            if elt.kind != TENSOR
+            else replace(elt, kind=TENSOR)
+        )
+
+    def _binary(self, operator: str, left: Fact, right: Fact, node: cst.CSTNode, frame: _Frame) -> Fact:
+        if left.kind == SCALAR and right.kind == SCALAR:
+            return Fact(SCALAR, number=_arith(operator, left.number, right.number))
+        if operator == "MatrixMultiply":
+            return self._op("matmul", [left, right], node, frame)
+        if operator == "Power":
+            return self._op("pow", [left, right], node, frame)
+        if operator == "Divide" and left.kind == SCALAR and right.kind == TENSOR:
+            return self._op("reciprocal", [right], node, frame)
+        if operator in ("BitAnd", "BitOr", "BitXor"):
+            return (
+                _INTEGER
+                if TENSOR in (left.kind, right.kind) or INTEGER in (left.kind, right.kind)
+                else _SCALAR
+            )
+        return promote([left, right])
+
+    def _op(
+        self, op: str, inputs: list[Fact], node: cst.CSTNode, frame: _Frame, natural: Fact | None = None
+    ) -> Fact:
+        """The result of `op` on `inputs` under each autocast state the code can run in."""
+        base = natural if natural is not None else promote(inputs)
+        if not any(fact.kind in (TENSOR, UNKNOWN) for fact in inputs) and natural is None:
+            return base
+        lower: dict[str, list[Autocast]] = {}  # by how the states are described
+        fp32: list[Autocast] = []
+        results: list[Fact] = []
+        for state in frame.autocast:
+            policy = ops.autocast_policy(op, state.device) if state.device else None
+            if policy == "lower" and state.dtype:
+                lower.setdefault(_under([state], self), []).append(state)
+            elif policy == "fp32" and base.dtypes != {F32}:
+                fp32.append(state)
+            else:
+                results.append(base)
+        for under, states in lower.items():
+            dtypes = frozenset(s.dtype for s in states if s.dtype)
+            names = "/".join(_SHORT[d] for d in ops.FLOATS if d in dtypes)
+            step = Step(node, f"`{op}` runs in {names} {under}")
+            results.append(Fact(TENSOR, dtypes, (step,), caller=states[0].where is None))
+        if fp32:
+            results.append(
+                Fact(TENSOR, frozenset({F32}), (Step(node, f"`{op}` runs in float32 {_under(fp32, self)}"),))
+            )
+        return join(results)
+
+    def _call(self, node: cst.Call, frame: _Frame) -> Fact:
+        func = node.func
+        args = [self._expr(arg.value, frame) for arg in node.args]
+        qualified = self.ctx.qualified(func)
+        keywords = {arg.keyword.value: fact for arg, fact in zip(node.args, args, strict=True) if arg.keyword}
+        positional = [
+            fact for arg, fact in zip(node.args, args, strict=True) if not arg.keyword and not arg.star
+        ]
+        if qualified is not None:
+            return self._library_call(qualified, node, positional, keywords, frame)
+        if isinstance(func, cst.Name):
+            local = self._local_call(func.value, node, frame, positional, keywords)
+            if local is not None:
+                return local
+            if func.value == "float":
+                return Fact(SCALAR, number=_float_literal(node))
+            if func.value in ("int", "len", "round", "abs", "min", "max", "sum") and all(
+                f.kind in (SCALAR, INTEGER) for f in args
+            ):
+                return _SCALAR
+            # An opaque function: as its tensor inputs are.
+            tensors = [f for f in args if f.kind == TENSOR]
+            return promote(tensors) if tensors else UNKNOWN_FACT
+        if not isinstance(func, cst.Attribute):
+            self._expr(func, frame)
+            return UNKNOWN_FACT
+        method = func.attr.value
+        if isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
+            local = self._local_call("self." + method, node, frame, positional, keywords)
+            if local is not None:
+                return local
+            owner = self._self_attribute(method, func, frame)
+            self._facts[func] = owner
+            if owner.kind == MODULE:
+                return self._module_call(owner.module or "", node, positional, frame)
+            return self._module_call("", node, positional, frame)
+        receiver = self._expr(func.value, frame)
+        if receiver.kind == MODULE:
+            return self._module_call(receiver.module or "", node, positional, frame)
+        return self._tensor_method(method, receiver, node, positional, keywords, frame)
+
+    def _local_call(
+        self, name: str, node: cst.Call, frame: _Frame, positional: list[Fact], keywords: dict[str, Fact]
+    ) -> Fact | None:
+        """A call of this file's own function or method: its return value, analysed with these
+        arguments (to a limited depth, and not inside itself)."""
+        bare = name.removeprefix("self.")
+        candidates = [
+            f for f in self._functions.get(bare, []) if (f in self._class_of) == name.startswith("self.")
+        ]
+        if len(candidates) != 1:
+            return None
+        function = candidates[0]
+        if function in self._active or frame.depth >= _MAX_DEPTH:
+            return UNKNOWN_FACT
+        signature = (function, tuple(positional) + tuple(sorted(keywords.items())))
+        cached = self._returns.get(signature)  # type: ignore[arg-type]
+        if cached is not None:
+            return cached
+        params = [*function.params.posonly_params, *function.params.params]
+        if function in self._class_of:
+            params = params[1:]
+        env = dict(self._parameters(function))
+        for param, fact in zip(params, positional, strict=False):
+            env[param.name.value] = fact
+        for key, fact in keywords.items():
+            if key in env:
+                env[key] = fact
+        if function in self._class_of:
+            env["__class__"] = Fact(OTHER, module=self._class_of[function].name.value)
+        inner = _Frame(env, frame.autocast, depth=frame.depth + 1)
+        # The callee's own expressions keep the facts of its own analysis: this run only returns.
+        saved, states = self._facts, self._states
+        self._facts, self._states = {}, {}
+        self._active.add(function)
+        try:
+            self._run(suite_body(function.body), inner)
+        finally:
+            self._active.discard(function)
+            self._facts, self._states = saved, states
+        result = join(inner.returns) if inner.returns else _OTHER
+        if result.kind == TENSOR:
+            result = replace(
+                result, why=(*result.why[-(_MAX_WHY - 1) :], Step(node, f"returned by `{bare}`"))
+            )
+        self._returns[signature] = result  # type: ignore[index]
+        return result
+
+    def _module_call(self, constructor: str, node: cst.Call, positional: list[Fact], frame: _Frame) -> Fact:
+        op = ops.MODULE_OPS.get(constructor)
+        first = positional[0] if positional else UNKNOWN_FACT
+        weights = self._caller_tensor(node, f"`{self.ctx.code(node.func)}` runs in the model's dtype")
+        if op in ("sigmoid", "tanh", "softmax", "log_softmax", "softplus"):
+            return self._op(op, [first], node, frame)
+        if op is not None:
+            return self._op(op, [first], node, frame, natural=weights)
+        # Any other layer: under autocast its products run low, its output in the weights' dtype.
+        return self._op("linear", [first], node, frame, natural=weights)
+
+    def _library_call(
+        self, qualified: str, node: cst.Call, positional: list[Fact], keywords: dict[str, Fact], frame: _Frame
+    ) -> Fact:
+        module, _, name = qualified.rpartition(".")
+        if not module.startswith("torch"):
+            if module == "math" or module == "numpy" or module == "np":
+                return _SCALAR
+            tensors = [f for f in positional if f.kind == TENSOR]
+            return promote(tensors) if tensors else UNKNOWN_FACT
+        if name == "finfo" or name == "iinfo":
+            return positional[0] if positional and positional[0].kind == DTYPE else _OTHER
+        dtype = keywords.get("dtype")
+        if name in ops.FLOAT_FACTORIES or name == "arange":
+            if dtype is not None and dtype.kind == DTYPE:
+                return self._cast_to(dtype, node, f"`dtype=` of `{name}`")
+            if name == "arange" and not any(
+                f.kind == SCALAR and f.number is not None and not f.number.is_integer() for f in positional
+            ):
+                return _INTEGER
+            if name in ("tensor", "as_tensor") and positional and positional[0].kind == TENSOR:
+                return positional[0]
+            return Fact(
+                TENSOR, frozenset({F32}), (Step(node, f"`{name}` makes float32 (the default dtype)"),)
+            )
+        if name in ops.LIKE_FACTORIES:
+            if dtype is not None and dtype.kind == DTYPE:
+                return self._cast_to(dtype, node, f"`dtype=` of `{name}`")
+            return positional[0] if positional else UNKNOWN_FACT
+        if name in ops.INTEGER_OPS:
+            return _INTEGER
+        if name in ("where",):
+            return promote(positional[1:3])
+        if module.endswith(".nn") or name[:1].isupper():
+            return Fact(MODULE, module=name)
+        inputs = [f for f in positional if f.kind in (TENSOR, UNKNOWN)]
+        return self._tensor_op(name, inputs, node, keywords, frame)
+
+    def _tensor_op(
+        self, op: str, inputs: list[Fact], node: cst.Call, keywords: dict[str, Fact], frame: _Frame
+    ) -> Fact:
+        dtype = keywords.get("dtype")
+        result = self._op(op, inputs, node, frame)
+        if dtype is not None and dtype.kind == DTYPE and dtype.dtypes:
+            return self._cast_to(dtype, node, f"`dtype=` of `{op}`")
+        return result
+
+    def _tensor_method(
+        self,
+        method: str,
+        receiver: Fact,
+        node: cst.Call,
+        positional: list[Fact],
+        keywords: dict[str, Fact],
+        frame: _Frame,
+    ) -> Fact:
+        if method in ops.CAST_METHODS and not positional:
+            target = ops.CAST_METHODS[method]
+            return Fact(
+                TENSOR, frozenset({target}), (Step(node, f"`.{method}()` makes it {_SHORT[target]}"),)
+            )
+        if method in ("to", "type"):
+            dtype = keywords.get("dtype") or next((f for f in positional if f.kind in (DTYPE, TENSOR)), None)
+            if dtype is not None and dtype.dtypes:
+                return self._cast_to(dtype, node, f"`.{method}(...)`")
+            return receiver
+        if method == "type_as":
+            return positional[0] if positional else receiver
+        if method in ops.NEW_FACTORIES:
+            if keywords.get("dtype") is not None and keywords["dtype"].dtypes:
+                return self._cast_to(keywords["dtype"], node, f"`dtype=` of `{method}`")
+            return receiver
+        if method in ops.SCALAR_METHODS:
+            return _SCALAR
+        if method in ops.INTEGER_OPS:
+            return _INTEGER
+        if receiver.kind not in (TENSOR, UNKNOWN):
+            return UNKNOWN_FACT if receiver.kind != SCALAR else _SCALAR
+        if method in ("chunk", "split", "unbind", "tensor_split"):
+            return receiver
+        if method in ("max", "min", "topk", "sort", "mode", "median") and (positional or keywords):
+            return receiver
+        inputs = [receiver, *(f for f in positional if f.kind in (TENSOR, UNKNOWN))]
+        return self._tensor_op(method.rstrip("_"), inputs, node, keywords, frame)
+
+    def _cast_to(self, dtype: Fact, node: cst.CSTNode, how: str) -> Fact:
+        names = "/".join(_SHORT[d] for d in ops.FLOATS if d in dtype.dtypes)
+        why = (
+            (*dtype.why[-1:], Step(node, f"{how} makes it {names}"))
+            if dtype.kind == TENSOR
+            else (
+                *[s for s in dtype.why if not s.text.startswith("`torch.")][-1:],
+                Step(node, f"{how} makes it {names}"),
+            )
+        )
+        return Fact(TENSOR, dtype.dtypes, why, caller=dtype.caller)
+
+    def _autocast_of(self, expr: cst.BaseExpression, frame: _Frame) -> frozenset[Autocast] | None:
+        """The states inside `with <expr>:` when `expr` is an autocast context, else None."""
+        from amplint.static.precision import autocast_call, autocast_settings
+
+        call = expr if isinstance(expr, cst.Call) else None
+        if call is None or not autocast_call(self.ctx, call):
+            return None
+        device, dtype, enabled = autocast_settings(self.ctx, call)
+        dtype_arg = next((a.value for a in call.args if a.keyword and a.keyword.value == "dtype"), None)
+        dtypes: frozenset[str] = frozenset({dtype}) if dtype else frozenset()
+        if dtype_arg is not None and not dtypes:
+            dtypes = self._expr(dtype_arg, frame).dtypes & HALF
+        if not dtypes:
+            dtypes = frozenset(self.profile.half) or frozenset({F16})
+        enabled_arg = next((a.value for a in call.args if a.keyword and a.keyword.value == "enabled"), None)
+        if not enabled:
+            return frozenset({OFF})
+        states = {Autocast(device or "cuda", d, call) for d in dtypes}
+        literal_true = isinstance(enabled_arg, cst.Name) and enabled_arg.value == "True"
+        if enabled_arg is not None and not literal_true:
+            states.add(OFF)  # `enabled=flag`: either
+        return frozenset(states)
+
+    def _custom_fwd_float32(self, decorator: cst.BaseExpression) -> bool:
+        """`@custom_fwd(cast_inputs=torch.float32)`: inputs upcast, autocast off inside."""
+        if not isinstance(decorator, cst.Call):
+            return False
+        name = (self.ctx.qualified(decorator.func) or "").rsplit(".", 1)[-1]
+        cast = next((a.value for a in decorator.args if a.keyword and a.keyword.value == "cast_inputs"), None)
+        return (
+            name == "custom_fwd"
+            and cast is not None
+            and _DTYPE_NAMES.get(self.ctx.qualified(cast) or "") == F32
+        )
+
+
+@dataclass(frozen=True)
+class _Both:
+    half: frozenset[str] = HALF
+
+
+_BOTH = _Both()
+_DTYPE_NAMES = {
+    "torch.float32": F32,
+    "torch.float": F32,
+    "torch.float64": F64,
+    "torch.double": F64,
+    "torch.float16": F16,
+    "torch.half": F16,
+    "torch.bfloat16": BF16,
+}
+
+
+def _under(states: list[Autocast], facts: DtypeFacts) -> str:
+    """`under autocast at line 12`, or `if the caller enables autocast` for the caller's."""
+    here = sorted({facts.line(s.where) for s in states if s.where is not None})
+    if not here:
+        return "if the caller enables autocast"
+    return "under autocast at line " + ", ".join(map(str, here))
+
+
+def _children(node: cst.CSTNode) -> Iterator[cst.BaseExpression]:
+    return (child for child in node.children if isinstance(child, cst.BaseExpression))
+
+
+def _literal_index(node: cst.Subscript) -> int | None:
+    if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return None
+    value = node.slice[0].slice.value
+    if isinstance(value, cst.Integer):
+        return int(value.value)
+    if isinstance(value, cst.UnaryOperation) and isinstance(value.expression, cst.Integer):
+        return -int(value.expression.value)
+    return None
+
+
+def _float_literal(node: cst.Call) -> float | None:
+    if len(node.args) == 1 and isinstance(node.args[0].value, cst.SimpleString):
+        try:
+            return float(str(node.args[0].value.evaluated_value))
+        except ValueError:
+            return None
+    return None
+
+
+def _arith(operator: str, left: float | None, right: float | None) -> float | None:
+    if left is None or right is None:
+        return None
+    try:
+        if operator == "Add":
+            return left + right
+        if operator == "Subtract":
+            return left - right
+        if operator == "Multiply":
+            return left * right
+        if operator == "Divide" and right:
+            return left / right
+        if operator == "Power":
+            return float(left**right)
+    except (OverflowError, ZeroDivisionError):
+        return None
+    return None
