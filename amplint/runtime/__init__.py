@@ -15,8 +15,9 @@ from amplint.runtime.graph import DtypeGraph, DtypeNode, NodeValues, Source, Val
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 if TYPE_CHECKING:
-    from amplint.runtime.tracer import TraceError, trace
-    from amplint.runtime.values import ReplayError, replay
+    from amplint.runtime.graph import TraceError
+    from amplint.runtime.tracer import replay, trace
+    from amplint.runtime.values import ReplayError
 
 __all__ = [
     "DtypeGraph",
@@ -34,12 +35,12 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # torch is imported only when tracing is asked for.
-    if name in {"trace", "TraceError"}:
+    if name in {"trace", "replay", "TraceError"}:
         from amplint.runtime import tracer
 
         return getattr(tracer, name)
-    if name in {"replay", "ReplayError"}:
+    if name == "ReplayError":
         from amplint.runtime import values
 
-        return getattr(values, name)
+        return values.ReplayError
     raise AttributeError(name)

@@ -146,3 +146,10 @@ _CPU_STANDINS: dict[Any, Callable[..., Any]] = {
     aten._softmax.default: _softmax,
     aten._log_softmax.default: _log_softmax,
 }
+
+
+def first_tensor(value: Any) -> Any:
+    """The primary output of an op with several (attention's output, layer_norm's result)."""
+    if isinstance(value, (tuple, list)):
+        return next((v for v in value if isinstance(v, torch.Tensor)), None)
+    return value

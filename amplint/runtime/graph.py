@@ -7,6 +7,7 @@ read, the autocast policy that decided its dtype, the user's source line and the
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -253,3 +254,21 @@ class DtypeGraph:
 
 
 _CASTS = frozenset({"explicit_cast", "autocast_cast"})
+
+
+class TraceError(Exception):
+    """The model could not be traced; the message says why and what to do."""
+
+
+_FRAME = re.compile(r'File "(?P<path>.+)", line (?P<line>\d+), in .*@(?P<column>\d+|-)\s*$', re.M)
+
+
+def source_of(stack_trace: str | None) -> Source | None:
+    """The user's source line in a node's recorded stack trace (see `_user_frames`)."""
+    if not stack_trace:
+        return None
+    match = _FRAME.search(stack_trace)
+    if match is None:
+        return None
+    column = match.group("column")
+    return Source(match.group("path"), int(match.group("line")), None if column == "-" else int(column))

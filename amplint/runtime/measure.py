@@ -19,9 +19,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from amplint.runtime.chains import HALF, computing, late_upcasts
-from amplint.runtime.cpu_replay import Replay, relative_errors
+from amplint.runtime.cpu_replay import Replay, first_tensor, relative_errors
 from amplint.runtime.graph import DtypeGraph
-from amplint.runtime.tracer import first_tensor
 
 # Ops that rules flag for computing in half precision (softmax, norm statistics, accumulations):
 # each one that ran in bf16/fp16 is measured against itself in float64 and float32.

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import operator
 import os
-import re
 import sys
 import sysconfig
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -28,9 +28,10 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.proxy import TracerBase
 from torch.utils import _pytree as pytree
 
+from amplint.runtime.cpu_replay import first_tensor
 from amplint.runtime.cuda_attention import CudaAttentionMode
 from amplint.runtime.cuda_indexing import CudaIndexingMode
-from amplint.runtime.graph import DtypeGraph, DtypeNode, Source, ValueLimits
+from amplint.runtime.graph import DtypeGraph, DtypeNode, TraceError, ValueLimits, source_of
 from amplint.runtime.policy import classify
 
 _CAST_OPS = frozenset({"_to_copy", "to", "convert_element_type", "_to_dtype"})
@@ -41,11 +42,6 @@ _NOT_USER = (
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
     sysconfig.get_paths()["stdlib"] + os.sep,
 )
-_FRAME = re.compile(r'File "(?P<path>.+)", line (?P<line>\d+), in .*@(?P<column>\d+|-)\s*$', re.M)
-
-
-class TraceError(Exception):
-    """The model could not be traced; the message says why and what to do."""
 
 
 def dtype_name(dtype: torch.dtype | None) -> str | None:
@@ -428,19 +424,48 @@ def _dtype_graph(
     return graph, list(ids)
 
 
-def first_tensor(value: Any) -> Any:
-    """The primary output of an op with several (attention's output, layer_norm's result)."""
-    if isinstance(value, (tuple, list)):
-        return next((v for v in value if isinstance(v, torch.Tensor)), None)
-    return value
+def replay(
+    model: torch.nn.Module,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    device: str = "cuda",
+    dtype: torch.dtype = torch.bfloat16,
+    autocast: bool = True,
+    param_dtype: torch.dtype | None = None,
+    weights: str | Path | Mapping[str, torch.Tensor] | None = None,
+    graph: DtypeGraph | None = None,
+    limits: ValueLimits | None = None,
+    max_memory: int | None = None,
+) -> DtypeGraph:
+    """Trace `model(*args, **kwargs)` as `trace` does and replay the graph on its real values: the
+    returned graph's `values` hold each op's statistics, and its findings come from AMP105-AMP108.
 
+    `weights`: a `.safetensors` file, a saved state dict or a state dict, loaded into the model first
+    (names and shapes must match). `graph`: a saved trace to replay again: its device, dtype and
+    autocast settings are used, and a graph saved by another torch version is compared op by op
+    with this one's (the differences are in `values.notes`). `max_memory`: bytes the replay may use
+    beyond the weights (default: the memory available); a replay estimated to need more raises
+    `ReplayError` before it starts."""
+    if weights is not None:
+        from amplint.runtime.weights import load_weights
 
-def source_of(stack_trace: str | None) -> Source | None:
-    """The user's source line in a node's recorded stack trace (see `_user_frames`)."""
-    if not stack_trace:
-        return None
-    match = _FRAME.search(stack_trace)
-    if match is None:
-        return None
-    column = match.group("column")
-    return Source(match.group("path"), int(match.group("line")), None if column == "-" else int(column))
+        load_weights(model, weights)
+    if graph is not None:
+        device, dtype, autocast = graph.device, getattr(torch, graph.dtype), graph.autocast
+        param_dtype = getattr(torch, graph.param_dtype) if graph.param_dtype else None
+    replayed = trace(
+        model,
+        args,
+        kwargs,
+        device=device,
+        dtype=dtype,
+        autocast=autocast,
+        param_dtype=param_dtype,
+        values=True,
+        limits=limits,
+        max_memory=max_memory,
+    )
+    if graph is not None and replayed.values is not None:
+        replayed.values.notes.extend(replayed.differences_from(graph))
+    return replayed

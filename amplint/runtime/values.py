@@ -17,20 +17,17 @@ from __future__ import annotations
 import math
 import operator
 import os
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
 
 from amplint.runtime.chains import VIEWS, at, where
-from amplint.runtime.cpu_replay import Replay, relative_errors
-from amplint.runtime.graph import DtypeGraph, NodeValues, ValueLimits, Values
-from amplint.runtime.tracer import TraceError, first_tensor, source_of, trace
-from amplint.runtime.weights import load_weights
+from amplint.runtime.cpu_replay import Replay, first_tensor, relative_errors
+from amplint.runtime.graph import DtypeGraph, NodeValues, TraceError, ValueLimits, Values, source_of
 
-__all__ = ["ReplayError", "replay", "replay_values"]
+__all__ = ["ReplayError", "replay_values"]
 
 _GB = 1024**3
 # Views that keep every element (reordered, reshaped or repeated): their statistics are their input's.
@@ -42,51 +39,6 @@ _REORDERS = frozenset(
 
 class ReplayError(TraceError):
     """The values replay cannot run (not enough memory); the message says why and what to do."""
-
-
-def replay(
-    model: torch.nn.Module,
-    args: Sequence[Any] = (),
-    kwargs: Mapping[str, Any] | None = None,
-    *,
-    device: str = "cuda",
-    dtype: torch.dtype = torch.bfloat16,
-    autocast: bool = True,
-    param_dtype: torch.dtype | None = None,
-    weights: str | Path | Mapping[str, torch.Tensor] | None = None,
-    graph: DtypeGraph | None = None,
-    limits: ValueLimits | None = None,
-    max_memory: int | None = None,
-) -> DtypeGraph:
-    """Trace `model(*args, **kwargs)` as `trace` does and replay the graph on its real values: the
-    returned graph's `values` hold each op's statistics, and its findings come from AMP105-AMP108.
-
-    `weights`: a `.safetensors` file, a saved state dict or a state dict, loaded into the model first
-    (names and shapes must match). `graph`: a saved trace to replay again: its device, dtype and
-    autocast settings are used, and a graph saved by another torch version is compared op by op
-    with this one's (the differences are in `values.notes`). `max_memory`: bytes the replay may use
-    beyond the weights (default: the memory available); a replay estimated to need more raises
-    `ReplayError` before it starts."""
-    if weights is not None:
-        load_weights(model, weights)
-    if graph is not None:
-        device, dtype, autocast = graph.device, getattr(torch, graph.dtype), graph.autocast
-        param_dtype = getattr(torch, graph.param_dtype) if graph.param_dtype else None
-    replayed = trace(
-        model,
-        args,
-        kwargs,
-        device=device,
-        dtype=dtype,
-        autocast=autocast,
-        param_dtype=param_dtype,
-        values=True,
-        limits=limits,
-        max_memory=max_memory,
-    )
-    if graph is not None and replayed.values is not None:
-        replayed.values.notes.extend(replayed.differences_from(graph))
-    return replayed
 
 
 def replay_values(
