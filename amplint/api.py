@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -13,7 +13,8 @@ from amplint.notebook import cell_sources, fix_notebook, is_notebook, lint_noteb
 from amplint.results import UNPARSABLE, FileResult, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
 from amplint.rules import all_rules
-from amplint.source import SourceError, display_path, read_source
+from amplint.source import SourceError, decode_source, display_path, read_source
+from amplint.static.profile import CALLER, Profile, detect
 
 # libcst, the rules, the fixer and the process pool are imported where they are used: a run that
 # the cache answers never loads them.
@@ -28,6 +29,7 @@ class CheckRun:
     diffs: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # internal errors: the run exits 2
     warnings: list[str] = field(default_factory=list)  # worth saying, not failing for (the cache)
+    profile: Profile = CALLER  # the precision profile every file was checked under
 
 
 def rules_for(settings: Settings, path: Path) -> list[type[Rule]]:
@@ -40,6 +42,29 @@ def rules_for(settings: Settings, path: Path) -> list[type[Rule]]:
         and settings.is_selected(rule.code)
         and not settings.is_ignored_for(rule.code, path)
     ]
+
+
+def project_profile(settings: Settings, contents: Mapping[Path, bytes | SourceError]) -> Profile:
+    """The precision profile of a run: `precision` from the settings, or detected from the contents
+    of the checked files (`parallel.read_files`), which the run then checks without reading again."""
+    return settings.configured_profile or detect(_texts(contents))
+
+
+def _texts(contents: Mapping[Path, bytes | SourceError]) -> Iterator[tuple[str, str]]:
+    """(display path, text) of each file, decoded only when `detect` asks for it (it stops early). The
+    scan looks for ASCII words, so a lenient UTF-8 decode does for a file in another encoding; a
+    notebook's text is its code cells, each under the name reports give it."""
+    for path, raw in contents.items():
+        if isinstance(raw, SourceError) or b"\0" in raw[:8192]:
+            continue  # unreadable or binary: its AMP900 is all there is to say
+        display = display_path(path)
+        if not is_notebook(path):
+            yield display, raw.decode("utf-8", errors="replace")
+            continue
+        try:
+            yield from cell_sources(decode_source(raw, path), display).items()
+        except SourceError:
+            continue
 
 
 def _keep(settings: Settings, diagnostic: Diagnostic, path: Path) -> bool:
@@ -60,17 +85,27 @@ def run_check(
 ) -> CheckRun:
     """Check `paths`. `cache`: use `.amplint_cache/` (read-only with `diff`); `jobs`: worker processes,
     None to decide from the CPUs and the amount of work (see `amplint/parallel.py`)."""
-    from amplint.parallel import precheck
+    from amplint.parallel import precheck, read_files
 
-    run = CheckRun()
     found = discover(paths, settings)
+    # The profile comes first: every check and every cache key depends on it. Detecting it reads
+    # every file, once: the checks and the cache keys use these bytes.
+    profile = settings.configured_profile
+    contents = None
+    if profile is None:
+        contents = read_files(found.files)
+        profile = project_profile(settings, contents)
+    run = CheckRun(profile=profile)
     store = None
     if cache:
         from amplint.cache import Cache, cache_directory
 
-        store = Cache(cache_directory(settings), settings, readonly=diff)
+        store = Cache(cache_directory(settings), settings, readonly=diff, profile=profile)
     # Cache hits, and (without fix/diff) every file checked in-process or in a pool.
-    done = precheck(found.files, settings, cache=store, fix=fix or diff, jobs=jobs)
+    done = precheck(
+        found.files, settings, cache=store, fix=fix or diff, jobs=jobs, profile=profile, contents=contents
+    )
+    del contents  # the bytes of every file: not needed any more
     for path, message in found.problems:
         problem = unparsable_diagnostic(display_path(path), message)
         if _keep(settings, problem, path):
@@ -85,7 +120,9 @@ def run_check(
             result = (
                 _fix_file(run, path, rules, display, write=fix)
                 if fix or diff
-                else (lint_notebook_file if is_notebook(path) else lint_file)(path, rules, display)
+                else (lint_notebook_file if is_notebook(path) else lint_file)(
+                    path, rules, display, profile=profile
+                )
             )
             if store is not None:
                 store.store_checked(path, display, result)
@@ -111,7 +148,8 @@ def _fix_file(run: CheckRun, path: Path, rules: list[type[Rule]], display: str, 
         source = read_source(path)
     except SourceError as exc:
         return unreadable(path, display, exc)
-    outcome = fix(source, rules, display)
+    profile = run.profile
+    outcome = fix(source, rules, display, profile=profile)
     run.errors.extend(outcome.errors)
     if not outcome.changed:
         return outcome.result
@@ -119,15 +157,15 @@ def _fix_file(run: CheckRun, path: Path, rules: list[type[Rule]], display: str, 
     if not write:
         run.diffs.append(unified_diff(display, source.text, outcome.new_text))
         # Report what is there now, not what the fixed text would contain.
-        return lint(source, rules, display)
+        return lint(source, rules, display, profile=profile)
     try:
         if read_source(path).text != source.text:
             run.errors.append(f"{display}: changed while it was being fixed; left as it is")
-            return lint(source, rules, display)
+            return lint(source, rules, display, profile=profile)
         write_atomic(source, outcome.new_text)
     except (OSError, SourceError) as exc:
         run.errors.append(f"{display}: could not write the fix: {exc}")
-        return lint(source, rules, display)
+        return lint(source, rules, display, profile=profile)
     outcome.result.source = replace(source, text=outcome.new_text)
     return outcome.result
 
@@ -152,9 +190,11 @@ def check_source(
     *,
     select: Sequence[str] = ("AMP",),
     ignore: Sequence[str] = (),
+    profile: Profile = CALLER,
 ) -> list[Diagnostic]:
-    """Lint Python source text; no file is read and no configuration is loaded."""
+    """Lint Python source text; no file is read and no configuration is loaded. `profile`: the half
+    dtypes the code runs in (`amplint.static.profile`); by default both, as for library code."""
     from amplint.runner import lint_text
 
     settings = Settings().with_overrides(select=list(select), ignore=list(ignore))
-    return lint_text(source, rules_for(settings, Path(path)), path).diagnostics
+    return lint_text(source, rules_for(settings, Path(path)), path, profile=profile).diagnostics

@@ -1,11 +1,11 @@
 """The result cache: what checking a file found, keyed by everything that decides it.
 
 An entry's key hashes the file's bytes, the path it was checked under, the rule selection that
-applies to it (`select`, `ignore`, its `per-file-ignores`), and the code doing the checking: the
-amplint version and a fingerprint of amplint's own source files, the libcst version and the Python
-version. Any change to one of them misses; nothing is ever invalidated in place. An entry holds the
-file's diagnostics (fixes included) as JSON, without the path, so that a warm run reports exactly
-what a cold run does.
+applies to it (`select`, `ignore`, its `per-file-ignores`), the project's precision profile
+(`Profile.key()`: its dtypes and origin), and the code doing the checking: the amplint version and a
+fingerprint of amplint's own source files, the libcst version and the Python version. Any change to
+one of them misses; nothing is ever invalidated in place. An entry holds the file's diagnostics
+(fixes included) as JSON, without the path, so that a warm run reports exactly what a cold run does.
 
 The cache lives in `.amplint_cache/` in the project root (the directory of the configuration file,
 else the working directory), marked with a CACHEDIR.TAG and a `.gitignore` of `*`. Entries are written
@@ -31,6 +31,7 @@ from amplint.config import Settings
 from amplint.diagnostics import CellEdit, Confidence, Diagnostic, Edit, Fix, Severity
 from amplint.results import FileResult
 from amplint.source import SourceError, decode_source
+from amplint.static.profile import CALLER, Profile
 
 __all__ = ["CACHE_DIR_NAME", "Cache", "cache_directory", "clean"]
 
@@ -90,9 +91,12 @@ def _libcst_version() -> str:
 
 
 class Cache:
-    """The entries of one project. `readonly` reads entries and never writes (as for `--diff`)."""
+    """The entries of one project. `readonly` reads entries and never writes (as for `--diff`);
+    `profile`: the precision profile the files are checked under (a change of it misses)."""
 
-    def __init__(self, directory: Path, settings: Settings, *, readonly: bool = False) -> None:
+    def __init__(
+        self, directory: Path, settings: Settings, *, readonly: bool = False, profile: Profile = CALLER
+    ) -> None:
         self.directory = directory
         fingerprint = _code_fingerprint()
         self.entries = directory / f"v{_FORMAT}-{fingerprint.hex()[:16]}"
@@ -102,6 +106,7 @@ class Cache:
         self._prepared = False
         self._counter = 0
         selection = f"select {','.join(settings.select)}\0ignore {','.join(settings.ignore)}\0"
+        selection += f"profile {profile.key()}\0"
         self._run_key = fingerprint + selection.encode()
 
     # -- keys ------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from amplint import __version__
+from amplint.static.profile import PRECISIONS
 
 if TYPE_CHECKING:
     from amplint.api import CheckRun
@@ -49,6 +50,21 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--statistics", action="store_true", help="count findings per rule")
     check.add_argument("--no-color", action="store_true", help="never colour the text output")
     check.add_argument("--no-cache", action="store_true", help="neither read nor write .amplint_cache/")
+    check.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="the half dtypes the code runs in (default: `precision` in [tool.amplint], or auto: detected)",
+    )
+    check.add_argument(
+        "--explain",
+        metavar="FILE:LINE",
+        help="print the dtype facts of every expression on that line, and why, then exit",
+    )
+    check.add_argument(
+        "--show-settings",
+        action="store_true",
+        help="print the resolved settings and precision profile, then exit without checking",
+    )
     check.add_argument(
         "--confirm",
         action="store_true",
@@ -211,10 +227,17 @@ def _check(args: argparse.Namespace) -> int:
         return _error(f"config file does not exist: {args.config}")
     try:
         settings = load_settings(paths, args.config).with_overrides(
-            select=args.select, ignore=args.ignore, extend_exclude=args.extend_exclude
+            select=args.select,
+            ignore=args.ignore,
+            extend_exclude=args.extend_exclude,
+            precision=args.precision,
         )
     except ConfigError as exc:
         return _error(str(exc))
+    if args.show_settings:
+        return _show_settings(paths, settings)
+    if args.explain:
+        return _explain(args.explain, paths, settings)
 
     try:
         if args.confirm:
@@ -264,6 +287,51 @@ def _check(args: argparse.Namespace) -> int:
     if args.exit_zero:
         return EXIT_CLEAN
     return EXIT_FINDINGS if run.diagnostics or (args.diff and run.diffs) else EXIT_CLEAN
+
+
+def _show_settings(paths: list[Path], settings: Settings) -> int:
+    """`check --show-settings`: what a check of `paths` would run with, the precision profile
+    included (detected from the files it would check, as the check does), without checking."""
+    from amplint.api import project_profile
+    from amplint.discovery import discover
+    from amplint.parallel import read_files
+    from amplint.rules import all_rules
+
+    found = discover(paths, settings)
+    profile = settings.configured_profile or project_profile(settings, read_files(found.files))
+    rules = [rule.code for rule in all_rules() if not rule.runtime_only and settings.is_selected(rule.code)]
+    lines = [
+        f"config file: {settings.config_path or 'none (defaults)'}",
+        f"root: {settings.root}",
+        f"files: {len(found.files)}",
+        f"select: {', '.join(settings.select)}",
+        f"ignore: {', '.join(settings.ignore) or '-'}",
+        f"rules: {', '.join(rules) or '-'}",
+        "per-file-ignores:" + ("" if settings.per_file_ignores else " -"),
+        *(f"  {glob} = {', '.join(codes)}" for glob, codes in settings.per_file_ignores),
+        f"exclude: {', '.join(settings.exclude) or '-'}",
+        f"extend-exclude: {', '.join(settings.extend_exclude) or '-'}",
+        f"precision: {settings.precision}",
+        f"profile: {profile.describe()}",
+        *(f"  {path}:{line}: {what}" for path, line, what in profile.evidence),
+    ]
+    print("\n".join(lines))
+    return EXIT_CLEAN
+
+
+def _explain(target: str, paths: list[Path], settings: Settings) -> int:
+    """`check --explain FILE:LINE`: the engine's facts on one line, under the project's profile."""
+    from amplint.api import project_profile
+    from amplint.discovery import discover
+    from amplint.parallel import read_files
+    from amplint.static.explain import ExplainError, explain
+
+    profile = settings.configured_profile or project_profile(settings, read_files(discover(paths, settings).files))
+    try:
+        print(explain(target, profile))
+    except ExplainError as exc:
+        return _error(str(exc))
+    return EXIT_CLEAN
 
 
 def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespace) -> CheckRun | int:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from amplint.gitignore import PatternSet
+from amplint.static.profile import PRECISIONS, Profile, configured
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -61,7 +62,8 @@ DEFAULT_EXCLUDE: tuple[str, ...] = (
 _CODE_RE = re.compile(r"AMP[0-9]{0,3}")
 _CODES_EXPECTED = 'rule codes such as "AMP001" or prefixes such as "AMP0"'
 _PATTERNS_EXPECTED = 'gitignore-style patterns such as "build" or "tests/data/"'
-_KNOWN_KEYS = ("exclude", "extend-exclude", "ignore", "per-file-ignores", "runtime", "select")
+_KNOWN_KEYS = ("exclude", "extend-exclude", "ignore", "per-file-ignores", "precision", "runtime", "select")
+_PRECISION_EXPECTED = "one of " + ", ".join(f'"{value}"' for value in PRECISIONS)
 
 
 class ConfigError(Exception):
@@ -94,6 +96,12 @@ def _validate_patterns(values: object, where: str) -> tuple[str, ...]:
     return tuple(values)
 
 
+def _validate_precision(value: object, where: str) -> str:
+    if not isinstance(value, str) or value not in PRECISIONS:
+        raise ConfigError(f"{where} must be {_PRECISION_EXPECTED}, got {_show(value)}")
+    return value
+
+
 def _longest_prefix(code: str, prefixes: Iterable[str]) -> int:
     return max((len(p) for p in prefixes if code.startswith(p)), default=-1)
 
@@ -107,12 +115,18 @@ class Settings:
     extend_exclude: tuple[str, ...] = ()
     root: Path = field(default_factory=Path.cwd)  # relative patterns are anchored here
     config_path: Path | None = None
+    precision: str = "auto"  # one of PRECISIONS; "auto": detected from the checked files
     # `[tool.amplint.runtime]`, kept raw until the runtime pass defines its keys.
     runtime: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         # Lexical absolute path: symlinked checkouts keep the path the user sees.
         object.__setattr__(self, "root", Path(os.path.abspath(self.root)))
+
+    @property
+    def configured_profile(self) -> Profile | None:
+        """The precision profile `precision` names; None for "auto" (detect it from the files)."""
+        return configured(self.precision)
 
     def is_selected(self, code: str) -> bool:
         """Whether `code` is on: the longest matching prefix in select/ignore decides; ties go to ignore."""
@@ -160,9 +174,10 @@ class Settings:
         ignore: Sequence[str] | None = None,
         exclude: Sequence[str] | None = None,
         extend_exclude: Sequence[str] | None = None,
+        precision: str | None = None,
     ) -> Settings:
-        """Apply command-line flags: `--select` and `--exclude` replace the configured lists, `--ignore`
-        and `--extend-exclude` add to them. Values may be comma-separated."""
+        """Apply command-line flags: `--select`, `--exclude` and `--precision` replace the configured
+        values, `--ignore` and `--extend-exclude` add to them. Lists may be comma-separated."""
         changes: dict[str, Any] = {}
         new_ignore = self.ignore
         if select is not None:
@@ -180,6 +195,8 @@ class Settings:
                 *self.extend_exclude,
                 *_validate_patterns(_split(extend_exclude), "--extend-exclude"),
             )
+        if precision is not None and precision != self.precision:
+            changes["precision"] = _validate_precision(precision, "--precision")
         return replace(self, **changes) if changes else self
 
 
@@ -251,6 +268,8 @@ def _settings_from_table(table: object, path: Path, section: str) -> Settings:
             (glob, validate_codes(codes, f"{prefix}'per-file-ignores' entry {glob!r}"))
             for glob, codes in per_file.items()
         )
+    if "precision" in table:
+        changes["precision"] = _validate_precision(table["precision"], f"{prefix}'precision'")
     if "runtime" in table:
         runtime = table["runtime"]
         if not isinstance(runtime, dict):

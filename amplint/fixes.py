@@ -13,6 +13,7 @@ from amplint.diagnostics import Diagnostic, Edit
 from amplint.rule import Rule
 from amplint.runner import FileResult, lint_source
 from amplint.source import LineIndex, SourceFile, replace_file
+from amplint.static.profile import CALLER, Profile
 
 # Fixes can overlap (two findings in one expression); each round applies those that do not, then
 # re-lints. A handful of rounds reaches a fixpoint on real code.
@@ -74,10 +75,12 @@ class FixOutcome:
         return self.result.source is not None and self.new_text != self.result.source.text
 
 
-def fix_source(source: SourceFile, rules: Sequence[type[Rule]], display: str) -> FixOutcome:
+def fix_source(
+    source: SourceFile, rules: Sequence[type[Rule]], display: str, *, profile: Profile = CALLER
+) -> FixOutcome:
     """Lint, apply every fix that applies cleanly, and repeat until nothing is left to fix."""
     text = source.text
-    result = lint_source(source, rules, display)
+    result = lint_source(source, rules, display, profile=profile)
     fixed = 0
     for _ in range(MAX_ROUNDS):
         candidates = _fix_edits(result.diagnostics)
@@ -98,7 +101,10 @@ def fix_source(source: SourceFile, rules: Sequence[type[Rule]], display: str) ->
         before = len(result.diagnostics)
         text = new_text
         result = lint_source(
-            SourceFile(source.path, text, source.encoding, source.bom, source.newline), rules, display
+            SourceFile(source.path, text, source.encoding, source.bom, source.newline),
+            rules,
+            display,
+            profile=profile,
         )
         fixed += max(before - len(result.diagnostics), 0)
     result.source = source

@@ -43,6 +43,7 @@ from amplint.diagnostics import (
 )
 from amplint.results import UNPARSABLE, FileResult, unparsable_diagnostic, unreadable
 from amplint.source import NEWLINE, LineIndex, SourceError, SourceFile, read_source
+from amplint.static.profile import CALLER, Profile
 
 if TYPE_CHECKING:
     from amplint.fixes import FixOutcome
@@ -461,13 +462,13 @@ def _notebook_error(source: SourceFile, display: str, error: NotebookError) -> F
 # --- checking and fixing -----------------------------------------------------------------------------
 
 
-def _lint(notebook: _Notebook, rules: Sequence[type[Rule]], display: str) -> FileResult:
+def _lint(notebook: _Notebook, rules: Sequence[type[Rule]], display: str, profile: Profile) -> FileResult:
     """Check the module; a cell that Python accepts and libcst does not is reported and left out."""
     from amplint.runner import lint_source
 
     while True:
         starts = notebook.starts()
-        result = lint_source(notebook.module(), rules, display)
+        result = lint_source(notebook.module(), rules, display, profile=profile)
         broken = next((d for d in result.diagnostics if d.code == UNPARSABLE), None)
         if broken is None:
             break
@@ -478,24 +479,30 @@ def _lint(notebook: _Notebook, rules: Sequence[type[Rule]], display: str) -> Fil
     return result
 
 
-def lint_notebook(source: SourceFile, rules: Sequence[type[Rule]], display: str) -> FileResult:
+def lint_notebook(
+    source: SourceFile, rules: Sequence[type[Rule]], display: str, *, profile: Profile = CALLER
+) -> FileResult:
     """Check a notebook read with `read_source`."""
     try:
         notebook = _read(source, display)
     except NotebookError as exc:
         return _notebook_error(source, display, exc)
-    return _lint(notebook, rules, display)
+    return _lint(notebook, rules, display, profile)
 
 
-def lint_notebook_file(path: Path, rules: Sequence[type[Rule]], display: str) -> FileResult:
+def lint_notebook_file(
+    path: Path, rules: Sequence[type[Rule]], display: str, *, profile: Profile = CALLER
+) -> FileResult:
     try:
         source = read_source(path)
     except SourceError as exc:
         return unreadable(path, display, exc)
-    return lint_notebook(source, rules, display)
+    return lint_notebook(source, rules, display, profile=profile)
 
 
-def fix_notebook(source: SourceFile, rules: Sequence[type[Rule]], display: str) -> FixOutcome:
+def fix_notebook(
+    source: SourceFile, rules: Sequence[type[Rule]], display: str, *, profile: Profile = CALLER
+) -> FixOutcome:
     """Fix the cells as `fixes.fix_source` fixes a file; `new_text` is the notebook's new JSON."""
     from amplint.fixes import FixOutcome, fix_source
 
@@ -503,17 +510,17 @@ def fix_notebook(source: SourceFile, rules: Sequence[type[Rule]], display: str) 
         notebook = _read(source, display)
     except NotebookError as exc:
         return FixOutcome(_notebook_error(source, display, exc), source.text)
-    result = _lint(notebook, rules, display)
+    result = _lint(notebook, rules, display, profile)
     if not any(d.fix is not None for d in result.diagnostics):
         return FixOutcome(result, source.text)
-    outcome = fix_source(notebook.module(), rules, display)
+    outcome = fix_source(notebook.module(), rules, display, profile=profile)
     if not outcome.changed:
         return FixOutcome(result, source.text, errors=outcome.errors)
     try:
         new_text = notebook.rewrite(outcome.new_text)
     except NotebookError as exc:
         return FixOutcome(result, source.text, errors=[f"{display}: {exc.message}; notebook left unchanged"])
-    fixed = lint_notebook(replace(source, text=new_text), rules, display)
+    fixed = lint_notebook(replace(source, text=new_text), rules, display, profile=profile)
     fixed.source = source  # `FixOutcome.changed` compares `new_text` with the text that was read
     return FixOutcome(fixed, new_text, outcome.fixed, outcome.errors)
 

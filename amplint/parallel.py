@@ -2,18 +2,21 @@
 can; what is left is checked in a pool of worker processes when there is enough of it to pay for
 starting them, and in this process otherwise.
 
+The bytes are read before anything else (`read_files`): the precision profile is detected from them
+first, since it takes part in every cache key and every check.
+
 A file is checked from the bytes that were hashed (sent to the worker, not read again), so an entry
 always describes the content it is keyed by, even when the file changes during the run. Results come
 back keyed by path; the caller walks the files in their own (sorted) order, so the output does not
 depend on which worker finished first. The pool works with every start method (`fork`, `forkserver`,
-`spawn`): a worker receives the settings once and imports what it needs itself, and the parent
-imports neither libcst nor multiprocessing unless it has to.
+`spawn`): a worker receives the settings and the precision profile once and imports what it needs
+itself, and the parent imports neither libcst nor multiprocessing unless it has to.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,11 +25,12 @@ from amplint.config import Settings
 from amplint.diagnostics import Diagnostic
 from amplint.results import FileResult, unreadable
 from amplint.source import SourceError, decode_source, display_path, read_bytes
+from amplint.static.profile import CALLER, Profile
 
 if TYPE_CHECKING:
     from amplint.cache import Cache
 
-__all__ = ["AUTO_MIN_BYTES", "AUTO_MIN_FILES", "check_bytes", "precheck", "usable_cpus"]
+__all__ = ["AUTO_MIN_BYTES", "AUTO_MIN_FILES", "check_bytes", "precheck", "read_files", "usable_cpus"]
 
 # Starting a worker costs about as much as checking 100-300 kB of code (interpreter start and the
 # libcst import; more under `spawn`). Below both of these the automatic choice checks in-process.
@@ -52,7 +56,21 @@ def usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def check_bytes(path: Path, display: str, raw: bytes, settings: Settings) -> FileResult:
+def read_files(files: Sequence[Path]) -> dict[Path, bytes | SourceError]:
+    """Each file's bytes, or why it cannot be read."""
+    return {path: _read(path) for path in files}
+
+
+def _read(path: Path) -> bytes | SourceError:
+    try:
+        return read_bytes(path)
+    except SourceError as exc:
+        return exc
+
+
+def check_bytes(
+    path: Path, display: str, raw: bytes, settings: Settings, profile: Profile = CALLER
+) -> FileResult:
     """Check one file's content: decode, pre-scan, parse and run the rules that apply to it."""
     from amplint.api import rules_for
     from amplint.notebook import is_notebook, lint_notebook
@@ -63,7 +81,7 @@ def check_bytes(path: Path, display: str, raw: bytes, settings: Settings) -> Fil
     except SourceError as exc:
         return unreadable(path, display, exc)
     lint = lint_notebook if is_notebook(path) else lint_source
-    return lint(source, rules_for(settings, path), display)
+    return lint(source, rules_for(settings, path), display, profile=profile)
 
 
 def precheck(
@@ -73,21 +91,24 @@ def precheck(
     cache: Cache | None,
     fix: bool = False,
     jobs: int | None = None,
+    profile: Profile = CALLER,
+    contents: Mapping[Path, bytes | SourceError] | None = None,
 ) -> dict[Path, FileResult]:
     """Results for the files that can be settled here. Without `fix`: every file. With `fix`: only
     cache hits that carry no fix (the rest must go through the fixer, which does not trust the cache
-    for a file it may edit)."""
+    for a file it may edit). `contents`: what `read_files` read, not read again."""
     done: dict[Path, FileResult] = {}
     tasks: list[_Task] = []
     if fix and cache is None:
         return done
     for path in files:
         display = display_path(path)
-        try:
-            raw = read_bytes(path)
-        except SourceError as exc:
+        raw = contents.get(path) if contents is not None else None
+        if raw is None:
+            raw = _read(path)
+        if isinstance(raw, SourceError):
             if not fix:
-                done[path] = unreadable(path, display, exc)
+                done[path] = unreadable(path, display, raw)
             continue
         key = cache.key(path, display, raw) if cache is not None else None
         if cache is not None and key is not None:
@@ -100,11 +121,11 @@ def precheck(
     if not tasks:
         return done
     workers = _workers(jobs, tasks)
-    results = _run_pool(tasks, settings, workers) if workers > 1 else {}
+    results = _run_pool(tasks, settings, profile, workers) if workers > 1 else {}
     for index, task in enumerate(tasks):
         result = results.get(index)
         if result is None:
-            result = check_bytes(task.path, task.display, task.raw, settings)
+            result = check_bytes(task.path, task.display, task.raw, settings, profile)
         if cache is not None and task.key is not None:
             cache.store(task.key, result)
         done[task.path] = result
@@ -146,23 +167,26 @@ def _batches(tasks: Sequence[_Task], workers: int) -> list[list[int]]:
 
 _Outcome = tuple[int, list[Diagnostic], list[str], bool]  # index, diagnostics, errors, has source
 _worker_settings: Settings | None = None
+_worker_profile: Profile = CALLER
 
 
-def _initialize(settings: Settings) -> None:
-    global _worker_settings
-    _worker_settings = settings
+def _initialize(settings: Settings, profile: Profile) -> None:
+    global _worker_settings, _worker_profile
+    _worker_settings, _worker_profile = settings, profile
 
 
 def _check_batch(batch: list[tuple[int, str, str, bytes]]) -> list[_Outcome]:
     assert _worker_settings is not None, "the pool initializer sets the settings"
     outcomes: list[_Outcome] = []
     for index, path, display, raw in batch:
-        result = check_bytes(Path(path), display, raw, _worker_settings)
+        result = check_bytes(Path(path), display, raw, _worker_settings, _worker_profile)
         outcomes.append((index, result.diagnostics, result.internal_errors, result.source is not None))
     return outcomes
 
 
-def _run_pool(tasks: Sequence[_Task], settings: Settings, workers: int) -> dict[int, FileResult]:
+def _run_pool(
+    tasks: Sequence[_Task], settings: Settings, profile: Profile, workers: int
+) -> dict[int, FileResult]:
     """Check the tasks in worker processes. A batch whose worker failed (a crash, a result that
     would not pickle) is left out, and so checked again in this process, where a real bug raises as
     it would without the pool."""
@@ -175,7 +199,7 @@ def _run_pool(tasks: Sequence[_Task], settings: Settings, workers: int) -> dict[
         max_workers=workers,
         mp_context=multiprocessing.get_context(),
         initializer=_initialize,
-        initargs=(settings,),
+        initargs=(settings, profile),
     )
     try:
         futures: list[Future[list[_Outcome]]] = [

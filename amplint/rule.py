@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
 from typing import TYPE_CHECKING, ClassVar
 
 from amplint.diagnostics import Confidence, Diagnostic, Severity
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 if TYPE_CHECKING:
     from amplint.runtime.graph import DtypeGraph, DtypeNode
@@ -52,11 +60,24 @@ class CastPoint:
 
 
 @dataclass(frozen=True)
+class Expected:
+    """A finding a bad example must get: its range (1-based, end exclusive) and its message."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    message: str
+
+
+@dataclass(frozen=True)
 class Bad:
-    """An example the rule must flag; `fixed` is what `--fix` must turn it into (None: no fix)."""
+    """An example the rule must flag; `fixed` is what `--fix` must turn it into (None: no fix);
+    `expect`, the findings it gets, each pinned (empty for runtime rules, whose tests trace them)."""
 
     code: str
     fixed: str | None = None
+    expect: tuple[Expected, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -65,6 +86,39 @@ class Good:
 
     code: str
     why: str = ""
+
+
+class _Examples:
+    """`Rule.bad` and `Rule.good`, read from the rule's data file `amplint/rules/examples/CODE.toml`
+    the first time they are asked for (checking files never needs them)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __get__(self, instance: object, owner: type[Rule]) -> tuple[Bad, ...] | tuple[Good, ...]:
+        return _examples(owner.code)[self.kind]
+
+
+@cache
+def _examples(code: str) -> dict[str, tuple[Bad, ...] | tuple[Good, ...]]:
+    data = tomllib.loads((resources.files("amplint.rules") / "examples" / f"{code}.toml").read_text("utf-8"))
+    bad = tuple(
+        Bad(
+            item["code"],
+            item.get("fixed"),
+            tuple(_expected(expect["range"], expect["message"]) for expect in item.get("expect", ())),
+        )
+        for item in data.get("bad", ())
+    )
+    good = tuple(Good(item["code"], item.get("why", "")) for item in data.get("good", ()))
+    return {"bad": bad, "good": good}
+
+
+def _expected(where: str, message: str) -> Expected:
+    start, end = where.split("-")
+    line, column = start.split(":")
+    end_line, end_column = end.split(":")
+    return Expected(int(line), int(column), int(end_line), int(end_column), message)
 
 
 class Rule:
@@ -84,8 +138,9 @@ class Rule:
     # it (see `amplint.static.regions`). None: the rule reads every body of a file it is active on.
     region_words: ClassVar[frozenset[str] | None] = None
     region_pattern: ClassVar[re.Pattern[str] | None] = None
-    bad: ClassVar[tuple[Bad, ...]] = ()
-    good: ClassVar[tuple[Good, ...]] = ()
+    # Its examples: data in `amplint/rules/examples/CODE.toml`, run by one generic test.
+    bad: ClassVar[tuple[Bad, ...]] = _Examples("bad")  # type: ignore[assignment]
+    good: ClassVar[tuple[Good, ...]] = _Examples("good")  # type: ignore[assignment]
 
     # A rule that only a traced graph can check (AMP1xx): the static pass leaves it out.
     runtime_only: ClassVar[bool] = False

@@ -14,6 +14,7 @@ from amplint.results import UNPARSABLE, FileResult, unparsable_diagnostic, unrea
 from amplint.rule import Rule
 from amplint.source import LineIndex, SourceError, SourceFile, decode_source, display_path, read_source
 from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.profile import CALLER, Profile
 from amplint.static.regions import region_marks, skip_bodies
 from amplint.suppression import file_is_exempt, line_suppresses
 
@@ -30,21 +31,29 @@ __all__ = [
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def lint_file(path: Path, rules: Sequence[type[Rule]], display: str | None = None) -> FileResult:
+def lint_file(
+    path: Path, rules: Sequence[type[Rule]], display: str | None = None, *, profile: Profile = CALLER
+) -> FileResult:
     display = display if display is not None else display_path(path)
     try:
         source = read_source(path)
     except SourceError as exc:
         return unreadable(path, display, exc)
-    return lint_source(source, rules, display)
+    return lint_source(source, rules, display, profile=profile)
 
 
-def lint_text(text: str, rules: Sequence[type[Rule]], path: str = "<string>") -> FileResult:
+def lint_text(
+    text: str, rules: Sequence[type[Rule]], path: str = "<string>", *, profile: Profile = CALLER
+) -> FileResult:
+    """Lint source text. `profile`: the half dtypes the code runs in; by default both (library code
+    runs in whatever dtype its caller picks), as for a project where nothing sets one."""
     source = decode_source(text.encode("utf-8"), Path(path))
-    return lint_source(source, rules, path)
+    return lint_source(source, rules, path, profile=profile)
 
 
-def lint_source(source: SourceFile, rules: Sequence[type[Rule]], display: str) -> FileResult:
+def lint_source(
+    source: SourceFile, rules: Sequence[type[Rule]], display: str, *, profile: Profile = CALLER
+) -> FileResult:
     result = FileResult(source.path, display, source)
     text = source.text
     if file_is_exempt(text):
@@ -69,7 +78,7 @@ def lint_source(source: SourceFile, rules: Sequence[type[Rule]], display: str) -
         )
         result.diagnostics.append(error)
         return result
-    ctx = FileContext(source.path, module, words, parsed)
+    ctx = FileContext(source.path, module, words, parsed, profile=profile)
     lines = LineIndex(text)
     for rule in active:
         try:
@@ -117,12 +126,12 @@ def _diagnostic(
 
 
 def _evidence(ctx: FileContext, finding: Finding) -> dict[str, object]:
-    """The finding's evidence as `extra["evidence"]`: 1-based line and column, and what happened."""
+    """The finding's dtype evidence as `extra["why"]`: 1-based line and column, and what happened."""
     steps = []
     for step in finding.evidence:
         where = ctx.position(step.node).start
         steps.append({"line": where.line, "column": where.column + 1, "message": step.text})
-    return {"evidence": steps} if steps else {}
+    return {"why": steps} if steps else {}
 
 
 def render_fix(ctx: FileContext, plan: FixPlan, lines: LineIndex) -> Fix | None:

@@ -151,7 +151,8 @@ def preview(paths: Sequence[Path], settings: Settings, trace: Tracer, *, jobs: i
     run.diagnostics = confirm(run.diagnostics, trace(run.diagnostics))
     for path, original in _fixable_files(run.diagnostics).items():
         new_text, from_graph = _with_graph_fixes(path, original, run.diagnostics)
-        outcome = fix_source(replace(original, text=new_text), rules_for(settings, Path(path)), path)
+        rules = rules_for(settings, Path(path))
+        outcome = fix_source(replace(original, text=new_text), rules, path, profile=run.profile)
         run.errors.extend(outcome.errors)
         if outcome.new_text != original.text:
             run.fixed += from_graph + outcome.fixed

@@ -355,7 +355,7 @@ def test_bom_positions_and_fix_keeps_bom(tmp_path: Path) -> None:
 def test_bom_on_first_line_hazard_column(tmp_path: Path) -> None:
     # The BOM is not a column: a hazard on line 1 still starts at column 5.
     (tmp_path / "bom2.py").write_bytes(
-        codecs.BOM_UTF8 + b"import torch; w = torch.sigmoid(torch.ones(1)).exp()\n"
+        codecs.BOM_UTF8 + b"import torch; w = torch.sigmoid(torch.ones(1).bfloat16()).exp()\n"
     )
     _, diagnostics = check_json(tmp_path, "bom2.py")
     assert [(d["line"], d["column"]) for d in diagnostics] == [(1, 19)]

@@ -550,7 +550,7 @@ def test_diagnostics_sorted_by_path_line_column(tmp_path: Path) -> None:
 
 def test_text_positions_are_one_based(tmp_path: Path) -> None:
     # A hazard at the very start of a line reports column 1.
-    write(tmp_path / "m.py", "import torch\nw = torch.sigmoid(torch.ones(2)).exp()\n")
+    write(tmp_path / "m.py", "import torch\nw = torch.sigmoid(torch.ones(2).bfloat16()).exp()\n")
     proc = amplint_run(tmp_path, "check", "m.py")
     assert proc.returncode == 1, proc.stdout
     assert "m.py:2:5: AMP001" in proc.stdout

@@ -104,7 +104,9 @@ def test_unknown_key_names_the_key_and_the_known_ones(tmp_path: Path) -> None:
         _load_table(tmp_path, "selct = ['AMP001']\n")
     message = str(info.value)
     assert message.startswith(f"{tmp_path / 'pyproject.toml'}: [tool.amplint] unknown key 'selct'")
-    assert "known keys: exclude, extend-exclude, ignore, per-file-ignores, runtime, select" in message
+    assert (
+        "known keys: exclude, extend-exclude, ignore, per-file-ignores, precision, runtime, select" in message
+    )
     assert "did you mean 'select'?" in message
 
 

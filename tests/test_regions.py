@@ -75,13 +75,34 @@ def test_blanks_bodies_without_marks_and_keeps_every_line_in_place() -> None:
     # Bodies with nothing to flag are gone; signatures, class attributes and headers stay.
     assert "y = x + 1" not in kept
     assert "return self.proj.out_features" not in kept
-    assert "self.proj = torch.nn.Linear(dim, dim)" not in kept
+    # `__init__` stays: the dtype-facts engine reads what `self.proj` is there.
+    assert "self.proj = torch.nn.Linear(dim, dim)" in kept
     assert "    def __init__(self, dim, eps=1e-6):" in kept
     assert "    scale = 0.125" in kept
     assert "    @property" in kept
     # A body on the header's line cannot be blanked without the header.
     assert "def one_line(x): return x + 1" in kept
     compile(skipped, "<skipped>", "exec")
+
+
+def test_bodies_of_called_helpers_are_kept() -> None:
+    # The engine reads a helper's return value: scores built in `_scores` reach the softmax.
+    text = (
+        "class Attention:\n"
+        "    def forward(self, q, k):\n"
+        "        return self._scores(q, k).softmax(-1)\n\n"
+        "    def _scores(self, q, k):\n"
+        "        return self._product(q, k) * 0.1\n\n"
+        "    def _product(self, q, k):\n"
+        "        return q @ k.transpose(-1, -2)\n\n"
+        "    def unrelated(self, x):\n"
+        "        return x + 1\n"
+    )
+    skipped = skip_bodies(text, *_marks("AMP003"))
+    assert skipped is not None
+    assert "return self._product(q, k) * 0.1" in skipped
+    assert "return q @ k.transpose(-1, -2)" in skipped
+    assert "return x + 1" not in skipped
 
 
 def test_body_reading_a_module_constant_is_kept() -> None:

@@ -25,8 +25,13 @@ def _id(case: tuple[type[Rule], int, Bad | Good]) -> str:
 def test_bad_example_is_flagged_and_fixed(case: tuple[type[Rule], int, Bad], tmp_path) -> None:
     rule, _, example = case
     result = lint_text(example.code, [rule])
-    assert [d.code for d in result.diagnostics].count(rule.code) >= 1, result.diagnostics
+    found = [d for d in result.diagnostics if d.code == rule.code]
+    assert found, result.diagnostics
     assert not result.internal_errors
+    # The example's data pins each finding's range and message.
+    assert [(d.line, d.column, d.end_line, d.end_column, d.message) for d in found] == [
+        (e.line, e.column, e.end_line, e.end_column, e.message) for e in example.expect
+    ]
     if example.fixed is None:
         assert all(d.fix is None for d in result.diagnostics)
         return

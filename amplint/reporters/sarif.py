@@ -152,7 +152,7 @@ def _result(diagnostic: Diagnostic, rule_index: int) -> dict[str, Any]:
         "message": _message(message),
         "locations": [{"physicalLocation": {"artifactLocation": location, "region": region}}],
     }
-    evidence = diagnostic.extra.get("evidence")
+    evidence = diagnostic.extra.get("why")
     if isinstance(evidence, list) and evidence and not notebook:
         # Why the value has its dtype there: the autocast region, the cast, the op, in source order.
         result["relatedLocations"] = [

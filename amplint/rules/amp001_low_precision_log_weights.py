@@ -12,38 +12,20 @@ from amplint.diagnostics import Confidence, Diagnostic
 from amplint.rule import Bad, Good, Rule, Verdict
 from amplint.runtime.chains import HALF, describe_error, measured_error, upcast_reached, where
 from amplint.static.context import FileContext, Finding, FixPlan
-from amplint.static.flow import Flow, Policy, analyse_all
-from amplint.static.patterns import (
-    argument,
-    function_call,
-    is_fp32_value,
-    is_matmul,
-    method_call,
-    upcast_input,
-)
-from amplint.static.scopes import scopes_holding
+from amplint.static.flow import Flow, Hit, Policy, analyse, names_read
+from amplint.static.patterns import argument, callee_name, function_call, is_matmul, method_call, upcast_input
+from amplint.static.scopes import scopes_holding, walk
 
-_FUNCTIONS = {
-    "torch.sigmoid": "sigmoid",
-    "torch.tanh": "tanh",
-    "torch.special.expit": "sigmoid",
-    "torch.nn.functional.sigmoid": "sigmoid",
-    "torch.nn.functional.tanh": "tanh",
-    "torch.nn.functional.logsigmoid": "logsigmoid",
-}
 _METHODS = frozenset({"sigmoid", "tanh"})
-_SINK_FUNCTIONS = {
-    f"torch.{name}": name for name in ("exp", "exp2", "expm1", "cumsum", "cumprod", "logcumsumexp")
-}
-_SINK_METHODS = frozenset(name for name in _SINK_FUNCTIONS.values())
+_FUNCTIONS = {f"torch.{op}": op for op in _METHODS} | {f"torch.nn.functional.{op}": op for op in _METHODS}
+_FUNCTIONS |= {"torch.special.expit": "sigmoid", "torch.nn.functional.logsigmoid": "logsigmoid"}
+_SINK_METHODS = frozenset({"exp", "exp2", "expm1", "cumsum", "cumprod", "logcumsumexp"})
+_SINK_FUNCTIONS = {f"torch.{name}": name for name in _SINK_METHODS}
 # Names that code in the RWKV/GLA/Mamba family gives to log-space decays and gates.
 _LOG_DECAY_NAME = re.compile(
     r"^(log_?w|w_?log|gk|log_?gk|log_?g|g_?log|log_?gates?|log_?alpha|alpha_?log|.*decay.*)$",
     re.IGNORECASE,
 )
-# `w` alone is also a weight, a window, a soft-capped logit: it counts as a log-decay only when the
-# value is negated, as log-decays are (`w = -exp(-0.5) * sigmoid(x)`).
-_GENERIC_DECAY_NAME = re.compile(r"^w$", re.IGNORECASE)
 
 
 if TYPE_CHECKING:
@@ -339,6 +321,39 @@ def attend(q, k, v, scaling, softcap):
 """,
             "`w` holding soft-capped attention logits is not a log-decay",
         ),
+        Good(
+            """\
+import torch
+
+
+def ligru(self, w, ht):
+    hiddens = []
+    for k in range(w.shape[1]):
+        at, zt = (w[:, k] + self.u(ht)).chunk(2, 1)
+        zt = torch.sigmoid(zt)
+        ht = zt * ht + (1 - zt) * torch.tanh(at)
+        hiddens.append(ht)
+    return torch.stack(hiddens, dim=1)
+""",
+            "the update gate of a GRU cell is computed from the carried state: it interpolates "
+            "activations, it is no decay of a linear recurrence (speechbrain)",
+        ),
+        Good(
+            """\
+import torch
+
+
+def duration(x, z, inverse=False):
+    if not inverse:
+        u = torch.sigmoid(z) * x
+        z = torch.cat([x - u, x], 1)
+        return z.sum()
+    else:
+        logw = z.split(1, 1)[0]
+        return logw
+""",
+            "the gate and the log-space name sit in the two arms of one `if` (espnet)",
+        ),
     )
 
     @classmethod
@@ -368,8 +383,7 @@ def attend(q, k, v, scaling, softcap):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         def seed(node: cst.BaseExpression, flow: Flow) -> bool:
-            source = _input(ctx, node)
-            return source is not None and not is_fp32_value(ctx, source, flow)
+            return _input(ctx, node) is not None and ctx.facts.of(node).may_be_half
 
         def sink(node: cst.BaseExpression, flow: Flow) -> str | None:
             if isinstance(node, cst.Call):
@@ -390,23 +404,69 @@ def attend(q, k, v, scaling, softcap):
         reported: set[cst.CSTNode] = set()
         # A finding starts at a sigmoid/tanh: only the functions that call one need the dataflow.
         seeds = [call for call in ctx.index.calls if _input(ctx, call) is not None]
-        for hit in analyse_all(scopes_holding(ctx, seeds), policy):
-            if hit.origin in reported:
-                continue
-            reported.add(hit.origin)
-            assert isinstance(hit.origin, cst.Call)
-            yield _finding(ctx, hit.origin, hit.kind, hit.label)
+        for scope in scopes_holding(ctx, seeds):
+            for hit in analyse(scope, policy).hits.values():
+                if hit.origin not in reported and _possible(scope.node, hit):
+                    reported.add(hit.origin)
+                    assert isinstance(hit.origin, cst.Call)
+                    yield _finding(ctx, hit.origin, hit.kind, hit.label)
+
+
+def _possible(root: cst.CSTNode, hit: Hit) -> bool:
+    """Whether the value can really get there: not when the seed and the sink sit in the two arms of
+    one `if` outside any loop (the dataflow joins branches), nor for a recurrence whose factor is
+    computed from the loop's carried state: the update gate of a GRU or LSTM cell interpolates
+    activations, while the decay of a linear recurrence (RWKV, Mamba, GLA) depends on the input only."""
+    loops = [node for node in walk(root) if isinstance(node, (cst.For, cst.While))]
+    if hit.kind == "recurrence":
+        loop = [loop for loop in loops if any(node is hit.sink for node in walk(loop.body))][-1]
+        return not _from_carried_state(loop, hit.origin)
+    looped = {id(node) for loop in loops for node in walk(loop.body)}
+    ends = {id(hit.origin), id(hit.sink)}
+    for node in walk(root):
+        if isinstance(node, cst.If) and node.orelse is not None and id(node) not in looped:
+            body, orelse = ({id(inner) for inner in walk(arm)} for arm in (node.body, node.orelse))
+            if len(ends & body) == 1 and len(ends & orelse) == 1:
+                return False
+    return True
+
+
+def _from_carried_state(loop: cst.For | cst.While, origin: cst.CSTNode) -> bool:
+    """Whether `origin` is computed from a name that `loop` carries from one step to the next (one
+    read in the loop before its first assignment there)."""
+    carried: set[str] = set()
+    seen: set[str] = set()
+    inputs: dict[str, set[str]] = {}
+    for node in walk(loop.body):
+        if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and node.value is not None:
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            read = names_read(node.value) | (
+                names_read(node.target) if isinstance(node, cst.AugAssign) else set()
+            )
+            seen |= read
+            for name in {n for t in targets if not isinstance(t, cst.Attribute) for n in names_read(t)}:
+                if name not in inputs and name in seen:
+                    carried.add(name)
+                inputs.setdefault(name, set()).update(read)
+        elif isinstance(node, (cst.Expr, cst.If, cst.While)):
+            seen |= names_read(node.value if isinstance(node, cst.Expr) else node.test)
+    reached: set[str] = set()
+    frontier = list(names_read(origin))
+    while frontier:
+        name = frontier.pop()
+        if name not in reached:
+            reached.add(name)
+            frontier.extend(inputs.get(name, ()))
+    return bool(reached & carried)
 
 
 def _is_log_decay_binding(name: str, value: cst.CSTNode) -> bool:
+    """A log-decay name. `w` alone is also a weight, a window, a soft-capped logit: it counts only when
+    the arithmetic that forms the value negates it, as log-decays are (`w = -exp(-0.5) * sigmoid(x)`;
+    not a minus inside call arguments such as `dim=-1`)."""
     if _LOG_DECAY_NAME.match(name):
         return True
-    return bool(_GENERIC_DECAY_NAME.match(name)) and _negates(value)
-
-
-def _negates(value: cst.CSTNode) -> bool:
-    """A unary minus in the arithmetic that forms the value (not inside call arguments: `dim=-1`)."""
-    stack = [value]
+    stack = [value] if name.lower() == "w" else []
     while stack:
         node = stack.pop()
         if isinstance(node, cst.UnaryOperation):
@@ -416,14 +476,6 @@ def _negates(value: cst.CSTNode) -> bool:
         elif isinstance(node, cst.BinaryOperation):
             stack.extend((node.left, node.right))
     return False
-
-
-def _op_name(ctx: FileContext, call: cst.Call) -> str:
-    qualified = ctx.qualified(call.func)
-    if qualified in _FUNCTIONS:
-        return _FUNCTIONS[qualified]
-    assert isinstance(call.func, cst.Attribute)
-    return call.func.attr.value
 
 
 def _input(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression | None:
@@ -439,31 +491,31 @@ def _input(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression | N
 
 
 def _finding(ctx: FileContext, call: cst.Call, kind: str, label: str) -> Finding:
-    op = _op_name(ctx, call)
+    op = _FUNCTIONS.get(ctx.qualified(call.func) or "") or callee_name(call)
     if kind == "call":
         how = f"flows into `{label}`"
     elif kind == "name":
         how = f"becomes the log-space weight `{label}`"
     else:
         how = f"decays the state `{label}` inside a loop, so rounding errors compound with every step"
+    fact = ctx.facts.of(call)
+    half = fact.half_names()
+    steps = "; ".join(step.text for step in fact.why)
+    why = f"this holds when the caller runs it in {half}: {steps}" if fact.caller else fact.explain()
     message = (
         f"`{op}` output {how} while still in the input's low-precision dtype: autocast does not "
-        f"upcast `{op}`, so the value is rounded to bfloat16/float16 before anything upcasts it"
+        f"upcast `{op}`, so the value is rounded to {half} before anything upcasts it; {why}"
     )
     source = _input(ctx, call)
     assert source is not None
     float32, missing_import = ctx.float32()
     fixed = upcast_input(call, source, float32)
-    fix = FixPlan(f"Upcast the input of `{op}` to float32", ((call, fixed),), missing_import)
+    shown = " ".join(ctx.code(fixed).split())
     return Finding(
         call,
         message,
-        fix=fix,
-        help=f"upcast first: `{_short(ctx.code(fixed))}`",
+        fix=FixPlan(f"Upcast the input of `{op}` to float32", ((call, fixed),), missing_import),
+        help=f"upcast first: `{shown if len(shown) <= 80 else shown[:77] + '...'}`",
         extra={"op": _TRACED_OPS.get(op, op)},
+        evidence=fact.why,
     )
-
-
-def _short(code: str, limit: int = 80) -> str:
-    code = " ".join(code.split())
-    return code if len(code) <= limit else code[: limit - 3] + "..."

@@ -10,17 +10,24 @@ import libcst as cst
 from amplint.diagnostics import Confidence, Diagnostic
 from amplint.rule import Bad, Good, Rule, Verdict
 from amplint.runtime.chains import where
-from amplint.static.attention import is_softmax, scaled_inside, score_operands
+from amplint.static.attention import (
+    REGION_PATTERN,
+    REGION_WORDS,
+    is_softmax,
+    scaled_inside,
+    score_operands,
+    scores_returned_by,
+    why_half,
+)
 from amplint.static.context import FileContext, Finding
 from amplint.static.flow import Flow, Policy, analyse
-from amplint.static.patterns import function_call, is_fp32_value, is_scaled, method_call
+from amplint.static.patterns import function_call, is_scaled, method_call
 from amplint.static.scopes import scopes_holding, walk
 
 # Clipping or soft-capping (`tanh(s / c) * c`) after the product maps inf back to a finite value
 # before softmax sees it.
 _CLIP_FUNCTIONS = frozenset({"torch.clamp", "torch.clip", "torch.nan_to_num", "torch.tanh"})
 _CLIP_METHODS = frozenset({"clamp", "clip", "clamp_", "clip_", "nan_to_num", "nan_to_num_", "tanh"})
-_UNIT = frozenset({"1", "1.0", "1."})
 
 
 if TYPE_CHECKING:
@@ -35,7 +42,9 @@ class HalfPrecisionAttentionScores(Rule):
     ## What it does
     Flags attention scores formed as a product of queries and transposed keys (`q @ k.transpose(-2, -1)`,
     `torch.matmul`, `torch.bmm`, `baddbmm`, `einsum`, `.mT`) that feed a softmax, when the scale is
-    applied after the product (or not at all) and neither operand is upcast to float32 first.
+    applied after the product (or not at all) and the product may run in float16: the dtype-facts
+    engine decides (an upcast, a bfloat16 autocast region or a bfloat16-only project clears it).
+    Scores made by a helper of the same file (`self._scores(q, k)`) count where they are made.
 
     ## Why is this bad?
     In float16 the largest finite value is 65504. A dot product over a 128-wide head of activations
@@ -63,7 +72,8 @@ class HalfPrecisionAttentionScores(Rule):
     name = "half-precision-attention-scores"
     summary = "q @ k^T attention scores computed in half precision with the scale applied after the product"
     triggers = frozenset({"softmax", "log_softmax", "Softmax", "LogSoftmax"})
-    region_words = triggers
+    region_words = REGION_WORDS
+    region_pattern = REGION_PATTERN
 
     bad = (
         Bad(
@@ -364,16 +374,22 @@ def attend(q, k, v, scaling, softcap):
         return Verdict(Confidence.REFUTED, f"`{node.op}` at {where(node)} formed the scores in {node.dtype}")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
+        facts = ctx.facts.without_caller_autocast()
+        judged: dict[cst.CSTNode, bool] = {}  # score product: whether its scale comes only after it
+
         def seed(node: cst.BaseExpression, flow: Flow) -> bool:
             operands = score_operands(ctx, node, flow)
-            if operands is None:
-                return False
+            if operands is None:  # `self._scores(q, k)`: judged where the product is, unless scaled here
+                return (
+                    isinstance(node, cst.Call)
+                    and bool(scores_returned_by(ctx, node))
+                    and not any(is_scaled(ctx, arg.value, flow) for arg in node.args)
+                )
             queries, keys, product = operands
-            if scaled_inside(ctx, product):
-                return False
-            if is_scaled(ctx, queries, flow) or is_scaled(ctx, keys, flow):
-                return False
-            return not (is_fp32_value(ctx, queries, flow) and is_fp32_value(ctx, keys, flow))
+            judged[node] = not (
+                scaled_inside(ctx, product) or is_scaled(ctx, queries, flow) or is_scaled(ctx, keys, flow)
+            )
+            return judged[node]
 
         def clips(node: cst.BaseExpression, flow: Flow) -> bool:
             return (
@@ -381,62 +397,61 @@ def attend(q, k, v, scaling, softcap):
             )
 
         policy = Policy(
-            seed=seed,
-            sink=lambda node, flow: "softmax" if is_softmax(ctx, node) else None,
-            blocks=clips,
+            seed=seed, sink=lambda node, flow: "softmax" if is_softmax(ctx, node) else None, blocks=clips
         )
         softmaxes = [call for call in ctx.index.calls if is_softmax(ctx, call)]
-        prescaled: set[str] | None = None  # computed only once a scope has a finding
-        # A finding needs a softmax that the scores reach in the same function.
+        products: dict[cst.CSTNode, None] = {}  # reaching a softmax, in order
+        unit: set[str] | None = None  # computed once a product is a candidate
         for scope in scopes_holding(ctx, softmaxes):
-            hits = analyse(scope, policy).hits
-            if not hits:
+            for hit in analyse(scope, policy).hits.values():
+                products.update(dict.fromkeys(scores_returned_by(ctx, hit.origin) or [hit.origin]))
+        for product in products:
+            if product not in judged:  # made in a helper: judged with that function's own flow
+                function = ctx.function_of(product)
+                analyse(next(s for s in ctx.scopes if s.node is (function or ctx.module)), policy)
+            fact = facts.of(product)
+            if not judged.get(product) or not fact.may_be_fp16:
                 continue
-            if isinstance(scope.node, cst.FunctionDef):
-                if prescaled is None:
-                    prescaled = _prescaled_parameters(ctx)
-                if _scales_by(scope.node, _parameters(scope.node) & prescaled):
-                    continue
-            reported: set[cst.CSTNode] = set()
-            for hit in hits.values():
-                if hit.origin in reported:
-                    continue
-                reported.add(hit.origin)
-                yield Finding(
-                    hit.origin,
-                    "attention scores `q @ k^T` are formed in half precision and scaled only after the "
-                    "product, so large logits overflow float16 (max 65504) to inf before softmax turns "
-                    "them into NaN",
-                    help="use `torch.nn.functional.scaled_dot_product_attention`, scale the queries before "
-                    "the product, or compute the scores in float32",
-                )
+            unit = _unit_keywords(ctx) if unit is None else unit
+            if _scaled_by_one(ctx, product, unit):
+                continue
+            yield Finding(
+                product,
+                "attention scores `q @ k^T` are formed in half precision and scaled only after the "
+                "product, so large logits overflow float16 (max 65504) to inf before softmax turns "
+                f"them into NaN; {why_half(fact, 'fp16')}",
+                help="use `torch.nn.functional.scaled_dot_product_attention`, scale the queries before "
+                "the product, or compute the scores in float32",
+                evidence=fact.why,
+            )
 
 
-def _prescaled_parameters(ctx: FileContext) -> set[str]:
-    """Keywords that every call of the file's own functions passes as exactly 1 (`scaling=1.0`):
-    the callers scaled the queries themselves, as Whisper and OPT do before calling a shared
-    attention function. Calls into torch or other libraries (`F.pad(..., value=1)`) do not count."""
-    unit: dict[str, bool] = {}
-    for call in ctx.index.calls:
-        if ctx.qualified(call.func) is not None:
-            continue
-        for arg in call.args:
-            if arg.keyword is not None:
-                is_unit = isinstance(arg.value, (cst.Integer, cst.Float)) and arg.value.value in _UNIT
-                unit[arg.keyword.value] = unit.get(arg.keyword.value, True) and is_unit
-    return {name for name, always in unit.items() if always}
-
-
-def _scales_by(function: cst.FunctionDef, names: set[str]) -> bool:
-    """Whether the function multiplies or divides by one of these names (its scale parameter)."""
-    return bool(names) and any(
+def _scaled_by_one(ctx: FileContext, product: cst.CSTNode, unit: set[str]) -> bool:
+    """Whether the product's function scales by 1: by a name the engine knows is 1, or a parameter
+    that every call of the file's own code passes as 1 (`attention_interface(..., scaling=1.0)`).
+    The callers scaled the queries themselves (Whisper, OPT, BART)."""
+    function = ctx.function_of(product)
+    return function is not None and any(
         isinstance(node, cst.BinaryOperation)
         and isinstance(node.operator, (cst.Multiply, cst.Divide))
-        and any(isinstance(side, cst.Name) and side.value in names for side in (node.left, node.right))
+        and any(
+            isinstance(side, cst.Name) and (side.value in unit or ctx.facts.number(side) == 1)
+            for side in (node.left, node.right)
+        )
         for node in walk(function.body)
     )
 
 
-def _parameters(function: cst.FunctionDef) -> set[str]:
-    params = function.params
-    return {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+def _unit_keywords(ctx: FileContext) -> set[str]:
+    """Keywords that every call of the file's own code (not torch's: `F.pad(..., value=1)`) passes
+    as a literal 1."""
+    unit: dict[str, bool] = {}
+    for call in ctx.index.calls:
+        if ctx.qualified(call.func) is None:
+            for arg in call.args:
+                if arg.keyword is not None:
+                    name = arg.keyword.value
+                    value = arg.value
+                    one = isinstance(value, (cst.Integer, cst.Float)) and float(value.evaluated_value) == 1
+                    unit[name] = unit.get(name, True) and one
+    return {name for name, always in unit.items() if always}

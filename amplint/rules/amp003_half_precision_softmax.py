@@ -12,21 +12,22 @@ from amplint.diagnostics import Diagnostic
 from amplint.rule import Bad, Good, Rule, Verdict
 from amplint.runtime.chains import half_precision_verdict
 from amplint.static.attention import (
+    REGION_PATTERN,
+    REGION_WORDS,
     is_multinomial,
     is_softmax,
     score_operands,
+    scores_returned_by,
     softmax_dtype_argument,
     softmax_input,
     softmax_module_call,
+    why_half,
 )
 from amplint.static.context import FileContext, Finding, FixPlan
-from amplint.static.flow import Flow, Policy, analyse, value_children
-from amplint.static.patterns import (
-    is_fp32_value,
-    is_half_dtype,
-    with_dtype,
-    with_method,
-)
+from amplint.static.dtypes import DTYPE, DtypeFacts, Fact
+from amplint.static.flow import Policy, analyse, value_children
+from amplint.static.ops import HALF
+from amplint.static.patterns import with_dtype, with_method
 from amplint.static.scopes import Scope, scopes_holding
 
 _MESSAGE = (
@@ -80,7 +81,8 @@ class HalfPrecisionSoftmax(Rule):
     name = "half-precision-softmax"
     summary = "softmax/log_softmax over attention scores or logits without dtype=torch.float32"
     triggers = frozenset({"softmax", "log_softmax", "Softmax", "LogSoftmax"})
-    region_words = triggers
+    region_words = REGION_WORDS
+    region_pattern = REGION_PATTERN
 
     bad = (
         Bad(
@@ -300,45 +302,34 @@ def sample_step(outputs, input_ids, logits_processor):
         return half_precision_verdict(graph, softmaxes, "the softmax runs in half precision")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
+        facts = ctx.facts.without_caller_autocast()
         softmaxes = [call for call in ctx.index.calls if is_softmax(ctx, call)]
+        policy = Policy(
+            seed=lambda node, flow: (
+                score_operands(ctx, node, flow) is not None or bool(scores_returned_by(ctx, node))
+            ),
+            sink=lambda node, flow: "softmax" if is_softmax(ctx, node) else None,
+        )
         for scope in scopes_holding(ctx, softmaxes):
-            low_precision, fed_by_scores = _scan(ctx, scope)
-            for call, data in low_precision.items():
-                if call in fed_by_scores or _looks_like_scores(data):
-                    yield _finding(ctx, scope, call, data)
+            fed_by_scores = {hit.sink for hit in analyse(scope, policy).hits.values()}
+            for call in (c for c in softmaxes if (ctx.function_of(c) or ctx.module) is scope.node):
+                data = softmax_input(ctx, call)
+                if data is None or not (call in fed_by_scores or _looks_like_scores(data)):
+                    continue
+                fact = _half_result(ctx, facts, call)
+                if fact is not None:
+                    yield _finding(ctx, scope, call, data, fact)
 
 
-def _scan(ctx: FileContext, scope: Scope) -> tuple[dict[cst.Call, cst.BaseExpression], set[cst.CSTNode]]:
-    """The softmax calls in a scope that compute in half precision (with their input), and those
-    that attention scores reach. Judged when the flow reaches each call, so that names mean what
-    they mean at that line."""
-    low_precision: dict[cst.Call, cst.BaseExpression] = {}
-
-    def seed(node: cst.BaseExpression, flow: Flow) -> bool:
-        if isinstance(node, cst.Call) and node not in low_precision and is_softmax(ctx, node):
-            data = softmax_input(ctx, node)
-            if data is not None and _low_precision(ctx, node, data, flow):
-                low_precision[node] = data
-        return score_operands(ctx, node, flow) is not None
-
-    policy = Policy(seed=seed, sink=lambda node, flow: "softmax" if is_softmax(ctx, node) else None)
-    flow = analyse(scope, policy)
-    return low_precision, {hit.sink for hit in flow.hits.values()}
-
-
-def _module_softmax_finding(ctx: FileContext, call: cst.Call) -> Finding:
-    return Finding(
-        call,
-        f"{_MESSAGE}; an `nn.Softmax` module cannot take a dtype",
-        help="call `torch.softmax(x, dim=..., dtype=torch.float32)` instead of the `nn.Softmax` module",
-    )
-
-
-def _low_precision(ctx: FileContext, call: cst.Call, data: cst.BaseExpression, flow: Flow) -> bool:
+def _half_result(ctx: FileContext, facts: DtypeFacts, call: cst.Call) -> Fact | None:
+    """The fact of a half softmax result (without the caller's autocast, which runs softmax in float32
+    on CUDA), or of the half `dtype=` it is given; None when it computes in float32 or in a dtype
+    that the caller passes."""
     dtype = softmax_dtype_argument(ctx, call)
-    if dtype is not None:
-        return is_half_dtype(ctx, dtype)  # any other explicit dtype is the caller's choice
-    return not is_fp32_value(ctx, data, flow)
+    fact = facts.of(dtype if dtype is not None else call)
+    if dtype is not None and fact.kind != DTYPE:
+        return None
+    return fact if fact.dtypes & HALF else None
 
 
 def _looks_like_scores(data: cst.BaseExpression) -> bool:
@@ -354,9 +345,15 @@ def _looks_like_scores(data: cst.BaseExpression) -> bool:
     return False
 
 
-def _finding(ctx: FileContext, scope: Scope, call: cst.Call, data: cst.BaseExpression) -> Finding:
+def _finding(ctx: FileContext, scope: Scope, call: cst.Call, data: cst.BaseExpression, fact: Fact) -> Finding:
+    why = why_half(fact)
     if softmax_module_call(ctx, call):
-        return _module_softmax_finding(ctx, call)
+        return Finding(
+            call,
+            f"{_MESSAGE}; an `nn.Softmax` module cannot take a dtype; {why}",
+            help="call `torch.softmax(x, dim=..., dtype=torch.float32)` instead of the `nn.Softmax` module",
+            evidence=fact.why,
+        )
     float32, missing_import = ctx.float32()
     fixed: cst.BaseExpression = with_dtype(call, float32, softmax_dtype_argument(ctx, call))
     description = "Compute the softmax in float32"
@@ -366,14 +363,16 @@ def _finding(ctx: FileContext, scope: Scope, call: cst.Call, data: cst.BaseExpre
     if not _sampled(ctx, scope, call):
         reference = _dtype_reference(data)
         if reference is None:
-            return Finding(call, f"{_MESSAGE}: pass `dtype=torch.float32` and cast the result back")
+            message = f"{_MESSAGE}: pass `dtype=torch.float32` and cast the result back; {why}"
+            return Finding(call, message, evidence=fact.why)
         fixed = with_method(fixed, "to", cst.Attribute(value=reference, attr=cst.Name("dtype")))
         description += " and cast back"
     return Finding(
         call,
-        f"{_MESSAGE}: pass `dtype=torch.float32`",
+        f"{_MESSAGE}: pass `dtype=torch.float32`; {why}",
         fix=FixPlan(description, ((call, fixed),), missing_import),
         help=f"`{' '.join(ctx.code(fixed).split())}`",
+        evidence=fact.why,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -13,42 +13,21 @@ import libcst as cst
 from amplint.rule import Bad, Good, Rule, Verdict
 from amplint.runtime.chains import half_precision_verdict
 from amplint.static.attention import is_softmax
+from amplint.static.constants import BF16_MAX, FP16_OVERFLOW
 from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.dtypes import Fact
 from amplint.static.flow import Flow, Policy, analyse
-from amplint.static.patterns import (
-    argument,
-    function_call,
-    is_fp32_dtype,
-    is_upcast,
-    lineage,
-    method_call,
-)
-from amplint.static.precision import autocast_region_of, holds_float32
+from amplint.static.patterns import argument, callee_name, method_call
 from amplint.static.scopes import Scope, scopes_holding, walk
 
-FP16_MAX = 65504.0
-# Magnitudes from here on round to inf in float16 (65504 plus half a unit in the last place).
-FP16_OVERFLOW = 65520.0
-BF16_MAX = 3.3895313892515355e38
-# Below FP16_MAX, but a score of -16 or less added to it rounds to -inf in float16.
-FP16_EDGE = 60000.0
-_FINFO_MIN = {
-    "torch.float16": -FP16_MAX,
-    "torch.half": -FP16_MAX,
-    "torch.bfloat16": -BF16_MAX,
-    "torch.float32": -3.4028234663852886e38,
-    "torch.float": -3.4028234663852886e38,
-    "torch.float64": -1.7976931348623157e308,
-    "torch.double": -1.7976931348623157e308,
-    "numpy.float16": -FP16_MAX,
-    "numpy.float32": -3.4028234663852886e38,
-    "numpy.float64": -1.7976931348623157e308,
-}
-_INF_NAMES = frozenset({"math.inf", "torch.inf", "numpy.inf", "numpy.Inf", "numpy.PINF"})
-_TENSOR_OF_SCALAR = frozenset({"torch.tensor", "torch.scalar_tensor", "torch.as_tensor"})
+if TYPE_CHECKING:
+    from amplint.diagnostics import Diagnostic
+    from amplint.runtime.graph import DtypeGraph, DtypeNode
+
+# Below float16's largest value, but a score of -16 or less added to it rounds to -inf in float16.
+_FP16_EDGE = 60000.0
 _MASKED_FILL = frozenset({"masked_fill", "masked_fill_"})
-_FULL_FUNCTIONS = frozenset({"torch.full", "torch.full_like"})
-_DTYPE_NAMES = frozenset({"float16", "half", "bfloat16", "float32", "float", "float64", "double"})
+_CASTS = frozenset({"to", "type", "half", "type_as"})
 # A mask built from positions (causal, sliding-window, chunked, block-diagonal) keeps the diagonal,
 # so no row is ever masked whole; a padding mask can mask a whole row.
 _STRUCTURAL = re.compile(
@@ -58,49 +37,51 @@ _STRUCTURAL = re.compile(
 )
 _PADDING = re.compile(r"(pad|attention_mask|attn_mask|key_mask|valid|length|lens$|token_mask)", re.IGNORECASE)
 _LENGTHS = re.compile(r"(length|lens$)", re.IGNORECASE)
+_POSITIONS = re.compile(r"(arange|position|^pos|idx|index|^i$|^j$)", re.IGNORECASE)
+# A mask computed relative to a row's maximum or top-k keeps at least that entry.
+_KEEPS_ONE = frozenset({"max", "amax", "topk", "argmax", "kthvalue", "sort"})
 # Words with which a module shows that its masks can cover whole rows (it computes or repairs them).
 _FULL_ROW_WORDS = frozenset(
     {"all_masked_rows", "fully_masked", "fully_masked_rows", "_unmask_unattended", "unmask_unattended"}
 )
-_POSITIONS = re.compile(r"(arange|position|^pos|idx|index|^i$|^j$)", re.IGNORECASE)
-_DTYPE_TEST = re.compile(r"(dtype|float16|half|bfloat16|fp16|bf16|is_fp)")
 _MASK_NAME = re.compile(r"(mask|pad|bias)", re.IGNORECASE)
+# An `if` on these picks the constant per dtype on purpose (xlnet: `65500` for float16, else `1e30`).
+_DTYPE_TEST = re.compile(r"(dtype|float16|half|bfloat16|fp16|bf16|is_fp)")
 _ATTENTION_KEYWORDS = frozenset({"attn_mask", "attention_mask", "attn_bias", "mask"})
-# A mask computed relative to a row's maximum or top-k keeps at least that entry.
-_KEEPS_ONE = frozenset({"max", "amax", "topk", "argmax", "kthvalue", "sort"})
+_NAN_ROWS = "a fully masked row of -inf gives NaN in softmax"
+_ROWS_KEPT = frozenset({"structural", "key_only", "cleaned"})
 
 
 @dataclass(frozen=True)
 class _Site:
-    """A mask value written into a tensor: `node` is the call or product, `value` the constant's
-    expression, `tensor` the tensor it masks (None when only constants are involved)."""
+    """A constant written into a tensor. `kind`: `masked_fill`, `where`, `full` or `product`
+    (`(1 - mask) * -1e9`); `tensor` what it is written into (the masked scores, the other value of a
+    `where`, the mask multiplied; None for a tensor made from constants only)."""
 
     node: cst.CSTNode
-    kind: str  # "masked_fill", "where", "product", "full"
+    kind: str
     value: cst.BaseExpression
     number: float
     tensor: cst.BaseExpression | None
     mask: cst.BaseExpression | None
 
 
-if TYPE_CHECKING:
-    from amplint.diagnostics import Diagnostic
-    from amplint.runtime.graph import DtypeGraph, DtypeNode
-
-
 class MaskConstantOverflow(Rule):
     """
     ## What it does
     Flags attention masks built from hand-written constants that do not survive half precision:
-    `masked_fill`, `torch.where`, `torch.full` and additive masks (`(1 - mask) * -1e9`) with values
-    beyond the float16 range (`-1e9`, `-1e10`, `-1e30`, `torch.finfo(torch.float32).min`), float16's
-    own minimum in an additive mask (`-65504`), and `-inf` in a mask that can cover a whole row before
-    a softmax. Left alone: masks of float32 (or bfloat16) tensors, constants chosen per dtype, `-1e4`
-    and `-10000`, additive masks that stay float32, and `-inf` in causal, windowed or top-k masks
-    (they keep every row's diagonal or maximum), in key-padding masks (`mask[:, None, None, :]`, masks
-    from lengths: a whole row only for an empty input), in a mask the caller passes in (flagged only
-    where the module shows that rows can be masked whole), or when the NaN is masked away after
-    the softmax.
+    `masked_fill`, `torch.where`, `torch.full` and additive masks (`(1 - mask) * -1e9`,
+    `scores - 1e9 * mask`) with values beyond the float16 range (`-1e9`, `-1e10`, `-1e30`,
+    `torch.finfo(torch.float32).min`, written out or held by a constant, a parameter's default or
+    `self.mask_value`), float16's own minimum in an additive mask (`-65504`), and `-inf` in a mask
+    that can cover a whole row before a softmax. The dtype-facts engine says where the masked tensor
+    can be float16 (or bfloat16, for constants beyond its range too); in a project that runs in
+    bfloat16 only, the float16 hazards are not reported. Left alone: masks of float32 tensors,
+    `torch.finfo(dtype).min`, constants chosen per dtype, `-1e4` and `-10000`, additive masks that
+    stay float32, and `-inf` in causal, windowed or top-k masks (they keep every row's diagonal or
+    maximum), in key-padding masks (`mask[:, None, None, :]`, masks from lengths: a whole row only
+    for an empty input), in a mask the caller passes in (flagged only where the module shows that
+    rows can be masked whole), or when the NaN is masked away after the softmax.
 
     ## Why is this bad?
     float16's largest finite value is 65504. `scores.masked_fill(mask, -1e9)` on float16 scores
@@ -138,14 +119,10 @@ class MaskConstantOverflow(Rule):
     summary = (
         "attention mask built from -1e9, finfo(float32).min, -65504 or a padding -inf that overflows or NaNs"
     )
-    triggers = frozenset(
-        # -65504 has no word of its own; code that writes it says float16 somewhere.
-        {"inf", "Inf", "finfo", "masked_fill", "masked_fill_", "float16", "half", "fp16"}
-        | {f"{e}{n}" for e in "eE" for n in range(5, 100)}
-        | {f"{e}{n:02d}" for e in "eE" for n in range(5, 10)}
-    )
-    # A hazardous constant: `-inf`, `finfo`, a number of five digits or with an exponent.
-    region_words = frozenset({"inf", "Inf", "finfo", "masked_fill", "masked_fill_"})
+    # No triggers: `-65504` has no word of its own. A hazardous constant: `-inf`, `finfo`, a number
+    # of five digits or with an exponent, or a name the function binds to one (`masked_fill`); and
+    # `__init__`, where `self.mask_value` and the dtypes of an object's state are set.
+    region_words = frozenset({"inf", "Inf", "finfo", "masked_fill", "masked_fill_", "__init__"})
     region_pattern = re.compile(r"\d{5}|\d\.?[eE]\+?\d")
 
     bad = (
@@ -268,6 +245,53 @@ import torch
 
 def additive(attention_mask):
     return (1 - attention_mask.float()) * float("-inf")
+"""
+        ),
+        Bad(
+            """\
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, mask_value=-1e9):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.mask_value = mask_value
+
+    def forward(self, x, attention_mask):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = q @ k.transpose(-2, -1)
+        scores = scores.masked_fill(attention_mask == 0, self.mask_value)
+        return scores.softmax(dim=-1) @ v
+""",
+            fixed="""\
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, mask_value=-1e9):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.mask_value = mask_value
+
+    def forward(self, x, attention_mask):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = q @ k.transpose(-2, -1)
+        scores = scores.masked_fill(attention_mask == 0, torch.finfo(scores.dtype).min)
+        return scores.softmax(dim=-1) @ v
+""",
+        ),
+        Bad(
+            """\
+import torch
+
+
+def attend(scores, mask):
+    mask = mask[:, None, :, :].to(scores.dtype)
+    scores = scores - 1e9 * (1.0 - mask)
+    return torch.softmax(scores, dim=-1)
 """
         ),
     )
@@ -440,6 +464,21 @@ def attend(attn_score, attn_mask):
 import torch
 
 
+def attend(q_head, k_head_h, attn_mask):
+    attn_score = torch.einsum("ibnd,jbnd->bnij", q_head, k_head_h)
+    if attn_mask.dtype == torch.float16:
+        attn_score = attn_score - 65500 * torch.einsum("ijbn->bnij", attn_mask)
+    else:
+        attn_score = attn_score - 1e30 * torch.einsum("ijbn->bnij", attn_mask)
+    return torch.softmax(attn_score, dim=3)
+""",
+            "the same per-dtype choice on a mask reshaped here (xlnet's `rel_attn_core`)",
+        ),
+        Good(
+            """\
+import torch
+
+
 def mask(self, attention_mask):
     attention_mask = attention_mask.float().masked_fill(~attention_mask, -1e9)
     return self.layer(attention_mask)
@@ -456,6 +495,41 @@ def init_state(key):
 """,
             "a float32 running maximum, not a mask (rwkv)",
         ),
+        Good(
+            """\
+import torch
+
+
+def attend(w, b):
+    w = w * b - 1e4 * (1 - b)
+    return torch.softmax(w, dim=-1)
+""",
+            "a subtracted -1e4 mask fits float16 (openai-gpt); only beyond 65504 is it a hazard",
+        ),
+        Good(
+            """\
+import torch
+
+
+def expand_mask(mask, dtype=torch.float32):
+    inverted = 1.0 - mask[:, None, None, :].to(dtype)
+    return inverted.masked_fill(inverted.bool(), torch.finfo(dtype).min)
+""",
+            "`torch.finfo(dtype).min` is the minimum of whatever dtype the caller passes, not "
+            "float32's: a default is not the value (transformers' `_expand_mask`)",
+        ),
+        Good(
+            """\
+import torch
+
+
+def attend(q, k, mask):
+    scores = torch.matmul(q, k.transpose(-1, -2)).float()
+    scores = scores.masked_fill(mask == 0, -1e9)
+    return scores.softmax(dim=-1)
+""",
+            "scores upcast to float32 on purpose (after the product, which autocast runs in half): -1e9 fits",
+        ),
     )
 
     @classmethod
@@ -463,221 +537,79 @@ def init_state(key):
         return half_precision_verdict(graph, nodes, "the mask is applied in half precision")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        candidates = [node for node in _candidate_nodes(ctx) if _quick_value(ctx, node)]
-        if not candidates:
-            return
-        nodes = set(candidates)
-        for scope in scopes_holding(ctx, candidates):
-            yield from _check_scope(ctx, scope, nodes)
-
-
-# -- constants -------------------------------------------------------------------------------
-
-
-def numeric_value(
-    ctx: FileContext, node: cst.BaseExpression | None, flow: Flow | None = None, depth: int = 0
-) -> float | None:
-    """The number a constant expression stands for: a literal, `-x`, `float("-inf")`, `math.inf`,
-    `torch.finfo(torch.float32).min`, `torch.tensor(c)`, or a name bound to one of these (in the
-    function, or at module level). None for anything that is not a constant."""
-    if node is None or depth > 4:
-        return None
-    if isinstance(node, (cst.Integer, cst.Float)):
-        return float(node.evaluated_value)
-    if isinstance(node, cst.UnaryOperation):
-        inner = numeric_value(ctx, node.expression, flow, depth + 1)
-        if inner is None:
-            return None
-        if isinstance(node.operator, cst.Minus):
-            return -inner
-        return inner if isinstance(node.operator, cst.Plus) else None
-    if isinstance(node, cst.Call):
-        return _call_value(ctx, node, flow, depth)
-    if isinstance(node, cst.Attribute):
-        return _attribute_value(ctx, node)
-    if isinstance(node, cst.Name):
-        bound: cst.CSTNode | None = None
-        if flow is not None and flow.history.get(node.value):
-            bound = flow.history[node.value][-1]
-        elif flow is None or node.value not in flow.env:
-            bound = module_constants(ctx).get(node.value)
-        if isinstance(bound, cst.BaseExpression) and bound is not node:
-            return numeric_value(ctx, bound, flow, depth + 1)
-    return None
-
-
-def _attribute_value(ctx: FileContext, node: cst.Attribute) -> float | None:
-    if ctx.qualified(node) in _INF_NAMES:
-        return math.inf
-    if node.attr.value in {"min", "max"} and isinstance(node.value, cst.Call):
-        finfo = node.value
-        if ctx.qualified(finfo.func) in {"torch.finfo", "numpy.finfo"} and finfo.args:
-            low = _FINFO_MIN.get(ctx.qualified(finfo.args[0].value) or "")
-            if low is not None:
-                return low if node.attr.value == "min" else -low
-    return None
-
-
-def _call_value(ctx: FileContext, node: cst.Call, flow: Flow | None, depth: int) -> float | None:
-    if isinstance(node.func, cst.Name) and node.func.value == "float" and len(node.args) == 1:
-        text = node.args[0].value
-        if isinstance(text, cst.SimpleString) and isinstance(text.evaluated_value, str):
-            try:
-                return float(text.evaluated_value)
-            except ValueError:
-                return None
-        return None
-    if function_call(ctx, node, _TENSOR_OF_SCALAR) or (
-        isinstance(node.func, cst.Attribute) and node.func.attr.value == "new_tensor"
-    ):
-        return numeric_value(ctx, argument(node, 0, "data"), flow, depth + 1)
-    return None
-
-
-def module_constants(ctx: FileContext) -> dict[str, cst.BaseExpression]:
-    """`NAME = <expression>` at the top level of the module."""
-    cached = ctx.memo.get("module_constants")
-    if cached is None:
-        constants: dict[str, cst.BaseExpression] = {}
-        for statement in ctx.module.body:
-            if isinstance(statement, cst.SimpleStatementLine):
-                for small in statement.body:
-                    if (
-                        isinstance(small, cst.Assign)
-                        and len(small.targets) == 1
-                        and isinstance(small.targets[0].target, cst.Name)
-                    ):
-                        constants[small.targets[0].target.value] = small.value
-        ctx.memo["module_constants"] = cached = constants
-    return cached  # type: ignore[return-value]
+        negated = _negated_products(ctx)
+        sites: dict[cst.CSTNode, _Site] = {}
+        for node in ctx.index.top_of:
+            site = _site(ctx, node, node in negated)
+            if site is not None and _hazard(site.number) is not None:
+                sites[node] = site
+        for scope in scopes_holding(ctx, sites) if sites else ():
+            yield from _check_scope(ctx, scope, sites)
 
 
 def _hazard(number: float) -> str | None:
-    """How a mask value fares in half precision: "inf", "bf16" (overflows bfloat16 too),
-    "fp16" (overflows float16), "edge" (float16's own minimum), or None (fits)."""
+    """How a mask value fares in half precision: "inf", "bf16" (overflows bfloat16 too), "fp16"
+    (overflows float16), "edge" (float16's own minimum), or None (fits)."""
     magnitude = abs(number)
     if math.isinf(magnitude):
         return "inf"
     if magnitude > BF16_MAX:
         return "bf16"
-    if magnitude >= FP16_OVERFLOW:
-        return "fp16"
-    if magnitude >= FP16_EDGE:
-        return "edge"
-    return None
-
-
-# -- sites -----------------------------------------------------------------------------------
-
-
-def _candidate_nodes(ctx: FileContext) -> Iterator[cst.CSTNode]:
-    for node in ctx.index.top_of:
-        if isinstance(node, cst.Call):
-            func = node.func
-            name = func.attr.value if isinstance(func, cst.Attribute) else None
-            if name in _MASKED_FILL or name in {"where", "full", "full_like", "new_full"}:
-                yield node
-        elif isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
-            yield node
+    return "fp16" if magnitude >= FP16_OVERFLOW else "edge" if magnitude >= _FP16_EDGE else None
 
 
 def _negated_products(ctx: FileContext) -> set[cst.CSTNode]:
     """Products subtracted from something (`scores - 1e9 * mask`): their constant masks negatively."""
-    return {
-        node.right
-        for node in ctx.index.top_of
-        if isinstance(node, cst.BinaryOperation)
-        and isinstance(node.operator, cst.Subtract)
-        and isinstance(node.right, cst.BinaryOperation)
-        and isinstance(node.right.operator, cst.Multiply)
-    }
-
-
-def _quick_value(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """Whether a call or product could write a hazardous constant, judged without dataflow."""
-    for value in _values(node):
-        number = numeric_value(ctx, value)
-        if number is not None and _hazard(number) is not None:
-            return True
-        if isinstance(value, cst.Name) and isinstance(node, cst.Call):
-            return True  # maybe bound to a constant inside the function
-    return False
-
-
-def _values(node: cst.CSTNode) -> list[cst.BaseExpression]:
-    if isinstance(node, cst.BinaryOperation):
-        return [node.left, node.right]
-    assert isinstance(node, cst.Call)
-    name = node.func.attr.value if isinstance(node.func, cst.Attribute) else ""
-    positional = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
-    if name in _MASKED_FILL:
-        value = argument(node, 1, "value")
-        return [value] if value is not None else positional[2:3]
-    if name == "where":
-        return positional[1:3]
-    value = argument(node, 1, "fill_value")
-    return [value] if value is not None else []
-
-
-def _site(ctx: FileContext, node: cst.CSTNode, flow: Flow, negated: bool) -> _Site | None:
-    value: cst.BaseExpression | None
-    other: cst.BaseExpression | None
-    if isinstance(node, cst.BinaryOperation):
-        for value, other in ((node.left, node.right), (node.right, node.left)):
-            number = numeric_value(ctx, value, flow)
-            if (
-                number is not None
-                and other is not None
-                and numeric_value(ctx, other, flow) is None
-                and _mask_like(other)
-            ):
-                return _Site(node, "product", value, -number if negated else number, other, other)
-        return None
-    assert isinstance(node, cst.Call)
-    func = node.func
-    name = func.attr.value if isinstance(func, cst.Attribute) else ""
-    qualified = ctx.qualified(func)
-    tensor: cst.BaseExpression | None
-    if name in _MASKED_FILL:
-        receiver = method_call(ctx, node, _MASKED_FILL)
-        if qualified == "torch.masked_fill":
-            tensor, mask, value = (
-                argument(node, 0, "input"),
-                argument(node, 1, "mask"),
-                argument(node, 2, "value"),
+    negated: set[cst.CSTNode] = set()
+    for node in ctx.index.top_of:
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract):
+            negated.add(node.right)
+        elif isinstance(node, cst.SimpleStatementLine):
+            negated.update(
+                small.value
+                for small in node.body
+                if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.SubtractAssign)
             )
-        elif receiver is not None:
-            tensor, mask, value = receiver, argument(node, 0, "mask"), argument(node, 1, "value")
-        else:
-            return None
-        number = numeric_value(ctx, value, flow)
-        if number is None or value is None:
-            return None
-        return _Site(node, "masked_fill", value, number, tensor, mask)
-    if name == "where":
-        first: cst.BaseExpression | None
-        if qualified == "torch.where":
-            condition = argument(node, 0, "condition")
-            first, second = argument(node, 1, "input"), argument(node, 2, "other")
-        elif (receiver := method_call(ctx, node, frozenset({"where"}))) is not None:
-            condition, first, second = argument(node, 0, "condition"), receiver, argument(node, 1, "other")
-        else:
-            return None
-        for value, other in ((second, first), (first, second)):
-            number = numeric_value(ctx, value, flow)
-            if number is not None and value is not None and _hazard(number) is not None:
-                tensor = None if numeric_value(ctx, other, flow) is not None else other
-                return _Site(node, "where", value, number, tensor, condition)
+    return negated
+
+
+def _site(ctx: FileContext, node: cst.CSTNode, negated: bool) -> _Site | None:
+    number = ctx.facts.number
+    if isinstance(node, cst.BinaryOperation):
+        if isinstance(node.operator, cst.Multiply):
+            for constant, other in ((node.left, node.right), (node.right, node.left)):
+                if _mask_like(other) and (found := number(constant)) is not None and number(other) is None:
+                    return _Site(node, "product", constant, -found if negated else found, other, other)
         return None
-    if qualified in _FULL_FUNCTIONS or name == "new_full":
-        value = argument(node, 1, "fill_value")
-        number = numeric_value(ctx, value, flow)
-        if number is None or value is None:
+    if not isinstance(node, cst.Call):
+        return None
+    name, function = callee_name(node), ctx.qualified(node.func)
+    if name in _MASKED_FILL:  # `torch.masked_fill(x, mask, value)` or `x.masked_fill(mask, value)`
+        first = 1 if function == "torch.masked_fill" else 0
+        tensor = argument(node, 0, "input") if first else method_call(ctx, node, _MASKED_FILL)
+        values: tuple[cst.BaseExpression | None, ...] = (argument(node, first + 1, "value"),)
+    elif name == "where":  # `torch.where(mask, x, value)` or `x.where(mask, value)`
+        first = 1 if function == "torch.where" else 0
+        receiver = argument(node, 1, "input") if first else method_call(ctx, node, frozenset({"where"}))
+        if receiver is None:
+            return None  # `np.where`, a method of the file's own
+        values = (argument(node, first + 1, "other"), receiver)
+    elif function in ("torch.full", "torch.full_like") or name == "new_full":
+        first, tensor, values = 0, None, (argument(node, 1, "fill_value"),)
+    else:
+        return None
+    numbers = [number(v) if v is not None else None for v in values]
+    for i, (value, found) in enumerate(zip(values, numbers, strict=True)):
+        if value is None or found is None or _hazard(found) is None:
+            continue
+        if name in _MASKED_FILL and tensor is None:
             return None
-        tensor = argument(node, 0, "input") if qualified == "torch.full_like" else None
-        if name == "new_full" and isinstance(func, cst.Attribute):
-            tensor = func.value
-        return _Site(node, "full", value, number, tensor, None)
+        if name == "where":
+            tensor = values[1 - i] if numbers[1 - i] is None else None
+            return _Site(node, "where", value, found, tensor, argument(node, 0, "condition"))
+        if name in _MASKED_FILL:
+            return _Site(node, "masked_fill", value, found, tensor, argument(node, first, "mask"))
+        return _Site(node, "full", value, found, None, None)
     return None
 
 
@@ -685,62 +617,38 @@ def _mask_like(node: cst.BaseExpression) -> bool:
     """An operand that holds a 0/1 mask: named so, or `1 - x`."""
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract):
         return isinstance(node.left, (cst.Integer, cst.Float))
-    for child in walk(node):
-        if isinstance(child, cst.Name) and _MASK_NAME.search(child.value):
-            return True
-        if isinstance(child, cst.Attribute) and _MASK_NAME.search(child.attr.value):
-            return True
-    return False
-
-
-# -- scopes ----------------------------------------------------------------------------------
-
-
-def _dtype_dispatched(scope: Scope) -> set[int]:
-    """Nodes inside an `if` that tests a dtype: a constant chosen per dtype on purpose."""
-    inside: set[int] = set()
-    for statement in scope.body:
-        for node in walk(statement):
-            if isinstance(node, cst.If) and _DTYPE_TEST.search(_words(node.test)):
-                inside.update(id(child) for child in walk(node))
-    return inside
-
-
-def _words(node: cst.CSTNode) -> str:
-    return " ".join(
-        child.value if isinstance(child, cst.Name) else child.attr.value
+    return any(
+        (isinstance(child, cst.Name) and _MASK_NAME.search(child.value))
+        or (isinstance(child, cst.Attribute) and _MASK_NAME.search(child.attr.value))
         for child in walk(node)
-        if isinstance(child, (cst.Name, cst.Attribute))
     )
 
 
 # -- judging ---------------------------------------------------------------------------------
 
 
-def _check_scope(ctx: FileContext, scope: Scope, nodes: set[cst.CSTNode]) -> Iterator[Finding]:
-    negated = _negated_products(ctx) & nodes
-    sites: dict[cst.CSTNode, _Site] = {}
-    facts: dict[cst.CSTNode, set[str]] = {}
-    armed: dict[str, cst.CSTNode] = {}
-    origin_site: dict[cst.CSTNode, cst.CSTNode] = {}
+def _check_scope(ctx: FileContext, scope: Scope, sites: Mapping[cst.CSTNode, _Site]) -> Iterator[Finding]:
+    """Follow each site's value to a softmax, a cast, or a tensor it is added to in place, and read
+    its mask where it stands (names as bound there)."""
+    origin: dict[cst.CSTNode, cst.CSTNode] = {}
+    armed: dict[str, cst.CSTNode] = {}  # names masked in place with `masked_fill_`
+    flags: dict[cst.CSTNode, set[str]] = {}
+    parameters = _parameters(scope.node) if isinstance(scope.node, cst.FunctionDef) else None
 
     def seed(node: cst.BaseExpression, flow: Flow) -> bool:
-        if node in nodes and node not in sites:
-            site = _site(ctx, node, flow, node in negated)
-            if site is not None and _hazard(site.number) is not None:
-                sites[node] = site
-                facts[node] = _facts(ctx, scope, site, flow)
-                origin_site[node] = node
-                if (
-                    isinstance(node, cst.Call)
-                    and isinstance(node.func, cst.Attribute)
-                    and node.func.attr.value == "masked_fill_"
-                    and isinstance(site.tensor, cst.Name)
-                ):
-                    armed[site.tensor.value] = node
-                return True
+        site = sites.get(node)
+        if site is not None:
+            origin[node] = node
+            flags[node] = _mask_shape(site.mask, flow, parameters)
+            if (
+                isinstance(node, cst.Call)
+                and callee_name(node) == "masked_fill_"
+                and isinstance(site.tensor, cst.Name)
+            ):
+                armed[site.tensor.value] = node
+            return True
         if isinstance(node, cst.Name) and node.value in armed:
-            origin_site[node] = armed[node.value]
+            origin[node] = armed[node.value]
             return True
         return False
 
@@ -751,9 +659,7 @@ def _check_scope(ctx: FileContext, scope: Scope, nodes: set[cst.CSTNode]) -> Ite
             return None
         if any(arg.keyword is not None and arg.keyword.value in _ATTENTION_KEYWORDS for arg in node.args):
             return "softmax"
-        if dtype_cast(ctx, node) and not is_upcast(ctx, node) and not _bf16_cast(ctx, node):
-            return "cast"
-        return None
+        return "cast" if callee_name(node) in _CASTS and ctx.qualified(node.func) is None else None
 
     def added_in_place(name: str, value: cst.CSTNode) -> bool:
         return isinstance(value, cst.AugAssign) and isinstance(
@@ -761,291 +667,40 @@ def _check_scope(ctx: FileContext, scope: Scope, nodes: set[cst.CSTNode]) -> Ite
         )
 
     flow = analyse(scope, Policy(seed=seed, sink=sink, name_sink=added_in_place))
+    into: dict[cst.CSTNode, list[Fact]] = {}  # the facts of what each value is cast to or added to
     for hit in flow.hits.values():
-        site_node = origin_site.get(hit.origin)
-        if site_node is not None:
-            facts[site_node].add(hit.label if hit.kind == "call" else "in_place")
-    dispatched: set[int] | None = None
+        written = origin.get(hit.origin)
+        if written is not None and hit.label == "softmax":
+            flags[written].add("softmax")
+        elif written is not None:
+            target = hit.sink.target if isinstance(hit.sink, cst.AugAssign) else hit.sink
+            into.setdefault(written, []).append(ctx.facts.of(target))
+    dispatch = [  # `if` statements that test a dtype
+        branch
+        for statement in scope.body
+        for branch in walk(statement)
+        if isinstance(branch, cst.If)
+        and any(
+            _DTYPE_TEST.search(n.value if isinstance(n, cst.Name) else n.attr.value)
+            for n in walk(branch.test)
+            if isinstance(n, (cst.Name, cst.Attribute))
+        )
+    ]
     for node, site in sites.items():
-        hazard = _hazard(site.number)
-        if hazard == "inf":
-            finding = _infinite(ctx, scope, site, facts[node])
-        else:
-            if site.number > 0 or "fp32" in facts[node]:
-                continue
-            if hazard != "bf16" and ("bf16" in facts[node] or _bf16_autocast(ctx, node)):
-                continue
-            if dispatched is None:
-                dispatched = _dtype_dispatched(scope)
-            if id(node) in dispatched:
-                continue
-            finding = _finite(ctx, scope, site, hazard, facts[node])
-        if finding is not None:
-            yield finding
-
-
-def _parameters(function: cst.FunctionDef) -> frozenset[str]:
-    params = function.params
-    every = [*params.posonly_params, *params.params, *params.kwonly_params]
-    for star in (params.star_arg, params.star_kwarg):
-        if isinstance(star, cst.Param):
-            every.append(star)
-    return frozenset(param.name.value for param in every)
-
-
-def _facts(ctx: FileContext, scope: Scope, site: _Site, flow: Flow) -> set[str]:
-    """What the code says about a site where it stands (names mean what they mean at that line)."""
-    facts: set[str] = set()
-    tensor = site.tensor
-    if site.kind == "full":
-        dtype = argument(site.node, None, "dtype") if isinstance(site.node, cst.Call) else None
-        if dtype is not None:
-            if is_fp32_dtype(ctx, dtype):
-                facts.add("fp32")
-            elif _is_bf16_dtype(ctx, dtype, flow):
-                facts.add("bf16")
+        if node in flags:  # else in another scope
+            if _cleaned_up(ctx, scope, site):
+                flags[node].add("cleaned")
+            if any(any(inner is node for inner in walk(branch)) for branch in dispatch):
+                flags[node].add("dispatched")
+            if math.isinf(site.number):
+                finding = _infinite(ctx, site, flags[node])
             else:
-                facts.add("cast")
-        elif tensor is None:
-            facts.add("fp32")  # `torch.full` without a dtype: the default dtype, float32
-    function = scope.node if isinstance(scope.node, cst.FunctionDef) else None
-    if tensor is not None:
-        if holds_float32(ctx, tensor, flow, function):
-            facts.add("fp32")
-        elif _is_bf16_value(ctx, tensor, flow):
-            facts.add("bf16")
-        elif site.kind in {"product", "full"} and _cast_to_model_dtype(ctx, tensor, flow):
-            facts.add("cast")
-    if site.mask is not None:
-        if _structural(ctx, site.mask, flow):
-            facts.add("structural")
-        if _key_only(site.mask, flow):
-            facts.add("key_only")
-        if isinstance(scope.node, cst.FunctionDef) and _from_caller(site.mask, flow, _parameters(scope.node)):
-            facts.add("from_caller")
-    return facts
+                finding = _finite(ctx, site, flags[node], into.get(node, []))
+            if finding is not None:
+                yield finding
 
 
-def _lineages(ctx: FileContext, node: cst.BaseExpression, flow: Flow) -> Iterator[list[cst.CSTNode]]:
-    """The lineage of every name and call in an expression (`1.0 - mask` follows `mask`)."""
-    for child in walk(node):
-        if isinstance(child, (cst.Name, cst.Call)):
-            yield list(lineage(ctx, child, flow))
-
-
-def _cast_to_model_dtype(ctx: FileContext, node: cst.BaseExpression, flow: Flow) -> bool:
-    """The value was cast to a dtype other than float32 (`mask.to(dtype)`, `.half()`, `.type_as(x)`)."""
-    for steps in _lineages(ctx, node, flow):
-        for step in steps:
-            if is_upcast(ctx, step):
-                break
-            if isinstance(step, cst.Call) and dtype_cast(ctx, step):
-                return True
-    return False
-
-
-def dtype_cast(ctx: FileContext, node: cst.Call) -> bool:
-    """`.half()`, `.type_as(x)`, `.to(dtype)`, `.to(x.dtype)`, `.to(torch.float16)`; not `.to(device)`."""
-    func = node.func
-    if not isinstance(func, cst.Attribute):
-        return False
-    if func.attr.value in {"half", "bfloat16", "type_as"}:
-        return True
-    if func.attr.value not in {"to", "type"}:
-        return False
-    for arg in node.args:
-        if arg.keyword is not None:
-            if arg.keyword.value == "dtype":
-                return True
-            continue
-        value = arg.value
-        qualified = ctx.qualified(value) or ""
-        if qualified.startswith("torch.") and qualified.split(".")[-1] in _DTYPE_NAMES:
-            return True
-        if isinstance(value, cst.Attribute) and value.attr.value == "dtype":
-            return True
-        if isinstance(value, cst.Name) and "dtype" in value.value:
-            return True
-        if isinstance(value, cst.Name) and ctx.qualified(value) is None and value.value not in {"device"}:
-            # another tensor: `.to(other)` takes its dtype
-            return "device" not in value.value
-    return False
-
-
-def _is_bf16_dtype(ctx: FileContext, dtype: cst.BaseExpression, flow: Flow) -> bool:
-    if ctx.qualified(dtype) == "torch.bfloat16":
-        return True
-    return (
-        isinstance(dtype, cst.Attribute)
-        and dtype.attr.value == "dtype"
-        and _is_bf16_value(ctx, dtype.value, flow)
-    )
-
-
-def _bf16_cast(ctx: FileContext, node: cst.CSTNode) -> bool:
-    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
-        return False
-    if node.func.attr.value == "bfloat16":
-        return True
-    return node.func.attr.value in {"to", "type"} and any(
-        ctx.qualified(arg.value) == "torch.bfloat16" for arg in node.args
-    )
-
-
-def _is_bf16_value(ctx: FileContext, node: cst.BaseExpression, flow: Flow) -> bool:
-    """The value was last cast to bfloat16 (`q = q.bfloat16()`), where -1e9 fits."""
-    for step in lineage(ctx, node, flow):
-        if _bf16_cast(ctx, step):
-            return True
-        if isinstance(step, cst.Call) and (dtype_cast(ctx, step) or is_upcast(ctx, step)):
-            return False
-    return False
-
-
-def _bf16_autocast(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """Inside `torch.autocast(..., dtype=torch.bfloat16)`, where -1e9 fits."""
-    region = autocast_region_of(ctx, node)
-    return region is not None and region.enabled and region.dtype == "bfloat16"
-
-
-def _structural(ctx: FileContext, mask: cst.BaseExpression, flow: Flow, depth: int = 0) -> bool:
-    """Whether a mask keeps at least one entry of every row: built from positions only (causal,
-    windowed, chunked), or relative to the row's maximum or top-k. A mask that mentions padding or
-    attention masks can cover a whole row."""
-    found = False
-    for node in walk(mask):
-        if isinstance(node, (cst.Name, cst.Attribute)):
-            word = node.value if isinstance(node, cst.Name) else node.attr.value
-            if _PADDING.search(word):
-                return False
-            if _STRUCTURAL.search(word):
-                found = True
-            elif isinstance(node, cst.Name) and depth < 3:
-                for bound in flow.history.get(node.value, [])[-3:]:
-                    if isinstance(bound, cst.BaseExpression) and bound is not mask:
-                        if _padding_in(bound):
-                            return False
-                        found = found or _structural(ctx, bound, flow, depth + 1)
-        elif (isinstance(node, cst.Comparison) and _positional_comparison(node)) or (
-            isinstance(node, cst.Call)
-            and isinstance(node.func, cst.Attribute)
-            and node.func.attr.value in _KEEPS_ONE
-        ):
-            found = True
-    return found
-
-
-def _key_only(mask: cst.BaseExpression, flow: Flow, depth: int = 0) -> bool:
-    """A padding mask broadcast over keys only (`mask[:, None, None, :]`, `.view(b, 1, 1, k)`):
-    it masks a whole row only for an input that is all padding."""
-    inserted = 0
-    for node in walk(mask):
-        if isinstance(node, cst.Subscript):
-            inserted = max(
-                inserted,
-                sum(
-                    isinstance(e.slice, cst.Index)
-                    and isinstance(e.slice.value, cst.Name)
-                    and e.slice.value.value == "None"
-                    for e in node.slice
-                ),
-            )
-        elif isinstance(node, cst.Call) and _LENGTHS.search(_callee(node)):
-            return True  # a mask from per-sequence lengths masks keys only
-        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-            method = node.func.attr.value
-            if method in {"view", "reshape", "expand"}:
-                ones = sum(isinstance(arg.value, cst.Integer) and arg.value.value == "1" for arg in node.args)
-                inserted = max(inserted, ones)
-            elif method == "unsqueeze" and isinstance(node.func.value, cst.Call):
-                inner = node.func.value.func
-                if isinstance(inner, cst.Attribute) and inner.attr.value == "unsqueeze":
-                    inserted = max(inserted, 2)
-        elif isinstance(node, cst.Name) and depth < 2:
-            for bound in flow.history.get(node.value, [])[-2:]:
-                if (
-                    isinstance(bound, cst.BaseExpression)
-                    and bound is not mask
-                    and _key_only(bound, flow, depth + 1)
-                ):
-                    return True
-    return inserted >= 2
-
-
-def _callee(node: cst.Call) -> str:
-    func = node.func
-    if isinstance(func, cst.Attribute):
-        return func.attr.value
-    return func.value if isinstance(func, cst.Name) else ""
-
-
-def _from_caller(mask: cst.BaseExpression, flow: Flow, parameters: frozenset[str], depth: int = 0) -> bool:
-    """Whether a mask is the caller's (a parameter, compared, negated, indexed or cast), so that its
-    shape, and whether it masks query rows, is decided outside this function. A default built
-    from constructors (`torch.ones(...).tril_()`) when the caller passes none counts as the caller's;
-    masks combined here (`pad[:, :, None] & pad[:, None, :]`) do not."""
-    for node in walk(mask):
-        if isinstance(node, (cst.BinaryOperation, cst.BooleanOperation)) and not any(
-            isinstance(side, (cst.Integer, cst.Float)) for side in (node.left, node.right)
-        ):
-            return False
-        if not isinstance(node, cst.Name) or node.value in parameters or node.value in {"self", "torch"}:
-            continue
-        bindings = flow.history.get(node.value)
-        if not bindings:
-            continue
-        if depth >= 2:
-            return False
-        for bound in bindings:
-            if (
-                isinstance(bound, cst.BaseExpression)
-                and bound is not mask
-                and not _from_caller(bound, flow, parameters, depth + 1)
-            ):
-                return False
-    return True
-
-
-def _padding_in(node: cst.BaseExpression) -> bool:
-    return any(
-        isinstance(child, cst.Name) and _PADDING.search(child.value) is not None for child in walk(node)
-    )
-
-
-def _positional_comparison(node: cst.Comparison) -> bool:
-    sides = [node.left, *(target.comparator for target in node.comparisons)]
-    return len(sides) == 2 and all(
-        any(isinstance(n, cst.Name) and _POSITIONS.search(n.value) for n in walk(side))
-        or any(isinstance(n, cst.Attribute) and _POSITIONS.search(n.attr.value) for n in walk(side))
-        for side in sides
-    )
-
-
-def _cleaned_up(ctx: FileContext, scope: Scope, site: _Site) -> bool:
-    """The NaN of fully masked rows is removed after the softmax: `nan_to_num`, or the same mask
-    applied again with 0."""
-    mask_code = ctx.code(site.mask) if site.mask is not None else None
-    for statement in scope.body:
-        for node in walk(statement):
-            if not isinstance(node, cst.Call) or node is site.node:
-                continue
-            name = node.func.attr.value if isinstance(node.func, cst.Attribute) else ""
-            if name in {"nan_to_num", "nan_to_num_"}:
-                return True
-            if name in _MASKED_FILL and mask_code is not None:
-                is_function = ctx.qualified(node.func) == "torch.masked_fill"
-                mask = argument(node, 1 if is_function else 0, "mask")
-                value = argument(node, 2 if is_function else 1, "value")
-                number = numeric_value(ctx, value)
-                if mask is not None and ctx.code(mask) == mask_code and number == 0.0:
-                    return True
-    return False
-
-
-_NAN_ROWS = "a fully masked row of -inf gives NaN in softmax"
-
-
-def _infinite(ctx: FileContext, scope: Scope, site: _Site, facts: set[str]) -> Finding | None:
+def _infinite(ctx: FileContext, site: _Site, flags: set[str]) -> Finding | None:
     if site.kind == "product":
         return Finding(
             site.node,
@@ -1054,11 +709,9 @@ def _infinite(ctx: FileContext, scope: Scope, site: _Site, facts: set[str]) -> F
             help="build the mask with `torch.where(mask, 0.0, torch.finfo(dtype).min)` or "
             "`masked_fill` instead of a product",
         )
-    if site.number > 0 or site.kind == "full" or "softmax" not in facts:
+    if site.number > 0 or site.kind == "full" or "softmax" not in flags or flags & _ROWS_KEPT:
         return None
-    if facts & {"structural", "key_only"} or _cleaned_up(ctx, scope, site):
-        return None
-    if "from_caller" in facts and not ctx.words & _FULL_ROW_WORDS:
+    if "caller" in flags and not ctx.words & _FULL_ROW_WORDS:
         # Whether the caller's mask covers query rows (padding on both axes, left padding under a
         # causal mask) or keys only cannot be seen here; flag it where the module shows it does.
         return None
@@ -1070,74 +723,224 @@ def _infinite(ctx: FileContext, scope: Scope, site: _Site, facts: set[str]) -> F
     )
 
 
-def _finite(
-    ctx: FileContext, scope: Scope, site: _Site, hazard: str | None, facts: set[str]
-) -> Finding | None:
+def _finite(ctx: FileContext, site: _Site, flags: set[str], into: list[Fact]) -> Finding | None:
+    hazard = _hazard(site.number)
+    if (site.number > 0 and site.kind != "masked_fill") or "dispatched" in flags:
+        return None
+    both = hazard == "bf16"  # beyond bfloat16's range too
+    half = (lambda fact: fact.may_be_half) if both else (lambda fact: fact.may_be_fp16)
     shown = ctx.code(site.value)
     beyond = (
         "beyond the float16 and bfloat16 range (largest finite values 65504 and 3.39e38)"
-        if hazard == "bf16"
+        if both
         else "beyond the float16 range (largest finite value 65504)"
     )
-    if site.kind == "masked_fill":
-        if hazard == "edge":
+    if site.kind == "masked_fill" and site.tensor is not None:
+        fact = ctx.facts.of(site.tensor)
+        if hazard == "edge" or not half(fact):
             return None
         return _with_fix(
             ctx,
             site,
             f"`masked_fill` with `{shown}`, {beyond}: on a float16 tensor it raises 'value cannot be "
-            "converted to type c10::Half without overflow'",
+            f"converted to type c10::Half without overflow'; {_why(fact, both)}",
+            fact,
         )
+    if flags & {"structural", "cleaned"} or (site.kind == "where" and "key_only" in flags):
+        return None  # the -inf it turns into masks no row whole
     if site.kind == "where" and site.tensor is not None:
-        if hazard == "edge" or facts & {"structural", "key_only"} or _cleaned_up(ctx, scope, site):
+        fact = ctx.facts.of(site.node)
+        if hazard == "edge" or not half(fact):
             return None
-        return _with_fix(
-            ctx, site, f"`torch.where` with `{shown}`, {beyond}, gives -inf in float16: {_NAN_ROWS}"
-        )
-    if not facts & {"cast", "in_place"}:
-        return None  # built in float32 and never cast: it stays finite
+        message = f"`torch.where` with `{shown}`, {beyond}, gives -inf in float16: {_NAN_ROWS}"
+        return _with_fix(ctx, site, f"{message}; {_why(fact, both)}", fact)
+    # A mask made from constants: half where it is made (of a mask cast here: an attention mask passed
+    # in as such is integer or boolean), or where it is cast or added in place later.
+    made = ctx.facts.of(site.node)
+    if site.kind == "product" and site.tensor is not None and not _cast_here(ctx.facts.of(site.tensor)):
+        made = Fact("tensor")
+    found = next((fact for fact in (made, *into) if half(fact)), None)
+    if found is None:
+        return None
     if hazard == "edge":
-        return Finding(
-            site.node,
+        message = (
             f"an additive mask of `{shown}` (about float16's minimum) rounds to -inf when a score of -16 or "
-            f"less is added to it in float16: {_NAN_ROWS}",
-            help="build the mask from `torch.finfo(dtype).min` and add it in float32, or use a value "
-            "with headroom such as -1e4",
+            f"less is added to it in float16: {_NAN_ROWS}"
         )
-    return Finding(
-        site.node,
-        f"a mask value of `{shown}`, {beyond}, becomes -inf once the mask is float16 (cast, built in that "
-        f"dtype, or added in place to float16 scores): {_NAN_ROWS}",
-        help="build the mask in the dtype it is added in, from `torch.finfo(dtype).min`",
+        help = "build the mask from `torch.finfo(dtype).min` and add it in float32, or use a value with headroom such as -1e4"
+    else:
+        message = (
+            f"a mask value of `{shown}`, {beyond}, becomes -inf once the mask is float16 (cast, built in that "
+            f"dtype, or added in place to float16 scores): {_NAN_ROWS}"
+        )
+        help = "build the mask in the dtype it is added in, from `torch.finfo(dtype).min`"
+    return Finding(site.node, f"{message}; {_why(found, both)}", help=help, evidence=found.why)
+
+
+def _why(fact: Fact, both: bool) -> str:
+    """Why the tensor can be half there, in the dtypes the constant overflows."""
+    if not fact.caller:
+        return fact.explain()
+    steps = "; ".join(step.text for step in fact.why)
+    return f"this holds when the caller runs it in {fact.half_names() if both else 'fp16'}" + (
+        f": {steps}" if steps else ""
     )
 
 
-def _with_fix(ctx: FileContext, site: _Site, message: str) -> Finding:
+def _cast_here(fact: Fact) -> bool:
+    """The mask's dtype comes from this code (a cast, an op), not only from being a parameter."""
+    return any(not isinstance(step.node, cst.Param) for step in fact.why)
+
+
+# -- whether a mask can cover a whole row ------------------------------------------------------
+
+
+def _mask_shape(mask: cst.BaseExpression | None, flow: Flow, parameters: frozenset[str] | None) -> set[str]:
+    """What a mask's expression, and what its names were bound to, show: `structural` (built from
+    positions, causal or windowed, or relative to a row's maximum or top-k: every row keeps an
+    entry; not if it mentions padding), `key_only` (a padding mask broadcast over keys,
+    `mask[:, None, None, :]`, or made from lengths: a whole row only for an all-padding input),
+    `caller` (a parameter of the function, compared, negated, indexed or cast, not combined here:
+    whether it masks query rows is decided outside)."""
+    if mask is None:
+        return set()
+    parts: list[cst.CSTNode] = []
+    frontier: list[cst.BaseExpression] = [mask]
+    for _ in range(3):
+        bound: list[cst.BaseExpression] = []
+        for expression in frontier:
+            for node in walk(expression):
+                parts.append(node)
+                if isinstance(node, cst.Name):
+                    history = flow.history.get(node.value, [])[-3:]
+                    bound += [b for b in history if isinstance(b, cst.BaseExpression) and b is not mask]
+        frontier = bound
+    words = [
+        n.value if isinstance(n, cst.Name) else n.attr.value
+        for n in parts
+        if isinstance(n, (cst.Name, cst.Attribute))
+    ]
+    flags: set[str] = set()
+    if not any(_PADDING.search(word) for word in words) and (
+        any(_STRUCTURAL.search(word) for word in words)
+        or any(isinstance(n, cst.Comparison) and _positional_comparison(n) for n in parts)
+        or any(isinstance(n, cst.Call) and callee_name(n) in _KEEPS_ONE for n in parts)
+    ):
+        flags.add("structural")
+    if any(
+        _broadcast_axes(n) >= 2 or (isinstance(n, cst.Call) and _LENGTHS.search(callee_name(n)))
+        for n in parts
+    ):
+        flags.add("key_only")
+    if parameters is not None and _from_caller(mask, flow, parameters):
+        flags.add("caller")
+    return flags
+
+
+def _from_caller(mask: cst.BaseExpression, flow: Flow, parameters: frozenset[str], depth: int = 0) -> bool:
+    """A parameter, compared, negated, indexed or cast, or a default built from constructors when
+    the caller passes none (`torch.ones(...).tril_()`); not masks combined here (`a & b`)."""
+    for node in walk(mask):
+        if isinstance(node, (cst.BinaryOperation, cst.BooleanOperation)) and not any(
+            isinstance(side, (cst.Integer, cst.Float)) for side in (node.left, node.right)
+        ):
+            return False
+        if not isinstance(node, cst.Name) or node.value in parameters or node.value in {"self", "torch"}:
+            continue
+        bindings = flow.history.get(node.value, [])
+        if bindings and (
+            depth >= 2
+            or not all(
+                not isinstance(b, cst.BaseExpression)
+                or b is mask
+                or _from_caller(b, flow, parameters, depth + 1)
+                for b in bindings
+            )
+        ):
+            return False
+    return True
+
+
+def _broadcast_axes(node: cst.CSTNode) -> int:
+    """Axes of size one a mask gets: `[:, None, None, :]`, `.view(b, 1, 1, k)`, two `unsqueeze`s."""
+    if isinstance(node, cst.Subscript):
+        return sum(
+            isinstance(e.slice, cst.Index)
+            and isinstance(e.slice.value, cst.Name)
+            and e.slice.value.value == "None"
+            for e in node.slice
+        )
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return 0
+    method = node.func.attr.value
+    if method in {"view", "reshape", "expand"}:
+        return sum(isinstance(arg.value, cst.Integer) and arg.value.value == "1" for arg in node.args)
+    inner = node.func.value
+    return (
+        2
+        if method == "unsqueeze" and isinstance(inner, cst.Call) and callee_name(inner) == "unsqueeze"
+        else 0
+    )
+
+
+def _positional_comparison(node: cst.Comparison) -> bool:
+    sides = [node.left, *(target.comparator for target in node.comparisons)]
+    return len(sides) == 2 and all(
+        any(
+            (isinstance(n, cst.Name) and _POSITIONS.search(n.value))
+            or (isinstance(n, cst.Attribute) and _POSITIONS.search(n.attr.value))
+            for n in walk(side)
+        )
+        for side in sides
+    )
+
+
+def _parameters(function: cst.FunctionDef) -> frozenset[str]:
+    params = function.params
+    every = [*params.posonly_params, *params.params, *params.kwonly_params]
+    every += [star for star in (params.star_arg, params.star_kwarg) if isinstance(star, cst.Param)]
+    return frozenset(param.name.value for param in every)
+
+
+def _cleaned_up(ctx: FileContext, scope: Scope, site: _Site) -> bool:
+    """The NaN of fully masked rows is removed: `nan_to_num`, or the same mask applied again with 0."""
+    mask_code = ctx.code(site.mask) if site.mask is not None else None
+    for statement in scope.body:
+        for node in walk(statement):
+            if not isinstance(node, cst.Call) or node is site.node:
+                continue
+            name = callee_name(node)
+            if name in {"nan_to_num", "nan_to_num_"}:
+                return True
+            if name in _MASKED_FILL and mask_code is not None:
+                function = ctx.qualified(node.func) == "torch.masked_fill"
+                mask = argument(node, 1 if function else 0, "mask")
+                value = argument(node, 2 if function else 1, "value")
+                if (
+                    mask is not None
+                    and value is not None
+                    and ctx.code(mask) == mask_code
+                    and ctx.facts.number(value) == 0.0
+                ):
+                    return True
+    return False
+
+
+def _with_fix(ctx: FileContext, site: _Site, message: str, fact: Fact | None = None) -> Finding:
     """A finding whose fix puts `torch.finfo(<tensor>.dtype).min` in place of the constant, when the
     masked tensor is a plain name or attribute (cheap to name twice)."""
+    evidence = fact.why if fact is not None else ()
     tensor = site.tensor
-    plain = isinstance(tensor, (cst.Name, cst.Attribute)) and not tensor.lpar
-    replaced = None
-    if plain and isinstance(site.node, cst.Call):
+    if isinstance(tensor, (cst.Name, cst.Attribute)) and not tensor.lpar and isinstance(site.node, cst.Call):
         torch, missing = ctx.torch_name()
-        dtype = cst.Attribute(value=tensor.with_changes(lpar=[], rpar=[]), attr=cst.Name("dtype"))  # type: ignore[union-attr]
-        replacement = cst.Attribute(
-            value=cst.Call(
-                func=cst.Attribute(value=torch, attr=cst.Name("finfo")), args=[cst.Arg(value=dtype)]
-            ),
-            attr=cst.Name("min"),
-        )
+        dtype = cst.Attribute(value=tensor, attr=cst.Name("dtype"))
+        finfo = cst.Call(func=cst.Attribute(value=torch, attr=cst.Name("finfo")), args=[cst.Arg(value=dtype)])
+        replacement = cst.Attribute(value=finfo, attr=cst.Name("min"))
         args = [
             arg.with_changes(value=replacement) if arg.value is site.value else arg for arg in site.node.args
         ]
         if any(arg.value is replacement for arg in args):
-            replaced = site.node.with_changes(args=args)
-    if replaced is None:
-        return Finding(site.node, message, help="use `torch.finfo(<scores>.dtype).min`")
-    shown = ctx.code(replacement)
-    return Finding(
-        site.node,
-        message,
-        fix=FixPlan(f"Mask with `{shown}`", ((site.node, replaced),), missing),
-        help=f"mask with `{shown}`",
-    )
+            shown = ctx.code(replacement)
+            fix = FixPlan(f"Mask with `{shown}`", ((site.node, site.node.with_changes(args=args)),), missing)
+            return Finding(site.node, message, fix=fix, help=f"mask with `{shown}`", evidence=evidence)
+    return Finding(site.node, message, help="use `torch.finfo(<scores>.dtype).min`", evidence=evidence)

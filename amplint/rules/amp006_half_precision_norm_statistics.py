@@ -11,22 +11,27 @@ import libcst as cst
 from amplint.rule import Bad, Good, Rule, Verdict
 from amplint.runtime.chains import half_precision_verdict
 from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.dtypes import SCALAR, Fact
 from amplint.static.flow import Flow, Hit, Policy, analyse
-from amplint.static.patterns import argument, function_call, is_fp32_dtype, lineage, method_call, with_method
-from amplint.static.precision import called_in_module, holds_float32, under_cuda_autocast
+from amplint.static.ops import BF16, F32
+from amplint.static.patterns import argument, callee_name, function_call, method_call, with_method
 from amplint.static.scopes import Scope, scopes_holding, walk
 
-_MEAN_FUNCTIONS = frozenset({"torch.mean"})
+if TYPE_CHECKING:
+    from amplint.diagnostics import Diagnostic
+    from amplint.runtime.graph import DtypeGraph, DtypeNode
+
 # `std` is left out on purpose: its square root keeps it in range, so a half-precision `std` is one
 # rounding like any op (PyTorch accumulates in float32 inside), not an overflow waiting to happen.
-_VAR_FUNCTIONS = {"torch.var": "var", "torch.var_mean": "var_mean"}
-_VAR_METHODS = frozenset({"var"})
-_STATISTIC_NAMES = frozenset({"mean", "var", "var_mean"})
+_STATISTICS = frozenset({"mean", "var", "var_mean"})
+_FUNCTIONS = frozenset({"torch.mean", "torch.var", "torch.var_mean"})
 # Where a statistic normalises: a (reciprocal) square root, or a power of one half.
 _ROOT_FUNCTIONS = frozenset({"torch.rsqrt", "torch.sqrt", "torch.reciprocal"})
 _ROOT_METHODS = frozenset({"rsqrt", "sqrt", "reciprocal", "rsqrt_", "sqrt_"})
 _MEASURES = frozenset({"log", "log10", "log2", "item", "tolist"})
 _HALF_POWERS = frozenset({"0.5", "-0.5", ".5", "-.5", "-1"})
+_TWO = frozenset({"2", "2.0", "2."})
+_CASTS = frozenset({"float", "to", "type"})
 
 
 @dataclass(frozen=True)
@@ -35,21 +40,19 @@ class Statistic:
     kind: str  # "pow" (x.pow(2), x ** 2, x.square()), "mul" (x * x), "var" or "var_mean"
     data: cst.BaseExpression  # the tensor whose statistic it is
     square: cst.BaseExpression | None = None  # `x * x`, `x.pow(2)`: what the mean averages
-
-
-if TYPE_CHECKING:
-    from amplint.diagnostics import Diagnostic
-    from amplint.runtime.graph import DtypeGraph, DtypeNode
+    fact: Fact | None = None  # the engine's fact of the statistic's value
 
 
 class HalfPrecisionNormStatistics(Rule):
     """
     ## What it does
     Flags hand-written RMSNorm and LayerNorm statistics (`x.pow(2).mean(-1, keepdim=True)`,
-    `(x * x).mean(...)`, `x.square().mean(...)`, `x.var(...)`, `torch.var_mean(...)`) whose input
-    is not upcast to float32, when the statistic is taken per row (over some dims, not the whole
-    tensor or dim 0) and rescales a tensor (through `rsqrt`, `sqrt`, a power of one half, or a
-    division).
+    `(x * x).mean(...)`, `x.square().mean(...)`, `x.var(...)`, `torch.var_mean(...)`) whose value
+    the dtype-facts engine says may be bfloat16/float16 there (an input not upcast first, outside
+    the CUDA autocast that runs `pow` in float32), when the statistic is taken per row (over some
+    dims, not the whole tensor or dim 0) and rescales a tensor (through `rsqrt`, `sqrt`, a power of
+    one half, or a division). An input cast to a dtype the author offers as a setting, float32 among
+    the choices (`if self.force_fp32: x = x.float()`), is left alone.
 
     ## Why is this bad?
     Squares grow fast: in float16 any activation above 256 squares to more than 65504 and becomes
@@ -58,9 +61,8 @@ class HalfPrecisionNormStatistics(Rule):
     outlier features of large models reach. In bfloat16 nothing overflows, but the variance and
     its reciprocal root are each rounded to 8 mantissa bits before they scale every element. CUDA
     autocast runs `pow` (and `square`, which is `pow`) in float32, but not `*`, `mean` or `var`;
-    and a model loaded with
-    `torch_dtype=torch.bfloat16` or `.half()` weights and run without autocast, which is how most
-    inference runs, computes all of it in half precision.
+    and a model loaded with `torch_dtype=torch.bfloat16` or `.half()` weights and run without
+    autocast, which is how most inference runs, computes all of it in half precision.
 
     ## Example
     ```python
@@ -296,6 +298,22 @@ class RMSNorm(nn.Module):
         ),
         Good(
             """\
+import torch
+from torch import nn
+
+
+class MultiHeadLayerNorm(nn.Module):
+    def forward(self, x):
+        in_dtype = x.dtype
+        if self.force_float32_reductions:
+            x = x.float()
+        y = (x - x.mean(dim=-1, keepdim=True)) * torch.rsqrt(x.var(dim=-1, keepdim=True) + self.eps)
+        return y.to(in_dtype)
+""",
+            "an upcast the author offers as a setting on one path (transformers' xLSTM)",
+        ),
+        Good(
+            """\
 def mse(pred, target):
     return (pred - target).pow(2).mean()
 """,
@@ -389,13 +407,9 @@ def loud_frames(waveform, frame_length, floor_db):
         return half_precision_verdict(graph, nodes, "the statistics are computed in half precision")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        candidates = [call for call in ctx.index.calls if _maybe_statistic(call)]
-        if not candidates:
-            return
-        for scope in scopes_holding(ctx, candidates):
+        candidates = [call for call in ctx.index.calls if callee_name(call) in _STATISTICS]
+        for scope in scopes_holding(ctx, candidates) if candidates else ():
             low, hits = _scan(ctx, scope)
-            if not hits:
-                continue
             scaling = _roots_that_scale(ctx, scope, {hit.sink for found in hits.values() for hit in found})
             for call, stat_hits in hits.items():
                 if any(hit.label == "division" or hit.sink in scaling for hit in stat_hits):
@@ -403,25 +417,38 @@ def loud_frames(waveform, frame_length, floor_db):
 
 
 def _scan(ctx: FileContext, scope: Scope) -> tuple[dict[cst.Call, Statistic], dict[cst.Call, list[Hit]]]:
-    """The low-precision statistics of a scope, and where each one normalises (judged when the
-    flow reaches each call, so that names mean what they mean at that line)."""
-    function = scope.node if isinstance(scope.node, cst.FunctionDef) else None
+    """The statistics of a scope that the engine says may be half, and where each one normalises
+    (judged when the flow reaches each call, so that names mean what they mean at that line)."""
     low: dict[cst.Call, Statistic] = {}
     judged: set[cst.Call] = set()
 
     def seed(node: cst.BaseExpression, flow: Flow) -> bool:
-        if not isinstance(node, cst.Call):
-            return False
-        if node not in judged:
+        if isinstance(node, cst.Call) and node not in judged:
             judged.add(node)
             stat = _statistic(ctx, node, flow)
-            if stat is not None and _low_precision(ctx, stat, flow, function):
-                low[node] = stat
+            fact = ctx.facts.of(node)
+            if stat is not None and fact.may_be_half and not _upcast_offered(ctx, stat.data, flow):
+                low[node] = Statistic(stat.call, stat.kind, stat.data, stat.square, fact)
         return node in low
 
-    policy = Policy(seed=seed, sink=lambda node, flow: _normalises(ctx, node, flow))
+    def sink(node: cst.BaseExpression, flow: Flow) -> str | None:
+        """A (reciprocal) root, a power of one half, or the tensor denominator of a division."""
+        if _is_root(ctx, node):
+            return "root"
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
+            tensor = flow.taint(node.right) and ctx.facts.of(node.right).kind != SCALAR  # not numpy
+            return "division" if tensor else None
+        exponent = (
+            node.right
+            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power)
+            else argument(node, 0, "exponent")
+            if method_call(ctx, node, frozenset({"pow"})) is not None
+            else None
+        )
+        return "root" if exponent is not None and _code(ctx, exponent) in _HALF_POWERS else None
+
     hits: dict[cst.Call, list[Hit]] = {}
-    for hit in analyse(scope, policy).hits.values():
+    for hit in analyse(scope, Policy(seed=seed, sink=sink)).hits.values():
         if isinstance(hit.origin, cst.Call) and hit.origin in low:
             hits.setdefault(hit.origin, []).append(hit)
     return low, hits
@@ -429,204 +456,122 @@ def _scan(ctx: FileContext, scope: Scope) -> tuple[dict[cst.Call, Statistic], di
 
 def _roots_that_scale(ctx: FileContext, scope: Scope, roots: set[cst.CSTNode]) -> set[cst.CSTNode]:
     """The roots whose value multiplies or divides a tensor: a normalisation, not a loss
-    (`loss = torch.sqrt(mse)`) or a number (`energy = torch.sqrt(ms).item()`)."""
+    (`loss = torch.sqrt(mse)`) or a measurement (`20 * torch.log10(rms)`, `torch.sqrt(ms).item()`)."""
 
     def sink(node: cst.BaseExpression, flow: Flow) -> str | None:
-        if (
-            isinstance(node, cst.BinaryOperation)
-            and isinstance(node.operator, (cst.Multiply, cst.Divide))
-            and not any(_is_number(side) for side in (node.left, node.right))
-        ):
-            return "scales"
-        if method_call(ctx, node, frozenset({"mul", "div", "mul_", "div_"})) is not None:
-            return "scales"
-        return None
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Multiply, cst.Divide)):
+            sides = (node.left, node.right)
+            return "scales" if all(ctx.facts.of(side).kind != SCALAR for side in sides) else None
+        return "scales" if method_call(ctx, node, frozenset({"mul", "div", "mul_", "div_"})) else None
 
     def blocks(node: cst.BaseExpression, flow: Flow) -> bool:
-        # `20 * torch.log10(rms)` measures loudness; it normalises nothing.
-        func = node.func if isinstance(node, cst.Call) else None
-        name = func.attr.value if isinstance(func, cst.Attribute) else ""
-        return name in _MEASURES
+        return isinstance(node, cst.Call) and callee_name(node) in _MEASURES
 
     policy = Policy(seed=lambda node, flow: node in roots, sink=sink, blocks=blocks)
     return {hit.origin for hit in analyse(scope, policy).hits.values()}
 
 
-def _is_number(node: cst.BaseExpression) -> bool:
-    if isinstance(node, cst.UnaryOperation):
-        node = node.expression
-    return isinstance(node, (cst.Integer, cst.Float))
-
-
-def _maybe_statistic(call: cst.Call) -> bool:
-    """A cheap look at the call's name: `mean`, `var`, `var_mean`."""
-    func = call.func
-    name = (
-        func.attr.value
-        if isinstance(func, cst.Attribute)
-        else func.value
-        if isinstance(func, cst.Name)
-        else ""
-    )
-    return name in _STATISTIC_NAMES
-
-
-def _square_of(ctx: FileContext, node: cst.BaseExpression) -> tuple[str, cst.BaseExpression] | None:
-    """(kind, x) for `x.pow(2)`, `torch.pow(x, 2)`, `x ** 2`, `x.square()`, `torch.square(x)`, `x * x`."""
-    if isinstance(node, cst.BinaryOperation):
-        if isinstance(node.operator, cst.Power) and _is_two(node.right):
-            return "pow", node.left
-        if isinstance(node.operator, cst.Multiply) and node.left.deep_equals(node.right):
-            return "mul", node.left
+def _statistic(ctx: FileContext, call: cst.Call, flow: Flow) -> Statistic | None:
+    """The statistic a call computes per row: a mean of squares, a `var` or a `var_mean`. Over the
+    whole tensor or dim 0 (the batch or time axis) it standardises data instead: audio in a feature
+    extractor, a loss, an initialisation."""
+    function = function_call(ctx, call, _FUNCTIONS)
+    if not function and method_call(ctx, call, _STATISTICS) is None:
         return None
-    if not isinstance(node, cst.Call):
+    assert isinstance(call.func, (cst.Attribute, cst.Name))
+    data = argument(call, 0, "input") if function else call.func.value  # type: ignore[union-attr]
+    dim = argument(call, 1 if function else 0, "dim") or argument(call, None, "axis")
+    if data is None or dim is None or _code(ctx, dim) in {"None", "True", "False", "0"}:
         return None
-    receiver = method_call(ctx, node, frozenset({"pow", "square"}))
-    if receiver is not None:
-        assert isinstance(node.func, cst.Attribute)
-        if node.func.attr.value == "square" or _is_two(argument(node, 0, "exponent")):
-            return "pow", receiver
+    kind = callee_name(call)
+    if kind != "mean":
+        return Statistic(call, kind, data)
+    squared = flow.resolve(data)
+    if isinstance(squared, cst.BinaryOperation):
+        if isinstance(squared.operator, cst.Power) and _code(ctx, squared.right) in _TWO:
+            return Statistic(call, "pow", squared.left, squared)
+        if isinstance(squared.operator, cst.Multiply) and squared.left.deep_equals(squared.right):
+            return Statistic(call, "mul", squared.left, squared)
         return None
-    qualified = ctx.qualified(node.func)
-    if qualified == "torch.square":
-        data = argument(node, 0, "input")
-        return ("pow", data) if data is not None else None
-    if qualified == "torch.pow" and _is_two(argument(node, 1, "exponent")):
-        data = argument(node, 0, "input")
-        return ("pow", data) if data is not None else None
-    return None
-
-
-def _is_two(node: cst.BaseExpression | None) -> bool:
-    return isinstance(node, (cst.Integer, cst.Float)) and node.value in {"2", "2.0", "2."}
-
-
-def _statistic(ctx: FileContext, call: cst.Call, flow: Flow | None) -> Statistic | None:
-    """The statistic a call computes: a mean of squares, or a variance or standard deviation."""
-    if not _reduces_some_dims(ctx, call):
+    if not isinstance(squared, cst.Call):
         return None
-    receiver = method_call(ctx, call, frozenset({"mean"}))
-    if receiver is None and function_call(ctx, call, _MEAN_FUNCTIONS):
-        receiver = argument(call, 0, "input")
-    if receiver is not None:
-        squared = flow.resolve(receiver) if flow is not None else receiver
-        square = _square_of(ctx, squared)
-        return Statistic(call, square[0], square[1], squared) if square is not None else None
-    receiver = method_call(ctx, call, _VAR_METHODS)
-    if receiver is not None:
-        assert isinstance(call.func, cst.Attribute)
-        return Statistic(call, call.func.attr.value, receiver)
-    qualified = ctx.qualified(call.func)
-    if qualified in _VAR_FUNCTIONS:
-        data = argument(call, 0, "input")
-        return Statistic(call, _VAR_FUNCTIONS[qualified], data) if data is not None else None
-    return None
+    receiver = method_call(ctx, squared, frozenset({"pow", "square"}))
+    if function_call(ctx, squared, frozenset({"torch.pow", "torch.square"})):
+        receiver = argument(squared, 0, "input")
+        exponent = argument(squared, 1, "exponent")
+    else:
+        exponent = argument(squared, 0, "exponent")
+    if receiver is None or (callee_name(squared) == "pow" and _code(ctx, exponent) not in _TWO):
+        return None
+    return Statistic(call, "pow", receiver, squared)
 
 
-def _cast_to_chosen_dtype(ctx: FileContext, step: cst.CSTNode, flow: Flow) -> bool:
-    """`x.to(compute_dtype)` with `compute_dtype = torch.float32 if self.force_fp32 else x.dtype`:
-    the precision is a setting the author offers, float32 included."""
-    if not (
-        isinstance(step, cst.Call) and isinstance(step.func, cst.Attribute) and step.func.attr.value == "to"
-    ):
-        return False
-    for arg in step.args:
-        value = flow.resolve(arg.value)
-        if isinstance(value, cst.IfExp) and (
-            is_fp32_dtype(ctx, value.body) or is_fp32_dtype(ctx, value.orelse)
-        ):
-            return True
+def _upcast_offered(ctx: FileContext, data: cst.BaseExpression, flow: Flow) -> bool:
+    """The author upcasts the input to float32 on some path but not all, a precision setting they
+    offer: `if self.force_float32_reductions: x = x.float()`, or `x = x.to(compute_dtype)` with
+    `compute_dtype = torch.float32 if self.force_fp32 else x.dtype`. The cast is one that the
+    engine's evidence for the input names, on the input's own derivation (not another operand's)."""
+    path = _derivation(ctx, data, flow)
+    for step in ctx.facts.of(data).why:
+        cast = step.node
+        if isinstance(cast, cst.Call) and id(cast) in path and callee_name(cast) in _CASTS:
+            dtype = cast.args[0].value if cast.args else None
+            options = [step, *(ctx.facts.of(dtype).why if dtype is not None else ())]
+            if any(ctx.facts.of(option.node).dtypes == {F32} for option in options):
+                return True
     return False
 
 
-def _hook_parameter(ctx: FileContext, function: cst.FunctionDef, root: cst.CSTNode) -> bool:
-    """`root` is a parameter of a private method that this module never calls: an override of a
-    helper that the base class, in another module, calls (a modular file's `_norm(self, x)` that
-    the inherited `forward` calls as `self._norm(x.float())`). Its callers are out of sight."""
-    params = [*function.params.posonly_params, *function.params.params]
-    return (
-        isinstance(root, cst.Name)
-        and function.name.value.startswith("_")
-        and not function.name.value.startswith("__")
-        and bool(params)
-        and params[0].name.value == "self"
-        and any(param.name.value == root.value for param in params[1:])
-        and not called_in_module(ctx, function)
-    )
+def _derivation(ctx: FileContext, node: cst.CSTNode, flow: Flow) -> set[int]:
+    """`node` and what its value derives from (ids): a method's receiver, a function's first
+    argument, and every expression bound so far to a name on the way."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack and len(seen) < 64:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, cst.Name):
+            stack.extend(flow.history.get(node.value, ()))
+        elif (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and not ctx.qualified(node.func)
+        ):
+            stack.append(node.func.value)
+        elif isinstance(node, cst.Call) and node.args:
+            stack.append(node.args[0].value)
+        elif isinstance(node, (cst.Attribute, cst.Subscript)):
+            stack.append(node.value)
+    return seen
 
 
-def _reduces_some_dims(ctx: FileContext, call: cst.Call) -> bool:
-    """A normalisation layer reduces over each row's features (`dim=-1`, `1`, `(2, 3)`). A statistic
-    of the whole tensor, or over dim 0 (the batch or the time axis), standardises data instead:
-    audio in a feature extractor, a loss, an initialisation."""
-    position = 0 if isinstance(call.func, cst.Attribute) and ctx.qualified(call.func) is None else 1
-    dim = argument(call, position, "dim") or argument(call, None, "axis")
-    if dim is None or (isinstance(dim, cst.Name) and dim.value in {"None", "True", "False"}):
-        return False
-    return not (isinstance(dim, cst.Integer) and dim.value == "0")
+def _is_root(ctx: FileContext, node: cst.CSTNode) -> bool:
+    return function_call(ctx, node, _ROOT_FUNCTIONS) or method_call(ctx, node, _ROOT_METHODS) is not None
 
 
-def _numpy(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """Whether an expression calls numpy (`np.sqrt(x.var() + eps)`): numpy arrays, not tensors."""
-    return any(
-        isinstance(inner, cst.Call) and (ctx.qualified(inner.func) or "").startswith("numpy.")
-        for inner in walk(node)
-    )
-
-
-def _low_precision(ctx: FileContext, stat: Statistic, flow: Flow, function: cst.FunctionDef | None) -> bool:
-    if holds_float32(ctx, stat.data, flow, function):
-        return False
-    steps = list(lineage(ctx, stat.data, flow))
-    if any(
-        isinstance(step, cst.Call) and (ctx.qualified(step.func) or "").startswith("numpy.") for step in steps
-    ):
-        return False
-    if function is not None and _hook_parameter(ctx, function, steps[-1]):
-        return False
-    if any(_cast_to_chosen_dtype(ctx, step, flow) for step in steps):
-        return False
-    # CUDA autocast runs `pow` in float32 (`square` is `pow`); `*` and `var` it leaves alone.
-    return not (stat.kind == "pow" and under_cuda_autocast(ctx, stat.call))
-
-
-def _normalises(ctx: FileContext, node: cst.BaseExpression, flow: Flow) -> str | None:
-    """Whether a value reaching `node` normalises something: a (reciprocal) root, a power of one
-    half, or the denominator of a division."""
-    if function_call(ctx, node, _ROOT_FUNCTIONS) or method_call(ctx, node, _ROOT_METHODS) is not None:
-        return "root"
-    if isinstance(node, cst.BinaryOperation):
-        if isinstance(node.operator, cst.Power) and ctx.code(node.right).replace(" ", "") in _HALF_POWERS:
-            return "root"
-        if isinstance(node.operator, cst.Divide) and flow.taint(node.right) and not _numpy(ctx, node.right):
-            return "division"
-    if method_call(ctx, node, frozenset({"pow"})) is not None:
-        exponent = argument(node, 0, "exponent")  # type: ignore[arg-type]
-        if exponent is not None and ctx.code(exponent).replace(" ", "") in _HALF_POWERS:
-            return "root"
-    return None
-
-
-_OVERFLOW = "squares above 256 overflow float16 to inf, and bfloat16 rounds the statistic to 8 mantissa bits"
+def _code(ctx: FileContext, node: cst.CSTNode | None) -> str:
+    return "" if node is None else ctx.code(node).replace(" ", "")
 
 
 def _message(stat: Statistic) -> str:
+    fact = stat.fact
+    assert fact is not None
+    names = fact.half_names()
+    big = "squares above 256 overflow" if stat.kind in ("pow", "mul") else "a std above 256 overflows"
+    hazards = [f"{big} float16 to inf"] if fact.may_be_fp16 else []
+    if BF16 in fact.dtypes:
+        hazards.append("bfloat16 rounds the statistic to 8 mantissa bits")
     if stat.kind == "pow":
-        return (
-            "the mean of squares that normalises this tensor is computed in its own dtype: CUDA autocast "
-            "would run `pow` in float32, but a model run in float16/bfloat16 without autocast (most "
-            f"inference) squares and averages in half precision, where {_OVERFLOW}"
-        )
-    if stat.kind == "mul":
-        return (
-            "the mean of `x * x` that normalises this tensor is computed in its own dtype, and not even "
-            f"CUDA autocast upcasts `*` or `mean`: in float16/bfloat16 {_OVERFLOW}"
-        )
-    return (
-        f"`{stat.kind}` of a float16/bfloat16 input returns a float16/bfloat16 statistic (autocast does "
-        "not upcast it): it is rounded to 8 mantissa bits in bfloat16, and overflows float16 once the "
-        "standard deviation passes 256"
-    )
+        what = f"the mean of squares that normalises this tensor may be computed in {names}"
+    elif stat.kind == "mul":
+        what = f"the mean of `x * x` that normalises this tensor may be computed in {names}, which autocast leaves"
+    else:
+        what = f"`{stat.kind}` may return a {names} statistic, which autocast leaves"
+    steps = "; ".join(step.text for step in fact.why)
+    why = f"this holds when the caller runs it in {names}: {steps}" if fact.caller else fact.explain()
+    return f"{what}, where {' and '.join(hazards)}; {why}"
 
 
 _HELP = (
@@ -637,15 +582,20 @@ _HELP = (
 
 
 def _finding(ctx: FileContext, scope: Scope, stat: Statistic, hits: list[Hit]) -> Finding:
-    message = _message(stat)
-    roots = [hit.sink for hit in hits if _is_root_call(ctx, hit.sink)]
-    reference = _dtype_reference(stat.data)
-    inside = {id(node) for node in walk(stat.call)}
-    if len(hits) != 1 or len(roots) != 1 or reference is None or id(stat.data) not in inside:
+    assert stat.fact is not None
+    message, evidence = _message(stat), stat.fact.why
+    roots = [hit.sink for hit in hits if _is_root(ctx, hit.sink)]
+    data = stat.data.left if isinstance(stat.data, cst.BinaryOperation) else stat.data  # `x` of `x - mean`
+    reference = data.with_changes(lpar=[], rpar=[]) if isinstance(data, (cst.Name, cst.Attribute)) else None
+    if (
+        len(hits) != 1
+        or len(roots) != 1
+        or reference is None
+        or not any(n is stat.data for n in walk(stat.call))
+    ):
         # Several uses, no root to cast back, or a square computed on another line: no mechanical edit.
-        return Finding(stat.call, message, help=_HELP)
-    root = roots[0]
-    assert isinstance(root, cst.Call)
+        return Finding(stat.call, message, help=_HELP, evidence=evidence)
+    root = cst.ensure_type(roots[0], cst.Call)
     float32, missing_import = ctx.float32()
     upcast = with_method(stat.data, "to", float32)
     if stat.kind == "mul" and isinstance(stat.square, cst.BinaryOperation):
@@ -654,35 +604,20 @@ def _finding(ctx: FileContext, scope: Scope, stat: Statistic, hits: list[Hit]) -
     else:
         new_stat = cst.ensure_type(stat.call.deep_replace(stat.data, upcast), cst.Call)
     cast_back = cst.Attribute(value=reference, attr=cst.Name("dtype"))
+    replacements: tuple[tuple[cst.CSTNode, cst.CSTNode], ...]
     if any(node is stat.call for node in walk(root)):
-        new_root = with_method(
-            cst.ensure_type(root.deep_replace(stat.call, new_stat), cst.Call), "to", cast_back
-        )
-        replacements: tuple[tuple[cst.CSTNode, cst.CSTNode], ...] = ((root, new_root),)
+        inner = cst.ensure_type(root.deep_replace(stat.call, new_stat), cst.Call)
+        replacements = ((root, with_method(inner, "to", cast_back)),)
     elif _only_feeds(scope, stat.call, root):
         replacements = ((stat.call, new_stat), (root, with_method(root, "to", cast_back)))
     else:
-        return Finding(stat.call, message, help=_HELP)
+        return Finding(stat.call, message, help=_HELP, evidence=evidence)
     fix = FixPlan(
         "Compute the normalisation statistic in float32 and cast its root back", replacements, missing_import
     )
     shown = " and ".join(f"`{' '.join(ctx.code(new).split())}`" for _, new in replacements)
-    return Finding(
-        stat.call, message, fix=fix, help=f"compute the statistic in float32, cast its root back: {shown}"
-    )
-
-
-def _is_root_call(ctx: FileContext, node: cst.CSTNode) -> bool:
-    return function_call(ctx, node, _ROOT_FUNCTIONS) or method_call(ctx, node, _ROOT_METHODS) is not None
-
-
-def _dtype_reference(data: cst.BaseExpression) -> cst.BaseExpression | None:
-    """A tensor with the statistic input's dtype: the input, or the tensor in `x - mean`."""
-    if isinstance(data, cst.BinaryOperation):
-        data = data.left
-    if isinstance(data, (cst.Name, cst.Attribute)):
-        return data.with_changes(lpar=[], rpar=[])
-    return None
+    help = f"compute the statistic in float32, cast its root back: {shown}"
+    return Finding(stat.call, message, fix=fix, help=help, evidence=evidence)
 
 
 def _only_feeds(scope: Scope, stat: cst.Call, root: cst.Call) -> bool:
@@ -700,15 +635,12 @@ def _only_feeds(scope: Scope, stat: cst.Call, root: cst.Call) -> bool:
                 name = node.targets[0].target.value
                 reads = [n for n in walk(scope.node) if isinstance(n, cst.Name) and n.value == name]
                 in_root = [n for n in walk(root) if isinstance(n, cst.Name) and n.value == name]
-                return len(reads) == 2 and len(in_root) == 1 and _no_arithmetic_inside(node.value, stat)
+                value = node.value
+                while value is not stat:  # the statistic, or it plus or minus an epsilon
+                    if not isinstance(value, cst.BinaryOperation) or not isinstance(
+                        value.operator, (cst.Add, cst.Subtract)
+                    ):
+                        return False
+                    value = value.left if any(n is stat for n in walk(value.left)) else value.right
+                return len(reads) == 2 and len(in_root) == 1
     return False
-
-
-def _no_arithmetic_inside(value: cst.BaseExpression, stat: cst.Call) -> bool:
-    """`value` is the statistic, or the statistic plus or minus something (an epsilon)."""
-    while value is not stat:
-        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, (cst.Add, cst.Subtract)):
-            value = value.left if any(n is stat for n in walk(value.left)) else value.right
-        else:
-            return False
-    return True

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -12,40 +11,23 @@ import libcst as cst
 from amplint.rule import Bad, Good, Rule, Verdict
 from amplint.runtime.chains import half_precision_verdict
 from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.dtypes import SCALAR
 from amplint.static.flow import Flow, Policy, analyse, value_children
-from amplint.static.patterns import (
-    argument,
-    callee_name,
-    function_call,
-    is_half_dtype,
-    method_call,
-    with_dtype,
-    with_method,
-)
-from amplint.static.precision import holds_float32, under_cuda_autocast
+from amplint.static.ops import HALF, autocast_policy
+from amplint.static.patterns import argument, callee_name, function_call, method_call, with_dtype, with_method
 from amplint.static.scopes import Scope, scopes_holding, walk
 
 _OPS = frozenset({"cumsum", "cumprod", "logcumsumexp"})
 _FUNCTIONS = {f"torch.{op}": op for op in _OPS}
-# CUDA autocast runs these in float32 (fp32_set_opt_dtype); it leaves `logcumsumexp` alone.
-_AUTOCAST_FP32 = frozenset({"cumsum", "cumprod"})
 _EXP_FUNCTIONS = frozenset(
-    {"torch.exp", "torch.exp2", "torch.expm1", "torch.special.exp2", "torch.special.expm1"}
+    f"torch.{name}" for name in ("exp", "exp2", "expm1", "special.exp2", "special.expm1")
 )
 _EXP_METHODS = frozenset({"exp", "exp2", "expm1", "exp_", "exp2_"})
 # Ops whose output lives in log space (log-decays) or is a gate in (0, 1).
-_LOG_SPACE = frozenset(
-    {
-        "torch.log",
-        "torch.nn.functional.logsigmoid",
-        "torch.nn.functional.softplus",
-        "torch.log1p",
-        "torch.nn.functional.log_softmax",
-        "torch.log_softmax",
-    }
+_LOG_SPACE_METHODS = frozenset({"log", "log1p", "log_softmax", "sigmoid"})
+_LOG_SPACE = frozenset(f"torch.{name}" for name in (*_LOG_SPACE_METHODS, "special.expit")) | frozenset(
+    f"torch.nn.functional.{name}" for name in ("logsigmoid", "softplus", "log_softmax", "sigmoid")
 )
-_LOG_SPACE_METHODS = frozenset({"log", "log1p", "log_softmax"})
-_GATES = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
 # Names that code in the RWKV/GLA/Mamba/xLSTM family gives to log-decays and gates.
 _DECAY_NAME = re.compile(
     r"^(g|gk|gv|gi|gf|gs|log_?(w|g|gk|a|alpha|decays?|gates?|f|i)|\w+_log|\w*logsig\w*|\w*decay\w*|\w*gate\w*|"
@@ -54,18 +36,14 @@ _DECAY_NAME = re.compile(
 )
 # Ops that leave log space: what they return is a probability or a decay factor, not a log-decay.
 _LEAVE_LOG_SPACE = frozenset({"exp", "exp2", "softmax", "sigmoid_", "expm1"})
-# Names of integer-valued things that are summed up: positions, indices, masks, counts.
-_INTEGER_NAME = re.compile(
-    r"(mask|ids?$|_ids|index|indices|position|pos$|length|lens?$|count|num_|offset|token|size|boundar|step)",
-    re.IGNORECASE,
-)
-
-
-@dataclass(frozen=True)
-class Accumulation:
-    call: cst.Call
-    op: str
-    data: cst.BaseExpression
+_HAZARDS = {
+    "cumsum": "the running sum grows with the sequence while {bits}, so once it is {times} times a term "
+    "each new term is rounded away and the decays taken from it come out wrong",
+    "cumprod": "the product is rounded at every step, so its error compounds with the sequence length",
+    "logcumsumexp": "the running log-sum is rounded at every step, and its error grows with the sequence length",
+}
+_BITS = {"bf16": "bf16 keeps 8 mantissa bits", "fp16": "fp16 keeps 11 mantissa bits"}
+_TIMES = {"bf16": "a few hundred", "fp16": "a few thousand"}
 
 
 if TYPE_CHECKING:
@@ -350,233 +328,142 @@ def top_h(probs, top_h):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         candidates = [call for call in ctx.index.calls if callee_name(call) in _OPS]
-        if not candidates:
-            return
-        for scope in scopes_holding(ctx, candidates):
+        for scope in scopes_holding(ctx, candidates) if candidates else ():
             yield from _scan(ctx, scope)
 
 
-def _accumulation(ctx: FileContext, call: cst.Call) -> Accumulation | None:
-    receiver = method_call(ctx, call, _OPS)
-    if receiver is not None:
-        assert isinstance(call.func, cst.Attribute)
+def _accumulation(ctx: FileContext, call: cst.Call) -> tuple[str, cst.BaseExpression] | None:
+    """`(op, input)` of a cumulative sum or product that may run in half precision."""
+    data: cst.BaseExpression | None = method_call(ctx, call, _OPS)
+    if data is not None:
         dtype = argument(call, 1, "dtype")
-        op, data = call.func.attr.value, receiver
     elif function_call(ctx, call, frozenset(_FUNCTIONS)):
-        dtype = argument(call, 2, "dtype")
-        op, data = _FUNCTIONS[ctx.qualified(call.func) or ""], argument(call, 0, "input")  # type: ignore[assignment]
+        data, dtype = argument(call, 0, "input"), argument(call, 2, "dtype")
     else:
         return None
-    if data is None or (dtype is not None and not is_half_dtype(ctx, dtype)):
+    if data is None or (dtype is not None and not ctx.facts.of(dtype).dtypes & HALF):
         return None  # an explicit dtype is the author's choice
-    return Accumulation(call, op, data)
+    return (callee_name(call), data) if ctx.facts.of(call).may_be_half else None
 
 
 def _scan(ctx: FileContext, scope: Scope) -> Iterator[Finding]:
-    function = scope.node if isinstance(scope.node, cst.FunctionDef) else None
-    low: dict[cst.Call, Accumulation] = {}
-    evidence: dict[cst.Call, str] = {}
-    judged: set[cst.Call] = set()
+    low: dict[cst.Call, tuple[str, cst.BaseExpression]] = {}
+    why: dict[cst.CSTNode, str] = {}
 
     def seed(node: cst.BaseExpression, flow: Flow) -> bool:
-        if not isinstance(node, cst.Call):
-            return False
-        if node not in judged:
-            judged.add(node)
-            found = _accumulation(ctx, node)
-            if found is not None and _low_precision(ctx, found, flow, function):
-                low[node] = found
-                reason = _log_space_origin(ctx, found.data, flow)
-                if reason is not None:
-                    evidence[node] = reason
+        if isinstance(node, cst.Call) and node not in low and (found := _accumulation(ctx, node)):
+            low[node] = found
+            origin = _log_space_origin(ctx, found[1], flow)
+            if origin is not None:
+                why[node] = origin
         return node in low
 
     def sink(node: cst.BaseExpression, flow: Flow) -> str | None:
-        if function_call(ctx, node, _EXP_FUNCTIONS) or method_call(ctx, node, _EXP_METHODS) is not None:
-            return "exp"
-        return None
+        exp = function_call(ctx, node, _EXP_FUNCTIONS) or method_call(ctx, node, _EXP_METHODS) is not None
+        return "exp" if exp else None
 
-    policy = Policy(seed=seed, sink=sink)
-    flow = analyse(scope, policy)
-    if not low:
-        return
+    flow = analyse(scope, Policy(seed=seed, sink=sink))
     for hit in flow.hits.values():
-        if isinstance(hit.origin, cst.Call) and hit.origin in low:
-            evidence.setdefault(hit.origin, "its cumulative sum feeds `exp`")
-    if function is not None and any(call not in evidence for call in low):
-        returned = _returned_origins(function, flow)
-        if returned and function.name.value in _called_under_exp(ctx):
-            for call in low:
-                if call in returned:
-                    evidence.setdefault(call, f"`{function.name.value}` returns it into `exp`")
-    for call, found in low.items():
-        if call in evidence and not _integer_valued(ctx, found.data, flow):
-            yield _finding(ctx, found, evidence[call])
+        why.setdefault(hit.origin, "its cumulative sum feeds `exp`")
+    function = scope.node
+    if isinstance(function, cst.FunctionDef) and set(low) - set(why) and _called_under_exp(ctx, function):
+        # `torch.exp(segment_sum(A))`: the function returns the cumulative sum into `exp`.
+        nested = {
+            id(n) for inner in walk(function.body) if isinstance(inner, cst.FunctionDef) for n in walk(inner)
+        }
+        for node in walk(function.body):
+            if isinstance(node, cst.Return) and node.value is not None and id(node) not in nested:
+                for origin in flow.taint(node.value):
+                    why.setdefault(origin, f"`{function.name.value}` returns it into `exp`")
+    for call, (op, data) in low.items():
+        if call in why:
+            yield _finding(ctx, call, op, data, why[call])
 
 
-def _low_precision(
-    ctx: FileContext, found: Accumulation, flow: Flow, function: cst.FunctionDef | None
-) -> bool:
-    if found.op in _AUTOCAST_FP32 and under_cuda_autocast(ctx, found.call):
-        return False
-    return not holds_float32(ctx, found.data, flow, function)
-
-
-def _values(ctx: FileContext, node: cst.BaseExpression, flow: Flow) -> Iterator[cst.CSTNode]:
-    """What a value is computed from within its function: the expressions its names were bound
-    to, followed through arithmetic and method chains (not into the arguments of other calls)."""
-    stack: list[cst.CSTNode] = [node]
-    seen: set[int] = set()
-    used: dict[str, int] = {}
-    while stack and len(seen) < 64:
-        current = stack.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        if isinstance(current, cst.Name):
-            history = flow.history.get(current.value, [])
-            count = used.get(current.value, 0)
-            if count < len(history):
-                used[current.value] = count + 1
-                stack.append(history[-1 - count])
-        elif isinstance(current, cst.AugAssign):
-            stack.extend((current.target, current.value))
-        elif isinstance(current, cst.Call):
-            if callee_name(current) in _LEAVE_LOG_SPACE:
-                continue
-            if isinstance(current.func, cst.Attribute) and ctx.qualified(current.func) is None:
-                stack.append(current.func.value)
-            elif ctx.qualified(current.func) == "torch.where":
-                # `torch.where(mask, g, 0)`: the values, not the condition.
-                stack.extend(arg.value for arg in current.args[1:3])
-            else:
-                first = next(
-                    (arg.value for arg in current.args if arg.keyword is None and not arg.star), None
-                )
-                if first is not None:
-                    stack.append(first)
-        elif isinstance(current, cst.BinaryOperation):
-            # A product of two tensors (`-p * log_p`, an entropy term) has left log space; a log-decay
-            # scaled by a number or divided by a normaliser (`logsigmoid(x) / 16`) has not.
-            if not (
-                isinstance(current.operator, cst.Multiply)
-                and not any(_is_number(side) for side in (current.left, current.right))
-            ):
-                stack.extend(value_children(current))
-        elif isinstance(current, (cst.UnaryOperation, cst.Subscript, cst.Attribute)):
-            stack.extend(value_children(current))
-        elif isinstance(current, (cst.ListComp, cst.GeneratorExp)):
-            stack.append(current.elt)
-
-
-def _is_number(node: cst.BaseExpression) -> bool:
-    if isinstance(node, cst.UnaryOperation):
-        node = node.expression
-    return isinstance(node, (cst.Integer, cst.Float))
-
-
-def _log_space_origin(ctx: FileContext, data: cst.BaseExpression, flow: Flow) -> str | None:
-    """Why the accumulated value is a log-decay or a gate, or None."""
-    for node in _values(ctx, data, flow):
-        if isinstance(node, cst.Call):
-            qualified = ctx.qualified(node.func)
-            if qualified in _LOG_SPACE or qualified in _GATES:
-                return f"it comes from `{qualified.rsplit('.', 1)[-1]}`"
-            if method_call(ctx, node, _LOG_SPACE_METHODS | {"sigmoid"}) is not None:
-                return f"it comes from `{node.func.attr.value}`"  # type: ignore[attr-defined]
-        elif isinstance(node, cst.Name) and _DECAY_NAME.match(node.value):
-            return f"it is the log-decay or gate `{node.value}`"
-    return None
-
-
-def _integer_valued(ctx: FileContext, data: cst.BaseExpression, flow: Flow) -> bool:
-    """Masks, positions, counts: exact in any dtype up to 256 (bfloat16) and not decays."""
-    for node in _values(ctx, data, flow):
-        if isinstance(node, cst.Comparison) or (
-            isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.BitInvert)
-        ):
-            return True
-        if method_call(ctx, node, frozenset({"long", "int", "bool", "short", "byte"})) is not None:
-            return True
-        if isinstance(node, cst.Name) and _INTEGER_NAME.search(node.value):
-            return True
+def _called_under_exp(ctx: FileContext, function: cst.FunctionDef) -> bool:
+    """Whether this module calls `function` inside an `exp(...)`."""
+    for call in ctx.index.calls:
+        inside = argument(call, 0, "input") if function_call(ctx, call, _EXP_FUNCTIONS) else None
+        for node in walk(inside or method_call(ctx, call, _EXP_METHODS) or cst.Name("_")):
+            if isinstance(node, cst.Call) and callee_name(node) == function.name.value:
+                return True
     return False
 
 
-def _returned_origins(function: cst.FunctionDef, flow: Flow) -> set[cst.CSTNode]:
-    """The seeds that reach the values the function returns (its own `return`s, not nested ones)."""
-    origins: set[cst.CSTNode] = set()
-    stack: list[cst.CSTNode] = (
-        list(function.body.body) if isinstance(function.body, cst.IndentedBlock) else []
-    )
-    for node in _own_nodes(stack):
-        if isinstance(node, cst.Return) and node.value is not None:
-            origins |= flow.taint(node.value)
-    return origins
-
-
-def _own_nodes(statements: list[cst.CSTNode]) -> Iterator[cst.CSTNode]:
-    for statement in statements:
-        for node in walk(statement):
-            if not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-                yield node
-
-
-def _called_under_exp(ctx: FileContext) -> frozenset[str]:
-    """Names of functions of this module called inside an `exp(...)`: `torch.exp(segment_sum(A))`."""
-    cached = ctx.memo.get("amp007_called_under_exp")
-    if isinstance(cached, frozenset):
-        return cached
-    names: set[str] = set()
-    local = ctx.index.function_names
-    for call in ctx.index.calls:
-        if function_call(ctx, call, _EXP_FUNCTIONS):
-            inside: cst.CSTNode | None = argument(call, 0, "input")
-        elif method_call(ctx, call, _EXP_METHODS) is not None:
-            inside = call.func.value  # type: ignore[attr-defined]
-        else:
+def _log_space_origin(ctx: FileContext, data: cst.BaseExpression, flow: Flow) -> str | None:
+    """Why the accumulated value is a log-decay or a gate, or None. Follows what the value is computed
+    from within its function: the expressions its names were bound to, through arithmetic and method
+    chains (not into the arguments of other calls)."""
+    stack: list[cst.CSTNode] = [data]
+    seen: set[int] = set()
+    used: dict[str, int] = {}
+    while stack and len(seen) < 64:
+        node = stack.pop()
+        if id(node) in seen:
             continue
-        for node in walk(inside) if inside is not None else ():
-            if isinstance(node, cst.Call):
-                func = node.func
-                name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
-                if name in local:
-                    names.add(name)
-    result = frozenset(names)
-    ctx.memo["amp007_called_under_exp"] = result
-    return result
+        seen.add(id(node))
+        if isinstance(node, cst.Name):
+            if _DECAY_NAME.match(node.value):
+                return f"it is the log-decay or gate `{node.value}`"
+            history, count = flow.history.get(node.value, []), used.get(node.value, 0)
+            if count < len(history):
+                used[node.value] = count + 1
+                stack.append(history[-1 - count])
+        elif isinstance(node, cst.AugAssign):
+            stack.extend((node.target, node.value))
+        elif isinstance(node, cst.Call):
+            qualified = ctx.qualified(node.func)
+            if qualified in _LOG_SPACE or method_call(ctx, node, _LOG_SPACE_METHODS) is not None:
+                return f"it comes from `{callee_name(node)}`"
+            if callee_name(node) in _LEAVE_LOG_SPACE:
+                continue
+            if isinstance(node.func, cst.Attribute) and qualified is None:
+                stack.append(node.func.value)
+            elif qualified == "torch.where":  # `torch.where(mask, g, 0)`: the values, not the condition
+                stack.extend(arg.value for arg in node.args[1:3])
+            else:
+                stack.extend([arg.value for arg in node.args if arg.keyword is None and not arg.star][:1])
+        elif isinstance(node, cst.BinaryOperation):
+            # A product of two tensors (`-p * log_p`, an entropy term) has left log space; a log-decay
+            # scaled by a number or divided by a normaliser (`logsigmoid(x) / 16`) has not.
+            sides = (node.left, node.right)
+            if not isinstance(node.operator, cst.Multiply) or any(
+                ctx.facts.of(side).kind == SCALAR for side in sides
+            ):
+                stack.extend(sides)
+        elif isinstance(node, (cst.UnaryOperation, cst.Subscript, cst.Attribute)):
+            stack.extend(value_children(node))
+        elif isinstance(node, (cst.ListComp, cst.GeneratorExp)):
+            stack.append(node.elt)
+    return None
 
 
-def _finding(ctx: FileContext, found: Accumulation, why: str) -> Finding:
-    op = found.op
-    if op == "cumsum":
-        hazard = (
-            "the running sum grows with the sequence while bfloat16 keeps 8 mantissa bits, so once it is a "
-            "few hundred times a term each new term is rounded away and the decays taken from it come out wrong"
-        )
-    elif op == "cumprod":
-        hazard = "the product is rounded at every step, so its error compounds with the sequence length"
-    else:
-        hazard = "the running log-sum is rounded at every step, and its error grows with the sequence length"
+def _finding(ctx: FileContext, call: cst.Call, op: str, data: cst.BaseExpression, origin: str) -> Finding:
+    fact, data_fact = ctx.facts.of(call), ctx.facts.of(data)
+    shown = data_fact if data_fact.may_be_half else fact
+    half = shown.half_names()
     autocast = (
-        "no autocast upcasts `logcumsumexp`"
-        if op == "logcumsumexp"
-        else f"CUDA autocast would run `{op}` in float32, a model run in float16/bfloat16 without autocast does not"
+        f"CUDA autocast would run `{op}` in float32, a model run in {half} without autocast does not"
+        if autocast_policy(op, "cuda") == "fp32"
+        else f"no autocast upcasts `{op}`"
     )
-    message = f"`{op}` accumulates a log-decay or gate in half precision ({why}): {autocast}; {hazard}"
+    steps = "; ".join(step.text for step in shown.why)
+    dtype = f"this holds when the caller runs it in {half}: {steps}" if shown.caller else shown.explain()
+    first = half.split("/")[0]  # bf16 when both may be
+    hazard = _HAZARDS[op].format(bits=_BITS[first], times=_TIMES[first])
+    message = (
+        f"`{op}` accumulates a log-decay or gate in half precision ({origin}): {autocast}; {hazard}; {dtype}"
+    )
     float32, missing_import = ctx.float32()
     if op == "logcumsumexp":
-        upcast = with_method(found.data, "to", float32)
-        fixed = found.call.deep_replace(found.data, upcast)
-        description = "Upcast the input of `logcumsumexp` to float32"
+        fixed = call.deep_replace(data, with_method(data, "to", float32))
+        description = f"Upcast the input of `{op}` to float32"
     else:
-        fixed = with_dtype(found.call, float32)
-        description = f"Accumulate `{op}` in float32"
-    shown = " ".join(ctx.code(fixed).split())
+        fixed, description = with_dtype(call, float32), f"Accumulate `{op}` in float32"
     return Finding(
-        found.call,
+        call,
         message,
-        fix=FixPlan(description, ((found.call, fixed),), missing_import),
-        help=f"accumulate in float32: `{shown}`",
+        fix=FixPlan(description, ((call, fixed),), missing_import),
+        help=f"accumulate in float32: `{' '.join(ctx.code(fixed).split())}`",
+        evidence=shown.why,
     )

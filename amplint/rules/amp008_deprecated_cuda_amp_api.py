@@ -21,20 +21,16 @@ class _Api:
     device: str
 
 
-def _apis() -> dict[str, _Api]:
-    apis: dict[str, _Api] = {}
-    for device in ("cuda", "cpu"):
-        for module in (f"torch.{device}.amp", f"torch.{device}.amp.autocast_mode"):
-            apis[f"{module}.autocast"] = _Api("autocast", device)
-        for module in (f"torch.{device}.amp", f"torch.{device}.amp.grad_scaler"):
-            apis[f"{module}.GradScaler"] = _Api("GradScaler", device)
-    for module in ("torch.cuda.amp", "torch.cuda.amp.autocast_mode"):
-        for kind in ("custom_fwd", "custom_bwd"):
-            apis[f"{module}.{kind}"] = _Api(kind, "cuda")
-    return apis
-
-
-_DEPRECATED = _apis()
+# Each deprecated name, under the modules that export it, with the device it is for.
+_DEPRECATED = {
+    f"torch.{device}.amp{submodule}.{kind}": _Api(kind, device)
+    for device, kinds in (
+        ("cuda", ("autocast", "GradScaler", "custom_fwd", "custom_bwd")),
+        ("cpu", ("autocast", "GradScaler")),
+    )
+    for kind in kinds
+    for submodule in ("", ".grad_scaler" if kind == "GradScaler" else ".autocast_mode")
+}
 # `torch.cuda.amp.autocast(enabled, dtype, cache_enabled)`: the old positional order. The new
 # `torch.amp.autocast(device_type, dtype, enabled, cache_enabled)` differs, so they become keywords.
 _AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
@@ -509,10 +505,8 @@ def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
 
 def _message(ctx: FileContext, node: cst.BaseExpression, api: _Api) -> str:
     old = ctx.qualified(node)
-    if api.kind == "autocast":
-        new = f'torch.amp.autocast("{api.device}", ...)'
-    elif api.kind == "GradScaler":
-        new = f'torch.amp.GradScaler("{api.device}", ...)'
+    if api.kind in {"autocast", "GradScaler"}:
+        new = f'torch.amp.{api.kind}("{api.device}", ...)'
     else:
         new = f'torch.amp.{api.kind}(device_type="{api.device}")'
     return (

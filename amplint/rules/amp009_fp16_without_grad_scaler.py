@@ -9,9 +9,9 @@ import libcst as cst
 
 from amplint.rule import Bad, Good, Rule
 from amplint.static.context import FileContext, Finding
+from amplint.static.dtypes import Float16
 from amplint.static.imports import dotted_name
 from amplint.static.patterns import function_call, method_call
-from amplint.static.precision import autocast_region_of, float16_setting
 from amplint.static.scopes import walk
 
 # Words that put a loss scaler in scope: torch's GradScaler and its FSDP variant, apex's
@@ -29,8 +29,9 @@ _SCALER_WORDS = frozenset(
         "unscale_",
     }
 )
-# Words without which a file cannot hold float16 evidence this rule recognises.
-_FLOAT16_WORDS = frozenset({"autocast", "half", "float16"})
+# Every float16 setting is spelled with one of these words (`torch.float16`, `"fp16"`, `.half()`,
+# `autocast`): a file without them has nothing to find.
+_FLOAT16_WORDS = frozenset({"autocast", "half", "float16", "fp16"})
 _OPTIMIZER = re.compile(r"optim|(^|_)opt($|_)", re.IGNORECASE)
 
 _AUTOCAST_MESSAGE = (
@@ -43,7 +44,7 @@ _AUTOCAST_HELP = (
     "`scaler.step(optimizer)`, `scaler.update()`; or autocast to `torch.bfloat16`, which needs no scaler"
 )
 _HALF_MESSAGE = (
-    "`backward()` through a float16 model (`{cast}`) with no loss scaling: gradients below float16's "
+    "`backward()` through a float16 model (`{}`) with no loss scaling: gradients below float16's "
     "smallest subnormal (6e-8) flush to zero and weight updates smaller than float16's resolution "
     "vanish, so training stalls or diverges"
 )
@@ -312,35 +313,40 @@ def train(model, loader, optimizer, loss_scale=1024.0):
         backwards = {id(call): call for call in calls if _unscaled_backward(ctx, call)}
         if not backwards:
             return
-        module_half = _half_cast_in(ctx, _module_level_nodes(ctx))
-        reported: set[int] = set()
-        for scope in ctx.scopes:
-            if isinstance(scope.node, cst.Module):
-                nodes = _module_level_nodes(ctx)
-            else:
-                nodes = list(walk(scope.node.body))
-            mine = [backwards[id(n)] for n in nodes if id(n) in backwards and id(n) not in reported]
-            if not mine or not any(_optimizer_step(ctx, n) for n in nodes):
-                continue
-            for call in mine:
-                finding = _finding(ctx, nodes, call, module_half)
-                if finding is not None:
-                    reported.add(id(call))
-                    yield finding
-
-
-def _module_level_nodes(ctx: FileContext) -> list[cst.CSTNode]:
-    """Every node of the module body outside function and class definitions (a script)."""
-    cached = ctx.memo.get("amp009_module_nodes")
-    if cached is None:
-        cached = [
+        script = [
             node
             for statement in ctx.module.body
             if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))
             for node in walk(statement)
         ]
-        ctx.memo["amp009_module_nodes"] = cached
-    return cached  # type: ignore[return-value]
+        # A model cast in the script is the model its functions train.
+        script_cast = next((f for f in _float16_settings(ctx, script) if not f.autocast), None)
+        reported: set[int] = set()
+        for scope in ctx.scopes:
+            nodes = script if isinstance(scope.node, cst.Module) else list(walk(scope.node))
+            mine = [backwards[id(n)] for n in nodes if id(n) in backwards and id(n) not in reported]
+            if not mine or not any(_optimizer_step(ctx, n) for n in nodes):
+                continue
+            settings = _float16_settings(ctx, nodes)
+            float16 = next((f for f in settings if f.autocast), None) or next(iter(settings), script_cast)
+            if float16 is not None:
+                reported.update(id(call) for call in mine)
+                yield from (_finding(ctx, call, float16) for call in mine)
+
+
+def _float16_settings(ctx: FileContext, nodes: list[cst.CSTNode]) -> list[Float16]:
+    """How `nodes` run a model in float16 (autocast or the weights), surely or on one branch of a
+    choice made at run time: either way that branch trains in float16."""
+    return [found for node in nodes if (found := ctx.facts.float16_setting(node)) is not None]
+
+
+def _finding(ctx: FileContext, call: cst.Call, float16: Float16) -> Finding:
+    why = ctx.facts.describe(float16.why, call)
+    if float16.autocast:
+        message, help = _AUTOCAST_MESSAGE, _AUTOCAST_HELP
+    else:
+        message, help = _HALF_MESSAGE.format(float16.spelled), _HALF_HELP
+    return Finding(call, message + (f"; float16 here: {why}" if why else ""), help=help, evidence=float16.why)
 
 
 def _unscaled_backward(ctx: FileContext, call: cst.Call) -> bool:
@@ -380,27 +386,3 @@ def _optimizer_step(ctx: FileContext, node: cst.CSTNode) -> bool:
         return True  # `optimizer.step()`; `env.step(action)` takes an argument
     name = dotted_name(func.value)
     return name is not None and bool(_OPTIMIZER.search(name.rsplit(".", 1)[-1]))
-
-
-def _finding(
-    ctx: FileContext, nodes: list[cst.CSTNode], call: cst.Call, module_half: str | None
-) -> Finding | None:
-    region = autocast_region_of(ctx, call)
-    if region is not None and region.enabled and region.dtype == "float16":
-        return Finding(call, _AUTOCAST_MESSAGE, help=_AUTOCAST_HELP)
-    settings = [setting for node in nodes if (setting := float16_setting(ctx, node)) is not None]
-    if "float16 autocast" in settings:
-        return Finding(call, _AUTOCAST_MESSAGE, help=_AUTOCAST_HELP)
-    cast = settings[0] if settings else module_half
-    if cast is not None:
-        return Finding(call, _HALF_MESSAGE.format(cast=cast), help=_HALF_HELP)
-    return None
-
-
-def _half_cast_in(ctx: FileContext, nodes: list[cst.CSTNode]) -> str | None:
-    """How the first cast of a model to float16 among `nodes` is spelled, or None."""
-    for node in nodes:
-        setting = float16_setting(ctx, node)
-        if setting is not None and setting != "float16 autocast":
-            return setting
-    return None

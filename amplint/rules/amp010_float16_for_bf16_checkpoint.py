@@ -9,9 +9,9 @@ import libcst as cst
 
 from amplint.rule import Bad, Good, Rule
 from amplint.static.context import FileContext, Finding
+from amplint.static.dtypes import Float16
 from amplint.static.imports import dotted_name
 from amplint.static.patterns import argument
-from amplint.static.precision import float16_setting, is_float16
 from amplint.static.scopes import walk
 
 _LOADERS = frozenset({"from_pretrained", "from_single_file"})
@@ -27,7 +27,7 @@ _BF16_FAMILY = re.compile(
 # Checkpoint ids of families trained in float32/float16, where float16 is the usual dtype.
 _FP16_FAMILY = re.compile(
     r"gpt2|opt-|pythia|gpt-neo|gpt-j|bert|bart|whisper|clip|e5-|stable-diffusion-v1|stable-diffusion-2|"
-    r"sd-vae|sdxl|stable-diffusion-xl|fp16",
+    r"sd-vae|sdxl|stable-diffusion-xl|florence-2|fp16",
     re.IGNORECASE,
 )
 _GENERATION_TASKS = frozenset({"text-generation", "text2text-generation", "image-text-to-text"})
@@ -264,7 +264,8 @@ def embed(name, batch):
     )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if not ctx.words & {"float16", "half", "fp16"}:
+        # Every float16 dtype is spelled with one of these words (`torch.float16`, `"fp16"`, `.half()`).
+        if not ctx.words & self.triggers:
             return
         loaders = [call for call in ctx.index.calls if _loader(ctx, call)]
         if not loaders:
@@ -304,13 +305,21 @@ def _loader(ctx: FileContext, node: cst.CSTNode) -> bool:
 
 
 def _checkpoint_id(ctx: FileContext, call: cst.Call, bindings: dict[str, list[cst.BaseExpression]]) -> str:
-    """The checkpoint id a loader names (first argument or `model=`), when it is a string literal
-    or a name bound to one; else the empty string."""
+    """The checkpoint id a loader names (first argument or `model=`), when it is a string literal,
+    or a name bound to one or whose parameter defaults to one; else the empty string."""
     value = next((arg.value for arg in call.args if arg.keyword is None and not arg.star), None)
     if ctx.qualified(call.func) in _PIPELINES:
         value = argument(call, 1, "model")
-    if isinstance(value, cst.Name) and len(bindings.get(value.value, [])) == 1:
-        value = bindings[value.value][0]
+    function = ctx.function_of(call)
+    for _ in range(2):  # `def main(model_name=MODEL_NAME)`, `MODEL_NAME = "t5-3b"`
+        if isinstance(value, cst.Name) and len(bindings.get(value.value, [])) == 1:
+            value = bindings[value.value][0]
+        elif isinstance(value, cst.Name) and function is not None:
+            params = function.params
+            name = value.value
+            value = next(
+                (p.default for p in (*params.params, *params.kwonly_params) if p.name.value == name), None
+            )
     if isinstance(value, cst.SimpleString) and isinstance(value.evaluated_value, str):
         return value.evaluated_value
     return ""
@@ -338,6 +347,13 @@ def _bf16_model(ctx: FileContext, call: cst.Call, bindings: dict[str, list[cst.B
     return not _NOT_A_MODEL.search(cls) and bool(_CAUSAL_LM_CLASS.search(cls))
 
 
+def _finding(ctx: FileContext, node: cst.CSTNode, what: str, float16: Float16) -> Finding:
+    """The finding, with the evidence for float16 where it says more than the code quoted."""
+    why = ctx.facts.describe(float16.why, node)
+    message = _MESSAGE.format(what=what) + (f"; float16 here: {why}" if why else "")
+    return Finding(node, message, help=_HELP, evidence=float16.why)
+
+
 def _check_nodes(
     ctx: FileContext, nodes: list[cst.CSTNode], bindings: dict[str, list[cst.BaseExpression]]
 ) -> Iterator[Finding]:
@@ -359,10 +375,15 @@ def _check_nodes(
             if _bf16_model(ctx, node, bindings):
                 yield from _loader_findings(ctx, node, bindings, nodes)
         elif isinstance(node.func, cst.Attribute) and node.func.attr.value in {"half", "to", "type"}:
-            setting = float16_setting(ctx, node)
-            if setting is not None and _derives_from_load(ctx, node.func.value, loaded, bindings):
-                what = f"a pretrained checkpoint cast to float16 with `{setting}`"
-                yield Finding(node, _MESSAGE.format(what=what), help=_HELP)
+            float16 = ctx.facts.float16_setting(node)
+            if (
+                float16 is not None
+                and float16.surely
+                and _derives_from_load(ctx, node.func.value, loaded, bindings)
+            ):
+                yield _finding(
+                    ctx, node, f"a pretrained checkpoint cast to float16 with `{float16.spelled}`", float16
+                )
 
 
 def _bindings(nodes: list[cst.CSTNode]) -> dict[str, list[cst.BaseExpression]]:
@@ -429,9 +450,9 @@ def _loader_findings(
         return
     for keyword in _DTYPE_KEYWORDS:
         dtype = keywords.get(keyword)
-        if dtype is not None and _float16_value(ctx, dtype, bindings):
-            what = f"a pretrained checkpoint loaded with `{keyword}=` float16"
-            yield Finding(dtype, _MESSAGE.format(what=what), help=_HELP)
+        float16 = ctx.facts.float16_dtype(dtype) if dtype is not None else None
+        if dtype is not None and float16 is not None and float16.surely:
+            yield _finding(ctx, dtype, f"a pretrained checkpoint loaded with `{keyword}=` float16", float16)
 
 
 def _dict_updates(name: str, nodes: list[cst.CSTNode]) -> dict[str, cst.BaseExpression]:
@@ -481,15 +502,3 @@ def _dict_items(node: cst.BaseExpression) -> dict[str, cst.BaseExpression]:
                 if isinstance(key, str):
                     items[key] = element.value
     return items
-
-
-def _float16_value(
-    ctx: FileContext, value: cst.BaseExpression, bindings: dict[str, list[cst.BaseExpression]]
-) -> bool:
-    """`torch.float16`, `"float16"`, or a name every assignment of which in the region is one."""
-    if is_float16(ctx, value):
-        return True
-    if isinstance(value, cst.Name):
-        bound = bindings.get(value.value, [])
-        return bool(bound) and all(is_float16(ctx, v) for v in bound)
-    return False

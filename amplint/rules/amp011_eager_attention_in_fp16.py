@@ -9,15 +9,14 @@ import libcst as cst
 
 from amplint.rule import Bad, Good, Rule
 from amplint.static.context import FileContext, Finding
-from amplint.static.precision import float16_setting, is_float16
+from amplint.static.dtypes import Float16
 from amplint.static.scopes import walk
 
 _ATTN_KEYS = frozenset({"attn_implementation", "_attn_implementation", "_attn_implementation_internal"})
-_DTYPE_KEYS = frozenset({"torch_dtype", "dtype"})
 # The text of a file that chooses eager attention: `attn_implementation="eager"`,
 # `config._attn_implementation = "eager"`, `{"attn_implementation": "eager"}`,
 # `set_attn_implementation("eager")` (a comparison `== "eager"` only reads the setting).
-_SETS_EAGER = re.compile(r"""attn_implementation\w*['"]?\s*[:=(]\s*['"]eager['"]""")
+_SETS_EAGER = re.compile(r"""attn_implementation\w*['"]?\]?\s*[:=(]\s*['"]eager['"]""")
 _MESSAGE = (
     "eager attention in a float16 model ({setting}): the eager path computes `Q @ K^T` and the "
     "softmax in float16, where long inputs of bf16-trained models exceed 65504 and turn into inf, then "
@@ -190,6 +189,7 @@ def load(name, device):
     )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
+        # Every float16 setting is spelled with one of these words (`torch.float16`, `.half()`, ...).
         if not ctx.words & {"float16", "half", "autocast", "fp16"}:
             return
         text = ctx.text if ctx.text is not None else ctx.module.code
@@ -214,18 +214,14 @@ def load(name, device):
         for nodes in regions:
             eager = [node for node in (_eager(node) for node in nodes) if node is not None]
             eager = [node for node in eager if node not in reported]
-            if not eager:
-                continue
-            setting = _float16_in(ctx, nodes)
-            if setting is None:
-                continue
-            for node in eager:
-                reported.add(node)
-                yield Finding(node, _MESSAGE.format(setting=setting), help=_HELP)
+            float16 = _float16_in(ctx, nodes) if eager else None
+            if float16 is not None:
+                reported.update(eager)
+                yield from (_finding(ctx, node, float16) for node in eager)
 
 
-def _is_eager(node: cst.BaseExpression | None) -> bool:
-    return isinstance(node, cst.SimpleString) and node.evaluated_value == "eager"
+def _is_eager(node: cst.BaseExpression) -> bool:
+    return _string(node) == "eager"
 
 
 def _eager(node: cst.CSTNode) -> cst.BaseExpression | None:
@@ -239,36 +235,38 @@ def _eager(node: cst.CSTNode) -> cst.BaseExpression | None:
             value = node.args[0].value
             return value if _is_eager(value) else None
     elif isinstance(node, cst.Assign) and _is_eager(node.value):
+        # `config._attn_implementation = "eager"`, `kwargs["attn_implementation"] = "eager"`
         for target in node.targets:
-            if isinstance(target.target, cst.Attribute) and target.target.attr.value in _ATTN_KEYS:
+            assigned = target.target
+            index = (
+                assigned.slice[0].slice if isinstance(assigned, cst.Subscript) and assigned.slice else None
+            )
+            named: str | None = assigned.attr.value if isinstance(assigned, cst.Attribute) else None
+            if isinstance(index, cst.Index):
+                named = _string(index.value)
+            if named in _ATTN_KEYS:
                 return node.value
-    elif isinstance(node, cst.DictElement) and _is_eager(node.value):
-        key = node.key
-        if isinstance(key, cst.SimpleString) and key.evaluated_value in _ATTN_KEYS:
-            return node.value
+    elif isinstance(node, cst.DictElement) and _is_eager(node.value) and _string(node.key) in _ATTN_KEYS:
+        return node.value
     return None
 
 
-def _float16_in(ctx: FileContext, nodes: list[cst.CSTNode]) -> str | None:
-    """How the region runs a model in float16, spelled for the message, or None."""
-    bound: dict[str, list[cst.BaseExpression]] = {}
-    for node in nodes:
-        if isinstance(node, cst.Assign):
-            for target in node.targets:
-                if isinstance(target.target, cst.Name):
-                    bound.setdefault(target.target.value, []).append(node.value)
-    for node in nodes:
-        setting = float16_setting(ctx, node)
-        if setting is not None:
-            return f"`{setting}`"
-        key = node.key if isinstance(node, cst.DictElement) else None
-        if isinstance(node, cst.DictElement) and isinstance(key, cst.SimpleString):
-            name = key.evaluated_value
-            if name in _DTYPE_KEYS and is_float16(ctx, node.value):
-                return f"`{name}` float16"
-        if isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value in _DTYPE_KEYS:
-            value = node.value
-            values = bound.get(value.value, []) if isinstance(value, cst.Name) else []
-            if values and all(is_float16(ctx, v) for v in values):
-                return f"`{node.keyword.value}={ctx.code(value)}`, float16"
-    return None
+def _string(node: cst.BaseExpression) -> str | None:
+    value = node.evaluated_value if isinstance(node, cst.SimpleString) else None
+    return value if isinstance(value, str) else None
+
+
+def _float16_in(ctx: FileContext, nodes: list[cst.CSTNode]) -> Float16 | None:
+    """How the region surely runs a model in float16 (not one branch of a choice made at run time):
+    a cast, a loader's dtype, the dtype entry of a keyword dict, or float16 autocast."""
+    settings = (ctx.facts.float16_setting(node) for node in nodes)
+    return next((found for found in settings if found is not None and found.surely), None)
+
+
+def _finding(ctx: FileContext, node: cst.BaseExpression, float16: Float16) -> Finding:
+    line = ctx.facts.line(float16.node)
+    apart = node not in set(walk(float16.node)) and line != ctx.facts.line(node)
+    setting = f"`{float16.spelled}`" + (f" at line {line}" if apart else "")
+    why = ctx.facts.describe(float16.why, float16.node)
+    message = _MESSAGE.format(setting=setting) + (f"; float16 here: {why}" if why else "")
+    return Finding(node, message, help=_HELP, evidence=float16.why)

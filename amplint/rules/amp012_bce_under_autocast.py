@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -11,20 +10,19 @@ import libcst as cst
 from amplint.diagnostics import Severity
 from amplint.rule import Bad, Good, Rule
 from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.dtypes import Step
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import argument, method_call
-from amplint.static.precision import HALF_WORDS, autocast_region_of, may_run_in_half
-from amplint.static.scopes import Scope, suite_body
+from amplint.static.scopes import Scope, walk
 
 _FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
 _MODULES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.BCELoss", "torch.nn.modules.loss.BCELoss"})
 _SIGMOID_FUNCTIONS = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
 _SIGMOID_METHODS = frozenset({"sigmoid"})
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MESSAGE = (
     '{what} raises under CUDA autocast ("unsafe to autocast") whatever the dtype of its inputs, '
     "and on float16 probabilities it loses the saturated tail of the sigmoid: compute the loss from "
-    "logits with {fused}, which fuses the sigmoid and is autocast-safe"
+    "logits with {fused}, which fuses the sigmoid and is autocast-safe; {why}"
 )
 _HELP = (
     "pass the logits (the input of the sigmoid) to {fused}; or, where only probabilities exist, compute "
@@ -36,11 +34,13 @@ _HELP = (
 class BceUnderAutocast(Rule):
     """
     ## What it does
-    Flags `torch.nn.functional.binary_cross_entropy` and `torch.nn.BCELoss` in code that runs, or
-    can run, under autocast: inside an enabled CUDA `autocast` region, or in a module that uses
-    half precision or mixed precision. Regions that disable autocast, CPU autocast regions (where
-    the loss simply runs in float32) and float64 reference code (a top-level function or class that
-    uses `double`/`float64` and no half precision) are left alone.
+    Flags `torch.nn.functional.binary_cross_entropy` and `torch.nn.BCELoss` where the dtype-facts
+    engine says CUDA autocast can be on: inside an enabled CUDA `autocast` region of the file (or
+    in a function the file calls from one), or in code that may run under the caller's autocast
+    (the project's precision profile has a half dtype) and feeds the loss tensors it made half
+    itself (`labels.half()`). Regions that disable autocast and CPU autocast regions (where the
+    loss simply runs in float32) are left alone, and so is a loss that only the caller's choice
+    could put under autocast: nothing in the file shows that it runs in mixed precision.
 
     ## Why is this bad?
     CUDA autocast refuses binary cross-entropy outright: the call raises `RuntimeError:
@@ -288,18 +288,13 @@ def loss(logits, labels):
     )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        half = may_run_in_half(ctx)
-        if not half and "autocast" not in ctx.words:
-            return
         calls = [call for call in ctx.index.calls if ctx.qualified(call.func) in _FUNCTIONS | _MODULES]
-        if not calls:
-            return
-        scans = [_scan(ctx, scope) for scope in ctx.scopes]
+        scans = [_scan(ctx, scope) for scope in ctx.scopes] if calls else []
         for call in calls:
             if ctx.qualified(call.func) in _FUNCTIONS:
-                finding = _functional(ctx, call, scans, half)
+                finding = _functional(ctx, call, scans)
             else:
-                finding = _module(ctx, call, scans, half)
+                finding = _module(ctx, call, scans)
             if finding is not None:
                 yield finding
 
@@ -379,72 +374,51 @@ def _scan(ctx: FileContext, scope: Scope) -> _ScopeScan:
                 scan.uses[held[-1]].append(node)
         return False
 
-    for statement in scope.body:
-        _bind_modules(ctx, statement, scan)
+    # `loss_fct = nn.BCELoss(...)` in the scope's body or its blocks, not in the functions it defines.
+    function = scope.node if isinstance(scope.node, cst.FunctionDef) else None
+    for node in (node for statement in scope.body for node in walk(statement)):
+        if (
+            isinstance(node, cst.Assign)
+            and isinstance(node.targets[0].target, cst.Name)
+            and isinstance(node.value, cst.Call)
+            and ctx.qualified(node.value.func) in _MODULES
+            and ctx.function_of(node.value) is function
+        ):
+            scan.modules[node.value] = node.targets[0].target.value
+            scan.uses[node.value] = []
     names = set(scan.modules.values())
     analyse(scope, Policy(seed=seed))
     return scan
 
 
-def _bind_modules(ctx: FileContext, statement: cst.BaseStatement, scan: _ScopeScan) -> None:
-    """`loss_fct = nn.BCELoss(...)` in the scope's body, in its blocks too (`if labels is not None:`)
-    but not in the functions it defines."""
-    if isinstance(statement, cst.SimpleStatementLine):
-        for small in statement.body:
-            if (
-                isinstance(small, cst.Assign)
-                and len(small.targets) == 1
-                and isinstance(small.targets[0].target, cst.Name)
-                and isinstance(small.value, cst.Call)
-                and ctx.qualified(small.value.func) in _MODULES
-            ):
-                scan.modules[small.value] = small.targets[0].target.value
-                scan.uses[small.value] = []
-        return
-    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-        return
-    parts = [getattr(statement, name, None) for name in ("body", "orelse", "finalbody")]
-    parts.extend(getattr(statement, "handlers", ()))
-    for part in parts:
-        if isinstance(part, cst.If):
-            _bind_modules(ctx, part, scan)
-        elif isinstance(part, (cst.Else, cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler)):
-            for child in suite_body(part.body):
-                _bind_modules(ctx, child, scan)
-        elif isinstance(part, cst.BaseSuite):
-            for child in suite_body(part):
-                _bind_modules(ctx, child, scan)
+def _autocast_refuses(ctx: FileContext, places: list[cst.Call]) -> tuple[str, tuple[Step, ...]] | None:
+    """Why CUDA autocast can be on where the loss runs (`places`: its calls), with the evidence: an
+    enabled CUDA region of this file, or the caller's autocast where the loss is fed tensors this
+    code made half. None where autocast is off, runs on the CPU, or only the caller could enable it."""
+    for place in places:
+        states = [state for state in ctx.facts.autocast_at(place) if state.device == "cuda"]
+        regions = sorted({state.where for state in states if state.where is not None}, key=ctx.facts.line)
+        if regions:
+            lines = ", ".join(str(ctx.facts.line(region)) for region in regions)
+            why = tuple(Step(region, "CUDA autocast is enabled here") for region in regions)
+            return f"it runs under CUDA autocast (line {lines})", why
+        inputs = [ctx.facts.of(arg.value) for arg in place.args[:2] if not arg.star]
+        half = next((fact for fact in inputs if fact.may_be_half and not fact.caller), None)
+        if states and half is not None:
+            return f"the caller may run it under CUDA autocast, and its input is {half.explain()}", half.why
+    return None
 
 
-def _disabled(ctx: FileContext, node: cst.CSTNode, half: bool) -> bool:
-    """Autocast cannot refuse the call here: a region that disables autocast, a CPU region, or no
-    region in a module that never mentions half precision."""
-    region = autocast_region_of(ctx, node)
-    if region is None:
-        return not half or _double_precision(ctx, node)
-    return not region.enabled or region.device == "cpu"
-
-
-def _double_precision(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """The top-level function or class around `node` pins its tensors to float64 and never mentions
-    half precision: numerical reference code (torch's own BCELoss tests), whatever the rest of a
-    large module does."""
-    top = ctx.index.top_of.get(node)
-    if top is None or not isinstance(top, (cst.FunctionDef, cst.ClassDef)):
-        return False
-    words = set(_WORD.findall(ctx.code(top)))
-    return bool(words & {"double", "float64"}) and not words & HALF_WORDS
-
-
-def _functional(ctx: FileContext, call: cst.Call, scans: list[_ScopeScan], half: bool) -> Finding | None:
-    if _disabled(ctx, call, half):
+def _functional(ctx: FileContext, call: cst.Call, scans: list[_ScopeScan]) -> Finding | None:
+    refused = _autocast_refuses(ctx, [call])
+    if refused is None:
         return None
     fused = "`F.binary_cross_entropy_with_logits`"
-    message = _MESSAGE.format(what="`binary_cross_entropy`", fused=fused)
+    message = _MESSAGE.format(what="`binary_cross_entropy`", fused=fused, why=refused[0])
     logits = _logits(call, scans)
     data = argument(call, 0, "input")
     if logits is None or data is None:
-        return Finding(call, message, help=_HELP.format(fused=fused))
+        return Finding(call, message, help=_HELP.format(fused=fused), evidence=refused[1])
     func, missing = _renamed(ctx, call.func, ("nn", "functional", "binary_cross_entropy_with_logits"))
     fixed = call.with_changes(func=func, args=_replace_input(call, data, logits))
     return Finding(
@@ -452,26 +426,27 @@ def _functional(ctx: FileContext, call: cst.Call, scans: list[_ScopeScan], half:
         message,
         fix=FixPlan("Use `binary_cross_entropy_with_logits` on the logits", ((call, fixed),), missing),
         help=f"`{' '.join(ctx.code(fixed).split())}`",
+        evidence=refused[1],
     )
 
 
-def _module(ctx: FileContext, constructor: cst.Call, scans: list[_ScopeScan], half: bool) -> Finding | None:
+def _module(ctx: FileContext, constructor: cst.Call, scans: list[_ScopeScan]) -> Finding | None:
     uses, scan = _module_uses(constructor, scans)
-    places: list[cst.CSTNode] = [*uses] if uses else [constructor]
-    if all(_disabled(ctx, place, half) for place in places):
+    refused = _autocast_refuses(ctx, uses or _attribute_uses(ctx, constructor) or [constructor])
+    if refused is None:
         return None
     fused = "`nn.BCEWithLogitsLoss`"
-    message = _MESSAGE.format(what="`nn.BCELoss`", fused=fused)
+    message = _MESSAGE.format(what="`nn.BCELoss`", fused=fused, why=refused[0])
     help = _HELP.format(fused=fused)
     name = scan.modules.get(constructor) if scan is not None else None
     if not uses or (scan is not None and name is not None and scan.escapes(name)):
-        return Finding(constructor, message, help=help)
+        return Finding(constructor, message, help=help, evidence=refused[1])
     inputs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
     for use in uses:
         data = argument(use, 0, "input")
         logits = _logits(use, scans)
         if data is None or logits is None:
-            return Finding(constructor, message, help=help)
+            return Finding(constructor, message, help=help, evidence=refused[1])
         inputs.append((data, logits))
     func, missing = _renamed(ctx, constructor.func, ("nn", "BCEWithLogitsLoss"))
     new_constructor = constructor.with_changes(func=func)
@@ -489,7 +464,26 @@ def _module(ctx: FileContext, constructor: cst.Call, scans: list[_ScopeScan], ha
         message,
         fix=FixPlan("Use `nn.BCEWithLogitsLoss` on the logits", plan, missing),
         help=f"`{' '.join(ctx.code(shown).split())}` fed the logits",
+        evidence=refused[1],
     )
+
+
+def _attribute_uses(ctx: FileContext, constructor: cst.Call) -> list[cst.Call]:
+    """The calls of a loss module kept as `self.<name> = nn.BCELoss()`: `self.<name>(p, y)`."""
+    top = ctx.index.top_of.get(constructor)
+    for node in walk(top) if top is not None else ():
+        if isinstance(node, cst.Assign) and node.value is constructor:
+            target = node.targets[0].target
+            if isinstance(target, cst.Attribute) and ctx.code(target.value) == "self":
+                name = target.attr.value
+                return [
+                    call
+                    for call in ctx.index.calls
+                    if isinstance(call.func, cst.Attribute)
+                    and call.func.attr.value == name
+                    and ctx.code(call.func.value) == "self"
+                ]
+    return []
 
 
 def _module_uses(constructor: cst.Call, scans: list[_ScopeScan]) -> tuple[list[cst.Call], _ScopeScan | None]:

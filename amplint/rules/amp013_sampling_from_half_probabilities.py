@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -15,22 +14,13 @@ from amplint.static.attention import (
     is_multinomial,
     is_softmax,
     softmax_dtype_argument,
-    softmax_input,
+    why_half,
 )
 from amplint.static.context import FileContext, Finding
-from amplint.static.flow import Flow, Policy, analyse, value_children
-from amplint.static.patterns import (
-    argument,
-    function_call,
-    is_fp32_dtype,
-    is_fp32_value,
-    is_half_dtype,
-    is_matmul,
-    is_upcast,
-    method_call,
-)
-from amplint.static.precision import may_run_in_half, under_cuda_autocast
-from amplint.static.scopes import Scope, walk
+from amplint.static.dtypes import DTYPE, DtypeFacts, Fact
+from amplint.static.flow import Flow, Policy, analyse
+from amplint.static.patterns import argument, function_call, method_call
+from amplint.static.scopes import Scope, scopes_holding
 
 _CATEGORICAL = frozenset(
     {
@@ -41,19 +31,10 @@ _CATEGORICAL = frozenset(
     }
 )
 _GUMBEL = frozenset({"torch.nn.functional.gumbel_softmax"})
-# Callables that in model code produce logits in the model's dtype: `model(ids)`, `lm_head(h)`.
-_MODEL_NAME = re.compile(r"(model|net|^lm|head|decoder|encoder|transformer|^forward)$", re.IGNORECASE)
-_HALF_METHODS = frozenset({"half", "bfloat16"})
 # Ops whose result is indices or integers, not probabilities: a token chosen from one
 # distribution does not carry that distribution's precision into the next.
 _INDEX_METHODS = frozenset({"argmax", "argmin", "argsort", "long", "int", "nonzero", "bool"})
 _INDEX_FUNCTIONS = frozenset({"torch.argmax", "torch.argmin", "torch.argsort", "torch.nonzero"})
-# Words of library code that defines pretrained models or schedulers (transformers, diffusers),
-# which users load in float16/bfloat16 without that code saying so. A script that loads a
-# checkpoint itself says which dtype it uses (`may_run_in_half`); without one, it runs in float32.
-_PRETRAINED_WORDS = frozenset({"PreTrainedModel", "GenerationMixin", "ModelMixin", "SchedulerMixin"})
-# How far the search for where logits come from may go, in expressions visited.
-_SEARCH_LIMIT = 200
 
 
 if TYPE_CHECKING:
@@ -336,24 +317,15 @@ def generate(input_ids):
         return half_precision_verdict(graph, nodes, "the probabilities are computed in half precision")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if not (may_run_in_half(ctx) or ctx.words & _PRETRAINED_WORDS):
-            return
         samplers = [call for call in ctx.index.calls if _sampler(ctx, call) is not None]
-        if not samplers:
-            return
-        # Only the functions in the top-level statements that hold a sampler can see one.
-        tops = {ctx.index.top_of[call] for call in samplers}
-        functions = {id(node) for top in tops for node in walk(top) if isinstance(node, cst.FunctionDef)}
-        ids = {id(call) for call in samplers}
-        for scope in ctx.scopes:
-            if isinstance(scope.node, cst.Module):
-                body: tuple[cst.CSTNode, ...] = tuple(s for s in scope.body if s in tops)
-            elif id(scope.node) in functions:
-                body = (scope.node,)
-            else:
-                continue
-            if any(id(node) in ids for statement in body for node in walk(statement)):
-                yield from _check_scope(ctx, scope)
+        facts = ctx.facts.without_caller_autocast()  # CUDA autocast runs softmax in float32
+        for scope in scopes_holding(ctx, samplers):
+            gumbels = [
+                c
+                for c in samplers
+                if _sampler(ctx, c) == "gumbel_softmax" and (ctx.function_of(c) or ctx.module) is scope.node
+            ]
+            yield from _check_scope(ctx, facts, scope, gumbels)
 
 
 def _sampler(ctx: FileContext, call: cst.Call) -> str | None:
@@ -367,125 +339,50 @@ def _sampler(ctx: FileContext, call: cst.Call) -> str | None:
     return None
 
 
-def _check_scope(ctx: FileContext, scope: Scope) -> Iterator[Finding]:
-    origins: dict[cst.Call, str] = {}  # a half-precision softmax or gumbel_softmax: its kind
+def _check_scope(
+    ctx: FileContext, facts: DtypeFacts, scope: Scope, gumbels: list[cst.Call]
+) -> Iterator[Finding]:
+    half: dict[cst.Call, Fact] = {}  # a softmax computing in half precision: its fact
 
     def seed(node: cst.BaseExpression, flow: Flow) -> bool:
-        if not isinstance(node, cst.Call) or node in origins:
-            return False
-        if is_softmax(ctx, node):
-            data = softmax_input(ctx, node)
-            if data is not None and _half_softmax(ctx, node, data, flow):
-                origins[node] = "softmax"
-                return True
-        elif function_call(ctx, node, _GUMBEL):
-            data = argument(node, 0, "logits")
-            if data is not None and _half_logits(ctx, data, flow):
-                origins[node] = "gumbel_softmax"
-        return False
+        if isinstance(node, cst.Call) and node not in half and is_softmax(ctx, node):
+            dtype = softmax_dtype_argument(ctx, node)
+            fact = facts.of(node)
+            if (dtype is None or facts.of(dtype).kind == DTYPE) and _half_here(fact):
+                half[node] = fact
+        return node in half
 
     def sink(node: cst.BaseExpression, flow: Flow) -> str | None:
-        if isinstance(node, cst.Call):
-            kind = _sampler(ctx, node)
-            if kind in {"multinomial", "Categorical"}:
-                return kind
-        return None
+        kind = _sampler(ctx, node) if isinstance(node, cst.Call) else None
+        return kind if kind in {"multinomial", "Categorical"} else None
 
     def blocks(node: cst.BaseExpression, flow: Flow) -> bool:
         return (
             function_call(ctx, node, _INDEX_FUNCTIONS) or method_call(ctx, node, _INDEX_METHODS) is not None
         )
 
-    flow = analyse(scope, Policy(seed=seed, sink=sink, blocks=blocks))
     reported: set[cst.CSTNode] = set()
-    for hit in flow.hits.values():
-        if hit.sink in reported or not isinstance(hit.origin, cst.Call):
-            continue
-        reported.add(hit.sink)
-        yield _sampling_finding(ctx, hit.sink, hit.origin, hit.label)
-    for call, kind in origins.items():
-        if kind == "gumbel_softmax":
-            yield _gumbel_finding(ctx, call)
+    for hit in analyse(scope, Policy(seed=seed, sink=sink, blocks=blocks)).hits.values():
+        if hit.sink not in reported and isinstance(hit.origin, cst.Call):
+            reported.add(hit.sink)
+            yield _sampling_finding(ctx, hit.sink, hit.origin, hit.label, half[hit.origin])
+    for call in gumbels:
+        logits = argument(call, 0, "logits")
+        fact = facts.of(logits) if logits is not None else None
+        if fact is not None and _half_here(fact):
+            yield _gumbel_finding(call, fact)
 
 
-def _half_softmax(ctx: FileContext, call: cst.Call, data: cst.BaseExpression, flow: Flow) -> bool:
-    """The softmax computes in half precision: no float32 dtype, and logits produced in this
-    function in the model's dtype and not upcast."""
-    dtype = softmax_dtype_argument(ctx, call)
-    if dtype is not None:
-        return is_half_dtype(ctx, dtype)
-    return not under_cuda_autocast(ctx, call) and _half_logits(ctx, data, flow)
+def _half_here(fact: Fact) -> bool:
+    """Half, and not only because the function's own inputs may be: logits passed in as a parameter
+    are the caller's business (AMP003 still reports a softmax over them), while a head, a weight,
+    an op under autocast or a cast in this function makes them the function's."""
+    return fact.may_be_half and not all(isinstance(step.node, cst.Param) for step in fact.why)
 
 
-def _half_logits(ctx: FileContext, data: cst.BaseExpression, flow: Flow) -> bool:
-    return not is_fp32_value(ctx, data, flow) and _produced_here(ctx, data, flow)
-
-
-def _produced_here(ctx: FileContext, data: cst.BaseExpression, flow: Flow) -> bool:
-    """Whether the value comes, inside this function, from something that yields the model's
-    dtype: a model or head call, a submodule, a product, or a half cast. Values that only derive
-    from parameters or attributes have an unknown dtype."""
-    stack: list[cst.CSTNode] = [data]
-    seen: set[int] = set()
-    while stack and len(seen) < _SEARCH_LIMIT:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if is_upcast(ctx, node):
-            continue
-        if _produces_model_dtype(ctx, node):
-            return True
-        if isinstance(node, cst.Name):
-            stack.extend(flow.history.get(node.value, ()))
-        elif isinstance(node, cst.AugAssign):
-            stack.extend((node.target, node.value))
-        else:
-            stack.extend(value_children(node))
-    return False
-
-
-def _produces_model_dtype(ctx: FileContext, node: cst.CSTNode) -> bool:
-    if not isinstance(node, cst.Call):
-        return False
-    if is_matmul(ctx, node) or _half_cast(ctx, node):
-        return True
-    func = node.func
-    if isinstance(func, cst.Name):
-        # `model(ids)`, `lm_head(h)`, and a model calling itself: `logits, _ = self(idx)`.
-        return ctx.qualified(func) is None and (func.value == "self" or bool(_MODEL_NAME.search(func.value)))
-    if isinstance(func, cst.Attribute) and ctx.qualified(func) is None:
-        # `self.lm_head(h)`, `self.model.generation_head(h)`, `model.lm_head(h)`, `self.forward(x)`;
-        # not `self.generator.get_candidates(x)` nor a tensor method on an attribute.
-        parts: list[str] = []
-        root: cst.BaseExpression = func
-        while isinstance(root, cst.Attribute):
-            parts.append(root.attr.value)
-            root = root.value
-        if isinstance(root, cst.Name) and root.value != "self":
-            parts.append(root.value)
-        return isinstance(root, cst.Name) and any(_MODEL_NAME.search(part) for part in parts)
-    return False
-
-
-def _half_cast(ctx: FileContext, node: cst.Call) -> bool:
-    """`x.half()`, `x.bfloat16()`, `x.to(torch.float16)`, `x.to(dtype=torch.bfloat16)`."""
-    if not isinstance(node.func, cst.Attribute):
-        return False
-    method = node.func.attr.value
-    if method in _HALF_METHODS and not node.args:
-        return True
-    if method == "to":
-        values = [arg.value for arg in node.args if arg.keyword is None or arg.keyword.value == "dtype"]
-        return any(is_half_dtype(ctx, v) for v in values) and not any(is_fp32_dtype(ctx, v) for v in values)
-    return False
-
-
-def _line(ctx: FileContext, node: cst.CSTNode) -> int:
-    return ctx.position(node).start.line
-
-
-def _sampling_finding(ctx: FileContext, sampler: cst.CSTNode, softmax: cst.Call, kind: str) -> Finding:
+def _sampling_finding(
+    ctx: FileContext, sampler: cst.CSTNode, softmax: cst.Call, kind: str, fact: Fact
+) -> Finding:
     qualified = ctx.qualified(softmax.func)
     if qualified is not None:
         name = qualified.rsplit(".", 1)[-1]
@@ -493,12 +390,12 @@ def _sampling_finding(ctx: FileContext, sampler: cst.CSTNode, softmax: cst.Call,
         name = softmax.func.attr.value
     else:
         name = "softmax"
-    line = _line(ctx, softmax)
+    line = ctx.position(softmax).start.line
     message = (
         f"`{kind}` samples from probabilities that the `{name}` on line {line} computed in "
-        "float16/bfloat16 from logits never upcast to float32: an overflowed or fully masked row "
+        f"{fact.half_names()} from logits never upcast to float32: an overflowed or fully masked row "
         'becomes inf/NaN ("probability tensor contains either inf, nan or element < 0") and the '
-        "distribution's tail is rounded away"
+        f"distribution's tail is rounded away; {why_half(fact)}"
     )
     return Finding(
         sampler,
@@ -507,14 +404,16 @@ def _sampling_finding(ctx: FileContext, sampler: cst.CSTNode, softmax: cst.Call,
             f"upcast the logits before temperature, filtering and the softmax (`logits.float()`), or "
             f"pass `dtype=torch.float32` to the `{name}` on line {line}"
         ),
+        evidence=fact.why,
     )
 
 
-def _gumbel_finding(ctx: FileContext, call: cst.Call) -> Finding:
+def _gumbel_finding(call: cst.Call, fact: Fact) -> Finding:
     return Finding(
         call,
-        "`gumbel_softmax` samples in the logits' float16/bfloat16 dtype: its Gumbel noise, the "
+        f"`gumbel_softmax` samples in the logits' {fact.half_names()} dtype: its Gumbel noise, the "
         "temperature division and the softmax all run in half precision, where small temperatures "
-        "overflow and the noise is rounded",
+        f"overflow and the noise is rounded; {why_half(fact)}",
         help="upcast the logits first: `gumbel_softmax(logits.float(), ...)` and cast the result back",
+        evidence=fact.why,
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -11,6 +10,7 @@ import libcst as cst
 from amplint.rule import Bad, Good, Rule
 from amplint.static.attention import SOFTMAX_FUNCTIONS, softmax_module_call
 from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.dtypes import Fact
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import (
     argument,
@@ -20,7 +20,6 @@ from amplint.static.patterns import (
     needs_parentheses,
     with_method,
 )
-from amplint.static.precision import defines_modules, holds_float32
 from amplint.static.scopes import Scope, scopes_holding, walk
 
 _LOG_FUNCTIONS = frozenset({"torch.log"})
@@ -31,11 +30,8 @@ _ONE = frozenset({"1", "1.0", "1."})
 _TWO = frozenset({"2", "2.0", "2."})
 # Without one of these words a name passed to `log` cannot hold a softmax, sigmoid or sum of exp.
 _NAMED_INNER = frozenset({"softmax", "sigmoid", "expit", "sum"})
-# Integer-valued things: `log(1 + count)` loses nothing.
-_INTEGER_NAME = re.compile(r"(position|pos_|_ids?$|^ids?$|count|length|index|step|num_)", re.IGNORECASE)
-# A tensor made from Python numbers (`torch.tensor(init_value)`) is a float32 or integer constant.
-_CONSTANT_FACTORIES = frozenset({"torch.tensor", "torch.as_tensor", "torch.full", "torch.scalar_tensor"})
-_INTEGER_OPS = frozenset({"floor", "ceil", "round", "long", "int", "trunc", "bincount", "arange"})
+# Integer-valued results in a floating dtype: `log(1 + floor(n))` loses nothing.
+_INTEGER_VALUED = frozenset({"floor", "ceil", "round", "trunc", "bincount"})
 # What a stable exponent subtracts: the maximum, or a log-sum-exp.
 _STABILISERS = frozenset({"max", "amax", "logsumexp", "max_values", "cummax"})
 
@@ -53,8 +49,8 @@ class Problem:
     fixed: cst.BaseExpression | None = None
     description: str = ""
     needs_torch: bool = False
-    # For the precision losses (`log1p`, `expm1`): the tensor that must not be float32 for it to matter.
-    operand: cst.BaseExpression | None = None
+    # For the precision losses (`log1p`, `expm1`): the engine's fact that the operand may be half.
+    fact: Fact | None = None
 
 
 class UnstableLogExp(Rule):
@@ -64,10 +60,15 @@ class UnstableLogExp(Rule):
     stable form: `log(softmax(x))` (use `log_softmax`), `log(sigmoid(x))` (`logsigmoid`),
     `log(sum(exp(x)))` (`logsumexp`), `log(exp(a) + exp(b))` (`logaddexp`), `log(1 + x)`
     (`log1p`), `log(1 + exp(x))` (`softplus`), `exp(x) - 1` (`expm1`), and a softmax written by
-    hand as `exp(x) / exp(x).sum(...)` without subtracting the maximum first. The forms that only
-    lose precision (`log1p`, `expm1`) are flagged in model code (a module that defines `nn.Module`
-    classes) on values not created in float32: in a scheduler's float32 step-size arithmetic they
-    cost a few ulps.
+    hand as `exp(x) / exp(x).sum(...)` without subtracting the maximum first.
+
+    The overflows and underflows (`log_softmax`, `logsigmoid`, `logsumexp`, `logaddexp`,
+    `softplus`, the hand-written softmax) do not depend on the dtype: they are unstable in any
+    precision (float32's `exp` overflows above 88 too), so they are flagged whatever it is. The forms
+    that only lose precision (`log1p`, `expm1`) are flagged where the dtype-facts engine says the
+    operand may be bfloat16/float16 (in float32 they cost a few ulps at step-size magnitudes), and
+    not integer-valued (`floor`, `round`); a value that only the caller's choice makes half counts
+    in model code (a file with `torch.nn.Module` classes), not in a scheduler's step sizes.
 
     ## Why is this bad?
     `softmax` and `sigmoid` round small probabilities to 0 (below about 1e-38 in float32 and
@@ -461,43 +462,10 @@ def gaussian_kernel(x, sigma):
                     pending[problem.node] = problem
                 elif _divides_a_name(ctx, node):
                     named.append(node)
-        unsure = {node: problem for node, problem in pending.items() if _names_in(problem.operand)}
-        confirmed = _not_float32(ctx, unsure) if unsure else set()
-        for node, problem in pending.items():
-            if node not in unsure or node in confirmed:
-                yield _finding(ctx, problem)
+        for problem in pending.values():
+            yield _finding(ctx, problem)
         if named:
             yield from _named_problems(ctx, named, reported)
-
-
-def _names_in(operand: cst.BaseExpression | None) -> bool:
-    return operand is not None and any(isinstance(node, cst.Name) for node in walk(operand))
-
-
-def _not_float32(ctx: FileContext, problems: dict[cst.CSTNode, Problem]) -> set[cst.CSTNode]:
-    """Of the precision-loss findings whose operand involves names, those whose operand is not
-    float32 as the flow sees it at that line (`grid = torch.arange(n)` is; an activation is not)."""
-    kept: set[cst.CSTNode] = set()
-    for scope in scopes_holding(ctx, list(problems)):
-        function = scope.node if isinstance(scope.node, cst.FunctionDef) else None
-        kept |= _scope_not_float32(ctx, scope, function, problems)
-    return kept
-
-
-def _scope_not_float32(
-    ctx: FileContext, scope: Scope, function: cst.FunctionDef | None, problems: dict[cst.CSTNode, Problem]
-) -> set[cst.CSTNode]:
-    kept: set[cst.CSTNode] = set()
-
-    def seed(node: cst.BaseExpression, flow: Flow) -> bool:
-        if node in problems:
-            operand = problems[node].operand
-            if operand is not None and not holds_float32(ctx, operand, flow, function):
-                kept.add(node)
-        return False
-
-    analyse(scope, Policy(seed=seed))
-    return kept
 
 
 def _named_problems(
@@ -532,10 +500,16 @@ def _scope_problems(
 
 
 def _finding(ctx: FileContext, problem: Problem) -> Finding:
+    message, fact = problem.message, problem.fact
+    if fact is not None:
+        steps = "; ".join(step.text for step in fact.why)
+        caller = f"this holds when the caller runs it in {fact.half_names()}: {steps}"
+        message += "; " + (caller if fact.caller else fact.explain())
+    evidence = fact.why if fact is not None else ()
     if problem.fixed is None:
-        return Finding(problem.node, problem.message, help=problem.help)
+        return Finding(problem.node, message, help=problem.help, evidence=evidence)
     fix = FixPlan(problem.description, ((problem.node, problem.fixed),), problem.needs_torch)
-    return Finding(problem.node, problem.message, fix=fix, help=problem.help)
+    return Finding(problem.node, message, fix=fix, help=problem.help, evidence=evidence)
 
 
 # -- recognisers ----------------------------------------------------------------------------------
@@ -673,16 +647,6 @@ def _stabiliser_call(ctx: FileContext, node: cst.CSTNode) -> bool:
     return isinstance(func, cst.Name) and func.value in _STABILISERS
 
 
-def _tensor_code(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """Not `math`/`numpy` code on Python floats or arrays."""
-    for inner in walk(node):
-        if isinstance(inner, cst.Call):
-            qualified = ctx.qualified(inner.func) or ""
-            if qualified.startswith(("math.", "numpy.", "np.", "scipy.")):
-                return False
-    return True
-
-
 # -- the problems -----------------------------------------------------------------------------------
 
 
@@ -738,7 +702,7 @@ def _log_problem(ctx: FileContext, call: cst.Call, flow: Flow | None) -> Problem
             return _maybe_fixed(ctx, call, message, fixed, "Use `logaddexp`", direct, needs_torch)
 
     one = _one_plus(inner)
-    if one is not None and direct and _tensor_code(ctx, call):
+    if one is not None and direct:
         return _log1p_problem(ctx, call, one, method, direct)
     return None
 
@@ -755,7 +719,8 @@ def _log1p_problem(
             "float16) and `1 + exp(x)` rounds small values away; `softplus` does neither"
         )
         return _maybe_fixed(ctx, call, message, fixed, "Use `softplus`", direct, needs_torch)
-    if not _may_lose_small_values(ctx, x if exponent is None else exponent):
+    fact = _half_operand(ctx, x if exponent is None else exponent)
+    if fact is None:
         return None
     if exponent is not None:
         torch_name, needs_torch = ctx.torch_name()
@@ -768,9 +733,7 @@ def _log1p_problem(
             "`log(1 - exp(x))` cancels: for `x` near 0, `exp(x)` rounds to 1 and the result is `-inf`; "
             "`log(-expm1(x))` keeps the digits"
         )
-        return replace(
-            _maybe_fixed(ctx, call, message, fixed, "Use `expm1`", direct, needs_torch), operand=exponent
-        )
+        return replace(_maybe_fixed(ctx, call, message, fixed, "Use `expm1`", direct, needs_torch), fact=fact)
     sigmoid_x = _sigmoid_input(ctx, x)
     if sigmoid_x is not None and sign == "-":
         fixed, needs_torch = _functional(ctx, "logsigmoid", _negated(sigmoid_x))
@@ -792,25 +755,40 @@ def _log1p_problem(
         "2e-3 in bfloat16 (2e-4 in float16, 3e-8 in float32), so the log is 0 where `log1p` is accurate"
     )
     return replace(
-        _maybe_fixed(ctx, call, message, fixed_expr, "Use `log1p`", direct, needs_torch), operand=x
+        _maybe_fixed(ctx, call, message, fixed_expr, "Use `log1p`", direct, needs_torch), fact=fact
     )
 
 
-def _may_lose_small_values(ctx: FileContext, x: cst.BaseExpression) -> bool:
-    """Whether `x` in `log(1 + x)` or `exp(x) - 1` is a tensor that can be small and in half
-    precision, where the cancellation costs all its digits: model code (in float32 the loss is a
-    few ulps, which a scheduler's step-size arithmetic can afford), not an integer-valued count or
-    position, not a tensor created in float32."""
-    if not defines_modules(ctx) or holds_float32(ctx, x, None):
+def _half_operand(ctx: FileContext, x: cst.BaseExpression) -> Fact | None:
+    """The engine's fact of `x` in `log(1 + x)` or `exp(x) - 1` where it may be bfloat16/float16,
+    which the cancellation costs all its digits at ordinary values (in float32 only below 1e-7,
+    a few ulps for step-size arithmetic); None for a float32 or integer-valued operand. A value
+    that only the caller's choice makes half counts in model code (a file with `torch.nn.Module`
+    classes, whose weights `.half()` or `torch_dtype=` convert), not in a scheduler's step sizes."""
+    fact = ctx.facts.of(x)
+    if not fact.may_be_half or any(
+        isinstance(node, cst.Call) and callee_name(node) in _INTEGER_VALUED for node in walk(x)
+    ):
+        return None
+    return fact if not fact.caller or _model_code(ctx) else None
+
+
+def _model_code(ctx: FileContext) -> bool:
+    """Whether a class of the file derives from `torch.nn.Module` (directly or through another)."""
+    classes = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.ClassDef)}
+    seen: set[str] = set()
+
+    def module(klass: cst.ClassDef) -> bool:
+        seen.add(klass.name.value)
+        for base in klass.bases:
+            name = ctx.code(base.value)
+            if ctx.qualified(base.value) == "torch.nn.Module":
+                return True
+            if name in classes and name not in seen and module(classes[name]):
+                return True
         return False
-    for node in walk(x):
-        if isinstance(node, cst.Name) and _INTEGER_NAME.search(node.value):
-            return False
-        if isinstance(node, cst.Call) and (
-            callee_name(node) in _INTEGER_OPS or ctx.qualified(node.func) in _CONSTANT_FACTORIES
-        ):
-            return False
-    return True
+
+    return any(module(klass) for klass in classes.values())
 
 
 def _expm1_problem(ctx: FileContext, node: cst.BinaryOperation) -> Problem | None:
@@ -824,7 +802,8 @@ def _expm1_problem(ctx: FileContext, node: cst.BinaryOperation) -> Problem | Non
     else:
         return None
     x = _exp_input(ctx, exp_call)
-    if x is None or not _may_lose_small_values(ctx, x):
+    fact = _half_operand(ctx, x) if x is not None else None
+    if x is None or fact is None:
         return None
     assert isinstance(exp_call, cst.Call)
     needs_torch = False
@@ -843,7 +822,7 @@ def _expm1_problem(ctx: FileContext, node: cst.BinaryOperation) -> Problem | Non
         f"`{written}` cancels: for small `x`, `exp(x)` rounds to 1 and the difference keeps none of `x`'s "
         "digits (in bfloat16 anything below about 1e-3 becomes 0); `expm1` is accurate"
     )
-    return Problem(node, message, f"`{_code(ctx, fixed)}`", fixed, "Use `expm1`", needs_torch, operand=x)
+    return Problem(node, message, f"`{_code(ctx, fixed)}`", fixed, "Use `expm1`", needs_torch, fact=fact)
 
 
 def _divides_a_name(ctx: FileContext, node: cst.BinaryOperation) -> bool:

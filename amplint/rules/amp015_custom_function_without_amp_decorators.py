@@ -9,10 +9,11 @@ import libcst as cst
 
 from amplint.rule import Bad, Good, Rule
 from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.dtypes import Step
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.imports import dotted_name
 from amplint.static.patterns import argument, lineage, matmul_operands
-from amplint.static.precision import AUTOCAST, may_run_in_half, under_autocast
+from amplint.static.precision import AUTOCAST
 from amplint.static.scopes import Scope, walk
 
 _FUNCTION_BASES = frozenset(
@@ -571,43 +572,36 @@ class Square(torch.autograd.Function):
             return
         scopes = {scope.node: scope for scope in ctx.scopes if isinstance(scope.node, cst.FunctionDef)}
         for top in ctx.module.body:
-            for node in _statements(top):
+            nested = dict(_nested(ctx, top, ""))
+            for node in nested:
                 if isinstance(node, cst.ClassDef) and any(
                     ctx.qualified(base.value) in _FUNCTION_BASES for base in node.bases
                 ):
-                    finding = _check_function(ctx, top, node, scopes)
+                    finding = _check_function(ctx, node, nested, scopes)
                     if finding is not None:
-                        _anchor(ctx, top, finding)
+                        # Positions are then computed for this statement only, not the whole module.
+                        for old in [
+                            finding.node,
+                            *(old for old, _ in (finding.fix.replacements if finding.fix else ())),
+                        ]:
+                            ctx.index.top_of.setdefault(old, top)
                         yield finding
 
 
-def _statements(statement: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """`statement` and every statement nested in its blocks (expressions are not walked: a class
-    is always a statement)."""
-    yield statement
+def _nested(ctx: FileContext, statement: cst.CSTNode, indent: str) -> Iterator[tuple[cst.CSTNode, str]]:
+    """`statement` and every statement nested in its blocks, with its indentation (from the indented
+    blocks around it: positions would cost a metadata pass). Expressions are not walked: a class
+    is always a statement."""
+    yield statement, indent
     parts = [getattr(statement, name, None) for name in ("body", "orelse", "finalbody")]
     parts.extend(getattr(statement, "handlers", ()))
     for part in parts:
         if isinstance(part, (cst.If, cst.Else, cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler)):
-            yield from _statements(part)
+            yield from _nested(ctx, part, indent)  # `elif`, `else:`, `finally:`, `except:` at this level
         elif isinstance(part, cst.IndentedBlock):
+            inner = indent + (part.indent if part.indent is not None else ctx.module.default_indent)
             for child in part.body:
-                yield from _statements(child)
-
-
-def _anchor(ctx: FileContext, top: cst.BaseStatement, finding: Finding) -> None:
-    """Record the top-level statement that holds the nodes a finding reports or replaces, so that
-    their positions are computed for that statement only, not for the whole module."""
-    nodes: list[cst.CSTNode] = [finding.node]
-    if finding.fix is not None:
-        nodes.extend(old for old, _ in finding.fix.replacements)
-    for node in nodes:
-        ctx.index.top_of.setdefault(node, top)
-
-
-def _methods(node: cst.ClassDef) -> dict[str, cst.FunctionDef]:
-    body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
-    return {item.name.value: item for item in body if isinstance(item, cst.FunctionDef)}
+                yield from _nested(ctx, child, inner)
 
 
 def _decorators(ctx: FileContext, function: cst.FunctionDef) -> _Decorators:
@@ -632,27 +626,22 @@ def _decorators(ctx: FileContext, function: cst.FunctionDef) -> _Decorators:
             autocast = True
         elif name == "staticmethod":
             static = True
-    return _Decorators(fwd, casts, bwd, autocast, static)
-
-
-def _manages_autocast(function: cst.FunctionDef) -> bool:
-    """The method saves, queries or sets the autocast state itself (`torch.is_autocast_enabled()`,
-    `with torch.autocast(**ctx.autocast_kwargs)`)."""
-    for node in walk(function.body):
-        if isinstance(node, cst.Name) and "autocast" in node.value.lower():
-            return True
-    return False
+    # A method that saves, queries or sets the autocast state itself (`torch.is_autocast_enabled()`,
+    # `with torch.autocast(**ctx.autocast_kwargs)`) counts as decorated.
+    manages = any(isinstance(n, cst.Name) and "autocast" in n.value.lower() for n in walk(function.body))
+    return _Decorators(fwd, casts, bwd, autocast or manages, static)
 
 
 def _check_function(
-    ctx: FileContext, top: cst.BaseStatement, cls: cst.ClassDef, scopes: dict[cst.FunctionDef, Scope]
+    ctx: FileContext, cls: cst.ClassDef, indents: dict[cst.CSTNode, str], scopes: dict[cst.FunctionDef, Scope]
 ) -> Finding | None:
-    methods = _methods(cls)
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+    methods = {item.name.value: item for item in body if isinstance(item, cst.FunctionDef)}
     forward, backward = methods.get("forward"), methods.get("backward")
     if forward is None or backward is None or "setup_context" in methods:
         return None
     fwd, bwd = _decorators(ctx, forward), _decorators(ctx, backward)
-    if fwd.autocast or bwd.autocast or _manages_autocast(forward) or _manages_autocast(backward):
+    if fwd.autocast or bwd.autocast:
         return None
     name = cls.name.value
     if bwd.bwd is not None:
@@ -664,12 +653,13 @@ def _check_function(
             "AttributeError (`_fwd_used_autocast`)"
         )
         added = _counterpart(ctx, bwd.bwd, "custom_bwd", "custom_fwd")
-        return _finding(ctx, top, forward, fwd, added, message)
+        return _finding(ctx, indents, forward, fwd, added, message)
     if fwd.casts_inputs:
         return None  # forward runs with autocast disabled, and so does backward
-    op = _autocast_sensitive(ctx, backward, scopes.get(backward))
-    if op is None:
+    sensitive = _autocast_sensitive(ctx, backward, scopes.get(backward))
+    if sensitive is None:
         return None
+    op = _describe(ctx, sensitive)
     if fwd.fwd is not None:
         message = (
             f"`{name}.forward` has `custom_fwd` but `backward` lacks `custom_bwd`, so {op} runs without "
@@ -677,53 +667,86 @@ def _check_function(
             "(a dtype mismatch) or the backward runs in another precision than forward"
         )
         added = _counterpart(ctx, fwd.fwd, "custom_fwd", "custom_bwd")
-        return _finding(ctx, top, backward, bwd, added, message)
-    # Under autocast a forward with products returns half-precision outputs, so the gradients its
-    # backward gets are half precision too: that alone makes the mismatch likely, wherever the
-    # Function is used. Otherwise the module must show that it runs under autocast.
-    if not (
-        _autocast_sensitive(ctx, forward, scopes.get(forward), casts_count=False) is not None
-        or may_run_in_half(ctx)
-        or _applied_under_autocast(ctx, name)
-    ):
+        return _finding(ctx, indents, backward, bwd, added, message)
+    why = _half_outputs(ctx, name, forward)
+    if not why:
         return None
     message = (
         f"`{name}.backward` runs without the autocast state of `forward` (neither has "
         f"`custom_fwd`/`custom_bwd`), so under autocast {op} meets half-precision gradients and "
-        "float32 saved tensors: a dtype mismatch, or another precision than forward used"
+        "float32 saved tensors: a dtype mismatch, or another precision than forward used; "
+        f"forward's outputs are half precision where {ctx.facts.describe(why, backward.name)}"
     )
     torch, missing = ctx.torch_name()
-    fwd_edit = _insert_below(ctx, top, forward, fwd, _torch_decorator(torch, "custom_fwd", "cuda"))
-    bwd_edit = _insert_below(ctx, top, backward, bwd, _torch_decorator(torch, "custom_bwd", "cuda"))
+    fwd_edit = _insert_below(ctx, indents, forward, fwd, _torch_decorator(torch, "custom_fwd", "cuda"))
+    bwd_edit = _insert_below(ctx, indents, backward, bwd, _torch_decorator(torch, "custom_bwd", "cuda"))
     help = 'decorate `forward` with `@torch.amp.custom_fwd(device_type="cuda")` and `backward` with `@torch.amp.custom_bwd(device_type="cuda")`'
-    if fwd_edit is None or bwd_edit is None:
-        return Finding(backward.name, message, help=help)
-    return Finding(
-        backward.name,
-        message,
-        fix=FixPlan("Add `custom_fwd`/`custom_bwd`", (fwd_edit, bwd_edit), missing),
-        help=help,
+    fix = (
+        FixPlan("Add `custom_fwd`/`custom_bwd`", (fwd_edit, bwd_edit), missing)
+        if fwd_edit and bwd_edit
+        else None
+    )
+    return Finding(backward.name, message, fix=fix, help=help, evidence=why)
+
+
+def _half_outputs(ctx: FileContext, name: str, forward: cst.FunctionDef) -> tuple[Step, ...]:
+    """Why the outputs of `forward`, hence the gradients `backward` gets, are half precision under
+    autocast: a product of its own, or a module it is given (`layer(hidden)` for each `layer` in
+    `layers`), runs where autocast can be on (the caller's, as the project's precision allows), or
+    `Name.apply(...)` stands in an autocast region of this module. Empty when none of that holds."""
+    node = _autocast_sensitive(ctx, forward, None, casts_count=False) or _given_module_call(forward)
+    if node is not None and any(state.device for state in ctx.facts.autocast_at(node)):
+        lowered = tuple(step for step in ctx.facts.of(node).why if step.node is node)
+        if lowered:
+            return lowered
+        return (Step(node, f"{_describe(ctx, node)} runs under the caller's autocast"),)
+    for call in ctx.index.calls:
+        func = call.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "apply"
+            and isinstance(func.value, cst.Name)
+            and func.value.value == name
+            and any(state.device and state.where is not None for state in ctx.facts.autocast_at(call))
+        ):
+            return (Step(call, f"`{name}.apply(...)` runs under autocast"),)
+    return ()
+
+
+def _given_module_call(forward: cst.FunctionDef) -> cst.Call | None:
+    """A call in `forward` of a callable it is given (a parameter, or each element of one)."""
+    given = {param.name.value for param in forward.params.params[1:]}
+    for node in walk(forward.body):
+        if (
+            isinstance(node, cst.For)
+            and isinstance(node.target, cst.Name)
+            and isinstance(node.iter, cst.Name)
+            and node.iter.value in given
+        ):
+            given.add(node.target.value)
+    return next(
+        (
+            n
+            for n in walk(forward.body)
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in given
+        ),
+        None,
     )
 
 
 def _finding(
     ctx: FileContext,
-    top: cst.BaseStatement,
+    indents: dict[cst.CSTNode, str],
     method: cst.FunctionDef,
     decorators: _Decorators,
     added: tuple[cst.BaseExpression, bool],
     message: str,
 ) -> Finding:
     decorator, missing = added
-    edit = _insert_below(ctx, top, method, decorators, decorator)
-    help = f"decorate `{method.name.value}` with `@{ctx.code(decorator)}`"
-    if edit is None:
-        return Finding(method.name, message, help=help)
+    edit = _insert_below(ctx, indents, method, decorators, decorator)
+    fix = FixPlan(f"Add `@{ctx.code(decorator)}`", (edit,), missing) if edit is not None else None
     return Finding(
-        method.name,
-        message,
-        fix=FixPlan(f"Add `@{ctx.code(decorator)}`", (edit,), missing),
-        help=help,
+        method.name, message, fix=fix, help=f"decorate `{method.name.value}` with `@{ctx.code(decorator)}`"
     )
 
 
@@ -766,7 +789,7 @@ def _counterpart(
 
 def _insert_below(
     ctx: FileContext,
-    top: cst.BaseStatement,
+    indents: dict[cst.CSTNode, str],
     method: cst.FunctionDef,
     decorators: _Decorators,
     added: cst.BaseExpression,
@@ -778,36 +801,15 @@ def _insert_below(
         return None
     innermost = method.decorators[-1]
     code = ctx.code(innermost.decorator)
-    newline = ctx.module.default_newline
-    if "\n" in code or "\r" in code:
+    indent = indents.get(method)
+    if "\n" in code or "\r" in code or indent is None:
         return None
-    indents: dict[int, str] = {}
-    _indents(ctx, top, "", indents)
-    indent = indents.get(id(method))
-    if indent is None:
-        return None
-    return innermost.decorator, _Text(f"{code}{newline}{indent}@{ctx.code(added)}")
-
-
-def _indents(ctx: FileContext, statement: cst.CSTNode, indent: str, found: dict[int, str]) -> None:
-    """The indentation of every function definition inside `statement`, from the indented blocks
-    around it (positions would cost a metadata pass)."""
-    if isinstance(statement, cst.FunctionDef):
-        found[id(statement)] = indent
-    parts = [getattr(statement, name, None) for name in ("body", "orelse", "finalbody")]
-    parts.extend(getattr(statement, "handlers", ()))
-    for part in parts:
-        if isinstance(part, (cst.If, cst.Else, cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler)):
-            _indents(ctx, part, indent, found)  # `elif`, `else:`, `finally:`, `except:` at this level
-        elif isinstance(part, cst.IndentedBlock):
-            inner = indent + (part.indent if part.indent is not None else ctx.module.default_indent)
-            for child in part.body:
-                _indents(ctx, child, inner, found)
+    return innermost.decorator, _Text(f"{code}{ctx.module.default_newline}{indent}@{ctx.code(added)}")
 
 
 def _autocast_sensitive(
     ctx: FileContext, method: cst.FunctionDef, scope: Scope | None, *, casts_count: bool = True
-) -> str | None:
+) -> cst.CSTNode | None:
     """What in `method` computes differently inside and outside autocast: a product, a
     convolution, or a re-run of the forward under `torch.enable_grad()`. In `backward`, which runs
     outside autocast, a product whose operands are cast explicitly computes in the dtype chosen
@@ -819,21 +821,24 @@ def _autocast_sensitive(
         operands = matmul_operands(ctx, node)
         if operands is not None:
             if not (casts_count and any(_cast(ctx, operand, flow) for operand in operands)):
-                return f"`{_short(ctx, node)}`"
-            continue
-        if isinstance(node, cst.Call):
-            qualified = ctx.qualified(node.func)
-            if qualified in _CONVOLUTIONS:
-                return f"`{_short(ctx, node)}`"
-            if qualified in _RECOMPUTE:
-                return "the forward it re-runs"
+                return node
+        elif isinstance(node, cst.Call) and ctx.qualified(node.func) in _CONVOLUTIONS | _RECOMPUTE:
+            return node
     return None
+
+
+def _describe(ctx: FileContext, node: cst.CSTNode) -> str:
+    if isinstance(node, cst.Call) and ctx.qualified(node.func) in _RECOMPUTE:
+        return "the forward it re-runs"
+    code = " ".join(ctx.code(node).split())
+    return f"`{code if len(code) <= 60 else code[:57] + '...'}`"
 
 
 def _cast(ctx: FileContext, operand: cst.BaseExpression, flow: Flow | None) -> bool:
     """The operand's dtype is chosen explicitly: it comes from a cast (`.to(...)`, `.float()`,
     `.type_as(...)`) or from a call told a dtype (`dequantize(w, scale, grad.dtype)`), directly or
-    through a name bound to one (`identity = torch.eye(n).to(x.dtype)`; `w = gemm(identity, q)`)."""
+    through a name bound to one (`identity = torch.eye(n).to(x.dtype)`; `w = gemm(identity, q)`).
+    A check of the code's shape (a cast written there), not of dtypes."""
     for step in lineage(ctx, operand, flow):
         if not isinstance(step, cst.Call):
             continue
@@ -860,24 +865,4 @@ def _sets_dtype(ctx: FileContext, call: cst.Call) -> bool:
             ):
                 return True
         node = func.value if isinstance(func, cst.Attribute) else func
-    return False
-
-
-def _short(ctx: FileContext, node: cst.CSTNode) -> str:
-    code = " ".join(ctx.code(node).split())
-    return code if len(code) <= 60 else code[:57] + "..."
-
-
-def _applied_under_autocast(ctx: FileContext, name: str) -> bool:
-    """`Name.apply(...)` is called inside an enabled autocast region of this module."""
-    for call in ctx.index.calls:
-        func = call.func
-        if (
-            isinstance(func, cst.Attribute)
-            and func.attr.value == "apply"
-            and isinstance(func.value, cst.Name)
-            and func.value.value == name
-            and under_autocast(ctx, call)
-        ):
-            return True
     return False

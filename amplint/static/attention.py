@@ -3,11 +3,14 @@ about attention scores and softmax."""
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from amplint.static.context import FileContext
-from amplint.static.flow import Flow
-from amplint.static.patterns import argument, function_call, method_call
+from amplint.static.dtypes import Fact
+from amplint.static.flow import Flow, value_children
+from amplint.static.patterns import argument, function_call, matmul_operands, method_call
 
 SOFTMAX_FUNCTIONS = frozenset(
     {
@@ -20,6 +23,12 @@ SOFTMAX_FUNCTIONS = frozenset(
     }
 )
 SOFTMAX_METHODS = frozenset({"softmax", "log_softmax"})
+# The bodies the rules about scores read: a softmax's, and a product's, which may be a helper that
+# makes the scores (`self._scores(q, k)`) for a softmax in another method.
+REGION_WORDS = frozenset(
+    {"softmax", "log_softmax", "Softmax", "LogSoftmax", "matmul", "bmm", "baddbmm", "einsum"}
+)
+REGION_PATTERN = re.compile(r"[\w)\]] *@ *[\w(]")
 _TRANSPOSE_METHODS = frozenset({"transpose", "permute", "t", "swapaxes", "swapdims"})
 _PRODUCT_FUNCTIONS = frozenset({"torch.matmul", "torch.bmm"})
 _PRODUCT_METHODS = frozenset({"matmul", "bmm"})
@@ -60,32 +69,90 @@ def _is_transposed(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None
 
 
 def _einsum_operands(
-    ctx: FileContext, node: cst.Call
+    ctx: FileContext, node: cst.Call, flow: Flow | None
 ) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
     """The two operands of an einsum that contracts the last index of both (`...qd,...kd->...qk`),
-    given as two arguments or as one list."""
+    given as two arguments or as one list. The equation may be a literal, a name bound to one, or
+    an f-string whose fields hold literals (`f"b h i d, {kv_eq} -> b h i j"`): every spelling it can
+    take must contract so."""
     if not function_call(ctx, node, frozenset({"torch.einsum"})) or len(node.args) < 2:
         return None
-    equation = node.args[0].value
     operands = [arg.value for arg in node.args[1:]]
     if len(operands) == 1 and isinstance(operands[0], (cst.List, cst.Tuple)):
         operands = [element.value for element in operands[0].elements]
-    if not isinstance(equation, cst.SimpleString) or len(operands) != 2:
+    equations = _spellings(ctx, node.args[0].value, flow)
+    if len(operands) != 2 or not equations or not all(map(_contracts_last, equations)):
         return None
-    inputs, _, output = str(equation.evaluated_value).replace(" ", "").partition("->")
+    return operands[0], operands[1]
+
+
+def _contracts_last(equation: str) -> bool:
+    inputs, _, output = equation.replace(" ", "").partition("->")
     parts = inputs.split(",")
     if len(parts) != 2 or not all(parts) or not output:
-        return None
+        return False
     left, right = parts
-    if left[-1] == right[-1] and left[-1] not in output:
-        return operands[0], operands[1]
-    return None
+    return left[-1] == right[-1] and left[-1] not in output
+
+
+def _spellings(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None, depth: int = 3) -> list[str]:
+    """The strings an expression can hold (empty when any is unknown): a literal, a conditional,
+    a name bound in the function or at module level, an f-string of those."""
+    if isinstance(node, cst.Name):
+        bound: list[cst.CSTNode] = list(flow.history.get(node.value, ())) if flow is not None else []
+        if not bound:
+            bound = list(_module_strings(ctx.module).get(node.value, ()))  # rare: computed on demand
+        last = bound[-1] if bound else None
+        return (
+            _spellings(ctx, last, flow, depth - 1) if isinstance(last, cst.BaseExpression) and depth else []
+        )
+    if isinstance(node, cst.SimpleString) and isinstance(node.evaluated_value, str):
+        return [node.evaluated_value]
+    if isinstance(node, cst.IfExp):
+        both = (_spellings(ctx, node.body, flow, depth), _spellings(ctx, node.orelse, flow, depth))
+        return both[0] + both[1] if all(both) else []
+    if isinstance(node, cst.FormattedString):
+        found = [""]
+        for part in node.parts:
+            if isinstance(part, cst.FormattedStringText):
+                found = [text + part.value for text in found]
+                continue
+            assert isinstance(part, cst.FormattedStringExpression)
+            fields = _spellings(ctx, part.expression, flow, depth)
+            if not fields or part.format_spec or part.conversion:
+                return []
+            found = [text + field for text in found for field in fields]
+        return found
+    return []
+
+
+def _module_strings(module: cst.Module) -> dict[str, list[cst.BaseExpression]]:
+    """Module-level `NAME = <expression>` bindings, for equations kept in constants."""
+    found: dict[str, list[cst.BaseExpression]] = {}
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                    target = small.targets[0].target
+                    if isinstance(target, cst.Name):
+                        found.setdefault(target.value, []).append(small.value)
+    return found
 
 
 def score_operands(
     ctx: FileContext, node: cst.CSTNode, flow: Flow | None = None
 ) -> tuple[cst.BaseExpression, cst.BaseExpression, cst.Call | cst.BinaryOperation] | None:
-    """`(queries, keys, product)` when `node` multiplies queries by transposed keys."""
+    """`(queries, keys, product)` when `node` multiplies queries by transposed keys. Attention
+    weights times values (`v @ probs.mT`) is no score product, however it is transposed."""
+    found = _product_operands(ctx, node, flow)
+    if found is None or any(holds_probabilities(ctx, operand, flow) for operand in found[:2]):
+        return None
+    return found
+
+
+def _product_operands(
+    ctx: FileContext, node: cst.CSTNode, flow: Flow | None
+) -> tuple[cst.BaseExpression, cst.BaseExpression, cst.Call | cst.BinaryOperation] | None:
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
         if _is_transposed(ctx, node.right, flow):
             return node.left, node.right, node
@@ -100,11 +167,61 @@ def score_operands(
     elif (receiver := method_call(ctx, node, _PRODUCT_METHODS)) is not None:
         left, right = receiver, argument(node, 0, "other") or argument(node, 0, "mat2")
     else:
-        operands = _einsum_operands(ctx, node)
+        operands = _einsum_operands(ctx, node, flow)
         return (*operands, node) if operands is not None else None
     if left is None or right is None or not _is_transposed(ctx, right, flow):
         return None
     return left, right, node
+
+
+def holds_probabilities(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None) -> bool:
+    """Whether a value is a softmax's result, through names, reshapes, casts, dropout and masking,
+    back to the last product before it."""
+    stack: list[cst.CSTNode] = [node]
+    seen: set[int] = set()
+    while stack and len(seen) < 64:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if is_softmax(ctx, current):
+            return True
+        if isinstance(current, cst.Name):
+            stack.extend(flow.history.get(current.value, ()) if flow is not None else ())
+        elif matmul_operands(ctx, current) is None:
+            stack.extend(value_children(current))
+    return False
+
+
+def scores_returned_by(ctx: FileContext, call: cst.CSTNode) -> list[cst.CSTNode]:
+    """The `q @ k^T` products of the file's other functions that a call returns: the engine follows
+    the file's own functions and methods (`self._scores(q, k)`), and its evidence names them."""
+    if not isinstance(call, cst.Call) or ctx.qualified(call.func) is not None:
+        return []
+    func = call.func
+    name = (
+        func.value
+        if isinstance(func, cst.Name)
+        else func.attr.value
+        if isinstance(func, cst.Attribute)
+        else ""
+    )
+    if name not in ctx.index.function_names:
+        return []  # not the file's own function: the engine follows no other
+    here = ctx.function_of(call)
+    return [
+        step.node
+        for step in ctx.facts.of(call).why
+        if ctx.function_of(step.node) is not here and score_operands(ctx, step.node) is not None
+    ]
+
+
+def why_half(fact: Fact, names: str | None = None) -> str:
+    """Why a value is half there, for a message: the engine's evidence, and whose choice it is."""
+    if fact.caller:
+        steps = "; ".join(step.text for step in fact.why)
+        return f"this holds when the caller runs it in {names or fact.half_names()}: {steps}"
+    return fact.explain()
 
 
 def scaled_inside(ctx: FileContext, node: cst.Call | cst.BinaryOperation) -> bool:

@@ -18,6 +18,7 @@ from libcst.metadata.position_provider import PositionProvidingCodegenState
 from amplint.source import NEWLINE, LineIndex
 from amplint.static.dtypes import DtypeFacts, Step
 from amplint.static.imports import ImportMap
+from amplint.static.profile import CALLER, Profile
 from amplint.static.scopes import ModuleIndex, Scope, index_module, walk
 
 
@@ -43,10 +44,17 @@ class Finding:
 
 class FileContext:
     def __init__(
-        self, path: Path, module: cst.Module, words: frozenset[str] = frozenset(), text: str | None = None
+        self,
+        path: Path,
+        module: cst.Module,
+        words: frozenset[str] = frozenset(),
+        text: str | None = None,
+        *,
+        profile: Profile = CALLER,
     ) -> None:
         self.path = path
         self.module = module
+        self.profile = profile  # the half dtypes the project may run in (amplint.static.profile)
         self.words = words  # every identifier-like word of the file's text
         self.text = text  # the text `module` was parsed from, when known
         self.memo: dict[str, object] = {}  # per-file results that several rules share

@@ -21,14 +21,15 @@ Rules ask this engine; none reasons about dtypes itself.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from amplint.static import ops
+from amplint.static import constants, ops
 from amplint.static.ops import BF16, F16, F32, F64, HALF
+from amplint.static.imports import dotted_name
 from amplint.static.scopes import suite_body, walk
 
 if TYPE_CHECKING:
@@ -108,8 +109,8 @@ def join(facts: Iterable[Fact]) -> Fact:
     if not facts:
         return UNKNOWN_FACT
     first = facts[0]
-    if len(facts) == 1:
-        return first
+    if len(facts) == 1 or all(fact == first for fact in facts):
+        return first  # the same in every branch: `__class__` keeps its `module`
     kinds = {fact.kind for fact in facts}
     kind = first.kind if len(kinds) == 1 else TENSOR if TENSOR in kinds else UNKNOWN
     numbers = {fact.number for fact in facts}
@@ -134,16 +135,19 @@ def promote(facts: Iterable[Fact]) -> Fact:
         return tensors[0] if tensors else _SCALAR
     if len(known) == 1:
         return known[0]
-    # Every combination of the operands' possible dtypes.
-    result: set[str] = set()
-    options: list[frozenset[str]] = [frozenset({"-"})]
-    for fact in known:
-        options = [frozenset(prefix | {d}) for prefix in options for d in fact.dtypes]
-    for combination in options:
-        dtypes = combination - {"-"}
-        top = max(_ORDER[d] for d in dtypes)
-        widest = {d for d in dtypes if _ORDER[d] == top}
-        result.add(F32 if widest == HALF else widest.pop())
+    # What some combination of the operands' possible dtypes promotes to, without enumerating the
+    # combinations (exponential in the number of operands): float64 if any operand may be float64;
+    # float32 if every operand may be at most float32 and one may be float32, or if all may be half
+    # and two different operands may be bf16 and fp16; a half dtype if every operand may be it.
+    sets = [fact.dtypes for fact in known]
+    result: set[str] = {F64} if any(F64 in d for d in sets) else set()
+    if all(d - {F64} for d in sets) and any(F32 in d for d in sets):
+        result.add(F32)
+    result.update(half for half in HALF if all(half in d for d in sets))
+    bf16 = {i for i, d in enumerate(sets) if BF16 in d}
+    fp16 = {i for i, d in enumerate(sets) if F16 in d}
+    if all(d & HALF for d in sets) and bf16 and fp16 and len(bf16 | fp16) > 1:
+        result.add(F32)
     why: list[Step] = []
     for fact in known:
         why.extend(step for step in fact.why if step not in why)
@@ -165,6 +169,22 @@ class Autocast:
 OFF = Autocast(None)
 
 
+@dataclass(frozen=True)
+class Float16:
+    """How code makes a model run in float16 (`DtypeFacts.float16_setting`): `spelled` for a
+    message (`.half()`, `torch_dtype=dtype`, `torch.autocast("cuda")`); `autocast` for an autocast
+    region rather than the weights; `surely` where float16 is what runs on a CUDA GPU, not one of
+    the dtypes that a choice made at run time picks from (`torch.float16 if fp16 else
+    torch.float32`, `autocast(enabled=amp)`); `why` the evidence; `node` the call or value that sets
+    it."""
+
+    node: cst.CSTNode
+    spelled: str
+    autocast: bool
+    surely: bool
+    why: tuple[Step, ...]
+
+
 @dataclass
 class _Frame:
     """The state of one function's interpretation."""
@@ -179,9 +199,11 @@ class DtypeFacts:
     """The facts of one file. `of(expr)` answers for any expression; the function that holds it is
     analysed the first time one of its expressions is asked about."""
 
-    def __init__(self, ctx: FileContext) -> None:
+    def __init__(self, ctx: FileContext, *, caller_autocast: bool = True) -> None:
         self.ctx = ctx
         self.profile = getattr(ctx, "profile", None) or _BOTH
+        self.caller_autocast = caller_autocast  # False: only this file's own autocast regions
+        self._plain: DtypeFacts | None = None
         self._facts: dict[cst.CSTNode, Fact] = {}
         self._states: dict[cst.CSTNode, frozenset[Autocast]] = {}
         self._done: set[cst.CSTNode] = set()
@@ -196,9 +218,21 @@ class DtypeFacts:
         self._attributes: dict[tuple[str, str], Fact] = {}
         self._returns: dict[tuple[cst.FunctionDef, tuple[Fact, ...]], Fact] = {}
         self._active: set[cst.FunctionDef] = set()
+        self._framework: str | None = None
         self._index_definitions()
 
     # -- questions rules ask ---------------------------------------------------------------------
+    def without_caller_autocast(self) -> DtypeFacts:
+        """The facts of this file when the caller enables no autocast (a model run in its weights'
+        dtype): code outside the file's own autocast regions runs with autocast off. Each answer
+        then holds for one world, where `of` joins both (a float32 product that the caller's
+        autocast would lower no longer makes the softmax after it look half)."""
+        if not self.caller_autocast:
+            return self
+        if self._plain is None:
+            self._plain = DtypeFacts(self.ctx, caller_autocast=False)
+        return self._plain
+
     def of(self, node: cst.CSTNode) -> Fact:
         """The fact of an expression (UNKNOWN for one the engine never reached)."""
         fact = self._facts.get(node)
@@ -218,6 +252,129 @@ class DtypeFacts:
         """Whether `node` surely runs under an enabled CUDA autocast region of this file."""
         states = self.autocast_at(node)
         return bool(states) and all(s.device == "cuda" and s.where is not None for s in states)
+
+    def autocast_states(self, call: cst.CSTNode) -> frozenset[Autocast] | None:
+        """The states inside `with call:` wherever the call stands (a `with` item, a decorator,
+        `ctx = torch.autocast("cuda") if amp else nullcontext()`); None for a call that is no
+        autocast context."""
+        if not isinstance(call, cst.Call):
+            return None
+        self.of(call)
+        return self._autocast_of(call, _Frame(dict(self._module_constants()), frozenset({OFF})), self.of)
+
+    def describe(self, why: Iterable[Step], shown: cst.CSTNode) -> str:
+        """Evidence in one line for a message that quotes `shown`: the steps outside it, with their
+        line where it is another than `shown`'s."""
+        inside = set(walk(shown))
+        line = self.line(shown)
+        return "; ".join(
+            step.text + ("" if self.line(step.node) == line else f" (line {self.line(step.node)})")
+            for step in why
+            if step.node not in inside
+        )
+
+    def dtype_value(self, expr: cst.BaseExpression) -> Fact:
+        """The dtype a `dtype=`/`torch_dtype=` value names (`torch.float16`, `"fp16"`, a variable or
+        a conditional holding them), of kind DTYPE; UNKNOWN for what names none (a device, a
+        tensor, a dtype the caller picks)."""
+        fact = self.of(expr)
+        if fact.kind in (DTYPE, OTHER) and fact.dtypes and not fact.caller:
+            return replace(fact, kind=DTYPE)
+        return UNKNOWN_FACT
+
+    def float16_dtype(self, expr: cst.BaseExpression) -> Float16 | None:
+        """`dtype_value(expr)` as a float16 setting, where float16 is among the dtypes it names."""
+        fact = self.dtype_value(expr)
+        if F16 not in fact.dtypes:
+            return None
+        return Float16(expr, _shorten(self.ctx.code(expr)), False, fact.dtypes == {F16}, fact.why)
+
+    def _guard_skips(self, test: cst.BaseExpression) -> frozenset[str] | None:
+        """The dtypes for which a dtype test (`x.dtype == torch.float16`, `dtype not in (torch.float32,
+        torch.float64)`, `or`/`and`/`not` of those) is false; None for any other test."""
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = self._guard_skips(test.expression)
+            return None if inner is None else frozenset(ops.FLOATS) - inner
+        if isinstance(test, cst.BooleanOperation):
+            left, right = self._guard_skips(test.left), self._guard_skips(test.right)
+            if left is None or right is None:
+                return None
+            return left & right if isinstance(test.operator, cst.Or) else left | right
+        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            return None
+        target = test.comparisons[0]
+        value = self._facts.get(target.comparator, UNKNOWN_FACT)
+        items = value.items if value.items is not None else (value,)
+        if not items or not all(item.kind == DTYPE and len(item.dtypes) == 1 for item in items):
+            return None
+        named = frozenset().union(*(item.dtypes for item in items))
+        if isinstance(target.operator, (cst.In, cst.Equal)):
+            return frozenset(ops.FLOATS) - named
+        if isinstance(target.operator, (cst.NotIn, cst.NotEqual)):
+            return named
+        return None
+
+    def _on_gpu(self, test: cst.BaseExpression) -> int | None:
+        """The branch of `if torch.cuda.is_available():` (0: the body, 1: the other) that runs on a
+        CUDA GPU, where the hazards are; None for any other test."""
+        negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+        inner = test.expression if isinstance(test, cst.UnaryOperation) and negated else test
+        if (
+            isinstance(inner, cst.Call)
+            and not inner.args
+            and self.ctx.qualified(inner.func) == "torch.cuda.is_available"
+        ):
+            return 1 if negated else 0
+        return None
+
+    def float16_setting(self, node: cst.CSTNode) -> Float16 | None:
+        """How a call makes a model run in float16, or None: a cast (`.half()`, `.to(dtype)`,
+        `.type(dtype)`), `torch_dtype=` (any call) or `dtype=` (a loader: `from_pretrained`,
+        `from_config`, `pipeline`, ...) naming float16, the same as the entry of a keyword dict
+        (`{"torch_dtype": dtype}`), or an enabled float16 autocast (which `torch.autocast("cuda")`
+        is by default)."""
+        key = node.key if isinstance(node, cst.DictElement) else None
+        if isinstance(node, cst.DictElement) and isinstance(key, cst.SimpleString):
+            if key.evaluated_value not in ("torch_dtype", "dtype"):
+                return None
+            found = self.float16_dtype(node.value)
+            return found and replace(found, node=node, spelled=f"{key.value}: {found.spelled}")
+        if not isinstance(node, cst.Call):
+            return None
+        states = self.autocast_states(node)
+        if states is not None:
+            dtypes = {state.dtype for state in states if state.device and state.dtype}
+            if F16 not in dtypes:
+                return None
+            spelled = _shorten(self.ctx.code(node))
+            names = "/".join(_SHORT[d] for d in ops.FLOATS if d in dtypes)
+            when = " where enabled" if OFF in states else ""
+            step = Step(node, f"`{spelled}` autocasts to {names}{when}")
+            surely = all(state.device and state.dtype == F16 for state in states)
+            return Float16(node, spelled, True, surely, (step,))
+        func = node.func
+        attr = func.attr.value if isinstance(func, cst.Attribute) else None
+        method = attr if self.ctx.qualified(func) is None else None
+        if method == "half" and not node.args:
+            return Float16(node, ".half()", False, True, (Step(node, "`.half()` makes it fp16"),))
+        loader = attr in _MODEL_LOADERS or self.ctx.qualified(func) in _PIPELINES
+        for arg in node.args:
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            if arg.star or not (
+                keyword == "torch_dtype"
+                or (keyword == "dtype" and (loader or method in ("to", "type")))
+                or (keyword is None and method in ("to", "type"))
+            ):
+                continue
+            fact = self.dtype_value(arg.value)
+            if F16 in fact.dtypes:
+                code = _shorten(self.ctx.code(arg.value))
+                spelled = f"{keyword}={code}" if keyword is not None else code
+                spelled = f".{method}({spelled})" if method in ("to", "type") else spelled
+                names = "/".join(_SHORT[d] for d in ops.FLOATS if d in fact.dtypes)
+                why = (*fact.why[-(_MAX_WHY - 1) :], Step(node, f"`{spelled}` makes the model {names}"))
+                return Float16(node, spelled, False, fact.dtypes == {F16}, why)
+        return None
 
     def number(self, node: cst.BaseExpression) -> float | None:
         """The value of a Python number: a literal, `-1e9`, `float("-inf")`, a module constant, a
@@ -243,24 +400,25 @@ class DtypeFacts:
     def line(self, node: cst.CSTNode) -> int:
         return self.ctx.position(node).start.line
 
-    def explain_line(self, line: int) -> list[tuple[str, Fact]]:
-        """Every expression that starts on `line`, outermost first, with its fact."""
-        found: list[tuple[str, Fact]] = []
+    def nodes_on(self, line: int) -> list[cst.BaseExpression]:
+        """The expressions that start on `line`, outermost first."""
+        found: list[cst.BaseExpression] = []
         for top in self.ctx.module.body:
             where = self.ctx.position(top)
-            if not where.start.line <= line <= where.end.line:
-                continue
-            for node in walk(top):
-                if isinstance(node, cst.BaseExpression) and not isinstance(node, cst.BaseString):
-                    try:
-                        starts = self.ctx.position(node).start.line
-                    except KeyError:
-                        continue
-                    if starts == line:
-                        fact = self.of(node)
-                        if fact.kind in (TENSOR, DTYPE):
-                            found.append((" ".join(self.ctx.code(node).split()), fact))
+            if where.start.line <= line <= where.end.line:
+                found.extend(
+                    node
+                    for node in walk(top)
+                    if isinstance(node, cst.BaseExpression)
+                    and not isinstance(node, cst.BaseString)
+                    and self.ctx.position(node).start.line == line
+                )
         return found
+
+    def explain_line(self, line: int) -> list[tuple[str, Fact]]:
+        """Every tensor or dtype expression that starts on `line`, outermost first, with its fact."""
+        rows = [(" ".join(self.ctx.code(node).split()), self.of(node)) for node in self.nodes_on(line)]
+        return [(code, fact) for code, fact in rows if fact.kind in (TENSOR, DTYPE)]
 
     # -- the file's definitions ------------------------------------------------------------------
     def _index_definitions(self) -> None:
@@ -276,11 +434,22 @@ class DtypeFacts:
 
     def _default_entry(self) -> frozenset[Autocast]:
         """What code that this file does not call runs under: autocast off, or the caller's."""
+        if not self.caller_autocast:
+            return frozenset({OFF})
         return frozenset({OFF, *(Autocast("cuda", d) for d in self.profile.half)})
 
     def _caller_tensor(self, node: cst.CSTNode, what: str) -> Fact:
+        if self._foreign():
+            return UNKNOWN_FACT  # a TensorFlow or JAX file: its inputs are no torch tensors
         dtypes = frozenset({F32, *self.profile.half})
         return Fact(TENSOR, dtypes, (Step(node, what),), caller=bool(self.profile.half))
+
+    def _foreign(self) -> bool:
+        """The file imports another array framework (TensorFlow, JAX, ...) and not torch."""
+        if self._framework is None:
+            roots = {qualified.split(".", 1)[0] for qualified in self.ctx.index.aliases.values()}
+            self._framework = "torch" if "torch" in roots or not roots & _FOREIGN else "other"
+        return self._framework == "other"
 
     def _module_constants(self) -> dict[str, Fact]:
         if self._module_env is None:
@@ -303,16 +472,19 @@ class DtypeFacts:
     # -- interpretation --------------------------------------------------------------------------
     def _analyse(self, scope: cst.FunctionDef | cst.Module) -> None:
         self._done.add(scope)
-        if isinstance(scope, cst.Module):
-            frame = _Frame(dict(self._module_constants()), frozenset({OFF}))
-            self._run(scope.body, frame)
-            return
-        frame = _Frame(dict(self._parameters(scope)), self._entry_states(scope))
-        if scope in self._class_of:
-            frame.env["__class__"] = Fact(OTHER, module=self._class_of[scope].name.value)
-        self._active.add(scope)
         try:
+            if isinstance(scope, cst.Module):
+                self._run(scope.body, _Frame(dict(self._module_constants()), frozenset({OFF})))
+                return
+            frame = _Frame(dict(self._parameters(scope)), self._entry_states(scope))
+            if scope in self._class_of:
+                frame.env["__class__"] = Fact(OTHER, module=self._class_of[scope].name.value)
+            self._active.add(scope)
             self._run(suite_body(scope.body), frame)
+        except RecursionError:
+            # An expression nested deeper than Python's stack (generated code): what was reached
+            # keeps its facts, the rest stays unknown, and the file is still checked.
+            pass
         finally:
             self._active.discard(scope)
 
@@ -337,6 +509,13 @@ class DtypeFacts:
         self._entry[function] = states
         return states
 
+    def _bound(self, function: cst.FunctionDef) -> bool:
+        """A method whose first parameter is `self` or `cls` (not a `@staticmethod`)."""
+        return function in self._class_of and not any(
+            isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod"
+            for d in function.decorators
+        )
+
     def _parameters(self, function: cst.FunctionDef) -> dict[str, Fact]:
         cached = self._params.get(function)
         if cached is not None:
@@ -344,7 +523,7 @@ class DtypeFacts:
         params = [*function.params.posonly_params, *function.params.params, *function.params.kwonly_params]
         env: dict[str, Fact] = {}
         self._params[function] = env  # a recursive call sees the defaults
-        method = function in self._class_of
+        method = self._bound(function)
         upcast = any(self._custom_fwd_float32(d.decorator) for d in function.decorators)
         for i, param in enumerate(params):
             name = param.name.value
@@ -365,7 +544,11 @@ class DtypeFacts:
     def _param_default(self, function: cst.FunctionDef, param: cst.Param, upcast: bool) -> Fact:
         name = param.name.value
         annotation = self.ctx.code(param.annotation.annotation) if param.annotation else ""
-        if param.default is not None:
+        # `x: Optional[torch.Tensor] = None`: a tensor when passed, not the None of its default
+        optional = (
+            isinstance(param.default, cst.Name) and param.default.value == "None" and "Tensor" in annotation
+        )
+        if param.default is not None and not optional:
             default = self._expr(param.default, _Frame(dict(self._module_constants()), frozenset({OFF})))
             if default.kind in (SCALAR, DTYPE, OTHER):
                 return default
@@ -373,9 +556,23 @@ class DtypeFacts:
             return _OTHER if annotation != "float" else _SCALAR
         if upcast:
             return Fact(TENSOR, frozenset({F32}), (Step(param, "cast to float32 by `custom_fwd`"),))
+        if self._inherited_hook(function):
+            return UNKNOWN_FACT
         return self._caller_tensor(
             param, f"`{name}` is an input of `{function.name.value}`, in the caller's dtype"
         )
+
+    def _inherited_hook(self, function: cst.FunctionDef) -> bool:
+        """A private method that this file never calls, of a class derived from one defined in
+        another (non-torch) module: that base class calls it, out of sight, with tensors in a dtype
+        it picks (transformers' modular files override `_norm`, which the inherited `forward` calls
+        as `self._norm(x.float())`). Its parameters' dtypes are unknown, not the caller's."""
+        klass = self._class_of.get(function)
+        name = function.name.value
+        if klass is None or not name.startswith("_") or name.startswith("__") or self._sites(function):
+            return False
+        bases = [self.ctx.qualified(base.value) or self.ctx.code(base.value) for base in klass.bases]
+        return any(not base.startswith("torch.") and base not in self._classes for base in bases)
 
     def _argument_fact(
         self, call: cst.Call, scope: cst.FunctionDef | cst.Module, positional: list[str], name: str
@@ -453,7 +650,26 @@ class DtypeFacts:
                 bodies.append((orelse,))
             elif orelse is not None:
                 bodies.append(suite_body(orelse.body))
-            self._branch(bodies, frame, keep=orelse is None)
+            taken = self._on_gpu(node.test)
+            skipped = self._guard_skips(node.test) if orelse is None else None
+            if taken is None and skipped is not None and not skipped & HALF:
+                # `if x.dtype in (float16, bfloat16): x = x.float()`: the upcast runs wherever the
+                # value is half, so a name the body upcasts is wide after it (whatever the test reads:
+                # `self.cfg.dtype` is taken to be the model's).
+                before = dict(frame.env)
+                self._branch(bodies, frame, keep=True)
+                inner = replace(frame, env=dict(before))
+                self._run(bodies[0], inner)
+                for name, fact in inner.env.items():
+                    if fact.is_wide and before.get(name, fact).may_be_half:
+                        frame.env[name] = fact
+            elif taken is None:
+                self._branch(bodies, frame, keep=orelse is None)
+            else:
+                # `if torch.cuda.is_available():` the other branch's facts, but a GPU's bindings
+                bodies.append(())
+                self._run(bodies[1 - taken], replace(frame, env=dict(frame.env)))
+                self._branch([bodies[taken]], frame, keep=False)
         elif isinstance(node, (cst.For, cst.While)):
             if isinstance(node, cst.For):
                 iterated = self._expr(node.iter, frame)
@@ -498,6 +714,8 @@ class DtypeFacts:
             left = self._expr(node.target, frame)
             right = self._expr(node.value, frame)
             result = self._binary(operator, left, right, node, frame)
+            if left.kind == TENSOR and left.dtypes and result.kind == TENSOR:
+                result = left  # in place: `scores += bias` keeps the dtype of `scores`
             self._bind(node.target, result, None, frame)
         elif isinstance(node, cst.Return) and node.value is not None:
             frame.returns.append(self._expr(node.value, frame))
@@ -549,6 +767,10 @@ class DtypeFacts:
         if isinstance(node, (cst.Imaginary, cst.BaseString)):
             for child in _children(node):
                 self._expr(child, frame)
+            literal = node.evaluated_value if isinstance(node, cst.SimpleString) else None
+            if isinstance(literal, str) and literal in _DTYPE_STRINGS:
+                # `torch_dtype="float16"`: a string that names a dtype carries it
+                return Fact(OTHER, frozenset({_DTYPE_STRINGS[literal]}), (Step(node, f'`"{literal}"`'),))
             return _OTHER
         if isinstance(node, cst.Attribute):
             return self._attribute(node, frame)
@@ -584,7 +806,18 @@ class DtypeFacts:
             return _INTEGER if any(f.kind == TENSOR for f in facts) else _SCALAR
         if isinstance(node, cst.IfExp):
             self._expr(node.test, frame)
-            return join([self._expr(node.body, frame), self._expr(node.orelse, frame)])
+            branches = [self._expr(node.body, frame), self._expr(node.orelse, frame)]
+            taken = self._on_gpu(node.test)
+            if taken is None:
+                return join(branches)
+            chosen = branches[taken]
+            return replace(chosen, why=(*chosen.why[-(_MAX_WHY - 1) :], Step(node.test, _ON_GPU)))
+        if isinstance(node, cst.Dict):
+            for item in node.elements:
+                if isinstance(item, cst.DictElement):
+                    self._expr(item.key, frame)
+                self._expr(item.value, frame)
+            return _OTHER
         if isinstance(node, (cst.Tuple, cst.List)):
             return Fact(OTHER, items=tuple(self._expr(e.value, frame) for e in node.elements))
         if isinstance(node, (cst.ListComp, cst.GeneratorExp)):
@@ -616,8 +849,12 @@ class DtypeFacts:
         dtype = _DTYPE_NAMES.get(qualified)
         if dtype is not None:
             return Fact(DTYPE, frozenset({dtype}), (Step(node, f"`{qualified}`"),))
+        if qualified in _INTEGER_DTYPE_NAMES:  # `dtype=torch.bool`: an integer tensor, no floating dtype
+            return Fact(DTYPE, why=(Step(node, f"`{qualified}`"),), module=_INTEGER_DTYPE)
         if qualified in ("math.pi", "math.e", "math.inf", "math.tau"):
             return Fact(SCALAR, number=getattr(math, qualified[5:]))
+        if qualified in ("torch.inf", "numpy.inf", "numpy.Inf"):
+            return Fact(SCALAR, number=math.inf)
         return _OTHER
 
     def _attribute(self, node: cst.Attribute, frame: _Frame) -> Fact:
@@ -635,10 +872,27 @@ class DtypeFacts:
         if name in ops.TENSOR_ATTRIBUTES_SCALAR:
             return _SCALAR
         if name in ("min", "max", "eps", "tiny", "smallest_normal", "bits", "resolution"):
+            number = self._finfo_number(node.value, name)
+            if number is not None:  # `torch.finfo(torch.float32).min`: a dtype written out
+                return Fact(SCALAR, number=number)
             return value if value.kind == SCALAR else _SCALAR
         if value.kind == TENSOR:
             return value  # `.T`, `.mT`, `.data`, `.grad`, `.real`
         return UNKNOWN_FACT
+
+    def _finfo_number(self, call: cst.BaseExpression, name: str) -> float | None:
+        """`torch.finfo(torch.float32).min` (or `numpy.finfo`, `.eps`, `.tiny`): a number only where
+        the dtype is written out; `finfo(x.dtype)` is whatever dtype `x` has at run time."""
+        if not isinstance(call, cst.Call) or len(call.args) != 1:
+            return None
+        if self.ctx.qualified(call.func) not in ("torch.finfo", "numpy.finfo"):
+            return None
+        arg = call.args[0].value
+        written = self.ctx.qualified(arg) or ""
+        dtype = _DTYPE_NAMES.get(written) or _DTYPE_NAMES.get(written.replace("numpy.", "torch.", 1))
+        if dtype is None and isinstance(arg, cst.Name) and arg.value == "float":
+            dtype = F64
+        return constants.finfo(dtype, name) if dtype is not None else None
 
     def _self_attribute(self, name: str, node: cst.CSTNode, frame: _Frame) -> Fact:
         cls = self._class_name(frame)
@@ -654,7 +908,8 @@ class DtypeFacts:
 
     def _init_attribute(self, cls: str, name: str, where: cst.CSTNode) -> Fact:
         """What `self.<name>` holds, from its assignments in the class's `__init__`: a submodule, a
-        number, a parameter or buffer (in the weights' dtype), or another value."""
+        number, a parameter or buffer (in the weights' dtype), or another value; else from a class
+        attribute (`eps = 1e-8` in the class body)."""
         klass = self._classes.get(cls)
         if klass is None:
             return UNKNOWN_FACT
@@ -667,7 +922,7 @@ class DtypeFacts:
             None,
         )
         if init is None:
-            return UNKNOWN_FACT
+            return self._class_attribute(klass, name)
         frame = _Frame(dict(self._parameters(init)), frozenset({OFF}))
         frame.env["__class__"] = Fact(OTHER, module=cls)
         found: list[Fact] = []
@@ -693,6 +948,19 @@ class DtypeFacts:
                     found.append(
                         self._caller_tensor(where, f"`self.{name}` is a buffer, in the model's dtype")
                     )
+        return join(found) if found else self._class_attribute(klass, name)
+
+    def _class_attribute(self, klass: cst.ClassDef, name: str) -> Fact:
+        """What a class attribute (`eps = 1e-8` in the class body) holds."""
+        frame = _Frame(dict(self._module_constants()), frozenset({OFF}))
+        found = [
+            self._init_value(small.value, frame)
+            for item in suite_body(klass.body)
+            if isinstance(item, cst.SimpleStatementLine)
+            for small in item.body
+            if isinstance(small, cst.Assign)
+            and any(isinstance(t.target, cst.Name) and t.target.value == name for t in small.targets)
+        ]
         return join(found) if found else UNKNOWN_FACT
 
     def _init_value(self, value: cst.BaseExpression, frame: _Frame) -> Fact:
@@ -702,8 +970,9 @@ class DtypeFacts:
                 return self._caller_tensor(value, "a parameter, in the model's dtype")
             if constructor in ops.MODULE_OPS or constructor[:1].isupper():
                 return Fact(MODULE, module=constructor)
-        fact = self._expr(value, frame)
-        return fact if fact.kind in (SCALAR, DTYPE, OTHER, INTEGER) else UNKNOWN_FACT
+        # A plain tensor attribute keeps the dtype it is made in: `.half()` converts only the
+        # parameters and buffers (the same fact whether or not `__init__` was analysed first).
+        return self._expr(value, frame)
 
     def _comprehension(self, node: cst.ListComp | cst.GeneratorExp, frame: _Frame) -> Fact:
         inner = replace(frame, env=dict(frame.env))
@@ -784,15 +1053,23 @@ class DtypeFacts:
                 return local
             if func.value == "float":
                 return Fact(SCALAR, number=_float_literal(node))
+            if func.value == "map" and len(positional) == 2:
+                return self._map(node, positional[1], frame)
+            callee = frame.env.get(func.value) or self._module_constants().get(func.value)
+            if callee is not None and callee.kind == MODULE and callee.dtypes:  # a model loaded in a dtype
+                weights = Fact(TENSOR, callee.dtypes, callee.why, callee.caller)
+                return self._op("linear", positional[:1], node, frame, natural=weights)
             if func.value in ("int", "len", "round", "abs", "min", "max", "sum") and all(
                 f.kind in (SCALAR, INTEGER) for f in args
             ):
                 return _SCALAR
-            # An opaque function: as its tensor inputs are.
-            tensors = [f for f in args if f.kind == TENSOR]
+            # An opaque function: as its tensor inputs are (`*args`, `**kwargs` are containers).
+            tensors = [f for arg, f in zip(node.args, args, strict=True) if f.kind == TENSOR and not arg.star]
             return promote(tensors) if tensors else UNKNOWN_FACT
         if not isinstance(func, cst.Attribute):
-            self._expr(func, frame)
+            callee = self._expr(func, frame)  # `nn.Softmax(dim=-1)(scores)`: a module built and called
+            if callee.kind == MODULE:
+                return self._module_call(callee.module or "", node, positional, frame)
             return UNKNOWN_FACT
         method = func.attr.value
         if isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
@@ -809,6 +1086,18 @@ class DtypeFacts:
             return self._module_call(receiver.module or "", node, positional, frame)
         return self._tensor_method(method, receiver, node, positional, keywords, frame)
 
+    def _map(self, node: cst.Call, iterated: Fact, frame: _Frame) -> Fact:
+        """`map(lambda x: x.float(), (q, k))` or `map(local_function, ...)`: each element is what the
+        function returns for the iterable's elements (unpacked as in `q, k = map(...)`)."""
+        function = node.args[0].value
+        element = join(iterated.items) if iterated.items else iterated
+        if isinstance(function, cst.Lambda) and len(function.params.params) == 1:
+            inner = replace(frame, env={**frame.env, function.params.params[0].name.value: element})
+            return self._expr(function.body, inner)
+        if isinstance(function, cst.Name):
+            return self._local_call(function.value, node, frame, [element], {}) or UNKNOWN_FACT
+        return UNKNOWN_FACT
+
     def _local_call(
         self, name: str, node: cst.Call, frame: _Frame, positional: list[Fact], keywords: dict[str, Fact]
     ) -> Fact | None:
@@ -818,8 +1107,8 @@ class DtypeFacts:
         candidates = [
             f for f in self._functions.get(bare, []) if (f in self._class_of) == name.startswith("self.")
         ]
-        if len(candidates) != 1:
-            return None
+        if len(candidates) != 1 or _skipped(candidates[0]):
+            return None  # a body the parser skipped (`amplint.static.regions`): as an opaque call
         function = candidates[0]
         if function in self._active or frame.depth >= _MAX_DEPTH:
             return UNKNOWN_FACT
@@ -828,7 +1117,7 @@ class DtypeFacts:
         if cached is not None:
             return cached
         params = [*function.params.posonly_params, *function.params.params]
-        if function in self._class_of:
+        if self._bound(function):
             params = params[1:]
         env = dict(self._parameters(function))
         for param, fact in zip(params, positional, strict=False):
@@ -840,14 +1129,16 @@ class DtypeFacts:
             env["__class__"] = Fact(OTHER, module=self._class_of[function].name.value)
         inner = _Frame(env, frame.autocast, depth=frame.depth + 1)
         # The callee's own expressions keep the facts of its own analysis: this run only returns.
-        saved, states = self._facts, self._states
+        saved, states, done = self._facts, self._states, set(self._done)
         self._facts, self._states = {}, {}
         self._active.add(function)
         try:
             self._run(suite_body(function.body), inner)
         finally:
             self._active.discard(function)
-            self._facts, self._states = saved, states
+            # A scope analysed meanwhile (for a parameter's call sites) wrote into the throwaway
+            # facts: it is analysed again when asked about.
+            self._facts, self._states, self._done = saved, states, done
         result = join(inner.returns) if inner.returns else _OTHER
         if result.kind == TENSOR:
             result = replace(
@@ -857,15 +1148,18 @@ class DtypeFacts:
         return result
 
     def _module_call(self, constructor: str, node: cst.Call, positional: list[Fact], frame: _Frame) -> Fact:
+        if self._foreign():
+            return UNKNOWN_FACT  # a Keras or Flax layer: no torch autocast
         op = ops.MODULE_OPS.get(constructor)
         first = positional[0] if positional else UNKNOWN_FACT
-        weights = self._caller_tensor(node, f"`{self.ctx.code(node.func)}` runs in the model's dtype")
+        weights = self._caller_tensor(node, f"`{dotted_name(node.func) or constructor}` runs in the model's dtype")
         if op in ("sigmoid", "tanh", "softmax", "log_softmax", "softplus"):
             return self._op(op, [first], node, frame)
         if op is not None:
             return self._op(op, [first], node, frame, natural=weights)
-        # Any other layer: under autocast its products run low, its output in the weights' dtype.
-        return self._op("linear", [first], node, frame, natural=weights)
+        # Any other layer: under autocast its products run low; its output in the weights' dtype, or
+        # wider where its input is (a hook, a dropout or a norm passes an upcast input on in float32).
+        return self._op("linear", [first], node, frame, natural=promote([first, weights]))
 
     def _library_call(
         self, qualified: str, node: cst.Call, positional: list[Fact], keywords: dict[str, Fact], frame: _Frame
@@ -874,10 +1168,21 @@ class DtypeFacts:
         if not module.startswith("torch"):
             if module == "math" or module == "numpy" or module == "np":
                 return _SCALAR
+            dtype = keywords.get("torch_dtype") or keywords.get("dtype")
+            if name in _MODEL_LOADERS and dtype is not None and dtype.kind == DTYPE and dtype.dtypes:
+                # `AutoModel.from_pretrained(..., torch_dtype=torch.float16)`: calling it runs in that dtype.
+                loaded = self._cast_to(dtype, node, f"`{name}(...)` loads the model and")
+                return Fact(MODULE, loaded.dtypes, loaded.why, loaded.caller, module=name)
             tensors = [f for f in positional if f.kind == TENSOR]
             return promote(tensors) if tensors else UNKNOWN_FACT
         if name == "finfo" or name == "iinfo":
             return positional[0] if positional and positional[0].kind == DTYPE else _OTHER
+        if name == "promote_types" and len(positional) == 2 and all(f.kind == DTYPE for f in positional):
+            # `torch.promote_types(x.dtype, torch.float32)`: the wider of the two dtypes
+            promoted = promote([replace(f, kind=TENSOR) for f in positional])
+            names = "/".join(_SHORT[d] for d in ops.FLOATS if d in promoted.dtypes)
+            why = (*promoted.why[-(_MAX_WHY - 1) :], Step(node, f"`promote_types` gives {names}"))
+            return replace(promoted, kind=DTYPE, why=why)
         dtype = keywords.get("dtype")
         if name in ops.FLOAT_FACTORIES or name == "arange":
             if dtype is not None and dtype.kind == DTYPE:
@@ -898,10 +1203,20 @@ class DtypeFacts:
         if name in ops.INTEGER_OPS:
             return _INTEGER
         if name in ("where",):
+            if len(positional) == 3 and all(f.kind == SCALAR for f in positional[1:]):
+                # `torch.where(mask, 0.0, -1e9)`: a tensor of the default dtype (int64 for two ints)
+                values = [a.value for a in node.args if not a.keyword and not a.star][1:]
+                if all(isinstance(_unsigned(v), cst.Integer) for v in values):
+                    return _INTEGER
+                return Fact(TENSOR, frozenset({F32}), (Step(node, "`where` of Python numbers makes float32"),))
             return promote(positional[1:3])
         if module.endswith(".nn") or name[:1].isupper():
             return Fact(MODULE, module=name)
-        inputs = [f for f in positional if f.kind in (TENSOR, UNKNOWN)]
+        # A list or tuple of tensors (`torch.cat([a, b])`, `torch.einsum(eq, [q, k])`) counts as its elements.
+        flat = [item for f in positional for item in ((f.items or (UNKNOWN_FACT,)) if f.items is not None else (f,))]
+        inputs = [f for f in flat if f.kind in (TENSOR, UNKNOWN)]
+        if not inputs and "input" in keywords:  # `F.pad(input=x, ...)`
+            inputs = [keywords["input"]]
         return self._tensor_op(name, inputs, node, keywords, frame)
 
     def _tensor_op(
@@ -909,7 +1224,7 @@ class DtypeFacts:
     ) -> Fact:
         dtype = keywords.get("dtype")
         result = self._op(op, inputs, node, frame)
-        if dtype is not None and dtype.kind == DTYPE and dtype.dtypes:
+        if dtype is not None and dtype.kind == DTYPE and (dtype.dtypes or dtype.module == _INTEGER_DTYPE):
             return self._cast_to(dtype, node, f"`dtype=` of `{op}`")
         return result
 
@@ -929,7 +1244,7 @@ class DtypeFacts:
             )
         if method in ("to", "type"):
             dtype = keywords.get("dtype") or next((f for f in positional if f.kind in (DTYPE, TENSOR)), None)
-            if dtype is not None and dtype.dtypes:
+            if dtype is not None and (dtype.dtypes or dtype.module == _INTEGER_DTYPE):
                 return self._cast_to(dtype, node, f"`.{method}(...)`")
             return receiver
         if method == "type_as":
@@ -944,14 +1259,18 @@ class DtypeFacts:
             return _INTEGER
         if receiver.kind not in (TENSOR, UNKNOWN):
             return UNKNOWN_FACT if receiver.kind != SCALAR else _SCALAR
-        if method in ("chunk", "split", "unbind", "tensor_split"):
+        if method in ("chunk", "split", "unbind", "tensor_split") or method in ops.LAYOUT_METHODS:
             return receiver
+        if method in ("masked_fill", "masked_fill_", "masked_scatter", "masked_scatter_"):
+            return receiver  # the mask and the fill value never change the dtype
         if method in ("max", "min", "topk", "sort", "mode", "median") and (positional or keywords):
             return receiver
         inputs = [receiver, *(f for f in positional if f.kind in (TENSOR, UNKNOWN))]
         return self._tensor_op(method.rstrip("_"), inputs, node, keywords, frame)
 
     def _cast_to(self, dtype: Fact, node: cst.CSTNode, how: str) -> Fact:
+        if dtype.kind == DTYPE and dtype.module == _INTEGER_DTYPE:
+            return _INTEGER
         names = "/".join(_SHORT[d] for d in ops.FLOATS if d in dtype.dtypes)
         why = (
             (*dtype.why[-1:], Step(node, f"{how} makes it {names}"))
@@ -963,8 +1282,11 @@ class DtypeFacts:
         )
         return Fact(TENSOR, dtype.dtypes, why, caller=dtype.caller)
 
-    def _autocast_of(self, expr: cst.BaseExpression, frame: _Frame) -> frozenset[Autocast] | None:
-        """The states inside `with <expr>:` when `expr` is an autocast context, else None."""
+    def _autocast_of(
+        self, expr: cst.BaseExpression, frame: _Frame, dtype_of: Callable[[cst.CSTNode], Fact] | None = None
+    ) -> frozenset[Autocast] | None:
+        """The states inside `with <expr>:` when `expr` is an autocast context, else None
+        (`dtype_of`: the facts of a finished analysis, for a `dtype=` argument)."""
         from amplint.static.precision import autocast_call, autocast_settings
 
         call = expr if isinstance(expr, cst.Call) else None
@@ -974,7 +1296,8 @@ class DtypeFacts:
         dtype_arg = next((a.value for a in call.args if a.keyword and a.keyword.value == "dtype"), None)
         dtypes: frozenset[str] = frozenset({dtype}) if dtype else frozenset()
         if dtype_arg is not None and not dtypes:
-            dtypes = self._expr(dtype_arg, frame).dtypes & HALF
+            fact = dtype_of(dtype_arg) if dtype_of is not None else UNKNOWN_FACT
+            dtypes = (fact if fact.kind != UNKNOWN else self._expr(dtype_arg, frame)).dtypes & HALF
         if not dtypes:
             dtypes = frozenset(self.profile.half) or frozenset({F16})
         enabled_arg = next((a.value for a in call.args if a.keyword and a.keyword.value == "enabled"), None)
@@ -1005,6 +1328,12 @@ class _Both:
 
 
 _BOTH = _Both()
+# Integer and boolean dtypes: a DTYPE fact with no floating dtype, marked by `module`.
+_INTEGER_DTYPE = "integer dtype"
+_INTEGER_DTYPE_NAMES = frozenset(
+    f"torch.{name}" for name in ("bool", "long", "int64", "int", "int32", "int16", "short", "int8", "uint8")
+)
+_FOREIGN = frozenset({"tensorflow", "jax", "flax", "keras", "mlx", "paddle", "mindspore"})
 _DTYPE_NAMES = {
     "torch.float32": F32,
     "torch.float": F32,
@@ -1014,6 +1343,23 @@ _DTYPE_NAMES = {
     "torch.half": F16,
     "torch.bfloat16": BF16,
 }
+# Strings that name a dtype where one is expected (`torch_dtype="float16"`).
+_DTYPE_STRINGS = {
+    **{name.removeprefix("torch."): dtype for name, dtype in _DTYPE_NAMES.items()},
+    **_DTYPE_NAMES,
+    "fp16": F16,
+    "bf16": BF16,
+    "fp32": F32,
+}
+# Calls that load or build a whole model, whose `dtype=` is the model's dtype.
+_MODEL_LOADERS = frozenset({"from_pretrained", "from_single_file", "from_config", "_from_config"})
+_PIPELINES = frozenset({"transformers.pipeline"})
+_ON_GPU = "the branch of `torch.cuda.is_available()` a GPU takes"
+
+
+def _shorten(code: str, limit: int = 60) -> str:
+    code = " ".join(code.split())
+    return code if len(code) <= limit else code[: limit - 3] + "..."
 
 
 def _under(states: list[Autocast], facts: DtypeFacts) -> str:
@@ -1024,8 +1370,23 @@ def _under(states: list[Autocast], facts: DtypeFacts) -> str:
     return "under autocast at line " + ", ".join(map(str, here))
 
 
+def _skipped(function: cst.FunctionDef) -> bool:
+    """A body that is a lone `pass`: what `amplint.static.regions` leaves of a body no active rule
+    needs (a stub too; either way it says nothing of what the function returns)."""
+    body = suite_body(function.body)
+    return (
+        len(body) == 1
+        and isinstance(body[0], cst.SimpleStatementLine)
+        and all(isinstance(small, cst.Pass) for small in body[0].body)
+    )
+
+
 def _children(node: cst.CSTNode) -> Iterator[cst.BaseExpression]:
     return (child for child in node.children if isinstance(child, cst.BaseExpression))
+
+
+def _unsigned(node: cst.BaseExpression) -> cst.BaseExpression:
+    return node.expression if isinstance(node, cst.UnaryOperation) else node
 
 
 def _literal_index(node: cst.Subscript) -> int | None:

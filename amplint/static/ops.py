@@ -184,6 +184,33 @@ SCALAR_METHODS = frozenset(
     {"size", "dim", "numel", "item", "tolist", "data_ptr", "stride", "element_size", "nelement", "ndimension"}
 )
 TENSOR_ATTRIBUTES_SCALAR = frozenset({"shape", "ndim", "is_cuda", "requires_grad", "layout", "device"})
+# Methods that rearrange a tensor's elements: the result has the receiver's dtype, whatever their
+# other arguments (sizes, dims, a tensor whose shape is borrowed).
+LAYOUT_METHODS = frozenset(
+    {
+        "view",
+        "view_as",
+        "reshape",
+        "reshape_as",
+        "expand",
+        "expand_as",
+        "permute",
+        "transpose",
+        "flatten",
+        "unflatten",
+        "unsqueeze",
+        "squeeze",
+        "repeat",
+        "repeat_interleave",
+        "tile",
+        "narrow",
+        "unfold",
+        "movedim",
+        "flip",
+        "roll",
+        "contiguous",
+    }
+)
 
 # Submodules by constructor name: what autocast does to their forward.
 MODULE_OPS = {

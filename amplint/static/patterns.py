@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from amplint.static.context import FileContext
 from amplint.static.flow import Flow
+
+if TYPE_CHECKING:
+    from amplint.static.context import FileContext
 
 FP32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
 HALF_DTYPES = frozenset({"torch.float16", "torch.half", "torch.bfloat16"})

@@ -102,46 +102,6 @@ def autocast_settings(ctx: FileContext, call: cst.Call) -> tuple[str | None, str
     return device, dtype, enabled
 
 
-FLOAT16_DTYPES = frozenset({"torch.float16", "torch.half"})
-# Calls that load or build a whole model, whose `dtype=`/`torch_dtype=` is the model's dtype.
-MODEL_LOADERS = frozenset({"from_pretrained", "from_single_file", "from_config", "_from_config"})
-
-
-def is_float16(ctx: FileContext, node: cst.BaseExpression | None) -> bool:
-    """`torch.float16`, `torch.half`, or the strings `"float16"`, `"fp16"`, `"half"` (float16 only,
-    not bfloat16: the dtype whose range is 65504)."""
-    if isinstance(node, cst.SimpleString):
-        return node.evaluated_value in {"float16", "fp16", "half", "torch.float16"}
-    return node is not None and ctx.qualified(node) in FLOAT16_DTYPES
-
-
-def float16_setting(ctx: FileContext, node: cst.CSTNode) -> str | None:
-    """How `node` makes a model run in float16, spelled for a message, or None: a cast
-    (`.half()`, `.to(torch.float16)`, `.type(torch.float16)`), a model loaded or built with
-    `torch_dtype=`/`dtype=` float16, or an enabled float16 autocast (which `torch.autocast("cuda")`
-    is by default)."""
-    if not isinstance(node, cst.Call):
-        return None
-    func = node.func
-    if autocast_call(ctx, node):
-        _, dtype, enabled = autocast_settings(ctx, node)
-        return "float16 autocast" if enabled and dtype == "float16" else None
-    method = func.attr.value if isinstance(func, cst.Attribute) and ctx.qualified(func) is None else None
-    if method == "half" and not node.args:
-        return ".half()"
-    if method in {"to", "type"}:
-        values = [arg.value for arg in node.args if arg.keyword is None or arg.keyword.value == "dtype"]
-        if any(is_float16(ctx, value) for value in values):
-            return f".{method}(torch.float16)"
-    # `torch_dtype` only ever names a model's dtype; `dtype` does so in a loader.
-    if is_float16(ctx, argument(node, None, "torch_dtype")):
-        return "torch_dtype=torch.float16"
-    loader = func.attr.value if isinstance(func, cst.Attribute) else None
-    if loader in MODEL_LOADERS and is_float16(ctx, argument(node, None, "dtype")):
-        return "dtype=torch.float16"
-    return None
-
-
 def autocast_regions(ctx: FileContext) -> list[AutocastRegion]:
     """Every autocast region of the module, outer regions before the regions they contain."""
     cached = ctx.memo.get("autocast_regions")
@@ -171,12 +131,6 @@ def autocast_region_of(ctx: FileContext, node: cst.CSTNode) -> AutocastRegion | 
     """The innermost autocast region around `node`, enabled or not; None outside all of them."""
     inside = [region for region in autocast_regions(ctx) if id(node) in region.members]
     return inside[-1] if inside else None
-
-
-def under_autocast(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """Whether `node` runs inside an enabled autocast region."""
-    region = autocast_region_of(ctx, node)
-    return region is not None and region.enabled
 
 
 def defines_modules(ctx: FileContext) -> bool:

@@ -31,6 +31,8 @@ _CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 # A module-level binding that may hold a number a rule resolves where it is used.
 _NUMERIC = re.compile(r"\d|inf|finfo|eps|tiny", re.IGNORECASE)
+# How deep the engine follows calls of the file's own functions (`amplint.static.dtypes`).
+_CALL_DEPTH = 3
 
 
 def region_marks(rules: Iterable[type[Rule]]) -> tuple[frozenset[str], re.Pattern[str] | None] | None:
@@ -109,14 +111,27 @@ class _Body:
 
 
 def _needed(bodies: list[_Body], wanted: frozenset[str], pattern: re.Pattern[str] | None) -> set[_Body]:
-    """The bodies holding a wanted word or the pattern, and the bodies that call one of their
-    functions by name (`helper(...)`, `self._norm(...)`). One level is enough: what a rule reads of
-    a caller is the arguments it passes, judged inside the caller."""
+    """The bodies holding a wanted word or the pattern; the bodies that call one of their functions
+    by name (`helper(...)`, `self._norm(...)`: a parameter holds what every caller passes); the
+    bodies of the functions they call, and of those they call in turn (the dtype-facts engine reads a
+    helper's return value, such as scores built in `self._scores(q, k)`); and every `__init__`
+    (where `self` attributes get their submodules, parameters and numbers)."""
     needed = {
         body for body in bodies if body.words & wanted or (pattern is not None and pattern.search(body.text))
     }
     names = {body.name for body in needed}
-    return needed | {body for body in bodies if body.calls & names}
+    needed |= {body for body in bodies if body.calls & names or body.name == "__init__"}
+    by_name: dict[str, list[_Body]] = {}
+    for body in bodies:
+        by_name.setdefault(body.name, []).append(body)
+    frontier = set(needed)
+    for _ in range(_CALL_DEPTH):
+        called = {callee for body in frontier for name in body.calls for callee in by_name.get(name, ())}
+        frontier = called - needed
+        if not frontier:
+            break
+        needed |= frontier
+    return needed
 
 
 def _constants(body: Sequence[ast.stmt], lines: Sequence[str]) -> frozenset[str]:

@@ -1,0 +1,365 @@
+"""The project's precision profile: which half dtypes the checked code may run in.
+
+A hazard of float16 (overflow past 65504) is not one of bfloat16 (8 bits of mantissa) and the other
+way round, and whether a file runs in either is seldom written in the file itself: a training script
+sets it once (`torch.autocast(dtype=...)`, `Trainer(precision="bf16-mixed")`, `fp16=True`) for the
+model code it imports. So the profile is decided once per run for the whole project: from
+`precision = ...` in `[tool.amplint]`, or detected by a cheap text scan of the checked files for code
+that sets precision. A project where nothing sets it is library code, run in whatever dtype its caller
+picks: both.
+
+The scan is regular expressions over text, not a parse: it has to cost little next to the lint of a
+million-line tree, and it runs before any file is parsed (the cache key depends on it). It imports
+nothing from amplint, so a run answered from the cache loads no parser for it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "BFLOAT16",
+    "BOTH",
+    "CALLER",
+    "FLOAT16",
+    "PRECISIONS",
+    "Evidence",
+    "Origin",
+    "Profile",
+    "configured",
+    "detect",
+    "settings_in",
+]
+
+BFLOAT16, FLOAT16 = "bfloat16", "float16"
+BOTH: frozenset[str] = frozenset({BFLOAT16, FLOAT16})
+Origin = Literal["configured", "detected", "caller"]
+Evidence = tuple[str, int, str]  # (display path, line, what was seen)
+# The values of `precision` in `[tool.amplint]` and of `--precision`; "auto" detects.
+PRECISIONS: tuple[str, ...] = ("auto", "bf16", "fp16", "fp32")
+
+_HANDFUL = 5  # evidence kept per dtype: enough to show where, not a list of every cast
+_ALIASES = {
+    "bfloat16": BFLOAT16,
+    "bf16": BFLOAT16,
+    "float16": FLOAT16,
+    "fp16": FLOAT16,
+    "half": FLOAT16,
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The half dtypes the checked code may run in (empty: float32 only), where that came from, and,
+    when detected, a few of the places that set it."""
+
+    half: frozenset[str]
+    origin: Origin
+    evidence: tuple[Evidence, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Rules compare against these names: a typo here would silently turn a rule off.
+        if not self.half <= BOTH:
+            raise ValueError(f"half dtypes must be among {sorted(BOTH)}, got {sorted(self.half)}")
+        if self.origin not in ("configured", "detected", "caller"):
+            raise ValueError(f"unknown profile origin {self.origin!r}")
+
+    def may_be(self, dtype: str) -> bool:
+        """Whether the code may run in `dtype` ("bfloat16", "float16", "float32"; "torch." prefixes
+        and the short names "bf16", "fp16", "half", "fp32" too). float32 always: autocast keeps
+        some ops in it whatever the half dtype."""
+        name = _ALIASES.get(dtype.removeprefix("torch."))
+        if name is None:
+            raise ValueError(f"not a floating-point dtype amplint knows: {dtype!r}")
+        return name == "float32" or name in self.half
+
+    def describe(self) -> str:
+        """One line for messages and `--show-settings`, e.g. "bfloat16 only (detected)"."""
+        if not self.half:
+            dtypes = "float32 only"
+        elif len(self.half) == 1:
+            dtypes = f"{next(iter(self.half))} only"
+        else:
+            dtypes = "bfloat16 or float16"
+        why = {
+            "configured": "configured",
+            "detected": "detected",
+            "caller": "nothing in the project sets it: whatever dtype the caller picks",
+        }[self.origin]
+        return f"{dtypes} ({why})"
+
+    def key(self) -> str:
+        """What the result cache keys on: the dtypes and the origin (messages may name it), not the
+        evidence, so a new cast of an already known dtype does not re-lint the project."""
+        return f"{self.origin}:{'+'.join(sorted(self.half)) or 'float32'}"
+
+
+CALLER = Profile(BOTH, "caller")
+
+
+def configured(value: str) -> Profile | None:
+    """The profile `precision = value` sets; None for "auto" (detect it)."""
+    if value == "auto":
+        return None
+    half = {"bf16": {BFLOAT16}, "fp16": {FLOAT16}, "fp32": set()}.get(value)
+    if half is None:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {value!r}")
+    return Profile(frozenset(half), "configured")
+
+
+def detect(texts: Iterable[tuple[str, str]]) -> Profile:
+    """The profile that the code in `texts` ((display path, text) pairs) sets: "detected" with every
+    half dtype some line sets, or `CALLER` when none does. Stops reading `texts` once both dtypes have
+    a handful of evidence, since nothing further can change the result."""
+    kept: list[Evidence] = []
+    counts = dict.fromkeys(sorted(BOTH), 0)
+    for display, text in texts:
+        for line, what, dtypes in settings_in(text):
+            wanted = [d for d in dtypes if counts[d] < _HANDFUL]
+            if wanted:
+                kept.append((display, line, what))
+            for dtype in dtypes:
+                counts[dtype] += 1
+        if all(count >= _HANDFUL for count in counts.values()):
+            break
+    half = frozenset(dtype for dtype, count in counts.items() if count)
+    return Profile(half, "detected", tuple(kept)) if half else CALLER
+
+
+# --- the scan ------------------------------------------------------------------------------------
+
+# A file none of these words occurs in sets no precision: most files are ruled out by a few substring
+# searches, which run at memory speed.
+_WORDS = ("float16", "bf16", "fp16", "half", "autocast", "GradScaler", "precision")
+
+# What hides code from the scan: docstrings (any triple-quoted string) from a search for their
+# delimiters, with a `#` skipping the rest of its line so that a quote in a comment opens nothing;
+# then, on the line of a match only, comments and strings (a message that mentions `.half()` sets
+# nothing). Tokenizing every string of every file would cost more than the rest of the scan.
+_TRIPLE = re.compile(r"\"\"\"|'''|#")
+_LINE_NOISE = re.compile(r"#|\"(?:[^\"\\]|\\.)*(?P<double>\")?|'(?:[^'\\]|\\.)*(?P<single>')?")
+
+_HALF_NAME = {"float16": FLOAT16, "half": FLOAT16, "bfloat16": BFLOAT16, "fp16": FLOAT16, "bf16": BFLOAT16}
+_TORCH_HALF = r"torch\.(?P<dtype>float16|bfloat16|half)\b"
+_STRING_HALF = r"(?P<q>[\"'])(?P<name>float16|bfloat16|fp16|bf16|half)(?P=q)"
+
+_AUTOCAST = re.compile(r"autocast[ \t]*\(")
+_GRAD_SCALER = re.compile(r"GradScaler[ \t]*\(")
+_CAST_METHOD = re.compile(r"\.(?P<dtype>half|bfloat16)\([ \t]*\)")
+_TO = re.compile(r"\.(?:to|type)\((?P<args>[^()]*)\)")
+_TO_DTYPE = re.compile(r"(?<![\w.])" + _TORCH_HALF)
+_DTYPE_ARG = re.compile(r"dtype[ \t]*=(?!=)[ \t]*(?:" + _TORCH_HALF + "|" + _STRING_HALF + ")")
+_ANY_TORCH_HALF = re.compile(r"torch\.(float16|bfloat16|half)\b")
+_DEFAULT_DTYPE = re.compile(r"set_default_dtype[ \t]*\([ \t]*" + _TORCH_HALF)
+_LIGHTNING = re.compile(r"precision[ \t]*=(?!=)[ \t]*(?:(?P<q>[\"'])(?P<name>[\w-]+)(?P=q)|(?P<int>\d+)\b)")
+_ACCELERATE = re.compile(r"mixed_precision[ \t]*=(?!=)[ \t]*(?P<q>[\"'])(?P<name>fp16|bf16)(?P=q)")
+# Two patterns: one that starts with a literal is searched for at memory speed, an alternation is not.
+_HF_FLAGS = tuple(
+    re.compile(rf"(?P<name>{name})(?:_full_eval)?[ \t]*=(?!=)[ \t]*True\b") for name in ("bf16", "fp16")
+)
+
+_QUALIFIER = re.compile(r"[\w.]*\Z")
+_AUTOCAST_MODULES = {"torch", "amp", "cuda", "cpu", "xpu", "mps", "hpu", "autocast_mode"}
+_DEVICE = re.compile(r"(?:\A|device_type[ \t]*=)[ \t]*(?P<q>[\"'])(?P<device>\w+)(?P=q)")
+_AUTOCAST_DTYPE = re.compile(r"\bdtype[ \t]*=[ \t]*(?P<value>[\w.]+)")
+_DISABLED = re.compile(r"\benabled[ \t]*=[ \t]*False\b")
+# Autocast's own default dtype per device type (torch.get_autocast_dtype).
+_DEVICE_DEFAULT = {"cuda": FLOAT16, "mps": FLOAT16, "cpu": BFLOAT16, "xpu": BFLOAT16, "hpu": BFLOAT16}
+_LIGHTNING_HALF = {
+    "16": FLOAT16,
+    "16-mixed": FLOAT16,
+    "16-true": FLOAT16,
+    "bf16": BFLOAT16,
+    "bf16-mixed": BFLOAT16,
+    "bf16-true": BFLOAT16,
+}
+
+
+def settings_in(text: str) -> Iterator[tuple[int, str, frozenset[str]]]:
+    """(line, what was seen, half dtypes it sets) for each setting in `text`, in line order (one per
+    line and set of dtypes: `.to(dtype=torch.half)` is one cast, not two); in comments, docstrings
+    and strings they do not count."""
+    if not any(word in text for word in _WORDS):
+        return
+    docstrings: list[tuple[int, int]] | None = None  # found once there is a match to check
+    found: dict[tuple[int, frozenset[str]], tuple[int, str]] = {}  # first (offset, what) per line and dtypes
+    for start, what, dtypes in _settings(text):
+        line_start = text.rfind("\n", 0, start) + 1
+        if (line_start, dtypes) in found or _in_def(text, line_start):
+            continue
+        if docstrings is None:
+            docstrings = _docstrings(text)
+        if _is_code(text, start, line_start, docstrings):
+            found[line_start, dtypes] = (start, what)
+    for (_, dtypes), (start, what) in sorted(found.items(), key=lambda item: item[1][0]):
+        yield text.count("\n", 0, start) + 1, what, dtypes
+
+
+def _docstrings(text: str) -> list[tuple[int, int]]:
+    """The (start, end) offsets of the triple-quoted strings, in order."""
+    spans: list[tuple[int, int]] = []
+    at = 0
+    while (match := _TRIPLE.search(text, at)) is not None:
+        delimiter = match.group()
+        if delimiter == "#":
+            at = _line_end(text, match.end())
+            continue
+        close = text.find(delimiter, match.end())
+        at = len(text) if close < 0 else close + 3
+        spans.append((match.start(), at))
+    return spans
+
+
+def _is_code(text: str, start: int, line_start: int, docstrings: list[tuple[int, int]]) -> bool:
+    """Whether offset `start` is code: in no docstring, and on its line in no comment or string."""
+    index = bisect.bisect_right(docstrings, (start, len(text))) - 1
+    if index >= 0:
+        _, end = docstrings[index]
+        if start < end:
+            return False
+        line_start = max(line_start, end)  # a docstring closed earlier on this line
+    for token in _LINE_NOISE.finditer(text, line_start, start):
+        if token.group() == "#" or token.lastgroup is None:
+            return False  # a comment, or a string still open at `start`
+    return True
+
+
+def _in_def(code: str, line_start: int) -> bool:
+    """A default in a `def` line declares a parameter, it sets nothing."""
+    line = code[line_start : line_start + 200].lstrip()
+    return line.startswith(("def ", "async def "))
+
+
+def _snippet(code: str, start: int, end: int) -> str:
+    text = " ".join(code[start:end].split())
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _settings(code: str) -> Iterator[tuple[int, str, frozenset[str]]]:
+    """(offset, what, dtypes) for each match of each kind of setting, kind by kind."""
+    yield from _autocasts(code)
+    for match in _DEFAULT_DTYPE.finditer(code):
+        yield match.start(), _snippet(code, match.start(), match.end()) + ")", _dtypes(match["dtype"])
+    for match in _CAST_METHOD.finditer(code):
+        yield match.start(), _qualified(code, match.start()) + match.group(), _dtypes(match["dtype"])
+    for match in _TO.finditer(code):
+        cast = _TO_DTYPE.search(match["args"])
+        if cast is not None:
+            what = _qualified(code, match.start()) + _snippet(code, match.start(), match.end())
+            yield match.start(), what, _dtypes(cast["dtype"])
+    for match in _DTYPE_ARG.finditer(code):
+        start = match.start() - (6 if code.endswith("torch_", 0, match.start()) else 0)
+        if _keyword(code, start):
+            dtypes, end = _dtypes(match["dtype"] or match["name"]), match.end()
+            rest = code[end : _line_end(code, end)]
+            if " else " in rest:  # `dtype=torch.bfloat16 if bf16 else torch.float16`
+                for other in _ANY_TORCH_HALF.finditer(rest):
+                    dtypes, end = dtypes | _dtypes(other[1]), match.end() + other.end()
+            yield start, _snippet(code, start, end), dtypes
+    for match in _GRAD_SCALER.finditer(code):
+        if not _defines(code, match.start()) and not _DISABLED.search(_arguments(code, match.end())):
+            yield match.start(), _qualified(code, match.start()) + "GradScaler(...)", frozenset({FLOAT16})
+    for match in _LIGHTNING.finditer(code):
+        value = match["name"] or match["int"]
+        line_start = code.rfind("\n", 0, match.start()) + 1
+        if (
+            _keyword(code, match.start())
+            and value in _LIGHTNING_HALF
+            and "printoptions" not in code[line_start : match.start()]  # print precision, in digits
+        ):
+            yield match.start(), match.group(), frozenset({_LIGHTNING_HALF[value]})
+    for match in _ACCELERATE.finditer(code):
+        if _keyword(code, match.start()):
+            yield match.start(), match.group(), _dtypes(match["name"])
+    for flag in _HF_FLAGS:
+        for match in flag.finditer(code):
+            if _keyword(code, match.start()):
+                yield match.start(), match.group(), _dtypes(match["name"])
+
+
+def _line_end(code: str, start: int) -> int:
+    end = code.find("\n", start)
+    return len(code) if end < 0 else end
+
+
+def _dtypes(name: str) -> frozenset[str]:
+    return frozenset({_HALF_NAME[name]})
+
+
+def _keyword(code: str, start: int) -> bool:
+    """Whether the match at `start` begins a name of its own (a keyword argument or a variable), not
+    the tail of another name or an attribute (`self.precision`, `mixed_precision`)."""
+    return start == 0 or not (code[start - 1].isalnum() or code[start - 1] in "_.")
+
+
+def _qualified(code: str, start: int) -> str:
+    """The dotted prefix written before a name (`torch.cuda.amp.` before `autocast`)."""
+    match = _QUALIFIER.search(code, max(start - 60, 0), start)
+    return match.group() if match is not None else ""
+
+
+def _defines(code: str, start: int) -> bool:
+    line = code[code.rfind("\n", 0, start) + 1 : start].lstrip()
+    return line.startswith(("def ", "async def ", "class "))
+
+
+def _arguments(code: str, start: int) -> str:
+    """The text from just after an opening parenthesis to its closing one (at most 400 characters)."""
+    depth = 1
+    end = min(len(code), start + 400)
+    for index in range(start, end):
+        char = code[index]
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+            if depth == 0:
+                return code[start:index]
+    return code[start:end]
+
+
+def _autocasts(code: str) -> Iterator[tuple[int, str, frozenset[str]]]:
+    """torch's autocast calls, with the dtype they give or their device's default. A dtype or device
+    that only a variable holds could be either dtype; `enabled=False` sets none (it turns autocast off
+    for a region)."""
+    for match in _AUTOCAST.finditer(code):
+        qualifier = _qualified(code, match.start())
+        modules = qualifier.rstrip(".").split(".") if qualifier else []
+        if not all(module in _AUTOCAST_MODULES for module in modules) or _defines(code, match.start()):
+            continue  # `accelerator.autocast()`, `maybe_autocast(`, `def autocast(`
+        arguments = _arguments(code, match.end())
+        if _DISABLED.search(arguments):
+            continue
+        call = f"{qualifier}autocast({' '.join(arguments.split())})"
+        if len(call) > 80:
+            call = call[:76] + "...)"
+        given = _AUTOCAST_DTYPE.search(arguments)
+        if given is not None and given["value"] != "None":
+            name = given["value"].removeprefix("torch.")
+            if name in _HALF_NAME:
+                yield match.start(), call, _dtypes(name)
+            elif "float32" not in name and name != "float":
+                yield match.start(), f"{call} (dtype not known statically)", BOTH
+            continue
+        device = _DEVICE.search(arguments.lstrip())
+        if device is not None:
+            kind = device["device"]
+        elif "cuda" in modules or "cpu" in modules:
+            kind = "cuda" if "cuda" in modules else "cpu"
+        elif "cuda.amp import" in code:
+            kind = "cuda"  # `from torch.cuda.amp import autocast`, then `autocast()`
+        elif "cpu.amp import" in code:
+            kind = "cpu"
+        else:
+            yield match.start(), f"{call} (device not known statically)", BOTH
+            continue
+        default = _DEVICE_DEFAULT.get(kind)
+        if default is not None:
+            yield match.start(), f"{call} ({default} by default)", frozenset({default})

@@ -1,0 +1,141 @@
+"""The dtype-facts engine on small programs: each case names an expression by its source text and
+line, and the dtypes PyTorch gives it there (established on torch 2.13 under CUDA autocast, see
+DESIGN's emulation facts, and by PyTorch's type-promotion rules)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from amplint.static.context import FileContext
+from amplint.static.dtypes import Fact
+
+CALLER = {"float32", "bfloat16", "float16"}
+
+
+def facts_on(code: str) -> FileContext:
+    text = textwrap.dedent(code)
+    return FileContext(Path("model.py"), cst.parse_module(text), text=text)
+
+
+def fact(code: str, line: int, expression: str) -> Fact:
+    ctx = facts_on(code)
+    found = dict(ctx.facts.explain_line(line))
+    assert expression in found, f"{expression!r} not among {sorted(found)}"
+    return found[expression]
+
+
+RMSNORM = """\
+import torch
+EPS = 1e-8
+
+class Norm(torch.nn.Module):
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.ones(d))
+        self.proj = torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        y = self._norm(x.float())
+        h = self.proj(x)
+        return self.weight * y.type_as(x) + h / (h.norm() + EPS) + self.eps
+
+    def _norm(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True))
+"""
+
+AUTOCAST = """\
+import torch
+import torch.nn.functional as F
+
+def attend(q, k):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        scores = q @ k.transpose(-1, -2)
+        probs = F.softmax(scores, dim=-1)
+        gate = torch.sigmoid(scores)
+    with torch.autocast("cuda", enabled=False):
+        off = torch.exp(q)
+    return probs, gate, off
+"""
+
+FLOW = """\
+import torch
+
+def pipeline(x, cuda):
+    dtype = torch.float16 if cuda else torch.float32
+    y = x.to(dtype)
+    a, b = [t.float() for t in (x, y)]
+    c = a * x.half()
+    d = torch.zeros(4)
+    e = torch.arange(4)
+    f = torch.zeros_like(x, dtype=torch.float64)
+    g = x.to(f.dtype)
+    return helper(a), y, c, d, e, g
+
+def helper(z):
+    w = z.sigmoid()
+    return w
+"""
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "expression", "dtypes"),
+    [
+        # An upcast at a helper's call site reaches its parameter; the result returns float32.
+        (RMSNORM, 12, "y", {"float32"}),
+        (RMSNORM, 17, "x.pow(2).mean(-1, keepdim=True)", {"float32"}),
+        # `type_as` takes the caller's dtype back.
+        (RMSNORM, 14, "y.type_as(x)", CALLER),
+        # A Linear runs in the weights' dtype, or in the caller's autocast dtype.
+        (RMSNORM, 13, "h", CALLER),
+        # Under CUDA autocast: the product in bf16, softmax in float32, sigmoid keeps bf16.
+        (AUTOCAST, 6, "scores", {"bfloat16"}),
+        (AUTOCAST, 7, "probs", {"float32"}),
+        (AUTOCAST, 8, "gate", {"bfloat16"}),
+        # `enabled=False`: exp keeps the input's dtype.
+        (AUTOCAST, 10, "off", CALLER),
+        (FLOW, 5, "y", {"float16", "float32"}),
+        (FLOW, 6, "a", {"float32"}),
+        (FLOW, 6, "b", {"float32"}),
+        # Type promotion: float32 times float16 is float32.
+        (FLOW, 7, "c", {"float32"}),
+        (FLOW, 8, "d", {"float32"}),
+        (FLOW, 10, "f", {"float64"}),
+        (FLOW, 11, "g", {"float64"}),
+        # The helper is analysed with its call site's argument: float32 in, float32 out.
+        (FLOW, 15, "w", {"float32"}),
+    ],
+)
+def test_dtypes(code: str, line: int, expression: str, dtypes: set[str]) -> None:
+    assert fact(code, line, expression).dtypes == dtypes
+
+
+def test_integer_results_are_not_floating() -> None:
+    ctx = facts_on(FLOW)
+    assert dict(ctx.facts.explain_line(9)).get("e") is None  # an integer tensor is not listed
+
+
+def test_numbers_follow_constants_defaults_and_attributes() -> None:
+    ctx = facts_on(RMSNORM)
+    ctx.facts.explain_line(14)
+    names = {ctx.code(node): node for node in ctx.facts._facts if isinstance(node, (cst.Name, cst.Attribute))}
+    assert ctx.facts.number(names["EPS"]) == 1e-8  # a module constant
+    assert ctx.facts.number(names["self.eps"]) == 1e-6  # set in __init__ from a parameter's default
+
+
+def test_evidence_names_the_autocast_line_and_the_op() -> None:
+    gate = fact(AUTOCAST, 8, "gate")
+    assert gate.explain() == "bf16 here: `matmul` runs in bf16 under autocast at line 5"
+    probs = fact(AUTOCAST, 7, "probs")
+    assert "`softmax` runs in float32 under autocast at line 5" in probs.explain()
+
+
+def test_caller_dtype_is_marked() -> None:
+    x = fact(FLOW, 15, "z")
+    assert x.dtypes == {"float32"} and not x.caller
+    y = fact(RMSNORM, 13, "h")
+    assert y.may_be_half and y.caller
