@@ -12,7 +12,7 @@ from amplint.discovery import discover
 from amplint.notebook import cell_sources, fix_notebook, is_notebook, lint_notebook, lint_notebook_file
 from amplint.results import UNPARSABLE, FileResult, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
-from amplint.rules import all_rules
+from amplint.rules import rules_for
 from amplint.source import SourceError, decode_source, display_path, read_source
 from amplint.static.profile import CALLER, Profile, detect
 
@@ -30,18 +30,6 @@ class CheckRun:
     errors: list[str] = field(default_factory=list)  # internal errors: the run exits 2
     warnings: list[str] = field(default_factory=list)  # worth saying, not failing for (the cache)
     profile: Profile = CALLER  # the precision profile every file was checked under
-
-
-def rules_for(settings: Settings, path: Path) -> list[type[Rule]]:
-    """The enabled rules for one file, after select/ignore and per-file-ignores."""
-    return [
-        rule
-        for rule in all_rules()
-        if rule.code != UNPARSABLE
-        and not rule.runtime_only
-        and settings.is_selected(rule.code)
-        and not settings.is_ignored_for(rule.code, path)
-    ]
 
 
 def project_profile(settings: Settings, contents: Mapping[Path, bytes | SourceError]) -> Profile:

@@ -326,7 +326,9 @@ def _explain(target: str, paths: list[Path], settings: Settings) -> int:
     from amplint.parallel import read_files
     from amplint.static.explain import ExplainError, explain
 
-    profile = settings.configured_profile or project_profile(settings, read_files(discover(paths, settings).files))
+    profile = settings.configured_profile or project_profile(
+        settings, read_files(discover(paths, settings).files)
+    )
     try:
         print(explain(target, profile))
     except ExplainError as exc:

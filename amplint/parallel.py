@@ -72,8 +72,8 @@ def check_bytes(
     path: Path, display: str, raw: bytes, settings: Settings, profile: Profile = CALLER
 ) -> FileResult:
     """Check one file's content: decode, pre-scan, parse and run the rules that apply to it."""
-    from amplint.api import rules_for
     from amplint.notebook import is_notebook, lint_notebook
+    from amplint.rules import rules_for
     from amplint.runner import lint_source
 
     try:

@@ -39,7 +39,7 @@ def _imports() -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [base])
+                    base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], base])
                 targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
             for target in targets:
                 while target and target not in modules:

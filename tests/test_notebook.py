@@ -189,7 +189,9 @@ MAGIC_LINES = [
 
 def magic_notebook() -> str:
     return notebook_json(
-        code(f"{IMPORTS}\nx = torch.ones(3).bfloat16()\n{MAGIC_LINES[0]}\n{MAGIC_LINES[1]}\n{MAGIC_LINES[2]}"),
+        code(
+            f"{IMPORTS}\nx = torch.ones(3).bfloat16()\n{MAGIC_LINES[0]}\n{MAGIC_LINES[1]}\n{MAGIC_LINES[2]}"
+        ),
         code(f"%%time\n{MAGIC_LINES[3]}\nz = torch.exp(torch.sigmoid(x))"),  # cell 2, line 3
         code("%%bash\nfor f in *.py; do\n  echo $f\ndone"),
         code(f"for i in range(2):\n{MAGIC_LINES[4]}\n    q = torch.exp(torch.sigmoid(x))"),  # cell 4, line 3

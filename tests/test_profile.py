@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support import HAZARD, amplint_run, write
 
-from amplint import api
+from amplint import api, rules
 from amplint.api import run_check
 from amplint.cache import Cache
 from amplint.config import ConfigError, Settings, load_settings
@@ -343,7 +343,8 @@ def test_lint_text_takes_a_profile() -> None:
 def test_the_profile_reaches_every_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int) -> None:
     if jobs > 1 and multiprocessing.get_start_method() != "fork":
         pytest.skip("the probe rule reaches the workers only through fork")
-    monkeypatch.setattr(api, "rules_for", lambda settings, path: [_Probe])
+    for module in (api, rules):  # the in-process path and the workers
+        monkeypatch.setattr(module, "rules_for", lambda settings, path: [_Probe])
     files = [write(tmp_path / f"m{index}.py", f"x = {index}\n") for index in range(3)]
     files.append(write(tmp_path / "train.py", "model.bfloat16()\n"))
     settings = Settings(root=tmp_path)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from functools import cache
+from pathlib import Path
 
+from amplint.config import Settings
+from amplint.results import UNPARSABLE
 from amplint.rule import Rule
 
 README_URL = "https://github.com/amplint/amplint/blob/main/README.md"
@@ -28,6 +31,18 @@ def all_rules() -> tuple[type[Rule], ...]:
             and obj.__module__ == module.__name__
         )
     return tuple(sorted(found, key=lambda rule: rule.code))
+
+
+def rules_for(settings: Settings, path: Path) -> list[type[Rule]]:
+    """The enabled rules for one file, after select/ignore and per-file-ignores."""
+    return [
+        rule
+        for rule in all_rules()
+        if rule.code != UNPARSABLE
+        and not rule.runtime_only
+        and settings.is_selected(rule.code)
+        and not settings.is_ignored_for(rule.code, path)
+    ]
 
 
 def rule_by_code(code: str) -> type[Rule] | None:

@@ -8,20 +8,24 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from amplint.diagnostics import Confidence, Diagnostic
-from amplint.rule import Bad, Good, Rule, Verdict
+from amplint.rule import Rule, Verdict
 from amplint.runtime.chains import where
 from amplint.static.attention import (
     REGION_PATTERN,
     REGION_WORDS,
     is_softmax,
+    local_callee,
+    normalized_before,
+    scaled_before,
     scaled_inside,
     score_operands,
     scores_returned_by,
+    softmax_callees,
     why_half,
 )
 from amplint.static.context import FileContext, Finding
 from amplint.static.flow import Flow, Policy, analyse
-from amplint.static.patterns import function_call, is_scaled, method_call
+from amplint.static.patterns import function_call, method_call
 from amplint.static.scopes import scopes_holding, walk
 
 # Clipping or soft-capping (`tanh(s / c) * c`) after the product maps inf back to a finite value
@@ -75,284 +79,6 @@ class HalfPrecisionAttentionScores(Rule):
     region_words = REGION_WORDS
     region_pattern = REGION_PATTERN
 
-    bad = (
-        Bad(
-            """\
-import math
-import torch
-
-
-def attention(q, k, v):
-    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
-    return scores.softmax(dim=-1) @ v
-"""
-        ),
-        Bad(
-            """\
-import torch.nn.functional as F
-
-
-def attention(self, q, k, v, mask):
-    attn = (q @ k.mT) * self.scale + mask
-    attn = F.softmax(attn, dim=-1)
-    return attn @ v
-"""
-        ),
-        Bad(
-            """\
-import torch
-
-
-def attention(q, k, v):
-    k_t = k.transpose(1, 2)
-    weights = torch.bmm(q, k_t)
-    weights = torch.softmax(weights, -1)
-    return torch.bmm(weights, v)
-"""
-        ),
-        Bad(
-            """\
-import torch
-
-
-def attention(q, k, v):
-    sim = torch.einsum("bhid,bhjd->bhij", q, k) * q.shape[-1] ** -0.5
-    attn = sim.softmax(dim=-1)
-    return torch.einsum("bhij,bhjd->bhid", attn, v)
-"""
-        ),
-        Bad(
-            """\
-import torch
-
-
-def attention(bias, q, k, v, scale):
-    scores = torch.baddbmm(bias, q, k.transpose(1, 2)) * scale
-    return torch.bmm(torch.softmax(scores, dim=-1), v)
-"""
-        ),
-        Bad(
-            """\
-import torch
-from torch import nn
-
-
-class Attention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.softmax = nn.Softmax(dim=-1)
-
-    def forward(self, query, key, value):
-        scores = torch.matmul(query, key.transpose(-1, -2))
-        return torch.matmul(self.softmax(scores), value)
-"""
-        ),
-        Bad(
-            """\
-import torch
-from torch import nn
-
-
-def attention(query, key, value):
-    scores = torch.matmul(query, key.transpose(-1, -2))
-    probs = nn.Softmax(dim=-1)(scores)
-    return torch.matmul(probs, value)
-"""
-        ),
-        Bad(
-            """\
-import torch
-
-
-def attention(q, k, v, scale):
-    attn = torch.einsum("bhlk,bhtk->bhlt", [q, k]) * scale
-    return torch.einsum("bhlt,bhtv->bhlv", [attn.softmax(dim=-1), v])
-"""
-        ),
-        Bad(
-            """\
-import torch
-import torch.nn.functional as F
-
-
-def attention(q, k, v, dim):
-    scores = torch.matmul(q, k.transpose(-1, -2)) / dim**0.5
-    return torch.matmul(F.softmax(scores, dim=-1), v)
-
-
-def merge(a, b):
-    return torch.cat([a, b], dim=1)
-"""
-        ),
-        Bad(
-            """\
-import torch
-from torch import nn
-
-
-def eager_attention_forward(query, key, value, scaling):
-    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
-    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
-    return torch.matmul(attn_weights, value)
-
-
-class TextAttention(nn.Module):
-    def forward(self, hidden, key, value):
-        query = self.q_proj(hidden) * self.scaling
-        return eager_attention_forward(query, key, value, scaling=1.0)
-
-
-class VisionAttention(nn.Module):
-    def forward(self, hidden, key, value):
-        return eager_attention_forward(self.q_proj(hidden), key, value, scaling=self.scaling)
-"""
-        ),
-    )
-    good = (
-        Good(
-            """\
-import torch.nn.functional as F
-
-
-def attention(q, k, v):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-""",
-            "fused attention scales inside the kernel",
-        ),
-        Good(
-            """\
-import torch
-
-
-def attention(self, q, k, v):
-    q = q * self.scale
-    scores = torch.matmul(q, k.transpose(-2, -1))
-    return scores.softmax(dim=-1) @ v
-""",
-            "the queries are scaled before the product",
-        ),
-        Good(
-            """\
-import torch
-
-
-def attention(self, hidden, k, v):
-    q = self.q_proj(hidden) * self.scaling
-    q = q.view(2, 8, -1, 64).transpose(1, 2)
-    scores = torch.matmul(q, k.transpose(2, 3))
-    return torch.softmax(scores, dim=-1) @ v
-""",
-            "scaled at the projection, then reshaped",
-        ),
-        Good(
-            """\
-import torch
-
-
-def attention(q, k, v):
-    scores = torch.matmul(q.float(), k.float().transpose(-2, -1))
-    return scores.softmax(dim=-1).to(v.dtype) @ v
-""",
-            "both operands are upcast to float32 before the product",
-        ),
-        Good(
-            """\
-import torch
-
-
-def attention(q, k, v, scale):
-    scores = torch.baddbmm(torch.empty(1), q, k.transpose(1, 2), beta=0.0, alpha=scale)
-    return torch.softmax(scores, dim=-1) @ v
-""",
-            "baddbmm applies alpha in its accumulator, before rounding",
-        ),
-        Good(
-            """\
-import torch
-
-
-def attention(q, k, v):
-    scores = torch.matmul(q, k.transpose(-2, -1))
-    scores = torch.clamp(scores, min=-65504.0, max=65504.0)
-    return scores.softmax(dim=-1) @ v
-""",
-            "scores clipped to the float16 range before softmax",
-        ),
-        Good(
-            """\
-import torch
-
-
-def pairwise(x, y):
-    return torch.cdist(x, y) @ y.transpose(0, 1)
-""",
-            "a product that never reaches a softmax",
-        ),
-        Good(
-            """\
-import torch
-from torch import nn
-
-
-def eager_attention_forward(query, key, value, scaling):
-    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
-    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
-    return torch.matmul(attn_weights, value)
-
-
-class Attention(nn.Module):
-    def forward(self, hidden, key, value):
-        query = self.q_proj(hidden) * self.scaling
-        return eager_attention_forward(query, key, value, scaling=1.0)
-""",
-            "the caller scales the queries and passes `scaling=1.0` (Whisper, OPT, BART)",
-        ),
-        Good(
-            """\
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-
-class BlockAttention(nn.Module):
-    def forward(self, hidden):
-        q = self.q_proj(hidden).float() * self.q_scale
-        k = self.k_proj(hidden).float() * self.k_scale
-        q = self._to_blocks(q)
-        k = self._to_blocks(k)
-        scores = q @ k.transpose(-1, -2)
-        return F.softmax(scores, dim=-1, dtype=torch.float32)
-""",
-            "a private helper method reshapes; it is not a Linear (gemma4 audio)",
-        ),
-        Good(
-            """\
-import torch
-import torch.nn.functional as F
-
-
-def attend(q, k, scale):
-    q = q.float() * scale
-    k = k.to(dtype=q.dtype)
-    scores = q @ k.transpose(-1, -2)
-    return F.softmax(scores, dim=-1)
-""",
-            "`k` is cast to the dtype of the float32 queries",
-        ),
-        Good(
-            """\
-import torch
-
-
-def attend(q, k, v, scaling, softcap):
-    scores = torch.matmul(q, k.transpose(-1, -2)) * scaling
-    scores = torch.tanh(scores / softcap) * softcap
-    return torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype) @ v
-""",
-            "logit soft-capping saturates an overflowed score instead of passing inf to softmax",
-        ),
-    )
-
     @classmethod
     def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
         products = [node for node in nodes if node.op in _TRACED_PRODUCTS]
@@ -383,11 +109,15 @@ def attend(q, k, v, scaling, softcap):
                 return (
                     isinstance(node, cst.Call)
                     and bool(scores_returned_by(ctx, node))
-                    and not any(is_scaled(ctx, arg.value, flow) for arg in node.args)
+                    and not any(scaled_before(ctx, arg.value, flow) for arg in node.args)
                 )
             queries, keys, product = operands
             judged[node] = not (
-                scaled_inside(ctx, product) or is_scaled(ctx, queries, flow) or is_scaled(ctx, keys, flow)
+                scaled_inside(ctx, product)
+                or any(
+                    scaled_before(ctx, side, flow) or normalized_before(ctx, side, flow)
+                    for side in (queries, keys)
+                )
             )
             return judged[node]
 
@@ -396,13 +126,17 @@ def attend(q, k, v, scaling, softcap):
                 function_call(ctx, node, _CLIP_FUNCTIONS) or method_call(ctx, node, _CLIP_METHODS) is not None
             )
 
-        policy = Policy(
-            seed=seed, sink=lambda node, flow: "softmax" if is_softmax(ctx, node) else None, blocks=clips
-        )
         softmaxes = [call for call in ctx.index.calls if is_softmax(ctx, call)]
+        feeding = softmax_callees(ctx, softmaxes)  # `self.forward_attention(v, scores, mask)`
+        handing = {call for call in ctx.index.calls if local_callee(ctx, call) in feeding}
+
+        def sink(node: cst.BaseExpression, flow: Flow) -> str | None:
+            return "softmax" if is_softmax(ctx, node) or node in handing else None
+
+        policy = Policy(seed=seed, sink=sink, blocks=clips)
         products: dict[cst.CSTNode, None] = {}  # reaching a softmax, in order
         unit: set[str] | None = None  # computed once a product is a candidate
-        for scope in scopes_holding(ctx, softmaxes):
+        for scope in scopes_holding(ctx, [*softmaxes, *handing]):
             for hit in analyse(scope, policy).hits.values():
                 products.update(dict.fromkeys(scores_returned_by(ctx, hit.origin) or [hit.origin]))
         for product in products:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from amplint.rule import Bad, Good, Rule
+from amplint.rule import Rule
 from amplint.static.context import FileContext, Finding
 from amplint.static.dtypes import Float16
 from amplint.static.scopes import walk
@@ -75,118 +75,6 @@ class EagerAttentionInFp16(Rule):
     name = "eager-attention-in-fp16"
     summary = 'attn_implementation="eager" together with float16 (torch_dtype, .half(), float16 autocast)'
     triggers = frozenset({"eager"})
-
-    bad = (
-        Bad(
-            """\
-import torch
-from transformers import AutoModelForCausalLM
-
-model = AutoModelForCausalLM.from_pretrained(
-    "Qwen/Qwen2-7B-Instruct", attn_implementation="eager", torch_dtype=torch.float16
-)
-"""
-        ),
-        Bad(
-            """\
-import torch
-from transformers import AutoModelForCausalLM
-
-
-def load(name):
-    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="eager")
-    return model.half().cuda().eval()
-"""
-        ),
-        Bad(
-            """\
-import torch
-
-
-def load(model_cls, model_id, device):
-    load_kwargs = dict(attn_implementation="eager", torch_dtype=torch.float16)
-    return model_cls.from_pretrained(model_id, **load_kwargs).to(device).eval()
-"""
-        ),
-        Bad(
-            """\
-import torch
-
-
-def collect(model, batches):
-    model.config._attn_implementation = "eager"
-    outputs = []
-    with torch.autocast("cuda"):
-        for batch in batches:
-            outputs.append(model(**batch, output_attentions=True).attentions)
-    return outputs
-"""
-        ),
-        Bad(
-            """\
-import torch
-from transformers import AutoModel
-
-model_kwargs = {"attn_implementation": "eager", "torch_dtype": torch.float16}
-model = AutoModel.from_pretrained("Qwen/Qwen2-1.5B", **model_kwargs)
-"""
-        ),
-    )
-    good = (
-        Good(
-            """\
-import torch
-from transformers import AutoModelForCausalLM
-
-model = AutoModelForCausalLM.from_pretrained(
-    "Qwen/Qwen2-7B-Instruct", attn_implementation="eager", torch_dtype=torch.bfloat16
-)
-""",
-            "eager attention in bfloat16 keeps float32's range",
-        ),
-        Good(
-            """\
-import torch
-from transformers import AutoModelForCausalLM
-
-model = AutoModelForCausalLM.from_pretrained(
-    "Qwen/Qwen2-7B-Instruct", attn_implementation="sdpa", torch_dtype=torch.float16
-)
-""",
-            "a fused kernel in float16",
-        ),
-        Good(
-            """\
-def generate(self, input_features, return_token_timestamps):
-    if return_token_timestamps:
-        self.model.config._attn_implementation = "eager"
-    return self.model.generate(input_features, output_attentions=return_token_timestamps)
-""",
-            "eager attention for cross-attention weights, in whatever dtype the caller loaded (whisper)",
-        ),
-        Good(
-            """\
-def forward(self, hidden_states):
-    if self.config._attn_implementation == "eager":
-        return self.eager_attention(hidden_states.half())
-    return self.sdpa_attention(hidden_states)
-""",
-            'a comparison with "eager" reads the setting, it does not choose it',
-        ),
-        Good(
-            """\
-import torch
-from transformers import AutoModelForCausalLM
-
-
-def load(name, device):
-    dtype = torch.float32 if device == "cpu" else torch.float16
-    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="eager", torch_dtype=dtype)
-    return model.to(device)
-""",
-            "float16 only on a branch the user picks at run time; float32 on the other",
-        ),
-    )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         # Every float16 setting is spelled with one of these words (`torch.float16`, `.half()`, ...).

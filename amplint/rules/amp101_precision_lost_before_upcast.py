@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from amplint.rule import Bad, CastPoint, Good, GraphFinding, RuntimeRule
+from amplint.rule import CastPoint, GraphFinding, RuntimeRule
 from amplint.runtime.chains import (
     HALF,
     LOSSY,
@@ -56,71 +56,6 @@ class PrecisionLostBeforeUpcast(RuntimeRule):
     code = "AMP101"
     name = "precision-lost-before-upcast"
     summary = "ops left in bf16/fp16 by autocast (sigmoid, tanh, mul) round a value that a float32 op reads"
-
-    bad = (
-        Bad(
-            """\
-import math
-import torch
-from torch import nn
-
-
-class Decay(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-
-    def forward(self, x):
-        w = -math.exp(-0.5) * self.proj(x).sigmoid()
-        return w.exp()
-
-
-def factory():
-    return Decay(), (torch.randn(2, 64),)
-"""
-        ),
-    )
-    good = (
-        Good(
-            """\
-import math
-import torch
-from torch import nn
-
-
-class Decay(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-
-    def forward(self, x):
-        w = -math.exp(-0.5) * self.proj(x).to(torch.float32).sigmoid()
-        return w.exp()
-
-
-def factory():
-    return Decay(), (torch.randn(2, 64),)
-""",
-            "upcast before the sigmoid: the chain runs in float32",
-        ),
-        Good(
-            """\
-import torch
-from torch import nn
-
-
-class Attention(nn.Module):
-    def forward(self, q, k, mask):
-        scores = torch.matmul(q, k.transpose(-1, -2)) * 0.125 + mask
-        return scores.softmax(-1)
-
-
-def factory():
-    return Attention(), (torch.randn(1, 4, 8, 16), torch.randn(1, 4, 8, 16), torch.zeros(8, 8))
-""",
-            "scaling and masking scores before a float32 softmax: no squashing op rounds them",
-        ),
-    )
 
     @classmethod
     def check_graph(cls, graph: DtypeGraph) -> Iterator[GraphFinding]:

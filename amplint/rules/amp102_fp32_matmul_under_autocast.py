@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from amplint.rule import Bad, Good, GraphFinding, RuntimeRule
+from amplint.rule import GraphFinding, RuntimeRule
 from amplint.runtime.chains import HALF, where
 
 if TYPE_CHECKING:
@@ -50,77 +50,6 @@ class Fp32MatmulUnderAutocast(RuntimeRule):
     code = "AMP102"
     name = "fp32-matmul-under-autocast"
     summary = "a matmul/linear/conv that runs in float32 inside a bf16/fp16 autocast run (its FLOPs reported)"
-
-    bad = (
-        Bad(
-            """\
-import torch
-from torch import nn
-
-
-class Head(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.body = nn.Linear(64, 64)
-        self.lm_head = nn.Linear(64, 1024)
-
-    def forward(self, x):
-        h = self.body(x)
-        with torch.autocast("cuda", enabled=False):
-            return self.lm_head(h.float())
-
-
-def factory():
-    return Head(), (torch.randn(8, 64),)
-"""
-        ),
-    )
-    good = (
-        Good(
-            """\
-import torch
-from torch import nn
-
-
-class Head(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.body = nn.Linear(64, 64)
-        self.lm_head = nn.Linear(64, 1024)
-
-    def forward(self, x):
-        return self.lm_head(self.body(x)).float()
-
-
-def factory():
-    return Head(), (torch.randn(8, 64),)
-""",
-            "the product runs under autocast; only its output is upcast",
-        ),
-        Good(
-            """\
-import torch
-from torch import nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(256, 256)
-        self.register_buffer("inv_freq", torch.rand(4, 1))
-
-    def forward(self, x, positions):
-        with torch.autocast("cuda", enabled=False):
-            angles = self.inv_freq.float() @ positions.float()
-        return self.proj(x), angles
-
-
-def factory():
-    return Model(), (torch.randn(64, 256), torch.arange(8.0)[None, :])
-""",
-            "a tiny float32 product kept out of autocast on purpose (rotary angles): under 1% of the FLOPs",
-        ),
-    )
 
     @classmethod
     def check_graph(cls, graph: DtypeGraph) -> Iterator[GraphFinding]:

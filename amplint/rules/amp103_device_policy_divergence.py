@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from amplint.rule import Bad, Good, GraphFinding, RuntimeRule
+from amplint.rule import GraphFinding, RuntimeRule
 from amplint.runtime.chains import where
 
 if TYPE_CHECKING:
@@ -45,50 +45,6 @@ class DevicePolicyDivergence(RuntimeRule):
     name = "device-policy-divergence"
     summary = (
         "ops whose dtype differs between CUDA and CPU autocast, so tests on CPU do not show GPU numerics"
-    )
-
-    bad = (
-        Bad(
-            """\
-import torch
-from torch import nn
-
-
-class Gate(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-
-    def forward(self, x):
-        return self.proj(x).exp()
-
-
-def factory():
-    return Gate(), (torch.randn(2, 64),)
-"""
-        ),
-    )
-    good = (
-        Good(
-            """\
-import torch
-from torch import nn
-
-
-class Gate(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-
-    def forward(self, x):
-        return self.proj(x).float().exp()
-
-
-def factory():
-    return Gate(), (torch.randn(2, 64),)
-""",
-            "an explicit upcast: float32 under both policies",
-        ),
     )
 
     @classmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from amplint.rule import Bad, Good, GraphFinding, RuntimeRule
+from amplint.rule import GraphFinding, RuntimeRule
 from amplint.runtime.chains import where
 
 if TYPE_CHECKING:
@@ -70,121 +70,6 @@ class AutocastDtypeMixing(RuntimeRule):
     name = "autocast-dtype-mixing"
     summary = (
         "bfloat16 and float16 meeting in one op (promoted to float32), or a matmul given two dtypes (raises)"
-    )
-
-    bad = (
-        Bad(
-            """\
-import torch
-from torch import nn
-
-
-class Rotary(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-        self.register_buffer("cos", torch.randn(64))
-
-    def forward(self, x):
-        q = self.proj(x)
-        return q * self.cos.to(torch.float16)  # q is bfloat16 under autocast
-
-
-def factory():
-    return Rotary(), (torch.randn(2, 64),)
-"""
-        ),
-        Bad(
-            """\
-import torch
-from torch import nn
-
-
-class Mix(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-        self.register_buffer("table", torch.randn(64, 64))
-
-    def forward(self, x):
-        hidden = self.proj(x)  # bfloat16 under autocast
-        with torch.autocast("cuda", enabled=False):
-            return hidden @ self.table.half()  # no autocast to reconcile them: raises on a GPU
-
-
-def factory():
-    return Mix(), (torch.randn(2, 64),)
-"""
-        ),
-        Bad(
-            """\
-import torch
-from torch import nn
-
-
-class Precise(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-        self.register_buffer("table", torch.randn(64, 64))
-
-    def forward(self, x):
-        hidden = self.proj(x)  # bfloat16 under autocast
-        with torch.autocast("cuda", enabled=False):
-            return hidden @ self.table  # a float32 table: raises on a GPU
-
-
-def factory():
-    return Precise(), (torch.randn(2, 64),)
-"""
-        ),
-    )
-    good = (
-        Good(
-            """\
-import torch
-from torch import nn
-
-
-class Rotary(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-        self.register_buffer("cos", torch.randn(64))
-
-    def forward(self, x):
-        q = self.proj(x)
-        return q * self.cos.to(q.dtype)
-
-
-def factory():
-    return Rotary(), (torch.randn(2, 64),)
-""",
-            "the table is cast to the dtype of the tensor it multiplies",
-        ),
-        Good(
-            """\
-import torch
-from torch import nn
-
-
-class Precise(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-        self.register_buffer("table", torch.randn(64, 64))
-
-    def forward(self, x):
-        hidden = self.proj(x)
-        with torch.autocast("cuda", enabled=False):
-            return hidden.float() @ self.table
-
-
-def factory():
-    return Precise(), (torch.randn(2, 64),)
-""",
-            "the float32 region upcasts what it reads",
-        ),
     )
 
     @classmethod

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from amplint.diagnostics import Severity
-from amplint.rule import Bad, Good, GraphFinding, RuntimeRule
+from amplint.rule import GraphFinding, RuntimeRule
 from amplint.runtime.chains import step, where
 from amplint.runtime.value_walks import (
     VALUES_IN_FLOAT16,
@@ -61,64 +61,6 @@ class FirstOverflow(RuntimeRule):
     summary = "the first op whose values overflowed to inf/NaN on real inputs, and where that surfaced"
     severity = Severity.ERROR
     example_trace = VALUES_IN_FLOAT16
-
-    bad = (
-        Bad(
-            """\
-import torch
-from torch import nn
-
-
-class Attention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.q_proj = nn.Linear(64, 64)
-        self.k_proj = nn.Linear(64, 64)
-        with torch.no_grad():  # large biases, as Qwen2's query and key projections carry
-            self.q_proj.bias.fill_(40.0)
-            self.k_proj.bias.fill_(40.0)
-
-    def forward(self, x):
-        q, k = self.q_proj(x), self.k_proj(x)
-        scores = torch.matmul(q, k.transpose(-1, -2)) * 64**-0.5
-        return scores.softmax(-1) @ x
-
-
-def factory():
-    torch.manual_seed(0)
-    return Attention(), (torch.randn(1, 16, 64),)
-"""
-        ),
-    )
-    good = (
-        Good(
-            """\
-import torch
-from torch import nn
-
-
-class Attention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.q_proj = nn.Linear(64, 64)
-        self.k_proj = nn.Linear(64, 64)
-        with torch.no_grad():
-            self.q_proj.bias.fill_(40.0)
-            self.k_proj.bias.fill_(40.0)
-
-    def forward(self, x):
-        q, k = self.q_proj(x), self.k_proj(x)
-        scores = torch.matmul(q * 64**-0.5, k.transpose(-1, -2))
-        return scores.softmax(-1) @ x
-
-
-def factory():
-    torch.manual_seed(0)
-    return Attention(), (torch.randn(1, 16, 64),)
-""",
-            "the queries are scaled before the product, which then stays within float16's range",
-        ),
-    )
 
     @classmethod
     def check_graph(cls, graph: DtypeGraph) -> Iterator[GraphFinding]:

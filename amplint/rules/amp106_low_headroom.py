@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from amplint.rule import Bad, Good, GraphFinding, RuntimeRule
+from amplint.rule import GraphFinding, RuntimeRule
 from amplint.runtime.chains import where
 from amplint.runtime.value_walks import (
     VALUES_IN_FLOAT16,
@@ -51,52 +51,6 @@ class LowHeadroom(RuntimeRule):
     name = "low-headroom"
     summary = "values within a few bits of the dtype's largest finite value on real inputs"
     example_trace = VALUES_IN_FLOAT16
-
-    bad = (
-        Bad(
-            """\
-import torch
-from torch import nn
-
-
-class Energy(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-
-    def forward(self, x):
-        return torch.tanh(self.proj(x)) * 30000
-
-
-def factory():
-    torch.manual_seed(0)
-    return Energy(), (torch.randn(8, 64),)
-"""
-        ),
-    )
-    good = (
-        Good(
-            """\
-import torch
-from torch import nn
-
-
-class Energy(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-
-    def forward(self, x):
-        return torch.tanh(self.proj(x)) * 100
-
-
-def factory():
-    torch.manual_seed(0)
-    return Energy(), (torch.randn(8, 64),)
-""",
-            "about 9 bits of headroom",
-        ),
-    )
 
     @classmethod
     def check_graph(cls, graph: DtypeGraph) -> Iterator[GraphFinding]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from amplint.rule import Bad, Good, GraphFinding, RuntimeRule
+from amplint.rule import GraphFinding, RuntimeRule
 from amplint.runtime.chains import where
 from amplint.runtime.value_walks import VALUES_IN_FLOAT16, per_line, producer_values, ranges, replayed
 
@@ -43,52 +43,6 @@ class Underflow(RuntimeRule):
     name = "underflow"
     summary = "non-zero values flushed to zero by the dtype's range on real inputs"
     example_trace = VALUES_IN_FLOAT16
-
-    bad = (
-        Bad(
-            """\
-import torch
-from torch import nn
-
-
-class Tiny(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-
-    def forward(self, x):
-        return self.proj(x) * 1e-9
-
-
-def factory():
-    torch.manual_seed(0)
-    return Tiny(), (torch.randn(8, 64),)
-"""
-        ),
-    )
-    good = (
-        Good(
-            """\
-import torch
-from torch import nn
-
-
-class Tiny(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-
-    def forward(self, x):
-        return self.proj(x).float() * 1e-9
-
-
-def factory():
-    torch.manual_seed(0)
-    return Tiny(), (torch.randn(8, 64),)
-""",
-            "the product is computed in float32, which holds 1e-9",
-        ),
-    )
 
     @classmethod
     def check_graph(cls, graph: DtypeGraph) -> Iterator[GraphFinding]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from amplint.rule import Bad, Good, GraphFinding, RuntimeRule
+from amplint.rule import GraphFinding, RuntimeRule
 from amplint.runtime.chains import HALF, where
 from amplint.runtime.value_walks import VALUES_IN_FLOAT16, per_line, replayed, upstream
 
@@ -46,53 +46,6 @@ class LargeError(RuntimeRule):
     name = "large-error"
     summary = "the ops that contribute most to the outputs' error against float64, ranked"
     example_trace = VALUES_IN_FLOAT16
-
-    bad = (
-        Bad(
-            """\
-import torch
-from torch import nn
-
-
-class Offset(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-
-    def forward(self, x):
-        shifted = self.proj(x) + 1000.0
-        return shifted - 1000.0
-
-
-def factory():
-    torch.manual_seed(0)
-    return Offset(), (torch.randn(8, 64),)
-"""
-        ),
-    )
-    good = (
-        Good(
-            """\
-import torch
-from torch import nn
-
-
-class Offset(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-
-    def forward(self, x):
-        return self.proj(x) * 2.0
-
-
-def factory():
-    torch.manual_seed(0)
-    return Offset(), (torch.randn(8, 64),)
-""",
-            "one rounding to float16: an error of about 1e-3",
-        ),
-    )
 
     @classmethod
     def check_graph(cls, graph: DtypeGraph) -> Iterator[GraphFinding]:

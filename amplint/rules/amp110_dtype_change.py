@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from amplint.lockdiff import OpChange, Region, TargetDiff
 from amplint.lockfile import MATMULS, Op
-from amplint.rule import Bad, Good, GraphFinding, RuntimeRule
+from amplint.rule import GraphFinding, RuntimeRule
 from amplint.runtime.chains import HALF, LOSSY, VIEWS, where
 
 if TYPE_CHECKING:
@@ -60,102 +60,6 @@ class DtypeChange(RuntimeRule):
     name = "dtype-change"
     summary = "an op runs in another dtype than `amplint.lock` records (`amplint lock --check`)"
     compares_lock = True
-
-    # Each example defines `locked()`, the model the lock was written for, and `factory()`, the model
-    # checked against that lock.
-    bad = (
-        Bad(
-            """\
-import math
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-
-class Decay(nn.Module):
-    def __init__(self, sigmoid):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-        self.sigmoid = sigmoid
-
-    def forward(self, x):
-        if self.sigmoid:
-            w = -math.exp(-0.5) * self.proj(x).sigmoid()
-        else:
-            w = -F.softplus(-self.proj(x)) - 0.5
-        return w.exp()
-
-
-def locked():
-    return Decay(sigmoid=False), (torch.randn(2, 64),)
-
-
-def factory():
-    return Decay(sigmoid=True), (torch.randn(2, 64),)
-"""
-        ),
-    )
-    good = (
-        Good(
-            """\
-import math
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-
-class Decay(nn.Module):
-    def __init__(self, sigmoid):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-        self.sigmoid = sigmoid
-
-    def forward(self, x):
-        if self.sigmoid:
-            w = -math.exp(-0.5) * self.proj(x).to(torch.float32).sigmoid()
-        else:
-            w = -F.softplus(-self.proj(x)) - 0.5
-        return w.exp()
-
-
-def locked():
-    return Decay(sigmoid=False), (torch.randn(2, 64),)
-
-
-def factory():
-    return Decay(sigmoid=True), (torch.randn(2, 64),)
-""",
-            "the sigmoid form upcast first: the log-decay stays float32",
-        ),
-        Good(
-            """\
-import torch
-from torch import nn
-
-
-class Block(nn.Module):
-    def __init__(self, extra):
-        super().__init__()
-        self.proj = nn.Linear(64, 64)
-        self.extra = extra
-
-    def forward(self, x):
-        hidden = self.proj(x)
-        if self.extra:
-            hidden = hidden * 0.5
-        return hidden.softmax(-1)
-
-
-def locked():
-    return Block(extra=False), (torch.randn(2, 8, 64),)
-
-
-def factory():
-    return Block(extra=True), (torch.randn(2, 16, 64),)
-""",
-            "an inserted op and a longer sequence change no dtype",
-        ),
-    )
 
     @classmethod
     def check_lock(cls, diff: TargetDiff, graph: DtypeGraph) -> Iterator[GraphFinding]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from amplint.diagnostics import Severity
-from amplint.rule import Bad, Good, Rule
+from amplint.rule import Rule
 from amplint.static.context import FileContext, Finding
 
 
@@ -35,9 +35,6 @@ class UnparsableFile(Rule):
     name = "unparsable-file"
     summary = "the file could not be read or parsed, so it was not checked"
     severity = Severity.ERROR
-
-    bad = (Bad("def forward(self, x:\n    return x\n"), Bad("x = (1,\n"))
-    good = (Good(""), Good("# -*- coding: latin-1 -*-\nname = 'caf\u00e9'\n"))
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         return iter(())

@@ -4,13 +4,23 @@ about attention scores and softmax."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 import libcst as cst
 
 from amplint.static.context import FileContext
-from amplint.static.dtypes import Fact
-from amplint.static.flow import Flow, value_children
-from amplint.static.patterns import argument, function_call, matmul_operands, method_call
+from amplint.static.dtypes import TENSOR, Fact
+from amplint.static.flow import Flow, Policy, value_children
+from amplint.static.patterns import (
+    argument,
+    callee_name,
+    function_call,
+    is_matmul,
+    lineage,
+    matmul_operands,
+    method_call,
+)
+from amplint.static.scopes import scopes_holding
 
 SOFTMAX_FUNCTIONS = frozenset(
     {
@@ -29,6 +39,8 @@ REGION_WORDS = frozenset(
     {"softmax", "log_softmax", "Softmax", "LogSoftmax", "matmul", "bmm", "baddbmm", "einsum"}
 )
 REGION_PATTERN = re.compile(r"[\w)\]] *@ *[\w(]")
+_SCALE = re.compile(r"scal|sqrt|temperature|norm|inv|d_?k\b|head_dim|\*\* *-", re.IGNORECASE)
+_SCALING_METHODS = frozenset({"mul", "div", "mul_", "div_"})
 _TRANSPOSE_METHODS = frozenset({"transpose", "permute", "t", "swapaxes", "swapdims"})
 _PRODUCT_FUNCTIONS = frozenset({"torch.matmul", "torch.bmm"})
 _PRODUCT_METHODS = frozenset({"matmul", "bmm"})
@@ -193,11 +205,11 @@ def holds_probabilities(ctx: FileContext, node: cst.BaseExpression, flow: Flow |
     return False
 
 
-def scores_returned_by(ctx: FileContext, call: cst.CSTNode) -> list[cst.CSTNode]:
-    """The `q @ k^T` products of the file's other functions that a call returns: the engine follows
-    the file's own functions and methods (`self._scores(q, k)`), and its evidence names them."""
+def local_callee(ctx: FileContext, call: cst.CSTNode) -> str | None:
+    """The name of the file's own function or method that a call may call (`helper(x)`,
+    `self.forward_attention(v, scores, mask)`), or None."""
     if not isinstance(call, cst.Call) or ctx.qualified(call.func) is not None:
-        return []
+        return None
     func = call.func
     name = (
         func.value
@@ -206,7 +218,35 @@ def scores_returned_by(ctx: FileContext, call: cst.CSTNode) -> list[cst.CSTNode]
         if isinstance(func, cst.Attribute)
         else ""
     )
-    if name not in ctx.index.function_names:
+    return name if name in ctx.index.function_names else None
+
+
+def softmax_callees(ctx: FileContext, softmaxes: Iterable[cst.Call]) -> frozenset[str]:
+    """The file's functions (by name) that hand one of their parameters to a softmax, as espnet's
+    `forward_attention(self, value, scores, mask)` does for the scores its callers form."""
+    sink = Policy(
+        seed=lambda node, flow: False, sink=lambda node, flow: "softmax" if is_softmax(ctx, node) else None
+    )
+    names: set[str] = set()
+    for scope in scopes_holding(ctx, softmaxes):
+        function = scope.node
+        if isinstance(function, cst.FunctionDef) and function.name.value not in names:
+            params = [
+                *function.params.posonly_params,
+                *function.params.params,
+                *function.params.kwonly_params,
+            ]
+            flow = Flow(sink, env={p.name.value: frozenset({p}) for p in params})
+            flow.run(scope.body)
+            if flow.hits:
+                names.add(function.name.value)
+    return frozenset(names)
+
+
+def scores_returned_by(ctx: FileContext, call: cst.CSTNode) -> list[cst.CSTNode]:
+    """The `q @ k^T` products of the file's other functions that a call returns: the engine follows
+    the file's own functions and methods (`self._scores(q, k)`), and its evidence names them."""
+    if local_callee(ctx, call) is None:
         return []  # not the file's own function: the engine follows no other
     here = ctx.function_of(call)
     return [
@@ -222,6 +262,40 @@ def why_half(fact: Fact, names: str | None = None) -> str:
         steps = "; ".join(step.text for step in fact.why)
         return f"this holds when the caller runs it in {names or fact.half_names()}: {steps}"
     return fact.explain()
+
+
+def scaled_before(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None) -> bool:
+    """Whether a product's operand was scaled since its last product (`q * scale`, `q /= sqrt(d)`):
+    multiplied or divided by a number, or by a tensor whose spelling names a scale; not by a gate or
+    a mask (`q * self.new_neurons`)."""
+    for step in lineage(ctx, node, flow):
+        factors: tuple[cst.BaseExpression, ...] = ()
+        if isinstance(step, cst.AugAssign) and isinstance(
+            step.operator, (cst.MultiplyAssign, cst.DivideAssign)
+        ):
+            factors = (step.value,)
+        elif isinstance(step, cst.BinaryOperation) and isinstance(step.operator, (cst.Multiply, cst.Divide)):
+            factors = (step.right, step.left) if isinstance(step.operator, cst.Multiply) else (step.right,)
+        elif isinstance(step, cst.Call) and method_call(ctx, step, _SCALING_METHODS) is not None:
+            factors = tuple(arg.value for arg in step.args[:1])
+        elif is_matmul(ctx, step):
+            return False
+        if factors:
+            return any(
+                ctx.facts.of(factor).kind != TENSOR or _SCALE.search(ctx.code(factor)) for factor in factors
+            )
+    return False
+
+
+def normalized_before(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None) -> bool:
+    """Whether a product's operand went through a norm since its last product (`self.q_norm(q)`,
+    `F.normalize(k)`): QK-norm bounds every score by the head size times the norm's gain."""
+    for step in lineage(ctx, node, flow):
+        if isinstance(step, cst.Call) and "norm" in callee_name(step).lower():
+            return True  # before the product test: `self.q_norm(q)` is a submodule call too
+        if is_matmul(ctx, step):
+            return False
+    return False
 
 
 def scaled_inside(ctx: FileContext, node: cst.Call | cst.BinaryOperation) -> bool:

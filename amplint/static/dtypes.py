@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from amplint.static import constants, ops
-from amplint.static.ops import BF16, F16, F32, F64, HALF
+from amplint.static.autocast import autocast_call, autocast_settings
 from amplint.static.imports import dotted_name
+from amplint.static.ops import BF16, F16, F32, F64, HALF
 from amplint.static.scopes import suite_body, walk
 
 if TYPE_CHECKING:
@@ -1152,7 +1153,9 @@ class DtypeFacts:
             return UNKNOWN_FACT  # a Keras or Flax layer: no torch autocast
         op = ops.MODULE_OPS.get(constructor)
         first = positional[0] if positional else UNKNOWN_FACT
-        weights = self._caller_tensor(node, f"`{dotted_name(node.func) or constructor}` runs in the model's dtype")
+        weights = self._caller_tensor(
+            node, f"`{dotted_name(node.func) or constructor}` runs in the model's dtype"
+        )
         if op in ("sigmoid", "tanh", "softmax", "log_softmax", "softplus"):
             return self._op(op, [first], node, frame)
         if op is not None:
@@ -1208,12 +1211,18 @@ class DtypeFacts:
                 values = [a.value for a in node.args if not a.keyword and not a.star][1:]
                 if all(isinstance(_unsigned(v), cst.Integer) for v in values):
                     return _INTEGER
-                return Fact(TENSOR, frozenset({F32}), (Step(node, "`where` of Python numbers makes float32"),))
+                return Fact(
+                    TENSOR, frozenset({F32}), (Step(node, "`where` of Python numbers makes float32"),)
+                )
             return promote(positional[1:3])
         if module.endswith(".nn") or name[:1].isupper():
             return Fact(MODULE, module=name)
         # A list or tuple of tensors (`torch.cat([a, b])`, `torch.einsum(eq, [q, k])`) counts as its elements.
-        flat = [item for f in positional for item in ((f.items or (UNKNOWN_FACT,)) if f.items is not None else (f,))]
+        flat = [
+            item
+            for f in positional
+            for item in ((f.items or (UNKNOWN_FACT,)) if f.items is not None else (f,))
+        ]
         inputs = [f for f in flat if f.kind in (TENSOR, UNKNOWN)]
         if not inputs and "input" in keywords:  # `F.pad(input=x, ...)`
             inputs = [keywords["input"]]
@@ -1287,7 +1296,6 @@ class DtypeFacts:
     ) -> frozenset[Autocast] | None:
         """The states inside `with <expr>:` when `expr` is an autocast context, else None
         (`dtype_of`: the facts of a finished analysis, for a `dtype=` argument)."""
-        from amplint.static.precision import autocast_call, autocast_settings
 
         call = expr if isinstance(expr, cst.Call) else None
         if call is None or not autocast_call(self.ctx, call):

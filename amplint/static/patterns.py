@@ -12,9 +12,6 @@ from amplint.static.flow import Flow
 if TYPE_CHECKING:
     from amplint.static.context import FileContext
 
-FP32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
-HALF_DTYPES = frozenset({"torch.float16", "torch.half", "torch.bfloat16"})
-_FP32_STRINGS = frozenset({"float32", "float", "float64", "double", "torch.float32", "torch.float64"})
 MATMUL_FUNCTIONS = frozenset(
     {
         "torch.matmul",
@@ -77,66 +74,6 @@ def argument(call: cst.Call, position: int | None, keyword: str) -> cst.BaseExpr
     return None
 
 
-def is_fp32_dtype(ctx: FileContext, node: cst.BaseExpression | None) -> bool:
-    if node is None:
-        return False
-    if isinstance(node, cst.SimpleString):
-        return node.evaluated_value in _FP32_STRINGS
-    return ctx.qualified(node) in FP32_DTYPES or (
-        isinstance(node, cst.Attribute) and node.attr.value in {"float32", "float64", "double"}
-    )
-
-
-def is_half_dtype(ctx: FileContext, node: cst.BaseExpression | None) -> bool:
-    if node is None:
-        return False
-    if isinstance(node, cst.SimpleString):
-        return node.evaluated_value in {"float16", "half", "bfloat16"}
-    return ctx.qualified(node) in HALF_DTYPES
-
-
-def is_upcast(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """`x.float()`, `x.double()`, `x.to(torch.float32)`, `x.to(dtype=torch.float)`, `x.type(torch.float32)`,
-    `x.to(device, torch.float32)`."""
-    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
-        return False
-    method = node.func.attr.value
-    if method in {"float", "double"} and not node.args:
-        return True
-    if method in {"to", "type"}:
-        return any(
-            is_fp32_dtype(ctx, arg.value) for arg in node.args if arg.keyword is None
-        ) or is_fp32_dtype(ctx, argument(node, None, "dtype"))
-    return False
-
-
-def _is_cast(node: cst.CSTNode) -> bool:
-    return (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value in {"to", "type", "type_as", "half", "bfloat16", "float", "double"}
-    )
-
-
-def dtype_source(node: cst.CSTNode) -> cst.BaseExpression | None:
-    """`other` in `x.to(other.dtype)`, `x.to(dtype=other.dtype)`, `x.type(other.dtype)`, `x.type_as(other)`."""
-    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
-        return None
-    method = node.func.attr.value
-    if method == "type_as":
-        return argument(node, 0, "other")
-    if method in {"to", "type"}:
-        for arg in node.args:
-            value = arg.value
-            if (
-                (arg.keyword is None or arg.keyword.value == "dtype")
-                and isinstance(value, cst.Attribute)
-                and value.attr.value == "dtype"
-            ):
-                return value.value
-    return None
-
-
 def matmul_operands(ctx: FileContext, node: cst.CSTNode) -> list[cst.BaseExpression] | None:
     """The two factors of a product (`a @ b`, `torch.matmul(a, b)`, `baddbmm(c, a, b)`, `F.linear(x, w)`,
     `a.matmul(b)`), or None when `node` is not such a product."""
@@ -157,40 +94,6 @@ def matmul_operands(ctx: FileContext, node: cst.CSTNode) -> list[cst.BaseExpress
         return None
     # `a.matmul(b)` multiplies the receiver; `c.baddbmm(a, b)` adds to it.
     return [receiver, *positional[:1]] if node.func.attr.value in {"matmul", "mm", "bmm"} else positional[:2]
-
-
-def fp32_step(ctx: FileContext, step: cst.CSTNode, flow: Flow | None, depth: int) -> bool | None:
-    """True/False when this step of a value's lineage decides its precision; None to look further."""
-    if is_upcast(ctx, step):
-        return True
-    source = dtype_source(step)
-    if source is not None:
-        return depth < 4 and is_fp32_value(ctx, source, flow, depth + 1)
-    if _is_cast(step):
-        return False
-    if isinstance(step, cst.BinaryOperation):
-        if isinstance(step.operator, cst.MatrixMultiply):
-            return all(is_fp32_value(ctx, side, flow, depth + 1) for side in (step.left, step.right))
-        # Type promotion: one float32 operand makes the result float32.
-        return depth < 4 and any(
-            is_fp32_value(ctx, side, flow, depth + 1) for side in (step.left, step.right)
-        )
-    if isinstance(step, (cst.List, cst.Tuple)):
-        values = [element.value for element in step.elements]
-        return bool(values) and depth < 4 and all(is_fp32_value(ctx, v, flow, depth + 1) for v in values)
-    if not isinstance(step, cst.Call):
-        return None
-    operands = matmul_operands(ctx, step)
-    if operands is not None:
-        # A product of upcast operands is the author's float32 intent.
-        return bool(operands) and depth < 4 and all(is_fp32_value(ctx, o, flow, depth + 1) for o in operands)
-    if submodule_call(ctx, step):
-        return False
-    if isinstance(step.func, cst.Name) and ctx.qualified(step.func) is None:
-        # An opaque function (`logits_processor(input_ids, scores)`): float32 if any input is.
-        arguments = [arg.value for arg in step.args if not arg.star]
-        return depth < 4 and any(is_fp32_value(ctx, arg, flow, depth + 1) for arg in arguments)
-    return None
 
 
 def lineage(
@@ -234,37 +137,6 @@ def lineage(
             current = history[-1 - seen]
         else:
             return
-
-
-def is_fp32_value(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None, depth: int = 0) -> bool:
-    """The value is float32 by the author's intent: upcast (directly, or earlier in the function),
-    promoted by arithmetic with a float32 operand, or a product of float32 operands; and not cast
-    back or passed through a submodule since."""
-    for step in lineage(ctx, node, flow):
-        decided = fp32_step(ctx, step, flow, depth)
-        if decided is not None:
-            return decided
-    return False
-
-
-def is_scaled(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None) -> bool:
-    """The value was multiplied or divided since its last product (`q * scale`, `q /= sqrt(d)`)."""
-    for step in lineage(ctx, node, flow):
-        if isinstance(step, cst.AugAssign) and isinstance(
-            step.operator, (cst.MultiplyAssign, cst.DivideAssign)
-        ):
-            return True
-        if isinstance(step, cst.BinaryOperation) and isinstance(step.operator, (cst.Multiply, cst.Divide)):
-            return True
-        if (
-            isinstance(step, cst.Call)
-            and isinstance(step.func, cst.Attribute)
-            and step.func.attr.value in {"mul", "div", "mul_", "div_"}
-        ):
-            return True
-        if is_matmul(ctx, step):
-            return False
-    return False
 
 
 def is_matmul(ctx: FileContext, node: cst.CSTNode) -> bool:

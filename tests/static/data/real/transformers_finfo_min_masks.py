@@ -56,4 +56,3 @@ class AttentionMaskConverter:
         inverted_mask = 1.0 - expanded_mask
 
         return inverted_mask.masked_fill(inverted_mask.to(torch.bool), torch.finfo(dtype).min)
-

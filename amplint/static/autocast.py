@@ -1,0 +1,57 @@
+"""What an autocast call sets: the device, the dtype and whether it is on, read from its arguments
+wherever the call stands (a `with` item, a decorator, or `ctx = torch.autocast(...)` entered later).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from amplint.static.patterns import argument
+
+if TYPE_CHECKING:
+    from amplint.static.context import FileContext
+
+AUTOCAST = frozenset(
+    {
+        "torch.autocast",
+        "torch.amp.autocast",
+        "torch.amp.autocast_mode.autocast",
+        "torch.cuda.amp.autocast",
+        "torch.cpu.amp.autocast",
+    }
+)
+# The dtype each autocast defaults to when the call names none.
+_DEFAULT_DTYPE = {"cuda": "float16", "cpu": "bfloat16"}
+_HALF_DTYPES = {"float16": "float16", "half": "float16", "bfloat16": "bfloat16"}
+
+
+def autocast_call(ctx: FileContext, node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Call) and ctx.qualified(node.func) in AUTOCAST
+
+
+def _literal(node: cst.BaseExpression | None) -> str | None:
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value if isinstance(node.evaluated_value, str) else None
+    return None
+
+
+def autocast_settings(ctx: FileContext, call: cst.Call) -> tuple[str | None, str | None, bool]:
+    """`(device, dtype, enabled)` that an autocast call sets; None where not literal."""
+    qualified = ctx.qualified(call.func) or ""
+    if qualified.startswith(("torch.cuda.", "torch.cpu.")):
+        device: str | None = qualified.split(".")[1]
+        dtype_arg = argument(call, 1, "dtype")
+        enabled_arg = argument(call, 0, "enabled")
+    else:
+        device = _literal(argument(call, 0, "device_type"))
+        dtype_arg = argument(call, 1, "dtype")
+        enabled_arg = argument(call, 2, "enabled")
+    if dtype_arg is None:
+        dtype = _DEFAULT_DTYPE.get(device or "")
+    else:
+        name = dtype_arg.attr.value if isinstance(dtype_arg, cst.Attribute) else _literal(dtype_arg)
+        dtype = _HALF_DTYPES.get(name or "")
+    enabled = not (isinstance(enabled_arg, cst.Name) and enabled_arg.value == "False")
+    return device, dtype, enabled
