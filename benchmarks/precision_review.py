@@ -70,6 +70,9 @@ DEFAULT_VERDICTS = REPO / "benchmarks" / "precision_verdicts.toml"
 DEFAULT_REPORT = REPO / "docs" / "precision.md"
 DEFAULT_SAMPLE = 120
 DEFAULT_SEED = 14
+# Each rule's findings read at least this often (or all of them): the uniform sample gives the
+# overall share, but a rule with few findings would otherwise have none read.
+DEFAULT_PER_RULE = 10
 DEFAULT_CONTEXT = 8
 
 RUN_FILE = "last_run.json"
@@ -613,6 +616,22 @@ def draw(findings: Sequence[dict[str, Any]], size: int, seed: int) -> list[dict[
     return [findings[i] for i in picks]
 
 
+def supplement(
+    findings: Sequence[dict[str, Any]], sample: Sequence[dict[str, Any]], per_rule: int, seed: int
+) -> list[dict[str, Any]]:
+    """For each rule with fewer than `per_rule` findings in `sample`, more of its findings (uniform
+    within the rule, seeded by rule) up to `per_rule` or all it has."""
+    taken = {id(f) for f in sample}
+    counts = Counter(f["code"] for f in sample)
+    extra: list[dict[str, Any]] = []
+    for code in sorted({f["code"] for f in findings}):
+        rest = [f for f in findings if f["code"] == code and id(f) not in taken]
+        wanted = min(per_rule - counts[code], len(rest))
+        if wanted > 0:
+            extra += random.Random(f"{seed}-{code}").sample(rest, wanted)
+    return extra
+
+
 def wilson(useful: int, read: int) -> tuple[float, float]:
     """95% Wilson score interval of a proportion."""
     if read == 0:
@@ -669,6 +688,9 @@ def render_report(
     stale: int,
     sample_size: int,
     seed: int,
+    extra: Sequence[dict[str, Any]] = (),
+    extra_statuses: Sequence[tuple[str, str]] = (),
+    per_rule: int = 0,
 ) -> str:
     findings = run_data["findings"]
     projects = run_data["projects"]
@@ -756,7 +778,7 @@ def render_report(
     add("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     by_rule = Counter(f["code"] for f in findings)
     sampled_status: dict[str, list[str]] = {}
-    for finding, (status, _) in zip(sample, statuses, strict=True):
+    for finding, (status, _) in zip([*sample, *extra], [*statuses, *extra_statuses], strict=True):
         sampled_status.setdefault(finding["code"], []).append(status)
     for code in sorted(by_rule):
         add(_rule_row(code, by_rule[code], sampled_status.get(code, [])))
@@ -769,7 +791,10 @@ def render_report(
     add("")
     add(
         "Findings: all findings of the rule in the corpus; the held-out row counts only the projects "
-        "without †. Sampled rows are split by verdict; useful % is over the read ones only."
+        "without †. Sampled rows are split by verdict; useful % is over the read ones only. A rule's "
+        f"row reads its findings in the uniform sample and, where that holds fewer than {per_rule}, "
+        f"more of its findings drawn uniformly from the rule's own (up to {per_rule}, or all it has); "
+        "the **all** and held-out rows count the uniform sample only."
     )
     add("")
     notes: list[str] = []
@@ -815,6 +840,17 @@ def render_report(
             f"| {i} | {finding['project']} | `{_md(finding['path'])}:{finding['line']}` | {finding['code']} "
             f"| {status} | {_md(reason)} |"
         )
+    if extra:
+        add("")
+        add(f"## Per-rule supplement (rules with fewer than {per_rule} findings in the uniform sample)")
+        add("")
+        add("| # | Project | File:line | Rule | Verdict | Reason |")
+        add("| ---: | --- | --- | --- | --- | --- |")
+        for i, (finding, (status, reason)) in enumerate(zip(extra, extra_statuses, strict=True), 1):
+            add(
+                f"| s{i} | {finding['project']} | `{_md(finding['path'])}:{finding['line']}` | "
+                f"{finding['code']} | {status} | {_md(reason)} |"
+            )
     add("")
     return "\n".join(out)
 
@@ -879,25 +915,37 @@ def report(
     seed: int,
     context: int,
     command: str,
+    per_rule: int = DEFAULT_PER_RULE,
 ) -> None:
     run_file = corpus / RUN_FILE
     if not run_file.is_file():
         raise ReviewError(f"{run_file} does not exist: run `run` first")
     run_data = json.loads(run_file.read_text(encoding="utf-8"))
     verdicts = load_verdicts(verdicts_path)
-    sample = draw(population(run_data["findings"]), sample_size, seed)
-    statuses: list[tuple[str, str]] = []
-    for finding in sample:
+    findings = population(run_data["findings"])
+    sample = draw(findings, sample_size, seed)
+    extra = supplement(findings, sample, per_rule, seed)
+
+    def status(finding: dict[str, Any]) -> tuple[str, str]:
         verdict = verdicts.get(finding_key(finding))
-        statuses.append((verdict.verdict, verdict.reason) if verdict else (UNREAD, ""))
+        return (verdict.verdict, verdict.reason) if verdict else (UNREAD, "")
+
+    statuses = [status(f) for f in sample]
+    extra_statuses = [status(f) for f in extra]
     keys = {finding_key(f) for f in run_data["findings"]}
     stale = sum(1 for key in verdicts if key not in keys)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(
-        render_report(run_data, sample, statuses, command, stale, sample_size, seed), encoding="utf-8"
+        render_report(
+            run_data, sample, statuses, command, stale, sample_size, seed, extra, extra_statuses, per_rule
+        ),
+        encoding="utf-8",
     )
     aid = corpus / AID_FILE
-    aid.write_text(render_reading_aid(run_data, sample, statuses, corpus, context), encoding="utf-8")
+    aid.write_text(
+        render_reading_aid(run_data, [*sample, *extra], [*statuses, *extra_statuses], corpus, context),
+        encoding="utf-8",
+    )
     tally = Counter(status for status, _ in statuses)
     read = sum(tally[v] for v in VERDICT_VALUES)
     useful = tally["real"] + tally["worth a look"]
@@ -905,6 +953,8 @@ def report(
         f"sample of {len(sample)}: {read} read ({tally['real']} real, {tally['worth a look']} worth a look, "
         f"{tally['false']} false), {tally[UNREAD]} unread; useful {useful_cell(useful, read)}"
     )
+    unread = sum(1 for s, _ in extra_statuses if s == UNREAD)
+    print(f"per-rule supplement of {len(extra)} (at least {per_rule} per rule): {unread} unread")
     print(f"wrote {output} and {aid}")
 
 
@@ -923,6 +973,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", "-o", type=Path, default=DEFAULT_REPORT, help="the Markdown report")
     parser.add_argument("--sample", type=int, default=DEFAULT_SAMPLE, help="findings to sample")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="the sample's random seed")
+    parser.add_argument(
+        "--per-rule", type=int, default=DEFAULT_PER_RULE, help="findings read per rule at least (or all)"
+    )
     parser.add_argument("--context", type=int, default=DEFAULT_CONTEXT, help="reading-aid lines either side")
     parser.add_argument("--only", help="comma-separated project names (fetch/run); default: all")
     parser.add_argument("--amplint", help="the amplint command (default: the one beside this Python)")
@@ -963,7 +1016,7 @@ def display_command(args: argparse.Namespace, step: str) -> str:
         if args.jobs:
             parts += ["--jobs", str(args.jobs)]
     if step == "report":
-        parts += ["--sample", str(args.sample), "--seed", str(args.seed)]
+        parts += ["--sample", str(args.sample), "--seed", str(args.seed), "--per-rule", str(args.per_rule)]
     return shlex.join(parts)
 
 
@@ -1002,6 +1055,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.seed,
                 args.context,
                 display_command(args, "report"),
+                args.per_rule,
             )
     except ReviewError as exc:
         print(f"error: {exc}", file=sys.stderr)

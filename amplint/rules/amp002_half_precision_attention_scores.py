@@ -115,7 +115,8 @@ class HalfPrecisionAttentionScores(Rule):
             judged[node] = not (
                 scaled_inside(ctx, product)
                 or any(
-                    scaled_before(ctx, side, flow) or normalized_before(ctx, side, flow)
+                    scaled_before(ctx, side, flow)
+                    or normalized_before(ctx, side, flow, ctx.function_of(node))
                     for side in (queries, keys)
                 )
             )

@@ -20,9 +20,9 @@ from amplint.static.attention import (
 )
 from amplint.static.context import FileContext, Finding, FixPlan
 from amplint.static.dtypes import DTYPE, DtypeFacts, Fact
-from amplint.static.flow import Policy, analyse
+from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.ops import F16, HALF
-from amplint.static.patterns import function_call, method_call, with_dtype
+from amplint.static.patterns import argument, function_call, lineage, method_call, with_dtype
 from amplint.static.scopes import scopes_holding
 
 if TYPE_CHECKING:
@@ -90,19 +90,38 @@ class HalfPrecisionSoftmax(Rule):
         plain = [call for call in softmaxes if not _is_log_softmax(ctx, call)]
         policy = Policy(
             seed=lambda node, flow: node in plain,
-            sink=lambda node, flow: "log" if _is_log(ctx, node) else None,
+            sink=lambda node, flow: "log" if _log_of_softmax(ctx, node, flow) else None,
         )
         for scope in scopes_holding(ctx, plain):
-            for hit in analyse(scope, policy).hits.values():
-                fact = facts.of(hit.sink)
-                if isinstance(hit.sink, cst.Call) and F16 in fact.dtypes:
+            for log in dict.fromkeys(hit.sink for hit in analyse(scope, policy).hits.values()):
+                fact = facts.of(log)
+                if F16 in fact.dtypes:
                     yield Finding(
-                        hit.sink,
+                        log,
                         f"{_MESSAGE}: `log` of a half-precision softmax; fp16 probabilities under 6e-8 "
                         f"are 0 and their log is -inf; {why_half(fact)}",
                         help="use `log_softmax(x, dim=..., dtype=torch.float32)` on the softmax's input",
                         evidence=fact.why,
                     )
+
+
+def _log_of_softmax(ctx: FileContext, node: cst.CSTNode, flow: Flow) -> bool:
+    """`torch.log(p)` / `p.log()` where `p` is a softmax's result itself: through names, views,
+    indexing and method chains, not through arithmetic (`log(1 - p)` is another quantity)."""
+    if not isinstance(node, cst.Call) or not (
+        function_call(ctx, node, _LOGS) or method_call(ctx, node, _LOG_METHODS) is not None
+    ):
+        return False
+    data = (
+        node.func.value
+        if isinstance(node.func, cst.Attribute) and not node.args
+        else argument(node, 0, "input")
+    )
+    return data is not None and any(
+        is_softmax(ctx, step) and not _is_log_softmax(ctx, step)
+        for step in lineage(ctx, data, flow)
+        if isinstance(step, cst.Call)
+    )
 
 
 def _is_log_softmax(ctx: FileContext, call: cst.Call) -> bool:
@@ -117,10 +136,6 @@ def _is_log_softmax(ctx: FileContext, call: cst.Call) -> bool:
         else ""
     )
     return "log" in name.lower()
-
-
-def _is_log(ctx: FileContext, node: cst.CSTNode) -> bool:
-    return function_call(ctx, node, _LOGS) or method_call(ctx, node, _LOG_METHODS) is not None
 
 
 def _half_result(ctx: FileContext, facts: DtypeFacts, call: cst.Call) -> Fact | None:

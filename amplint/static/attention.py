@@ -20,7 +20,7 @@ from amplint.static.patterns import (
     matmul_operands,
     method_call,
 )
-from amplint.static.scopes import scopes_holding
+from amplint.static.scopes import scopes_holding, suite_body, walk
 
 SOFTMAX_FUNCTIONS = frozenset(
     {
@@ -287,15 +287,42 @@ def scaled_before(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None)
     return False
 
 
-def normalized_before(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None) -> bool:
+def normalized_before(
+    ctx: FileContext, node: cst.BaseExpression, flow: Flow | None, function: cst.FunctionDef | None
+) -> bool:
     """Whether a product's operand went through a norm since its last product (`self.q_norm(q)`,
-    `F.normalize(k)`): QK-norm bounds every score by the head size times the norm's gain."""
+    `F.normalize(k)`): QK-norm bounds every score by the head size times the norm's gain. An operand
+    that is a parameter of `function` counts when every caller in the file binds what it passes
+    through a norm somewhere (transformers' `eager_attention_forward`, called through
+    `attention_interface` with the module's q_norm'd states)."""
+    last: cst.CSTNode = node
     for step in lineage(ctx, node, flow):
-        if isinstance(step, cst.Call) and "norm" in callee_name(step).lower():
+        if _normed(step):
             return True  # before the product test: `self.q_norm(q)` is a submodule call too
         if is_matmul(ctx, step):
             return False
-    return False
+        last = step
+    if function is None or not isinstance(last, cst.Name):
+        return False
+    passed = ctx.facts.arguments(function, last.value)
+    return bool(passed) and all(
+        isinstance(value, cst.Name)
+        and any(
+            any(_normed(n) for n in walk(bound)) for bound in _flow_of(scope).history.get(value.value, ())
+        )
+        for value, scope in passed or ()
+    )
+
+
+def _normed(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Call) and "norm" in callee_name(node).lower()
+
+
+def _flow_of(scope: cst.FunctionDef | cst.Module) -> Flow:
+    """The bindings of a whole function."""
+    flow = Flow(Policy(seed=lambda node, flow: False, sink=lambda node, flow: None))
+    flow.run(suite_body(scope.body) if isinstance(scope, cst.FunctionDef) else scope.body)
+    return flow
 
 
 def scaled_inside(ctx: FileContext, node: cst.Call | cst.BinaryOperation) -> bool:

@@ -214,6 +214,7 @@ class DtypeFacts:
         self._class_of: dict[cst.FunctionDef, cst.ClassDef] = {}
         self._functions: dict[str, list[cst.FunctionDef]] = {}
         self._call_sites: dict[str, list[tuple[cst.Call, cst.FunctionDef | cst.Module]]] | None = None
+        self._aliases: dict[cst.FunctionDef, dict[str, str]] = {}  # local name -> the file's function
         self._params: dict[cst.FunctionDef, dict[str, Fact]] = {}
         self._entry: dict[cst.FunctionDef, frozenset[Autocast]] = {}
         self._attributes: dict[tuple[str, str], Fact] = {}
@@ -614,12 +615,66 @@ class DtypeFacts:
                     and func.attr.value in self._functions
                 ):
                     key = "self." + func.attr.value
+                elif isinstance(func, cst.Name) and (alias := self._alias(call, func.value)) is not None:
+                    key = alias
                 else:
                     continue
                 scope = self.ctx.function_of(call) or self.ctx.module
                 self._call_sites.setdefault(key, []).append((call, scope))
         key = ("self." if function in self._class_of else "") + function.name.value
         return [site for site in self._call_sites.get(key, []) if site[1] is not function]
+
+    def _alias(self, call: cst.Call, name: str) -> str | None:
+        """The file's function that a local name may stand for where `call` calls it:
+        `attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(impl, eager_attention_forward)`
+        or `fn = eager_attention_forward if eager else sdpa_attention`."""
+        function = self.ctx.function_of(call)
+        if function is None or name in self.ctx.imports.aliases:
+            return None
+        aliases = self._aliases.get(function)
+        if aliases is None:
+            aliases = self._aliases[function] = {}
+            for node in walk(function.body):
+                if isinstance(node, cst.AnnAssign) and node.value is not None:
+                    target, value = node.target, node.value
+                elif isinstance(node, cst.Assign) and len(node.targets) == 1:
+                    target, value = node.targets[0].target, node.value
+                else:
+                    continue
+                named = {
+                    n.value for n in walk(value) if isinstance(n, cst.Name) and n.value in self._functions
+                }
+                if isinstance(target, cst.Name) and len(named) == 1:
+                    aliases[target.value] = named.pop()
+        return aliases.get(name)
+
+    def arguments(
+        self, function: cst.FunctionDef, name: str
+    ) -> list[tuple[cst.BaseExpression, cst.FunctionDef | cst.Module]] | None:
+        """What each call of `function` in this file passes for its parameter `name`, with the
+        scope of the call; None when a call passes it in a way not seen (`*args`) or none calls it."""
+        params = [*function.params.posonly_params, *function.params.params]
+        positional = [p.name.value for p in params[1 if self._bound(function) else 0 :]]
+        index = positional.index(name) if name in positional else None
+        found: list[tuple[cst.BaseExpression, cst.FunctionDef | cst.Module]] = []
+        for call, scope in self._sites(function):
+            at, passed = 0, None
+            for arg in call.args:
+                if arg.star == "**":
+                    continue  # may pass it too, but a keyword or position seen first decides
+                if arg.star:
+                    return None
+                if arg.keyword is not None:
+                    passed = arg.value if arg.keyword.value == name else passed
+                elif at == index:
+                    passed = arg.value
+                    at += 1
+                else:
+                    at += 1
+            if passed is None:
+                return None
+            found.append((passed, scope))
+        return found or None
 
     def _run(self, body: Iterable[cst.BaseStatement], frame: _Frame) -> None:
         for statement in body:

@@ -111,8 +111,8 @@ class _Body:
 
 
 def _needed(bodies: list[_Body], wanted: frozenset[str], pattern: re.Pattern[str] | None) -> set[_Body]:
-    """The bodies holding a wanted word or the pattern; the bodies that call one of their functions
-    by name (`helper(...)`, `self._norm(...)`: a parameter holds what every caller passes); the
+    """The bodies holding a wanted word or the pattern; the bodies that call or name one of their
+    functions (`helper(...)`, `self._norm(...)`: a parameter holds what every caller passes); the
     bodies of the functions they call, and of those they call in turn (the dtype-facts engine reads a
     helper's return value, such as scores built in `self._scores(q, k)`); and every `__init__`
     (where `self` attributes get their submodules, parameters and numbers)."""
@@ -120,7 +120,8 @@ def _needed(bodies: list[_Body], wanted: frozenset[str], pattern: re.Pattern[str
         body for body in bodies if body.words & wanted or (pattern is not None and pattern.search(body.text))
     }
     names = {body.name for body in needed}
-    needed |= {body for body in bodies if body.calls & names or body.name == "__init__"}
+    # A body that names one (`interface = get_interface(impl, eager_attention_forward)`) calls it too.
+    needed |= {body for body in bodies if body.words & names or body.name == "__init__"}
     by_name: dict[str, list[_Body]] = {}
     for body in bodies:
         by_name.setdefault(body.name, []).append(body)
