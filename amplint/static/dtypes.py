@@ -248,6 +248,8 @@ class DtypeFacts:
     def autocast_at(self, node: cst.CSTNode) -> frozenset[Autocast]:
         """The autocast states the statement holding `node` can run under (OFF among them)."""
         self.of(node)
+        if node not in self._states:  # an assignment target: the statement's expressions tell
+            node = next((n for n in self.nodes_on(self.line(node)) if n in self._states), node)
         return self._states.get(node, self._default_entry())
 
     def under_cuda_autocast(self, node: cst.CSTNode) -> bool:

@@ -52,7 +52,10 @@ def explain(target: str, profile: Profile) -> str:
         out.append(f"  {shown:<{_WIDTH}} {fact.explain()}{kind}")
     states = ctx.facts.autocast_at(ctx.facts.nodes_on(line)[0])
     described = sorted(
-        "off" if s is OFF else f"{s.device} autocast {s.dtype}" + ("" if s.where else " (the caller's)")
+        "off"
+        if s is OFF
+        else f"{s.device} autocast {s.dtype}"
+        + (f" (line {ctx.facts.line(s.where)})" if s.where else " (the caller's)")
         for s in states
     )
     out.append("  runs under: " + ", ".join(described))
