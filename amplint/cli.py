@@ -38,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="lint files and directories")
     check.add_argument("paths", nargs="*", metavar="PATH", help="files or directories (default: .)")
     check.add_argument("--select", action="append", metavar="CODES", help="rule codes or prefixes to enable")
+    check.add_argument(
+        "--extend-select", action="append", metavar="CODES", help="rule codes to enable beside the selection"
+    )
     check.add_argument("--ignore", action="append", metavar="CODES", help="rule codes or prefixes to disable")
     check.add_argument("--extend-exclude", action="append", metavar="PATTERNS", help="more paths to skip")
     check.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text")
@@ -228,6 +231,7 @@ def _check(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(paths, args.config).with_overrides(
             select=args.select,
+            extend_select=args.extend_select,
             ignore=args.ignore,
             extend_exclude=args.extend_exclude,
             precision=args.precision,
@@ -299,12 +303,17 @@ def _show_settings(paths: list[Path], settings: Settings) -> int:
 
     found = discover(paths, settings)
     profile = settings.configured_profile or project_profile(settings, read_files(found.files))
-    rules = [rule.code for rule in all_rules() if not rule.runtime_only and settings.is_selected(rule.code)]
+    rules = [
+        rule.code
+        for rule in all_rules()
+        if not rule.runtime_only and settings.is_selected(rule.code, opt_in=not rule.default_on)
+    ]
     lines = [
         f"config file: {settings.config_path or 'none (defaults)'}",
         f"root: {settings.root}",
         f"files: {len(found.files)}",
         f"select: {', '.join(settings.select)}",
+        f"extend-select: {', '.join(settings.extend_select) or '-'}",
         f"ignore: {', '.join(settings.ignore) or '-'}",
         f"rules: {', '.join(rules) or '-'}",
         "per-file-ignores:" + ("" if settings.per_file_ignores else " -"),

@@ -62,7 +62,16 @@ DEFAULT_EXCLUDE: tuple[str, ...] = (
 _CODE_RE = re.compile(r"AMP[0-9]{0,3}")
 _CODES_EXPECTED = 'rule codes such as "AMP001" or prefixes such as "AMP0"'
 _PATTERNS_EXPECTED = 'gitignore-style patterns such as "build" or "tests/data/"'
-_KNOWN_KEYS = ("exclude", "extend-exclude", "ignore", "per-file-ignores", "precision", "runtime", "select")
+_KNOWN_KEYS = (
+    "exclude",
+    "extend-exclude",
+    "extend-select",
+    "ignore",
+    "per-file-ignores",
+    "precision",
+    "runtime",
+    "select",
+)
 _PRECISION_EXPECTED = "one of " + ", ".join(f'"{value}"' for value in PRECISIONS)
 
 
@@ -109,6 +118,7 @@ def _longest_prefix(code: str, prefixes: Iterable[str]) -> int:
 @dataclass(frozen=True)
 class Settings:
     select: tuple[str, ...] = ("AMP",)
+    extend_select: tuple[str, ...] = ()  # added to `select`, so opt-in rules can join the defaults
     ignore: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (glob, codes) in file order
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
@@ -128,10 +138,15 @@ class Settings:
         """The precision profile `precision` names; None for "auto" (detect it from the files)."""
         return configured(self.precision)
 
-    def is_selected(self, code: str) -> bool:
-        """Whether `code` is on: the longest matching prefix in select/ignore decides; ties go to ignore."""
+    def is_selected(self, code: str, *, opt_in: bool = False) -> bool:
+        """Whether `code` is on: the longest matching prefix in select (and extend-select) and ignore
+        decides; ties go to ignore. An `opt_in` rule (off by default) is on only where select or
+        extend-select names its code exactly: a prefix such as `AMP` does not turn it on."""
         code = code.upper()
-        return _longest_prefix(code, self.select) > _longest_prefix(code, self.ignore)
+        chosen = (*self.select, *self.extend_select)
+        if opt_in and code not in chosen:
+            return False
+        return _longest_prefix(code, chosen) > _longest_prefix(code, self.ignore)
 
     @cached_property
     def exclude_patterns(self) -> PatternSet:
@@ -171,19 +186,25 @@ class Settings:
         self,
         *,
         select: Sequence[str] | None = None,
+        extend_select: Sequence[str] | None = None,
         ignore: Sequence[str] | None = None,
         exclude: Sequence[str] | None = None,
         extend_exclude: Sequence[str] | None = None,
         precision: str | None = None,
     ) -> Settings:
         """Apply command-line flags: `--select`, `--exclude` and `--precision` replace the configured
-        values, `--ignore` and `--extend-exclude` add to them. Lists may be comma-separated."""
+        values, `--extend-select`, `--ignore` and `--extend-exclude` add to them. Lists may be
+        comma-separated."""
         changes: dict[str, Any] = {}
         new_ignore = self.ignore
         if select is not None:
             changes["select"] = validate_codes(_split(select), "--select")
             # Naming a code on the command line beats the config ignoring that very code.
             new_ignore = tuple(c for c in new_ignore if c not in changes["select"])
+        if extend_select is not None:
+            added = validate_codes(_split(extend_select), "--extend-select")
+            changes["extend_select"] = (*self.extend_select, *added)
+            new_ignore = tuple(c for c in new_ignore if c not in added)
         if ignore is not None:
             new_ignore = (*new_ignore, *validate_codes(_split(ignore), "--ignore"))
         if new_ignore != self.ignore:
@@ -251,6 +272,8 @@ def _settings_from_table(table: object, path: Path, section: str) -> Settings:
     changes: dict[str, Any] = {"root": path.parent, "config_path": path}
     if "select" in table:
         changes["select"] = validate_codes(table["select"], f"{prefix}'select'")
+    if "extend-select" in table:
+        changes["extend_select"] = validate_codes(table["extend-select"], f"{prefix}'extend-select'")
     if "ignore" in table:
         changes["ignore"] = validate_codes(table["ignore"], f"{prefix}'ignore'")
     if "exclude" in table:

@@ -34,12 +34,13 @@ def rule_table(*, markdown: bool) -> str:
         width = max(len(rule.name) for rule in rules)
         return "\n".join(
             f"{rule.code}  {'[*]' if rule.fixable() else '   '}  {rule.name:<{width}}  {rule.summary}"
+            + ("" if rule.default_on else " (opt-in)")
             for rule in rules
         )
-    rows = ["| Code | Name | What it flags | Fix |", "| --- | --- | --- | --- |"]
+    rows = ["| Code | Name | What it flags | Fix | Default |", "| --- | --- | --- | --- | --- |"]
     rows += [
         f'| <a id="{rule.code.lower()}-{rule.name}"></a>{rule.code} | `{rule.name}` | {rule.summary} | '
-        f"{'yes' if rule.fixable() else ''} |"
+        f"{'yes' if rule.fixable() else ''} | {'on' if rule.default_on else 'opt-in'} |"
         for rule in rules
     ]
     return "\n".join(rows)
@@ -52,6 +53,7 @@ def _rule_dict(rule: type[Rule]) -> dict[str, object]:
         "summary": rule.summary,
         "severity": rule.severity.value,
         "fixable": rule.fixable(),
+        "default_on": rule.default_on,
         "docs": rule.docs(),
         "help_uri": help_uri(rule),
         "bad": [{"code": bad.code, "fixed": bad.fixed} for bad in rule.bad],

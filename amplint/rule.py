@@ -142,6 +142,9 @@ class Rule:
     bad: ClassVar[tuple[Bad, ...]] = _Examples("bad")  # type: ignore[assignment]
     good: ClassVar[tuple[Good, ...]] = _Examples("good")  # type: ignore[assignment]
 
+    # False for a rule whose findings on real code were too often not worth acting on: it runs only
+    # where `select` or `extend-select` names its code (docs/precision.md has the measurement).
+    default_on: ClassVar[bool] = True
     # A rule that only a traced graph can check (AMP1xx): the static pass leaves it out.
     runtime_only: ClassVar[bool] = False
 

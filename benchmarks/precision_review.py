@@ -367,6 +367,14 @@ def _relative(path: str) -> str:
     return str(pure.relative_to(".")) if pure.parts[:1] == (".",) else str(pure)
 
 
+def opt_in_codes(amplint: Sequence[str], env: dict[str, str] | None) -> list[str]:
+    """The codes of the rules that are off by default (`default_on` false in `amplint rule --all`)."""
+    listed = subprocess.run(
+        [*amplint, "rule", "--all", "--format", "json"], capture_output=True, text=True, env=env, check=True
+    )
+    return [rule["code"] for rule in json.loads(listed.stdout) if not rule.get("default_on", True)]
+
+
 def run_project(
     project: Project, corpus: Path, amplint: Sequence[str], jobs: int | None, env: dict[str, str] | None
 ) -> dict[str, Any]:
@@ -461,8 +469,11 @@ def run(
         dirty = _git("status", "--porcelain", "--", "amplint")
         changes = bool(dirty) if dirty is not None else None
         source = "the working tree" + (" (with uncommitted changes under `amplint/`)" if changes else "")
+    opt_in = opt_in_codes(amplint, env)
     (corpus / CONFIG_FILE).write_text(
-        "# Empty on purpose: amplint's defaults, whatever repository the corpus folder sits in.\n",
+        "# amplint's defaults, whatever repository the corpus folder sits in, and the opt-in rules, so\n"
+        "# that their findings are measured too.\n"
+        + (f"extend-select = {json.dumps(opt_in)}\n" if opt_in else ""),
         encoding="utf-8",
     )
     version = subprocess.run([*amplint, "--version"], capture_output=True, text=True, env=env).stdout.strip()
@@ -507,6 +518,7 @@ def run(
         "load_average_1min": [round(load[0], 2) if load else None for load in (load_before, load_after)],
         "wall_seconds": round(wall, 1),
         "reruns": [],
+        "opt_in": opt_in,
         "projects": summaries,
         "findings": findings,
     }
@@ -780,13 +792,15 @@ def render_report(
     sampled_status: dict[str, list[str]] = {}
     for finding, (status, _) in zip([*sample, *extra], [*statuses, *extra_statuses], strict=True):
         sampled_status.setdefault(finding["code"], []).append(status)
+    opt_in = set(run_data.get("opt_in", ()))
     for code in sorted(by_rule):
-        add(_rule_row(code, by_rule[code], sampled_status.get(code, [])))
+        label = f"{code} (opt-in)" if code in opt_in else code
+        add(_rule_row(label, by_rule[code], sampled_status.get(code, [])))
     all_statuses = [s for s, _ in statuses]
-    population_size = len(findings) - unparsable
-    add(_rule_row("**all**", population_size, all_statuses))
+    default = [f for f in findings if f["code"] not in NOT_SAMPLED and f["code"] not in opt_in]
+    add(_rule_row("**all, default rules**", len(default), all_statuses))
     held_out = [s for f, (s, _) in zip(sample, statuses, strict=True) if f["project"] not in tuned]
-    held_out_findings = sum(1 for f in findings if f["project"] not in tuned and f["code"] not in NOT_SAMPLED)
+    held_out_findings = sum(1 for f in default if f["project"] not in tuned)
     add(_rule_row("held-out projects", held_out_findings, held_out))
     add("")
     add(
@@ -794,7 +808,9 @@ def render_report(
         "without †. Sampled rows are split by verdict; useful % is over the read ones only. A rule's "
         f"row reads its findings in the uniform sample and, where that holds fewer than {per_rule}, "
         f"more of its findings drawn uniformly from the rule's own (up to {per_rule}, or all it has); "
-        "the **all** and held-out rows count the uniform sample only."
+        "the **all** and held-out rows count the uniform sample only, which is drawn from the findings "
+        "of the rules that are on by default (what `amplint check` reports without `--select`). "
+        "Opt-in rules run in the review with `extend-select` and are measured by their own rows."
     )
     add("")
     notes: list[str] = []
@@ -923,7 +939,9 @@ def report(
     run_data = json.loads(run_file.read_text(encoding="utf-8"))
     verdicts = load_verdicts(verdicts_path)
     findings = population(run_data["findings"])
-    sample = draw(findings, sample_size, seed)
+    opt_in = set(run_data.get("opt_in", ()))
+    # The uniform sample is what a user sees with the defaults; opt-in rules get the supplement only.
+    sample = draw([f for f in findings if f["code"] not in opt_in], sample_size, seed)
     extra = supplement(findings, sample, per_rule, seed)
 
     def status(finding: dict[str, Any]) -> tuple[str, str]:

@@ -284,9 +284,9 @@ class Block(nn.Module):
 
     def forward(self, x):
         scores = self.q(x) @ self.k(x).transpose(-1, -2) * 0.17
-        probs = torch.softmax(scores, dim=-1)
+        logp = torch.log_softmax(scores, dim=-1)
         w = -math.exp(-0.5) * self.w_lora(x).sigmoid()
-        return self.out(probs @ x * w.exp())
+        return self.out(x * w.exp()) + logp.mean()
 
 
 def factory():
@@ -299,6 +299,7 @@ def test_each_fix_is_judged_and_the_failing_one_rolled_back(tmp_path: Path) -> N
     path = write(tmp_path / "block.py", PURE_BF16)
     write(
         tmp_path / "pyproject.toml",
+        '[tool.amplint]\nextend-select = ["AMP001", "AMP003"]\n\n'
         '[tool.amplint.runtime]\ntargets = [{ target = "block.py:factory", dtype = "bfloat16", '
         'autocast = false, param-dtype = "bfloat16" }]\n',
     )
@@ -314,7 +315,7 @@ def test_each_fix_is_judged_and_the_failing_one_rolled_back(tmp_path: Path) -> N
         "amplint: fix block.py:18 AMP001: rolled back: the fixed code is confirmed to have AMP104 at line 19",
     ]
     text = path.read_text(encoding="utf-8")
-    assert "torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)" in text
+    assert "torch.log_softmax(scores, dim=-1, dtype=torch.float32)" in text
     assert "self.w_lora(x).sigmoid()" in text  # as it was
     assert "Fixed 1 finding, 1 remaining." in done.stdout
 

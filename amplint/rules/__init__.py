@@ -40,7 +40,7 @@ def rules_for(settings: Settings, path: Path) -> list[type[Rule]]:
         for rule in all_rules()
         if rule.code != UNPARSABLE
         and not rule.runtime_only
-        and settings.is_selected(rule.code)
+        and settings.is_selected(rule.code, opt_in=not rule.default_on)
         and not settings.is_ignored_for(rule.code, path)
     ]
 

@@ -28,7 +28,21 @@ _HALF_DTYPES = {"float16": "float16", "half": "float16", "bfloat16": "bfloat16"}
 
 
 def autocast_call(ctx: FileContext, node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.Call) and ctx.qualified(node.func) in AUTOCAST
+    """`torch.autocast(...)` and its aliases, or a project's own wrapper of it (transformers'
+    `maybe_autocast(device_type=..., enabled=False)`): a call whose name says autocast and that
+    passes `enabled=` or `dtype=` by keyword, which is all that is read of a wrapper."""
+    if not isinstance(node, cst.Call):
+        return False
+    qualified = ctx.qualified(node.func)
+    if qualified in AUTOCAST:
+        return True
+    name = node.func.attr.value if isinstance(node.func, cst.Attribute) else getattr(node.func, "value", "")
+    return (
+        (qualified is None or not qualified.startswith("torch."))
+        and isinstance(name, str)
+        and "autocast" in name.lower()
+        and any(arg.keyword is not None and arg.keyword.value in ("enabled", "dtype") for arg in node.args)
+    )
 
 
 def _literal(node: cst.BaseExpression | None) -> str | None:
@@ -40,8 +54,13 @@ def _literal(node: cst.BaseExpression | None) -> str | None:
 def autocast_settings(ctx: FileContext, call: cst.Call) -> tuple[str | None, str | None, bool]:
     """`(device, dtype, enabled)` that an autocast call sets; None where not literal."""
     qualified = ctx.qualified(call.func) or ""
-    if qualified.startswith(("torch.cuda.", "torch.cpu.")):
-        device: str | None = qualified.split(".")[1]
+    device: str | None
+    if qualified not in AUTOCAST:  # a wrapper: its keywords only
+        keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+        device = _literal(keywords.get("device_type"))
+        dtype_arg, enabled_arg = keywords.get("dtype"), keywords.get("enabled")
+    elif qualified.startswith(("torch.cuda.", "torch.cpu.")):
+        device = qualified.split(".")[1]
         dtype_arg = argument(call, 1, "dtype")
         enabled_arg = argument(call, 0, "enabled")
     else:

@@ -84,7 +84,8 @@ def test_real_code(path: Path) -> None:
     # from the file itself (an excerpt that sets no precision is library code, run in either half
     # dtype by its caller).
     profile = detect([(path.name, text)])
-    result = lint_text(text, rules_for(Settings(), path), path=path.name, profile=profile)
+    everything = Settings(extend_select=tuple(sorted(STATIC)))  # the opt-in rules too
+    result = lint_text(text, rules_for(everything, path), path=path.name, profile=profile)
     assert not result.internal_errors, result.internal_errors
     diagnostics = [d for d in result.diagnostics if d.code in expected.named]
     report = _report(path.name, expected.source, text, result.diagnostics, profile.describe())
