@@ -12,11 +12,13 @@ The corpus (`benchmarks/precision_corpus.toml`) pins each project's PyPI name an
 runs `pip download --no-deps --no-build-isolation NAME==VERSION` (pip takes the wheel where there is
 one, else the sdist) and unpacks the archive's `.py`, `.ipynb` and `.gitignore` files into
 `<corpus>/<name>-<version>/`; nothing is installed or imported. `run` runs
-`amplint check <folder> --format json --exit-zero --no-cache` in each project (with an empty
-configuration file, so no `[tool.amplint]` table of the surrounding repository applies) and saves every
-finding to `<corpus>/last_run.json`. `report` reads that file back, draws a uniform sample of the
-findings (sorted by project, path, line, column and code first, then `random.Random(seed).sample`, so
-the same findings give the same sample), joins the hand-written verdicts of
+`amplint check <folder> --format json --exit-zero --no-cache` in each project (with a configuration
+file of its own, so no `[tool.amplint]` table of the surrounding repository applies, that turns the
+opt-in rules on) and saves every finding to `<corpus>/last_run.json`. `report` reads that file back,
+draws a uniform sample of the findings of the rules that are on by default (each finding ranked by a
+hash of the seed and its verdict key, the lowest ranks taken: the same findings give the same
+sample, and a finding stays in it when others come and go), adds up to `--per-rule` findings of each
+rule drawn the same way, joins the hand-written verdicts of
 `benchmarks/precision_verdicts.toml` and writes the report (`docs/precision.md`) and, into the corpus
 folder (never committed), a reading aid that shows each sampled finding with its code around it and a
 verdict stub to paste. Editing verdicts needs only `report` again, not `run`.
@@ -37,12 +39,12 @@ text of the flagged line (not the line number, so a verdict survives small shift
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import math
 import os
 import platform
-import random
 import re
 import shlex
 import shutil
@@ -622,25 +624,34 @@ def population(findings: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     )
 
 
+def _rank(finding: dict[str, Any], seed: int) -> str:
+    """A finding's place in the seeded random order: a hash of the seed and the finding's verdict
+    key, so that adding or removing other findings never moves it."""
+    key = "\x1f".join([str(seed), *finding_key(finding)])
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
 def draw(findings: Sequence[dict[str, Any]], size: int, seed: int) -> list[dict[str, Any]]:
-    """A uniform sample, in the order drawn (so any prefix of it is a uniform sample too)."""
-    picks = random.Random(seed).sample(range(len(findings)), min(size, len(findings)))
-    return [findings[i] for i in picks]
+    """A uniform sample: the first `size` findings in the seeded random order (so any prefix of it
+    is a uniform sample too, and a finding stays sampled while the findings around it change)."""
+    return sorted(findings, key=lambda f: (_rank(f, seed), f["line"], f["column"]))[:size]
 
 
 def supplement(
     findings: Sequence[dict[str, Any]], sample: Sequence[dict[str, Any]], per_rule: int, seed: int
 ) -> list[dict[str, Any]]:
-    """For each rule with fewer than `per_rule` findings in `sample`, more of its findings (uniform
-    within the rule, seeded by rule) up to `per_rule` or all it has."""
+    """For each rule with fewer than `per_rule` findings in `sample`, more of its findings up to
+    `per_rule` (or all it has), taken in the same seeded order."""
     taken = {id(f) for f in sample}
     counts = Counter(f["code"] for f in sample)
     extra: list[dict[str, Any]] = []
     for code in sorted({f["code"] for f in findings}):
-        rest = [f for f in findings if f["code"] == code and id(f) not in taken]
-        wanted = min(per_rule - counts[code], len(rest))
-        if wanted > 0:
-            extra += random.Random(f"{seed}-{code}").sample(rest, wanted)
+        rest = [
+            f
+            for f in draw([f for f in findings if f["code"] == code], len(findings), seed)
+            if id(f) not in taken
+        ]
+        extra += rest[: max(per_rule - counts[code], 0)]
     return extra
 
 
@@ -743,9 +754,10 @@ def render_report(
         f"{run_data['python']}, {run_data['cpus']} CPUs{load}, run started {run_data['started']}; "
         f"the projects one after another, {run_data['wall_seconds']:.1f} s in all. "
         "Verdicts from `benchmarks/precision_verdicts.toml`; "
-        f"sample of {sample_size} with seed {seed}, drawn from the findings sorted by project, path, "
-        "line, column and rule, so the same findings give the same sample and the first *k* rows "
-        "of the sample table are themselves a uniform sample."
+        f"sample of {sample_size} with seed {seed}: the findings ranked by a hash of the seed and their "
+        "verdict key, the lowest ranks taken, so the same findings give the same sample, a finding "
+        "stays sampled while others come and go, and the first *k* rows of the sample table are "
+        "themselves a uniform sample."
     )
     add("")
     add("## Corpus")

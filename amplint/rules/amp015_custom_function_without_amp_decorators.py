@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -16,6 +17,11 @@ from amplint.static.imports import dotted_name
 from amplint.static.patterns import argument, lineage, matmul_operands
 from amplint.static.scopes import Scope, walk
 
+# A forward that asks for the autocast state (and casts by it), or whose products are float8 scaled
+# matmuls, which autocast does not touch (torchao's Float8Linear).
+_HANDLES_AUTOCAST = re.compile(
+    r"is_autocast_enabled|get_autocast_(gpu_)?dtype|float8|fp8|_scaled_mm", re.IGNORECASE
+)
 _FUNCTION_BASES = frozenset(
     {"torch.autograd.Function", "torch.autograd.function.Function", "torch.autograd.function.InplaceFunction"}
 )
@@ -210,6 +216,8 @@ def _check_function(
         return _finding(ctx, indents, forward, fwd, added, message)
     if fwd.casts_inputs:
         return None  # forward runs with autocast disabled, and so does backward
+    if _HANDLES_AUTOCAST.search(ctx.code(forward)):
+        return None  # forward reads the autocast state itself, or computes in float8 (not autocast's)
     sensitive = _autocast_sensitive(ctx, backward, scopes.get(backward))
     if sensitive is None:
         return None

@@ -1366,13 +1366,30 @@ class DtypeFacts:
         if not dtypes:
             dtypes = frozenset(self.profile.half) or frozenset({F16})
         enabled_arg = next((a.value for a in call.args if a.keyword and a.keyword.value == "enabled"), None)
-        if not enabled:
+        if not enabled or self._off_by_default(call, enabled_arg):
             return frozenset({OFF})
         states = {Autocast(device or "cuda", d, call) for d in dtypes}
         literal_true = isinstance(enabled_arg, cst.Name) and enabled_arg.value == "True"
         if enabled_arg is not None and not literal_true:
             states.add(OFF)  # `enabled=flag`: either
         return frozenset(states)
+
+    def _off_by_default(self, call: cst.Call, enabled: cst.BaseExpression | None) -> bool:
+        """`enabled=flag` where `flag` is a parameter that defaults to False and that no call in this
+        file passes (nemo's `forward(..., enable_autocast=False)`): autocast stays off unless a caller
+        elsewhere asks for it."""
+        function = self.ctx.function_of(call)
+        if not isinstance(enabled, cst.Name) or function is None:
+            return False
+        params = [*function.params.posonly_params, *function.params.params, *function.params.kwonly_params]
+        param = next((p for p in params if p.name.value == enabled.value), None)
+        default = param.default if param is not None else None
+        return (
+            isinstance(default, cst.Name)
+            and default.value == "False"
+            and not self._sites(function)
+            and not _rebinds(function, enabled.value)
+        )
 
     def _custom_fwd_float32(self, decorator: cst.BaseExpression) -> bool:
         """`@custom_fwd(cast_inputs=torch.float32)`: inputs upcast, autocast off inside."""
@@ -1491,3 +1508,13 @@ def _arith(operator: str, left: float | None, right: float | None) -> float | No
     except (OverflowError, ZeroDivisionError):
         return None
     return None
+
+
+def _rebinds(function: cst.FunctionDef, name: str) -> bool:
+    """Whether the body of `function` assigns `name`."""
+    return any(
+        isinstance(node, cst.Name) and node.value == name
+        for target in walk(function.body)
+        if isinstance(target, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign))
+        for node in walk(target.target)
+    )
