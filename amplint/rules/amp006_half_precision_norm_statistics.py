@@ -175,7 +175,7 @@ def _statistic(ctx: FileContext, call: cst.Call, flow: Flow) -> Statistic | None
         return None
     data = argument(call, 0, "input") if function else cst.ensure_type(call.func, cst.Attribute).value
     dim = argument(call, 1 if function else 0, "dim") or argument(call, None, "axis")
-    if data is None or dim is None or _code(ctx, dim) in {"None", "True", "False", "0"}:
+    if data is None or dim is None or _code(ctx, dim) in {"None", "True", "False", "0"} or _has_zero(dim):
         return None
     kind = callee_name(call)
     if kind != "mean":
@@ -338,3 +338,10 @@ def _only_feeds(scope: Scope, stat: cst.Call, root: cst.Call) -> bool:
                     value = value.left if any(n is stat for n in walk(value.left)) else value.right
                 return len(reads) == 2 and len(in_root) == 1
     return False
+
+
+def _has_zero(dim: cst.BaseExpression) -> bool:
+    """`dim=(0,)`, `dim=[0, 2, 3]`: statistics over the batch, as batch norms take them."""
+    return isinstance(dim, (cst.Tuple, cst.List)) and any(
+        isinstance(e.value, cst.Integer) and e.value.value == "0" for e in dim.elements
+    )
