@@ -1,7 +1,7 @@
 """The result cache: what checking a file found, keyed by everything that decides it.
 
 An entry's key hashes the file's bytes, the path it was checked under, the rule selection that
-applies to it (`select`, `ignore`, its `per-file-ignores`), the project's precision profile
+applies to it (`select`, `extend-select`, `ignore`, its `per-file-ignores`), the project's precision profile
 (`Profile.key()`: its dtypes and origin), and the code doing the checking: the amplint version and a
 fingerprint of amplint's own source files, the libcst version and the Python version. Any change to
 one of them misses; nothing is ever invalidated in place. An entry holds the file's diagnostics
@@ -105,7 +105,8 @@ class Cache:
         self.warning: str | None = None  # why the cache was turned off, for one message
         self._prepared = False
         self._counter = 0
-        selection = f"select {','.join(settings.select)}\0ignore {','.join(settings.ignore)}\0"
+        selection = f"select {','.join(settings.select)}\0extend-select {','.join(settings.extend_select)}\0"
+        selection += f"ignore {','.join(settings.ignore)}\0"
         selection += f"profile {profile.key()}\0"
         self._run_key = fingerprint + selection.encode()
 

@@ -6,25 +6,30 @@ import subprocess
 import sys
 from pathlib import Path
 
+# The snippets use rules that are on by default (opt-in rules need `extend-select`).
+# AMP008 flags the deprecated `torch.cuda.amp.GradScaler` at line 5, column 9, and fixes it.
 HAZARD = """\
 import torch
 
 
-def decay(x):
-    w = torch.sigmoid(x)
-    return torch.exp(w)
+def make_scaler():
+    s = torch.cuda.amp.GradScaler()
+    return s
 """
 HAZARD_LINE, HAZARD_COLUMN = 5, 9
+HAZARD_CODE = "AMP008"
+HAZARD_FIXED = HAZARD.replace("torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")')
 
-ATTENTION = """\
-import math
+# AMP010 (no automatic fix) on line 6, AMP006 (fixed) on line 7.
+OTHERS = """\
 import torch
+from transformers import AutoModelForCausalLM
 
 
-def attention_loss(q, k, target):
-    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
-    log_probs = scores.log_softmax(dim=-1)
-    return torch.nn.functional.nll_loss(log_probs.flatten(0, -2), target.flatten())
+def load_and_norm(x):
+    model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2-7B", torch_dtype=torch.float16)
+    var = x.pow(2).mean(-1, keepdim=True)
+    return model, x * torch.rsqrt(var + 1e-6)
 """
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support import HAZARD
+from support import HAZARD, HAZARD_CODE, HAZARD_COLUMN, HAZARD_LINE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ACTION_FILE = REPO_ROOT / "action.yml"
@@ -210,8 +210,8 @@ def test_check_step_reports_workflow_commands(runner: Runner, workspace: Path) -
         match = WORKFLOW_COMMAND.fullmatch(line)
         assert match, f"not a well-formed workflow command: {line!r}"
         assert match["file"] == "bad.py"
-        assert "AMP001" in match["title"]
-        assert (match["line"], match["col"]) == ("5", "9")
+        assert HAZARD_CODE in match["title"]
+        assert (match["line"], match["col"]) == (str(HAZARD_LINE), str(HAZARD_COLUMN))
         assert int(match["end_line"]) >= int(match["line"])
 
 
@@ -224,12 +224,12 @@ def test_check_step_several_paths_and_args(runner: Runner, workspace: Path) -> N
     files = [match["file"] if match else None for match in matches]
     assert files == ["bad.py", "sub/other.py"]
 
-    result = runner.run_step(_check_step(), workspace, {"args": "--select AMP003 --quiet"})
+    result = runner.run_step(_check_step(), workspace, {"args": "--select AMP006 --quiet"})
     assert (result.returncode, result.stdout) == (0, "")
 
     result = runner.run_step(_check_step(), workspace, {"args": "--exit-zero"})
     assert result.returncode == 0
-    assert "AMP001" in result.stdout
+    assert HAZARD_CODE in result.stdout
 
 
 def test_lock_step_runs_the_lockfile_check(runner: Runner, workspace: Path) -> None:

@@ -12,12 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
-from support import HAZARD, HAZARD_COLUMN, HAZARD_LINE, amplint_run
+from support import HAZARD, HAZARD_CODE, HAZARD_COLUMN, HAZARD_FIXED, HAZARD_LINE, amplint_run
 
 from amplint.api import run_check
 from amplint.config import load_settings
 
-FIXED_LINE = "    w = torch.sigmoid(x.to(torch.float32))"
+HAZARD_TEXT = "torch.cuda.amp.GradScaler()"  # what HAZARD flags at HAZARD_LINE:HAZARD_COLUMN
+FIXED_LINE = '    s = torch.amp.GradScaler("cuda")'
 
 
 def check_json(cwd: Path, *args: str | Path) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
@@ -57,12 +58,12 @@ def bad_dir(tmp_path: Path) -> Path:
     # A syntax error on line 4 of a file that mentions what the rules look for (libcst path) and
     # one that does not (the fast path): both report Python's message and position.
     (d / "syntax_torch.py").write_text(
-        "import torch\n\n\ndef f(x:\n    return torch.sigmoid(x)\n", encoding="utf-8"
+        "import torch\n\n\ndef f(x:\n    return torch.cuda.amp.GradScaler()\n", encoding="utf-8"
     )
     (d / "syntax_plain.py").write_text("x = 1\ny = (2,\nz = 3 +\n", encoding="utf-8")
     (d / "undecodable.py").write_bytes(b"x = '\xff\xfe'\n")
     (d / "undecodable_line2.py").write_bytes(b"# plain\ny = '\xff'\n")
-    (d / "binary.py").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00torch.sigmoid\x00\x00")
+    (d / "binary.py").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00torch.cuda.amp\x00\x00")
     (d / "empty.py").write_bytes(b"")
     (d / "unknown_cookie.py").write_bytes(b"# -*- coding: klingon -*-\nx = 1\n")
     os.symlink(".", d / "loop")
@@ -77,7 +78,7 @@ def test_bad_inputs_are_reported_and_run_goes_on(bad_dir: Path) -> None:
     assert proc.returncode == 1
     found = by_path(diagnostics)
 
-    good = only(found, "proj/good.py", "AMP001")
+    good = only(found, "proj/good.py", HAZARD_CODE)
     assert (good["line"], good["column"]) == (HAZARD_LINE, HAZARD_COLUMN)
 
     syntax = only(found, "proj/syntax_torch.py")
@@ -126,7 +127,7 @@ def test_bad_inputs_in_text_format(bad_dir: Path) -> None:
     proc = amplint_run(bad_dir.parent, "check", "proj")
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
-    assert f"proj/good.py:{HAZARD_LINE}:{HAZARD_COLUMN}: AMP001" in proc.stdout
+    assert f"proj/good.py:{HAZARD_LINE}:{HAZARD_COLUMN}: {HAZARD_CODE}" in proc.stdout
     assert "proj/binary.py:1:1: AMP900" in proc.stdout
 
 
@@ -135,14 +136,14 @@ def test_fix_goes_on_past_bad_inputs(bad_dir: Path) -> None:
     proc = amplint_run(bad_dir.parent, "check", "--fix", "proj")
     assert proc.returncode == 1  # the AMP900 findings remain
     assert "Traceback" not in proc.stderr
-    assert FIXED_LINE in (bad_dir / "good.py").read_text(encoding="utf-8")
+    assert (bad_dir / "good.py").read_text(encoding="utf-8") == HAZARD_FIXED
     assert {name: (bad_dir / name).read_bytes() for name in before} == before
 
 
 def test_ignoring_amp900_hides_bad_inputs(bad_dir: Path) -> None:
     proc, diagnostics = check_json(bad_dir.parent, "--ignore", "AMP900", "proj")
     assert proc.returncode == 1
-    assert [(d["path"], d["code"]) for d in diagnostics] == [("proj/good.py", "AMP001")]
+    assert [(d["path"], d["code"]) for d in diagnostics] == [("proj/good.py", HAZARD_CODE)]
 
 
 def test_per_file_ignores_amp900(bad_dir: Path) -> None:
@@ -159,7 +160,7 @@ def test_per_file_ignores_amp900(bad_dir: Path) -> None:
 
 def test_selecting_other_rules_still_reports_unparsable(bad_dir: Path) -> None:
     # A file that could not be checked is reported unless AMP900 is ignored by name.
-    _, diagnostics = check_json(bad_dir.parent, "--select", "AMP003", "proj")
+    _, diagnostics = check_json(bad_dir.parent, "--select", "AMP006", "proj")
     assert {d["code"] for d in diagnostics} == {"AMP900"}
     assert "proj/binary.py" in {d["path"] for d in diagnostics}
 
@@ -169,14 +170,14 @@ def test_symlink_loop_named_explicitly(bad_dir: Path) -> None:
     assert proc.returncode == 1
     found = by_path(diagnostics)
     assert "loop" in only(found, "a.py")["message"]
-    only(found, "good.py", "AMP001")
+    only(found, "good.py", HAZARD_CODE)
 
 
 def test_directory_symlink_loop_named_explicitly(bad_dir: Path) -> None:
     # Following `loop -> .` explicitly walks the directory once, not forever.
     proc, diagnostics = check_json(bad_dir, "loop")
     assert proc.returncode == 1
-    assert [d["code"] for d in diagnostics if d["path"].endswith("good.py")] == ["AMP001"]
+    assert [d["code"] for d in diagnostics if d["path"].endswith("good.py")] == [HAZARD_CODE]
 
 
 def test_nonexistent_path_exits_2_naming_it(tmp_path: Path) -> None:
@@ -219,9 +220,9 @@ def test_permission_denied_in_process(tmp_path: Path, monkeypatch: pytest.Monkey
         assert ("proj/secret.py", "AMP900", "permission denied") in found
         if fix:
             assert [f for f in found if f[0] == "proj/good.py"] == []
-            assert FIXED_LINE in (d / "good.py").read_text(encoding="utf-8")
+            assert (d / "good.py").read_text(encoding="utf-8") == HAZARD_FIXED
         else:
-            assert [(f[0], f[1]) for f in found if f[0] == "proj/good.py"] == [("proj/good.py", "AMP001")]
+            assert [(f[0], f[1]) for f in found if f[0] == "proj/good.py"] == [("proj/good.py", HAZARD_CODE)]
     assert (d / "secret.py").read_text(encoding="utf-8") == HAZARD
 
 
@@ -271,7 +272,7 @@ def test_permission_denied_subprocess(tmp_path: Path) -> None:
         found = by_path(diagnostics)
         assert "permission denied" in only(found, "proj/secret.py")["message"]
         assert "permission denied" in only(found, "proj/locked")["message"]
-        only(found, "proj/good.py", "AMP001")
+        only(found, "proj/good.py", HAZARD_CODE)
     finally:
         secret.chmod(0o644)
         locked.chmod(0o755)
@@ -284,15 +285,15 @@ def test_50000_line_file(tmp_path: Path) -> None:
     lines = ["import torch", ""]
     for i in range(12_500):
         lines += [f"def f{i}(x):", f"    y = x * {i}", "    return y", ""]
-    lines += ["", "def decay(x):", "    w = torch.sigmoid(x)", "    return torch.exp(w)", ""]
+    lines += ["", "def make_scaler():", "    s = torch.cuda.amp.GradScaler()", "    return s", ""]
     (tmp_path / "big.py").write_text("\n".join(lines), encoding="utf-8")
-    hazard_line = lines.index("    w = torch.sigmoid(x)") + 1
+    hazard_line = lines.index("    s = torch.cuda.amp.GradScaler()") + 1
     assert hazard_line > 50_000
     start = time.monotonic()
     proc, diagnostics = check_json(tmp_path, "big.py")
     elapsed = time.monotonic() - start
     assert proc.returncode == 1
-    assert [(d["code"], d["line"], d["column"]) for d in diagnostics] == [("AMP001", hazard_line, 9)]
+    assert [(d["code"], d["line"], d["column"]) for d in diagnostics] == [(HAZARD_CODE, hazard_line, 9)]
     assert elapsed < 60, f"{elapsed:.1f}s for a 50,000-line file"
 
 
@@ -304,28 +305,31 @@ def test_crlf_positions_and_fix_keeps_crlf(tmp_path: Path) -> None:
     path.write_bytes(HAZARD.replace("\n", "\r\n").encode())
     proc, diagnostics = check_json(tmp_path, "crlf.py")
     assert [(d["line"], d["column"], d["end_column"]) for d in diagnostics] == [
-        (HAZARD_LINE, HAZARD_COLUMN, HAZARD_COLUMN + 16)
+        (HAZARD_LINE, HAZARD_COLUMN, HAZARD_COLUMN + len(HAZARD_TEXT))
     ]
     proc = amplint_run(tmp_path, "check", "--fix", "crlf.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = path.read_bytes()
     assert b"\n" not in data.replace(b"\r\n", b""), data
     assert b"\r" not in data.replace(b"\r\n", b""), data
-    assert data == (HAZARD.replace("    w = torch.sigmoid(x)", FIXED_LINE).replace("\n", "\r\n")).encode()
+    assert data == HAZARD_FIXED.replace("\n", "\r\n").encode()
 
 
 def test_crlf_inserted_import_uses_crlf(tmp_path: Path) -> None:
+    # AMP008 rewrites `GradScaler()` to `torch.amp.GradScaler("cuda")`, adding `import torch`.
     source = (
-        "from torch.nn import functional as F\r\n\r\n\r\n"
-        "def gates(self, x):\r\n    gk = F.logsigmoid(self.gk_proj(x)) / 16\r\n    return gk\r\n"
+        "from torch.cuda.amp import GradScaler\r\n\r\n\r\ndef make_scaler():\r\n    return GradScaler()\r\n"
     )
-    path = tmp_path / "gates.py"
+    path = tmp_path / "scaler.py"
     path.write_bytes(source.encode())
-    proc = amplint_run(tmp_path, "check", "--fix", "gates.py")
+    proc = amplint_run(tmp_path, "check", "--fix", "scaler.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = path.read_bytes()
-    assert data.startswith(b"import torch\r\nfrom torch.nn import functional as F\r\n")
+    assert data.startswith(b"import torch\r\nfrom torch.cuda.amp import GradScaler\r\n")
     assert b"\n" not in data.replace(b"\r\n", b""), data
+    assert (
+        data == ("import torch\r\n" + source.replace("GradScaler()", 'torch.amp.GradScaler("cuda")')).encode()
+    )
 
 
 def test_cr_only_line_endings(tmp_path: Path) -> None:
@@ -337,6 +341,7 @@ def test_cr_only_line_endings(tmp_path: Path) -> None:
     data = path.read_bytes()
     assert b"\n" not in data
     assert FIXED_LINE.encode() + b"\r" in data
+    assert data == HAZARD_FIXED.replace("\n", "\r").encode()
 
 
 def test_bom_positions_and_fix_keeps_bom(tmp_path: Path) -> None:
@@ -349,14 +354,12 @@ def test_bom_positions_and_fix_keeps_bom(tmp_path: Path) -> None:
     data = path.read_bytes()
     assert data.startswith(codecs.BOM_UTF8)
     assert not data[3:].startswith(codecs.BOM_UTF8)
-    assert data[3:].decode("utf-8") == HAZARD.replace("    w = torch.sigmoid(x)", FIXED_LINE)
+    assert data[3:].decode("utf-8") == HAZARD_FIXED
 
 
 def test_bom_on_first_line_hazard_column(tmp_path: Path) -> None:
-    # The BOM is not a column: a hazard on line 1 still starts at column 5.
-    (tmp_path / "bom2.py").write_bytes(
-        codecs.BOM_UTF8 + b"import torch; w = torch.sigmoid(torch.ones(1).bfloat16()).exp()\n"
-    )
+    # The BOM is not a column: a hazard on line 1 after `import torch; s = ` starts at column 19.
+    (tmp_path / "bom2.py").write_bytes(codecs.BOM_UTF8 + b"import torch; s = torch.cuda.amp.GradScaler()\n")
     _, diagnostics = check_json(tmp_path, "bom2.py")
     assert [(d["line"], d["column"]) for d in diagnostics] == [(1, 19)]
 
@@ -367,9 +370,9 @@ def test_latin1_cookie_fix_keeps_encoding(tmp_path: Path) -> None:
         "import torch\n"
         "\n"
         "\n"
-        "def decay(x):\n"
-        '    note = "d\xe9croissance"; w = torch.sigmoid(x)\n'
-        "    return torch.exp(w), note\n"
+        "def make_scaler():\n"
+        '    note = "d\xe9croissance"; s = torch.cuda.amp.GradScaler()\n'
+        "    return s, note\n"
     )
     path = tmp_path / "latin.py"
     path.write_bytes(text.encode("latin-1"))
@@ -381,18 +384,17 @@ def test_latin1_cookie_fix_keeps_encoding(tmp_path: Path) -> None:
     data = path.read_bytes()
     assert b"d\xe9croissance" in data
     assert "é".encode() not in data
-    assert data.decode("latin-1") == text.replace(
-        "torch.sigmoid(x)\n", "torch.sigmoid(x.to(torch.float32))\n"
-    )
+    assert data.decode("latin-1") == text.replace(HAZARD_TEXT, 'torch.amp.GradScaler("cuda")')
 
 
 def test_utf8_non_ascii_columns_count_characters(tmp_path: Path) -> None:
-    text = HAZARD.replace("    w = torch.sigmoid(x)", '    s = "é😀"; w = torch.sigmoid(x)')
+    text = HAZARD.replace(f"    s = {HAZARD_TEXT}", f'    t = "é😀"; s = {HAZARD_TEXT}')
+    assert text != HAZARD
     path = tmp_path / "uni.py"
     path.write_text(text, encoding="utf-8")
     _, diagnostics = check_json(tmp_path, "uni.py")
-    assert [(d["line"], d["column"], d["end_column"]) for d in diagnostics] == [(5, 19, 35)]
+    assert [(d["line"], d["column"], d["end_column"]) for d in diagnostics] == [
+        (5, 19, 19 + len(HAZARD_TEXT))
+    ]
     assert amplint_run(tmp_path, "check", "--fix", "uni.py").returncode == 0
-    assert path.read_text(encoding="utf-8") == text.replace(
-        "torch.sigmoid(x)", "torch.sigmoid(x.to(torch.float32))"
-    )
+    assert path.read_text(encoding="utf-8") == text.replace(HAZARD_TEXT, 'torch.amp.GradScaler("cuda")')

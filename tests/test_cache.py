@@ -13,26 +13,35 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import ATTENTION, HAZARD, HAZARD_COLUMN, HAZARD_LINE, amplint_run, write
+from support import (
+    HAZARD,
+    HAZARD_CODE,
+    HAZARD_COLUMN,
+    HAZARD_FIXED,
+    HAZARD_LINE,
+    OTHERS,
+    amplint_run,
+    write,
+)
 
 from amplint.results import UNPARSABLE, UNPARSABLE_NAME, UNPARSABLE_SEVERITY
 from amplint.rules.amp900_unparsable_file import UnparsableFile
 
 CACHE = ".amplint_cache"
 CLEAN = "import torch\n\n\ndef forward(x):\n    return torch.relu(x)\n"
-FIXED = HAZARD.replace("torch.sigmoid(x)", "torch.sigmoid(x.to(torch.float32))")
+FIXED = HAZARD_FIXED
 
 
 def project(root: Path) -> Path:
     """Findings with and without fixes, a clean file, a syntax error, a binary file, a file-level noqa
     and a non-ASCII line (columns count characters), so every kind of result goes through the cache."""
     write(root / "pkg" / "decay.py", HAZARD)
-    write(root / "pkg" / "attention.py", ATTENTION)
+    write(root / "pkg" / "others.py", OTHERS)
     write(root / "pkg" / "clean.py", CLEAN)
     write(root / "pkg" / "broken.py", "def f(:\n    pass\n")
     (root / "pkg" / "blob.py").write_bytes(b"\x00\x01binary")
     write(root / "pkg" / "exempt.py", "# amplint: noqa\n" + HAZARD)
-    write(root / "pkg" / "accents.py", HAZARD.replace("def decay(x):", "def décay(x):  # é"))
+    write(root / "pkg" / "accents.py", HAZARD.replace("def make_scaler():", "def make_scâler():  # é"))
     return root
 
 
@@ -67,9 +76,14 @@ def test_warm_run_reports_exactly_what_a_cold_run_does(tmp_path: Path) -> None:
     assert warm == uncached
     assert entries(root) == stored  # nothing new was written
     text, report = warm
-    assert f"pkg/decay.py:{HAZARD_LINE}:{HAZARD_COLUMN}: AMP001" in text
-    assert "torch.sigmoid(x)" in text  # the snippet, from the file's text
-    assert {d["code"] for d in json.loads(report)["diagnostics"]} >= {"AMP001", "AMP002", "AMP003", "AMP900"}
+    assert f"pkg/decay.py:{HAZARD_LINE}:{HAZARD_COLUMN}: {HAZARD_CODE}" in text
+    assert "torch.cuda.amp.GradScaler()" in text  # the snippet, from the file's text
+    assert {d["code"] for d in json.loads(report)["diagnostics"]} >= {
+        HAZARD_CODE,
+        "AMP010",
+        "AMP006",
+        "AMP900",
+    }
 
 
 def test_warm_run_does_not_load_the_parser(tmp_path: Path) -> None:
@@ -102,24 +116,24 @@ def test_editing_a_file_invalidates_its_entry(tmp_path: Path) -> None:
     write(root / "pkg" / "clean.py", HAZARD)
     assert outputs(root) == outputs(root, "--no-cache")
     text, _ = outputs(root)
-    assert f"pkg/clean.py:{HAZARD_LINE}:{HAZARD_COLUMN}: AMP001" in text
+    assert f"pkg/clean.py:{HAZARD_LINE}:{HAZARD_COLUMN}: {HAZARD_CODE}" in text
     assert "pkg/decay.py" not in text
 
 
 def test_changing_the_selection_invalidates(tmp_path: Path) -> None:
     root = project(tmp_path)
-    only_amp001 = amplint_run(root, "check", "--format", "json", "--select", "AMP001", "pkg")
-    assert {d["code"] for d in json.loads(only_amp001.stdout)["diagnostics"]} == {"AMP001", UNPARSABLE}
+    only_hazard = amplint_run(root, "check", "--format", "json", "--select", HAZARD_CODE, "pkg")
+    assert {d["code"] for d in json.loads(only_hazard.stdout)["diagnostics"]} == {HAZARD_CODE, UNPARSABLE}
     everything = amplint_run(root, "check", "--format", "json", "pkg")
-    assert {"AMP002", "AMP003"} <= {d["code"] for d in json.loads(everything.stdout)["diagnostics"]}
-    ignored = amplint_run(root, "check", "--format", "json", "--ignore", "AMP001", "pkg")
-    assert "AMP001" not in {d["code"] for d in json.loads(ignored.stdout)["diagnostics"]}
+    assert {"AMP010", "AMP006"} <= {d["code"] for d in json.loads(everything.stdout)["diagnostics"]}
+    ignored = amplint_run(root, "check", "--format", "json", "--ignore", HAZARD_CODE, "pkg")
+    assert HAZARD_CODE not in {d["code"] for d in json.loads(ignored.stdout)["diagnostics"]}
 
 
 def test_per_file_ignores_take_part_in_the_key(tmp_path: Path) -> None:
     root = project(tmp_path)
     amplint_run(root, "check", "pkg")
-    write(root / "pyproject.toml", '[tool.amplint.per-file-ignores]\n"pkg/decay.py" = ["AMP001"]\n')
+    write(root / "pyproject.toml", f'[tool.amplint.per-file-ignores]\n"pkg/decay.py" = ["{HAZARD_CODE}"]\n')
     text, _ = outputs(root)
     assert "pkg/decay.py" not in text
     assert (root / CACHE).is_dir()
@@ -215,15 +229,15 @@ def test_diff_reads_the_cache_but_writes_nothing(tmp_path: Path) -> None:
     root = project(tmp_path)
     proc = amplint_run(root, "check", "--diff", "pkg")
     assert proc.returncode == 1
-    assert "+    w = torch.sigmoid(x.to(torch.float32))" in proc.stdout
+    assert '+    s = torch.amp.GradScaler("cuda")' in proc.stdout
     assert not (root / CACHE).exists()
 
 
 def test_fix_does_not_trust_the_cache_for_files_it_edits(tmp_path: Path) -> None:
     root = project(tmp_path)
-    amplint_run(root, "check", "pkg")  # caches the fixable AMP001 finding
+    amplint_run(root, "check", "pkg")  # caches the fixable AMP008 finding
     proc = amplint_run(root, "check", "--fix", "pkg")
-    assert proc.returncode == 1  # AMP002 and the AMP900s remain
+    assert proc.returncode == 1  # AMP010 (no automatic fix) and the AMP900s remain
     assert (root / "pkg" / "decay.py").read_text(encoding="utf-8") == FIXED
     # The fixed content got an entry of its own: the next run reports it clean, as a fresh run does.
     assert outputs(root) == outputs(root, "--no-cache")
@@ -236,7 +250,7 @@ def test_fix_does_not_trust_the_cache_for_files_it_edits(tmp_path: Path) -> None
 def test_two_processes_sharing_one_cache(tmp_path: Path) -> None:
     root = project(tmp_path)
     for index in range(30):
-        write(root / "pkg" / f"copy_{index}.py", (HAZARD, ATTENTION, CLEAN)[index % 3] + f"# {index}\n")
+        write(root / "pkg" / f"copy_{index}.py", (HAZARD, OTHERS, CLEAN)[index % 3] + f"# {index}\n")
     expected = outputs(root, "--no-cache")[1]
     command = [sys.executable, "-m", "amplint", "check", "--format", "json", "pkg"]
     runs = [
@@ -294,3 +308,15 @@ def test_clean_finds_the_project_root(tmp_path: Path) -> None:
 def test_unparsable_constants_match_the_rule() -> None:
     rule = (UnparsableFile.code, UnparsableFile.name, UnparsableFile.severity)
     assert rule == (UNPARSABLE, UNPARSABLE_NAME, UNPARSABLE_SEVERITY)
+
+
+def test_extend_select_takes_part_in_the_key(tmp_path: Path) -> None:
+    # Only the opt-in AMP001 flags this file: a cached default run must not answer for it.
+    write(
+        tmp_path / "gate.py",
+        "import torch\n\n\ndef decay(x):\n    return torch.exp(torch.sigmoid(x.bfloat16()))\n",
+    )
+    first = amplint_run(tmp_path, "check", "--format", "json", "gate.py")
+    assert json.loads(first.stdout)["diagnostics"] == [] and (tmp_path / CACHE).is_dir()
+    opted = amplint_run(tmp_path, "check", "--format", "json", "--extend-select", "AMP001", "gate.py")
+    assert [d["code"] for d in json.loads(opted.stdout)["diagnostics"]] == ["AMP001"]

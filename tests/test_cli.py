@@ -6,14 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
-from support import ATTENTION, HAZARD, HAZARD_COLUMN, HAZARD_LINE, amplint_run, write
+from support import HAZARD, HAZARD_CODE, HAZARD_COLUMN, HAZARD_FIXED, HAZARD_LINE, OTHERS, amplint_run, write
 
 import amplint
 from amplint.rules import all_rules, rule_by_code
 
-# AMP001 flags `torch.sigmoid(x)` at line 5, column 9 (1-based), and fixes it.
-
-# AMP002 (no automatic fix) on line 6, AMP003 on the line after.
+# HAZARD: AMP008 flags `torch.cuda.amp.GradScaler()` at line 5, column 9 (1-based), and fixes it.
+# OTHERS: AMP010 (no automatic fix) on line 6, AMP006 (fixed) on the line after.
+# All three rules are on by default; `AMP00` covers AMP006 and AMP008 but not AMP010.
 
 CLEAN = """\
 import torch
@@ -48,21 +48,21 @@ def test_finding_exits_1_and_names_position(tmp_path: Path) -> None:
     write(tmp_path / "model.py", HAZARD)
     proc = amplint_run(tmp_path, "check", "model.py")
     assert proc.returncode == 1, proc.stderr
-    assert f"model.py:{HAZARD_LINE}:{HAZARD_COLUMN}: AMP001" in proc.stdout
+    assert f"model.py:{HAZARD_LINE}:{HAZARD_COLUMN}: {HAZARD_CODE}" in proc.stdout
 
 
 def test_default_path_is_cwd(tmp_path: Path) -> None:
     write(tmp_path / "pkg" / "model.py", HAZARD)
     proc = amplint_run(tmp_path, "check")
     assert proc.returncode == 1
-    assert f"pkg/model.py:{HAZARD_LINE}:{HAZARD_COLUMN}: AMP001" in proc.stdout
+    assert f"pkg/model.py:{HAZARD_LINE}:{HAZARD_COLUMN}: {HAZARD_CODE}" in proc.stdout
 
 
 def test_exit_zero(tmp_path: Path) -> None:
     write(tmp_path / "model.py", HAZARD)
     proc = amplint_run(tmp_path, "check", "--exit-zero", "model.py")
     assert proc.returncode == 0
-    assert "AMP001" in proc.stdout
+    assert HAZARD_CODE in proc.stdout
 
 
 def test_nonexistent_path_exits_2_naming_it(tmp_path: Path) -> None:
@@ -95,7 +95,7 @@ def test_usage_errors_exit_2(tmp_path: Path, args: list[str]) -> None:
 
 def test_bad_select_names_the_code(tmp_path: Path) -> None:
     write(tmp_path / "model.py", HAZARD)
-    proc = amplint_run(tmp_path, "check", "--select", "AMP001,XYZ9", "model.py")
+    proc = amplint_run(tmp_path, "check", "--select", f"{HAZARD_CODE},XYZ9", "model.py")
     assert proc.returncode == 2
     assert "XYZ9" in proc.stderr
 
@@ -106,25 +106,28 @@ def test_bad_select_names_the_code(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ([], ["AMP002", "AMP003", "AMP001"]),
-        (["--select", "AMP001"], ["AMP001"]),
-        (["--select", "AMP002,AMP003"], ["AMP002", "AMP003"]),
-        (["--select", "AMP002", "--select", "AMP001"], ["AMP002", "AMP001"]),
-        (["--select", "amp003"], ["AMP003"]),
-        (["--select", "AMP00"], ["AMP002", "AMP003", "AMP001"]),
-        (["--ignore", "AMP001"], ["AMP002", "AMP003"]),
-        (["--ignore", "AMP001,AMP003"], ["AMP002"]),
-        (["--ignore", "AMP001", "--ignore", "AMP002"], ["AMP003"]),
+        ([], ["AMP010", "AMP006", "AMP008"]),
+        (["--select", "AMP008"], ["AMP008"]),
+        (["--select", "AMP010,AMP006"], ["AMP010", "AMP006"]),
+        (["--select", "AMP010", "--select", "AMP008"], ["AMP010", "AMP008"]),
+        (["--select", "amp006"], ["AMP006"]),
+        # A prefix: AMP006 and AMP008 start with AMP00, AMP010 does not.
+        (["--select", "AMP00"], ["AMP006", "AMP008"]),
+        (["--select", "AMP0"], ["AMP010", "AMP006", "AMP008"]),
+        (["--ignore", "AMP008"], ["AMP010", "AMP006"]),
+        (["--ignore", "AMP008,AMP006"], ["AMP010"]),
+        (["--ignore", "AMP008", "--ignore", "AMP010"], ["AMP006"]),
+        (["--ignore", "AMP00"], ["AMP010"]),
         (["--ignore", "AMP0"], []),
         (["--ignore", "AMP"], []),
-        (["--select", "AMP0", "--ignore", "AMP002"], ["AMP003", "AMP001"]),
+        (["--select", "AMP0", "--ignore", "AMP010"], ["AMP006", "AMP008"]),
         # The longest matching prefix decides.
-        (["--select", "AMP001", "--ignore", "AMP0"], ["AMP001"]),
+        (["--select", "AMP008", "--ignore", "AMP0"], ["AMP008"]),
     ],
 )
 def test_select_and_ignore(tmp_path: Path, args: list[str], expected: list[str]) -> None:
-    write(tmp_path / "a_attention.py", ATTENTION)
-    write(tmp_path / "b_decay.py", HAZARD)
+    write(tmp_path / "a_others.py", OTHERS)
+    write(tmp_path / "b_hazard.py", HAZARD)
     returncode, report = check_json(tmp_path, *args, ".")
     assert codes(report) == expected
     assert returncode == (1 if expected else 0)
@@ -154,14 +157,20 @@ def test_json_format_has_documented_keys(tmp_path: Path) -> None:
         "fix",
         "help",
     }
-    assert diagnostic["code"] == "AMP001"
-    assert diagnostic["name"] == "low-precision-log-weights"
+    assert diagnostic["code"] == HAZARD_CODE
+    assert diagnostic["name"] == "deprecated-cuda-amp-api"
     assert diagnostic["path"] == "model.py"
     assert (diagnostic["line"], diagnostic["column"]) == (HAZARD_LINE, HAZARD_COLUMN)
-    # `torch.sigmoid(x)` is 16 characters; the end is exclusive.
-    assert (diagnostic["end_line"], diagnostic["end_column"]) == (HAZARD_LINE, HAZARD_COLUMN + 16)
-    assert diagnostic["severity"] == "warning"
-    assert diagnostic["fix"]["edits"][0]["content"] == "torch.sigmoid(x.to(torch.float32))"
+    # `torch.cuda.amp.GradScaler()` is 27 characters; the end is exclusive.
+    assert (diagnostic["end_line"], diagnostic["end_column"]) == (HAZARD_LINE, HAZARD_COLUMN + 27)
+    assert diagnostic["severity"] == "info"  # AMP008 is a deprecation: info, not a warning
+    [edit] = diagnostic["fix"]["edits"]
+    assert edit["content"] == 'torch.amp.GradScaler("cuda")'
+    assert (edit["line"], edit["column"], edit["end_column"]) == (
+        HAZARD_LINE,
+        HAZARD_COLUMN,
+        HAZARD_COLUMN + 27,
+    )
     summary = report["summary"]
     assert summary["files_checked"] == 1
     assert summary["findings"] == 1
@@ -183,7 +192,7 @@ def test_output_file_gets_report_and_stdout_nothing(tmp_path: Path, fmt: str) ->
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout == ""
     report = (tmp_path / "reports" / "out.txt").read_text(encoding="utf-8")
-    assert "AMP001" in report
+    assert HAZARD_CODE in report
     if fmt == "json":
         assert json.loads(report)["diagnostics"][0]["line"] == HAZARD_LINE
     else:
@@ -199,7 +208,7 @@ def test_quiet_prints_findings_but_no_summary(tmp_path: Path) -> None:
     assert "Found 1 finding" in loud.stdout
     assert "Found" not in quiet.stdout
     assert "fixable" not in quiet.stdout
-    assert "model.py:5:9: AMP001" in quiet.stdout
+    assert "model.py:5:9: AMP008" in quiet.stdout
 
 
 def test_quiet_clean_prints_nothing(tmp_path: Path) -> None:
@@ -212,12 +221,12 @@ def test_quiet_clean_prints_nothing(tmp_path: Path) -> None:
 def test_statistics_counts_per_rule(tmp_path: Path) -> None:
     write(tmp_path / "a.py", HAZARD)
     write(tmp_path / "b.py", HAZARD)
-    write(tmp_path / "c.py", ATTENTION)
+    write(tmp_path / "c.py", OTHERS)
     proc = amplint_run(tmp_path, "check", "--statistics", ".")
     assert proc.returncode == 1
     lines = [line.split() for line in proc.stdout.splitlines()]
     counts = {line[1]: int(line[0]) for line in lines if len(line) >= 2 and line[1].startswith("AMP")}
-    assert counts == {"AMP001": 2, "AMP002": 1, "AMP003": 1}
+    assert counts == {"AMP008": 2, "AMP010": 1, "AMP006": 1}
 
 
 def test_no_color_when_piped(tmp_path: Path) -> None:
@@ -300,31 +309,31 @@ def pyproject(tmp_path: Path, body: str) -> None:
 
 
 def test_config_select(tmp_path: Path) -> None:
-    write(tmp_path / "a.py", ATTENTION)
+    write(tmp_path / "a.py", OTHERS)
     write(tmp_path / "b.py", HAZARD)
-    pyproject(tmp_path, 'select = ["AMP003"]\n')
+    pyproject(tmp_path, 'select = ["AMP006"]\n')
     _, report = check_json(tmp_path, ".")
-    assert codes(report) == ["AMP003"]
+    assert codes(report) == ["AMP006"]
 
 
 def test_config_ignore(tmp_path: Path) -> None:
     write(tmp_path / "b.py", HAZARD)
-    pyproject(tmp_path, 'ignore = ["AMP001"]\n')
+    pyproject(tmp_path, f'ignore = ["{HAZARD_CODE}"]\n')
     proc = amplint_run(tmp_path, "check", "b.py")
     assert proc.returncode == 0, proc.stdout
 
 
 def test_cli_select_overrides_config_ignore(tmp_path: Path) -> None:
     write(tmp_path / "b.py", HAZARD)
-    pyproject(tmp_path, 'ignore = ["AMP001"]\n')
-    returncode, report = check_json(tmp_path, "--select", "AMP001", "b.py")
+    pyproject(tmp_path, f'ignore = ["{HAZARD_CODE}"]\n')
+    returncode, report = check_json(tmp_path, "--select", HAZARD_CODE, "b.py")
     assert returncode == 1
-    assert codes(report) == ["AMP001"]
+    assert codes(report) == [HAZARD_CODE]
 
 
 def test_config_found_from_subdirectory_path(tmp_path: Path) -> None:
     write(tmp_path / "src" / "b.py", HAZARD)
-    pyproject(tmp_path, 'ignore = ["AMP001"]\n')
+    pyproject(tmp_path, f'ignore = ["{HAZARD_CODE}"]\n')
     proc = amplint_run(tmp_path / "src", "check", "b.py")
     assert proc.returncode == 0, proc.stdout
 
@@ -332,7 +341,7 @@ def test_config_found_from_subdirectory_path(tmp_path: Path) -> None:
 def test_config_per_file_ignores(tmp_path: Path) -> None:
     write(tmp_path / "legacy" / "old.py", HAZARD)
     write(tmp_path / "src" / "new.py", HAZARD)
-    pyproject(tmp_path, '[tool.amplint.per-file-ignores]\n"legacy/*.py" = ["AMP001"]\n')
+    pyproject(tmp_path, '[tool.amplint.per-file-ignores]\n"legacy/*.py" = ["AMP008"]\n')
     _, report = check_json(tmp_path, ".")
     assert [d["path"] for d in report["diagnostics"]] == ["src/new.py"]
 
@@ -359,11 +368,11 @@ def test_cli_extend_exclude(tmp_path: Path) -> None:
 
 def test_config_unknown_key_exits_2_naming_it(tmp_path: Path) -> None:
     write(tmp_path / "b.py", HAZARD)
-    pyproject(tmp_path, 'selct = ["AMP001"]\n')
+    pyproject(tmp_path, f'selct = ["{HAZARD_CODE}"]\n')
     proc = amplint_run(tmp_path, "check", "b.py")
     assert proc.returncode == 2
     assert "selct" in proc.stderr
-    assert "AMP001" not in proc.stdout
+    assert HAZARD_CODE not in proc.stdout
 
 
 def test_config_invalid_toml_exits_2(tmp_path: Path) -> None:
@@ -384,7 +393,7 @@ def test_config_bad_code_exits_2(tmp_path: Path) -> None:
 
 def test_config_flag_with_amplint_toml(tmp_path: Path) -> None:
     write(tmp_path / "b.py", HAZARD)
-    write(tmp_path / "ci" / "amplint.toml", 'ignore = ["AMP001"]\n')
+    write(tmp_path / "ci" / "amplint.toml", f'ignore = ["{HAZARD_CODE}"]\n')
     assert amplint_run(tmp_path, "check", "b.py").returncode == 1
     proc = amplint_run(tmp_path, "check", "--config", "ci/amplint.toml", "b.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -392,7 +401,7 @@ def test_config_flag_with_amplint_toml(tmp_path: Path) -> None:
 
 def test_config_flag_beats_discovered_pyproject(tmp_path: Path) -> None:
     write(tmp_path / "b.py", HAZARD)
-    pyproject(tmp_path, 'ignore = ["AMP001"]\n')
+    pyproject(tmp_path, f'ignore = ["{HAZARD_CODE}"]\n')
     write(tmp_path / "strict.toml", 'select = ["AMP"]\n')
     assert amplint_run(tmp_path, "check", "b.py").returncode == 0
     assert amplint_run(tmp_path, "check", "--config", "strict.toml", "b.py").returncode == 1
@@ -407,7 +416,7 @@ def test_config_flag_missing_file_exits_2(tmp_path: Path) -> None:
 
 def test_config_flag_unknown_key_exits_2(tmp_path: Path) -> None:
     write(tmp_path / "b.py", HAZARD)
-    write(tmp_path / "amplint.toml", 'ignroe = ["AMP001"]\n')
+    write(tmp_path / "amplint.toml", f'ignroe = ["{HAZARD_CODE}"]\n')
     proc = amplint_run(tmp_path, "check", "--config", "amplint.toml", "b.py")
     assert proc.returncode == 2
     assert "ignroe" in proc.stderr
@@ -417,19 +426,22 @@ def test_config_flag_unknown_key_exits_2(tmp_path: Path) -> None:
 
 
 def with_comment(comment: str) -> str:
-    return HAZARD.replace("torch.sigmoid(x)\n", f"torch.sigmoid(x)  {comment}\n")
+    """HAZARD with `comment` at the end of the flagged line."""
+    flagged = "torch.cuda.amp.GradScaler()\n"
+    assert HAZARD.count(flagged) == 1
+    return HAZARD.replace(flagged, f"torch.cuda.amp.GradScaler()  {comment}\n")
 
 
 @pytest.mark.parametrize(
     ("comment", "suppressed"),
     [
         ("# noqa", True),
-        ("# noqa: AMP001", True),
-        ("# noqa:AMP001", True),
-        ("# noqa: AMP003, AMP001", True),
-        ("# NOQA: amp001", True),
-        ("# noqa: AMP003", False),
-        ("# noqa: AMP0011", False),
+        ("# noqa: AMP008", True),
+        ("# noqa:AMP008", True),
+        ("# noqa: AMP006, AMP008", True),
+        ("# NOQA: amp008", True),
+        ("# noqa: AMP006", False),
+        ("# noqa: AMP0081", False),
         ("# nothing to see", False),
     ],
 )
@@ -439,16 +451,15 @@ def test_line_noqa(tmp_path: Path, comment: str, suppressed: bool) -> None:
     if suppressed:
         assert (returncode, codes(report)) == (0, [])
     else:
-        assert (returncode, codes(report)) == (1, ["AMP001"])
+        assert (returncode, codes(report)) == (1, [HAZARD_CODE])
 
 
 def test_noqa_on_another_line_does_not_suppress(tmp_path: Path) -> None:
-    write(
-        tmp_path / "model.py",
-        HAZARD.replace("    return torch.exp(w)\n", "    return torch.exp(w)  # noqa\n"),
-    )
+    # The comment sits on the line after the finding.
+    assert HAZARD.count("    return s\n") == 1
+    write(tmp_path / "model.py", HAZARD.replace("    return s\n", "    return s  # noqa\n"))
     returncode, report = check_json(tmp_path, "model.py")
-    assert (returncode, codes(report)) == (1, ["AMP001"])
+    assert (returncode, codes(report)) == (1, [HAZARD_CODE])
 
 
 def test_file_noqa(tmp_path: Path) -> None:
@@ -460,11 +471,16 @@ def test_file_noqa(tmp_path: Path) -> None:
 
 
 def test_fix_respects_noqa(tmp_path: Path) -> None:
-    path = write(tmp_path / "model.py", with_comment("# noqa: AMP001"))
+    path = write(tmp_path / "model.py", with_comment(f"# noqa: {HAZARD_CODE}"))
     before = path.read_bytes()
     proc = amplint_run(tmp_path, "check", "--fix", "model.py")
     assert proc.returncode == 0
     assert path.read_bytes() == before
+    # Without the comment, --fix does rewrite the same code.
+    control = write(tmp_path / "control.py", HAZARD)
+    proc = amplint_run(tmp_path, "check", "--fix", "control.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert control.read_text(encoding="utf-8") == HAZARD_FIXED
 
 
 # --- which files are checked --------------------------------------------------------------------
@@ -474,7 +490,7 @@ def test_explicit_file_with_other_suffix_is_checked(tmp_path: Path) -> None:
     write(tmp_path / "model.txt", HAZARD)
     proc = amplint_run(tmp_path, "check", "model.txt")
     assert proc.returncode == 1
-    assert f"model.txt:{HAZARD_LINE}:{HAZARD_COLUMN}: AMP001" in proc.stdout
+    assert f"model.txt:{HAZARD_LINE}:{HAZARD_COLUMN}: {HAZARD_CODE}" in proc.stdout
 
 
 def test_walk_only_takes_py_files(tmp_path: Path) -> None:
@@ -527,16 +543,16 @@ def test_walk_skips_gitignored_inside_git_repo(tmp_path: Path) -> None:
 def test_same_file_twice_is_reported_once(tmp_path: Path) -> None:
     write(tmp_path / "pkg" / "model.py", HAZARD)
     _, report = check_json(tmp_path, "pkg", "pkg/model.py", "./pkg/model.py")
-    assert codes(report) == ["AMP001"]
+    assert codes(report) == [HAZARD_CODE]
 
 
 # --- ordering and positions ---------------------------------------------------------------------
 
 
 def test_diagnostics_sorted_by_path_line_column(tmp_path: Path) -> None:
-    two = HAZARD + "\n\ndef more(y):\n    log_w = 2 * torch.sigmoid(y)\n    return log_w\n"
+    two = HAZARD + "\n\ndef more(y):\n    pairs = (y, torch.cuda.amp.GradScaler())\n    return pairs\n"
     write(tmp_path / "z.py", two)
-    write(tmp_path / "a" / "b.py", ATTENTION)
+    write(tmp_path / "a" / "b.py", OTHERS)
     write(tmp_path / "m.py", HAZARD)
     write(tmp_path / "a.py", two)
     returncode, report = check_json(tmp_path, "z.py", ".")
@@ -544,16 +560,17 @@ def test_diagnostics_sorted_by_path_line_column(tmp_path: Path) -> None:
     found = [(d["path"], d["line"], d["column"], d["code"]) for d in report["diagnostics"]]
     assert found == sorted(found)
     assert [f[0] for f in found] == ["a.py", "a.py", "a/b.py", "a/b.py", "m.py", "z.py", "z.py"]
-    assert ("m.py", HAZARD_LINE, HAZARD_COLUMN, "AMP001") in found
-    assert ("z.py", 10, 17, "AMP001") in found  # `torch.sigmoid(y)` after `log_w = 2 * `
+    assert ("m.py", HAZARD_LINE, HAZARD_COLUMN, HAZARD_CODE) in found
+    assert ("z.py", 10, 17, HAZARD_CODE) in found  # `torch.cuda.amp.GradScaler()` after `pairs = (y, `
+    assert ("a/b.py", 6, 79, "AMP010") in found and ("a/b.py", 7, 11, "AMP006") in found
 
 
 def test_text_positions_are_one_based(tmp_path: Path) -> None:
     # A hazard at the very start of a line reports column 1.
-    write(tmp_path / "m.py", "import torch\nw = torch.sigmoid(torch.ones(2).bfloat16()).exp()\n")
+    write(tmp_path / "m.py", "import torch\ntorch.cuda.amp.GradScaler()\n")
     proc = amplint_run(tmp_path, "check", "m.py")
     assert proc.returncode == 1, proc.stdout
-    assert "m.py:2:5: AMP001" in proc.stdout
+    assert "m.py:2:1: AMP008" in proc.stdout
 
 
 # --- Python API ---------------------------------------------------------------------------------
@@ -563,9 +580,9 @@ def test_api_check_source() -> None:
     diagnostics = amplint.check_source(HAZARD)
     assert [type(d) for d in diagnostics] == [amplint.Diagnostic]
     [d] = diagnostics
-    assert (d.code, d.line, d.column, d.path) == ("AMP001", HAZARD_LINE, HAZARD_COLUMN, "<string>")
+    assert (d.code, d.line, d.column, d.path) == (HAZARD_CODE, HAZARD_LINE, HAZARD_COLUMN, "<string>")
     assert d.fix is not None
-    assert amplint.check_source(HAZARD, ignore=["AMP001"]) == []
+    assert amplint.check_source(HAZARD, ignore=[HAZARD_CODE]) == []
     assert amplint.check_source(CLEAN) == []
 
 
@@ -576,21 +593,22 @@ def test_api_check_source_syntax_error() -> None:
 
 def test_api_check_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write(tmp_path / "pkg" / "a.py", HAZARD)
-    write(tmp_path / "pkg" / "b.py", ATTENTION)
+    write(tmp_path / "pkg" / "b.py", OTHERS)
     monkeypatch.chdir(tmp_path)
     diagnostics = amplint.check_paths([tmp_path / "pkg"])
     assert all(isinstance(d, amplint.Diagnostic) for d in diagnostics)
     assert [(d.path, d.code) for d in diagnostics] == [
-        ("pkg/a.py", "AMP001"),
-        ("pkg/b.py", "AMP002"),
-        ("pkg/b.py", "AMP003"),
+        ("pkg/a.py", "AMP008"),
+        ("pkg/b.py", "AMP010"),
+        ("pkg/b.py", "AMP006"),
     ]
-    assert [d.code for d in amplint.check_paths(["pkg"], select=["AMP001"])] == ["AMP001"]
-    assert [d.code for d in amplint.check_paths(["pkg"], ignore=["AMP00"])] == []
+    assert [d.code for d in amplint.check_paths(["pkg"], select=["AMP008"])] == ["AMP008"]
+    assert [d.code for d in amplint.check_paths(["pkg"], ignore=["AMP00"])] == ["AMP010"]
+    assert [d.code for d in amplint.check_paths(["pkg"], ignore=["AMP0"])] == []
 
 
 def test_api_check_paths_honours_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write(tmp_path / "pkg" / "a.py", HAZARD)
-    pyproject(tmp_path, 'ignore = ["AMP001"]\n')
+    pyproject(tmp_path, f'ignore = ["{HAZARD_CODE}"]\n')
     monkeypatch.chdir(tmp_path)
     assert amplint.check_paths(["pkg"]) == []

@@ -69,6 +69,10 @@ def factory():
 """
 
 
+# AMP001 is opt-in: these tests turn it on as a user would.
+OPT_IN_AMP001 = '[tool.amplint]\nextend-select = ["AMP001"]\n'
+
+
 def _json(done) -> list[dict]:
     assert done.returncode in (0, 1), done.stderr
     return json.loads(done.stdout)["diagnostics"]
@@ -87,6 +91,8 @@ def test_rwkv_sigmoid_confirmed_and_the_chain_found(tmp_path: Path) -> None:
         "--confirm",
         "--target",
         "rwkv7_time_mix.py:factory",
+        "--extend-select",
+        "AMP001",
         "--format",
         "json",
     )
@@ -121,9 +127,11 @@ def test_rwkv_sigmoid_confirmed_and_the_chain_found(tmp_path: Path) -> None:
 def test_softplus_form_has_no_precision_chain(tmp_path: Path) -> None:
     _copy_fixture(tmp_path, "rwkv7_time_mix_softplus.py")
     target = "rwkv7_time_mix_softplus.py:factory"
-    found = _json(amplint_run(tmp_path, "check", ".", "--confirm", "--target", target, "--format", "json"))
-    # The log-decay is float32 from `softplus` on: no late upcast. CPU autocast keeps `softplus`, and
-    # so the recurrence's `exp` and `sum`, in bfloat16: what a CPU test computes differs (AMP103).
+    args = ["check", ".", "--confirm", "--target", target, "--extend-select", "AMP001", "--format", "json"]
+    found = _json(amplint_run(tmp_path, *args))
+    # Neither AMP001 nor AMP101: the log-decay is float32 from `softplus` on, no late upcast. CPU
+    # autocast keeps `softplus`, and so the recurrence's `exp` and `sum`, in bfloat16: what a CPU
+    # test computes differs (AMP103).
     assert [(d["code"], d["line"]) for d in found] == [("AMP103", 52), ("AMP103", 67), ("AMP103", 69)]
 
 
@@ -140,6 +148,7 @@ def test_qwen2_eager_scores(tmp_path: Path, settings: str, confidence: str, evid
     _copy_fixture(tmp_path, "qwen2_eager_attention.py")
     write(
         tmp_path / "pyproject.toml",
+        '[tool.amplint]\nextend-select = ["AMP002"]\n\n'
         f'[tool.amplint.runtime]\ntargets = ["qwen2_eager_attention.py:factory"]\n{settings}\n',
     )
     found = _json(amplint_run(tmp_path, "check", ".", "--confirm", "--show-refuted", "--format", "json"))
@@ -152,6 +161,7 @@ def test_qwen2_eager_scores(tmp_path: Path, settings: str, confidence: str, evid
 @pytest.mark.parametrize("model", [UPCAST_EARLIER, PROMOTED], ids=["upcast-earlier", "type-promotion"])
 def test_sigmoid_already_float32_is_refuted_and_hidden(tmp_path: Path, model: str) -> None:
     write(tmp_path / "model.py", model)
+    write(tmp_path / "pyproject.toml", OPT_IN_AMP001)
     static = _json(amplint_run(tmp_path, "check", "model.py", "--format", "json"))
     flagged = [d for d in static if d["code"] == "AMP001" and "sigmoid" in d["message"]]
     assert flagged, "the static pass flags the sigmoid"
@@ -167,6 +177,7 @@ def test_sigmoid_already_float32_is_refuted_and_hidden(tmp_path: Path, model: st
 
 def test_a_finding_no_traced_op_came_from_is_unreached(tmp_path: Path) -> None:
     write(tmp_path / "model.py", UPCAST_EARLIER)
+    write(tmp_path / "pyproject.toml", OPT_IN_AMP001)
     found = _json(
         amplint_run(
             tmp_path, "check", "model.py", "--confirm", "--target", "model.py:factory", "--format", "json"
@@ -181,6 +192,7 @@ def test_a_target_that_fails_keeps_the_static_findings(tmp_path: Path) -> None:
         tmp_path / "model.py",
         UPCAST_EARLIER + "\n\ndef broken():\n    raise RuntimeError('no model today')\n",
     )
+    write(tmp_path / "pyproject.toml", OPT_IN_AMP001)
     done = amplint_run(
         tmp_path, "check", "model.py", "--confirm", "--target", "model.py:broken", "--format", "json"
     )
@@ -194,6 +206,7 @@ def test_a_target_that_fails_keeps_the_static_findings(tmp_path: Path) -> None:
 def test_confirmation_shows_in_every_format(tmp_path: Path) -> None:
     _copy_fixture(tmp_path, "rwkv7_time_mix.py")
     args = ["check", "rwkv7_time_mix.py", "--confirm", "--target", "rwkv7_time_mix.py:factory"]
+    args += ["--extend-select", "AMP001"]
     text = amplint_run(tmp_path, *args).stdout
     assert "= confirmed: `sigmoid` at rwkv7_time_mix.py:52 ran in bfloat16" in text
     github = amplint_run(tmp_path, *args, "--format", "github").stdout
@@ -253,7 +266,7 @@ def test_runtime_rule_examples(tmp_path: Path, rule, index: int, bad: bool) -> N
 
 def test_fix_is_verified_by_tracing_again(tmp_path: Path) -> None:
     path = _copy_fixture(tmp_path, "rwkv7_time_mix.py")
-    args = ["check", ".", "--confirm", "--target", "rwkv7_time_mix.py:factory"]
+    args = ["check", ".", "--confirm", "--target", "rwkv7_time_mix.py:factory", "--extend-select", "AMP001"]
     done = amplint_run(tmp_path, *args, "--fix")
     assert done.returncode == 0, done.stderr
     # One fix (AMP001's; AMP101 at the same sigmoid asks for the same edit), reported on its own.
@@ -405,6 +418,8 @@ def factory():
 def test_the_graph_fixes_a_chain_the_static_pass_cannot_see(tmp_path: Path) -> None:
     path = write(tmp_path / "gate.py", GATE)
     args = ["check", "gate.py", "--confirm", "--target", "gate.py:factory"]
+    # AMP001 and AMP014 on: AMP001 still cannot see the chain across the two methods.
+    args += ["--extend-select", "AMP001,AMP014"]
     found = _json(amplint_run(tmp_path, *args, "--format", "json"))
     assert not [d for d in found if d["code"] == "AMP001"]
     amp101 = next(d for d in found if d["code"] == "AMP101")
@@ -438,6 +453,8 @@ SCALED = SCALED.replace("return (1 - self.gate(x)).log()", "return self.gate(x).
 def test_the_cast_point_is_the_start_of_the_chain(tmp_path: Path) -> None:
     path = write(tmp_path / "gate.py", SCALED)
     args = ["check", "gate.py", "--confirm", "--target", "gate.py:factory"]
+    # AMP001 (the sigmoid) and AMP007 (the cumsum) on: neither adds a fix of its own.
+    args += ["--extend-select", "AMP001,AMP007"]
     amp101 = next(d for d in _json(amplint_run(tmp_path, *args, "--format", "json")) if d["code"] == "AMP101")
     assert [(step["op"], step["line"]) for step in amp101["chain"]] == [
         ("mul", 12),
@@ -480,6 +497,7 @@ def test_a_binary_cast_point_upcasts_the_low_precision_operand(
 def test_a_static_fix_on_the_line_is_not_made_twice(tmp_path: Path) -> None:
     _copy_fixture(tmp_path, "rwkv7_time_mix.py")
     args = ["check", "rwkv7_time_mix.py", "--confirm", "--target", "rwkv7_time_mix.py:factory"]
+    args += ["--extend-select", "AMP001"]
     found = _json(amplint_run(tmp_path, *args, "--format", "json"))
     assert next(d for d in found if d["code"] == "AMP001")["fix"] is not None
     assert next(d for d in found if d["code"] == "AMP101")["fix"] is None
@@ -507,7 +525,8 @@ def test_measurement_can_be_turned_off(tmp_path: Path) -> None:
     _copy_fixture(tmp_path, "rwkv7_time_mix.py")
     write(
         tmp_path / "pyproject.toml",
-        '[tool.amplint.runtime]\ntargets = [{ target = "rwkv7_time_mix.py:factory", measure = false }]\n',
+        OPT_IN_AMP001
+        + '\n[tool.amplint.runtime]\ntargets = [{ target = "rwkv7_time_mix.py:factory", measure = false }]\n',
     )
     found = _json(amplint_run(tmp_path, "check", ".", "--confirm", "--format", "json"))
     amp001 = next(d for d in found if d["code"] == "AMP001")

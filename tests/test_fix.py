@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import ATTENTION, HAZARD, amplint_run, write
+from support import HAZARD, HAZARD_CODE, HAZARD_COLUMN, HAZARD_FIXED, HAZARD_LINE, OTHERS, amplint_run, write
 
 import amplint
 import amplint.fixes
@@ -21,9 +21,22 @@ from amplint.config import load_settings
 from amplint.fixes import apply_edits
 from amplint.rules import rule_by_code
 
-FIXED = HAZARD.replace("torch.sigmoid(x)", "torch.sigmoid(x.to(torch.float32))")
+FIXED = HAZARD_FIXED
+# OTHERS once --fix has run: AMP006's statistic is upcast, AMP010 (no automatic fix) is left alone.
+OTHERS_FIXED = OTHERS.replace("var = x.pow(2)", "var = x.to(torch.float32).pow(2)").replace(
+    "torch.rsqrt(var + 1e-6)", "torch.rsqrt(var + 1e-6).to(x.dtype)"
+)
 
-# AMP002 (no automatic fix) and AMP003 (fixable) in one function.
+# The sigmoid-upcast fix of the opt-in AMP001: the tests of that fix turn the rule on.
+SIGMOID = """\
+import torch
+
+
+def decay(x):
+    w = torch.sigmoid(x)
+    return torch.exp(w)
+"""
+OPT_IN = ("--extend-select", "AMP001")
 
 
 def snapshot(directory: Path) -> dict[str, tuple[bytes, int, int, int]]:
@@ -53,10 +66,10 @@ def test_diff_prints_unified_diff_and_writes_nothing(tmp_path: Path) -> None:
         "@@ -2,5 +2,5 @@",
         " ",
         " ",
-        " def decay(x):",
-        "-    w = torch.sigmoid(x)",
-        "+    w = torch.sigmoid(x.to(torch.float32))",
-        "     return torch.exp(w)",
+        " def make_scaler():",
+        "-    s = torch.cuda.amp.GradScaler()",
+        '+    s = torch.amp.GradScaler("cuda")',
+        "     return s",
     ]
     # The report goes to stderr so that stdout can be piped to `git apply` / `patch`.
     assert "Would fix 1 finding, 0 remaining." in proc.stderr
@@ -67,7 +80,7 @@ def test_diff_applies_with_git_apply(tmp_path: Path) -> None:
     if git is None:
         pytest.skip("git is not installed")
     write(tmp_path / "pkg" / "model.py", HAZARD)
-    write(tmp_path / "pkg" / "attn.py", ATTENTION)
+    write(tmp_path / "pkg" / "others.py", OTHERS)
     proc = amplint_run(tmp_path, "check", "--diff", "pkg")
     assert proc.returncode == 1
     (tmp_path / "fix.diff").write_text(proc.stdout, encoding="utf-8")
@@ -76,6 +89,7 @@ def test_diff_applies_with_git_apply(tmp_path: Path) -> None:
     )
     assert applied.returncode == 0, applied.stderr
     assert (tmp_path / "pkg" / "model.py").read_text(encoding="utf-8") == FIXED
+    assert (tmp_path / "pkg" / "others.py").read_text(encoding="utf-8") == OTHERS_FIXED
     # What the diff did is exactly what --fix would have done: nothing is left to fix.
     assert amplint_run(tmp_path, "check", "--diff", "pkg").stdout == ""
 
@@ -88,11 +102,11 @@ def test_diff_on_clean_file_is_empty_and_exits_0(tmp_path: Path) -> None:
 
 
 def test_diff_with_only_unfixable_findings(tmp_path: Path) -> None:
-    write(tmp_path / "attn.py", ATTENTION)
-    proc = amplint_run(tmp_path, "check", "--diff", "--select", "AMP002", "attn.py")
+    write(tmp_path / "others.py", OTHERS)
+    proc = amplint_run(tmp_path, "check", "--diff", "--select", "AMP010", "others.py")
     assert proc.returncode == 1
     assert proc.stdout == ""
-    assert "AMP002" in proc.stderr
+    assert "AMP010" in proc.stderr
 
 
 def test_diff_to_output_file(tmp_path: Path) -> None:
@@ -129,40 +143,45 @@ def test_fix_reports_fixed_count_in_json(tmp_path: Path) -> None:
 
 
 def test_fix_exits_1_when_unfixable_findings_remain(tmp_path: Path) -> None:
-    rule = rule_by_code("AMP002")
+    rule = rule_by_code("AMP010")
     assert rule is not None
     assert all(bad.fixed is None for bad in rule.bad)
-    path = write(tmp_path / "attn.py", ATTENTION)
-    proc = amplint_run(tmp_path, "check", "--fix", "--format", "json", "attn.py")
+    path = write(tmp_path / "others.py", OTHERS)
+    proc = amplint_run(tmp_path, "check", "--fix", "--format", "json", "others.py")
     assert proc.returncode == 1, proc.stderr
     report = json.loads(proc.stdout)
-    assert [d["code"] for d in report["diagnostics"]] == ["AMP002"]
+    assert [(d["code"], d["line"]) for d in report["diagnostics"]] == [("AMP010", 6)]
     assert report["diagnostics"][0]["fix"] is None
     assert report["summary"]["fixed"] == 1
     text = path.read_text(encoding="utf-8")
-    assert "softmax(dim=-1, dtype=torch.float32)" in text  # AMP003 was fixed
-    assert "torch.matmul(q, k.transpose(-2, -1)) / math.sqrt" in text  # AMP002 left alone
+    assert "var = x.to(torch.float32).pow(2).mean(-1, keepdim=True)" in text  # AMP006 was fixed
+    assert "torch_dtype=torch.float16)" in text  # AMP010 left alone
+    assert text == OTHERS_FIXED
 
 
 def test_fix_with_exit_zero(tmp_path: Path) -> None:
-    write(tmp_path / "attn.py", ATTENTION)
-    proc = amplint_run(tmp_path, "check", "--fix", "--exit-zero", "attn.py")
+    write(tmp_path / "others.py", OTHERS)
+    proc = amplint_run(tmp_path, "check", "--fix", "--exit-zero", "others.py")
     assert proc.returncode == 0
-    assert "AMP002" in proc.stdout
+    assert "AMP010" in proc.stdout
 
 
 def test_second_fix_changes_nothing(tmp_path: Path) -> None:
     write(tmp_path / "model.py", HAZARD)
-    write(tmp_path / "attn.py", ATTENTION)
-    write(tmp_path / "gates.py", rule_by_code("AMP001").bad[2].code)  # type: ignore[union-attr]
-    amplint_run(tmp_path, "check", "--fix", ".")
+    write(tmp_path / "others.py", OTHERS)
+    gates = rule_by_code("AMP001").bad[2]  # type: ignore[union-attr]
+    assert gates.fixed is not None
+    write(tmp_path / "gates.py", gates.code)  # its fix adds `import torch`: opted in below
+    amplint_run(tmp_path, "check", *OPT_IN, "--fix", ".")
     after_first = snapshot(tmp_path)
     assert after_first["model.py"][0] == FIXED.encode()
-    proc = amplint_run(tmp_path, "check", "--fix", ".")
-    assert proc.returncode == 1  # the AMP002 finding remains
+    assert after_first["gates.py"][0] == gates.fixed.encode()
+    assert after_first["others.py"][0] == OTHERS_FIXED.encode()
+    proc = amplint_run(tmp_path, "check", *OPT_IN, "--fix", ".")
+    assert proc.returncode == 1  # the AMP010 finding remains
     # Bytes, and even inode and mtime: nothing was rewritten.
     assert snapshot(tmp_path) == after_first
-    proc = amplint_run(tmp_path, "check", "--diff", ".")
+    proc = amplint_run(tmp_path, "check", *OPT_IN, "--diff", ".")
     assert proc.stdout == ""
 
 
@@ -182,7 +201,7 @@ def test_fix_keeps_file_mode(tmp_path: Path, mode: int) -> None:
 def test_fix_is_atomic_no_temp_files_left(tmp_path: Path) -> None:
     for name in ("a.py", "b.py", "c.py"):
         write(tmp_path / "pkg" / name, HAZARD)
-    write(tmp_path / "pkg" / "attn.py", ATTENTION)
+    write(tmp_path / "pkg" / "others.py", OTHERS)
     inode_before = (tmp_path / "pkg" / "a.py").stat().st_ino
     before = sorted(p.name for p in (tmp_path / "pkg").iterdir())
     amplint_run(tmp_path, "check", "--fix", "pkg")
@@ -191,6 +210,7 @@ def test_fix_is_atomic_no_temp_files_left(tmp_path: Path) -> None:
     # Written by rename over the old file (a new inode), not in place.
     assert (tmp_path / "pkg" / "a.py").stat().st_ino != inode_before
     assert (tmp_path / "pkg" / "a.py").read_text(encoding="utf-8") == FIXED
+    assert (tmp_path / "pkg" / "others.py").read_text(encoding="utf-8") == OTHERS_FIXED
 
 
 def test_fix_that_breaks_code_leaves_file_untouched_in_process(
@@ -205,7 +225,7 @@ def test_fix_that_breaks_code_leaves_file_untouched_in_process(
     def broken_for_model(text: str, edits: object) -> tuple[str, int]:
         calls.append(text)
         new_text, applied = real_apply(text, edits)  # type: ignore[arg-type]
-        return new_text.replace("def decay(x):", "def decay(x:"), applied
+        return new_text.replace("def make_scaler():", "def make_scaler(:"), applied
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(amplint.fixes, "apply_edits", broken_for_model)
@@ -217,7 +237,7 @@ def test_fix_that_breaks_code_leaves_file_untouched_in_process(
     assert "invalid code" in run.errors[0]
     assert "left unchanged" in run.errors[0]
     # The finding is still reported, as it was.
-    assert [(d.path, d.code) for d in run.diagnostics] == [("model.py", "AMP001")]
+    assert [(d.path, d.code) for d in run.diagnostics] == [("model.py", HAZARD_CODE)]
     assert run.fixed == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.py", "other.py"]
 
@@ -266,7 +286,7 @@ def test_fix_adds_import_torch(tmp_path: Path) -> None:
     [example] = [bad for bad in rule.bad if "from torch.nn import functional as F" in bad.code]
     assert "import torch\n" not in example.code
     path = write(tmp_path / "gates.py", example.code)
-    proc = amplint_run(tmp_path, "check", "--fix", "gates.py")
+    proc = amplint_run(tmp_path, "check", *OPT_IN, "--fix", "gates.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = path.read_text(encoding="utf-8")
     assert text == example.fixed
@@ -289,7 +309,7 @@ def test_fix_adds_import_torch_once_for_many_findings(tmp_path: Path) -> None:
         "    return gk, log_w\n"
     )
     path = write(tmp_path / "gates.py", source)
-    proc = amplint_run(tmp_path, "check", "--fix", "gates.py")
+    proc = amplint_run(tmp_path, "check", *OPT_IN, "--fix", "gates.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = path.read_text(encoding="utf-8")
     assert text.count("import torch\n") == 1
@@ -338,9 +358,10 @@ def test_fix_through_chained_symlinks(tmp_path: Path) -> None:
 
 
 def test_fix_of_multiline_call_keeps_indentation(tmp_path: Path) -> None:
-    source = HAZARD.replace("torch.sigmoid(x)", "torch.sigmoid(\n        x\n    )")
+    source = SIGMOID.replace("torch.sigmoid(x)", "torch.sigmoid(\n        x\n    )")
+    assert source != SIGMOID
     path = write(tmp_path / "model.py", source)
-    assert amplint_run(tmp_path, "check", "--fix", "model.py").returncode == 0
+    assert amplint_run(tmp_path, "check", *OPT_IN, "--fix", "model.py").returncode == 0
     text = path.read_text(encoding="utf-8")
     compile(text, "model.py", "exec")
     assert text == source.replace("        x\n", "        x.to(torch.float32)\n")
@@ -353,7 +374,7 @@ def test_fix_inside_nested_blocks_keeps_indentation(tmp_path: Path) -> None:
         "                )\n            )\n            return decay\n"
     )
     path = write(tmp_path / "model.py", source)
-    assert amplint_run(tmp_path, "check", "--fix", "model.py").returncode == 0
+    assert amplint_run(tmp_path, "check", *OPT_IN, "--fix", "model.py").returncode == 0
     assert path.read_text(encoding="utf-8") == source.replace(
         "                    x\n", "                    x.to(torch.float32)\n"
     )
@@ -373,7 +394,7 @@ def test_api_diagnostics_carry_applicable_fixes() -> None:
     diagnostics = amplint.check_source(HAZARD, path="model.py")
     assert all(isinstance(d, amplint.Diagnostic) for d in diagnostics)
     [diagnostic] = diagnostics
-    assert diagnostic.path == "model.py"
+    assert (diagnostic.code, diagnostic.path) == (HAZARD_CODE, "model.py")
     assert isinstance(diagnostic.fix, amplint.Fix)
     assert all(isinstance(edit, amplint.Edit) for edit in diagnostic.fix.edits)
     new_text, applied = apply_edits(HAZARD, diagnostic.fix.edits)
@@ -386,7 +407,9 @@ def test_api_check_paths_does_not_write(tmp_path: Path, monkeypatch: pytest.Monk
     path = write(tmp_path / "pkg" / "model.py", HAZARD)
     monkeypatch.chdir(tmp_path)
     diagnostics = amplint.check_paths([tmp_path / "pkg"])
-    assert [(d.path, d.code, d.line, d.column) for d in diagnostics] == [("pkg/model.py", "AMP001", 5, 9)]
+    assert [(d.path, d.code, d.line, d.column) for d in diagnostics] == [
+        ("pkg/model.py", HAZARD_CODE, HAZARD_LINE, HAZARD_COLUMN)
+    ]
     assert path.read_text(encoding="utf-8") == HAZARD
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support import ATTENTION, HAZARD, HAZARD_COLUMN, HAZARD_LINE, amplint_run, write
+from support import HAZARD, HAZARD_CODE, HAZARD_COLUMN, HAZARD_LINE, OTHERS, amplint_run, write
 
 import amplint
 
@@ -40,34 +40,36 @@ def test_flake8_reports_what_amplint_reports_at_the_same_position(tmp_path: Path
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines == amplint_findings(tmp_path, "model.py")
-    assert lines[0].startswith(f"model.py:{HAZARD_LINE}:{HAZARD_COLUMN}: AMP001 ")
+    assert lines[0].startswith(f"model.py:{HAZARD_LINE}:{HAZARD_COLUMN}: {HAZARD_CODE} ")
 
 
 def test_columns_count_characters(tmp_path: Path) -> None:
     # "é😀" is two characters and six UTF-8 bytes: the finding is at character column 19.
-    write(
-        tmp_path / "uni.py", HAZARD.replace("    w = torch.sigmoid(x)", '    s = "é😀"; w = torch.sigmoid(x)')
+    text = HAZARD.replace(
+        "    s = torch.cuda.amp.GradScaler()", '    t = "é😀"; s = torch.cuda.amp.GradScaler()'
     )
+    assert text != HAZARD
+    write(tmp_path / "uni.py", text)
     proc = flake8(tmp_path, "--select", "AMP", "uni.py")
     assert proc.stdout.splitlines() == amplint_findings(tmp_path, "uni.py")
-    assert proc.stdout.startswith("uni.py:5:19: AMP001 ")
+    assert proc.stdout.startswith(f"uni.py:5:19: {HAZARD_CODE} ")
 
 
 def test_flake8_select_ignore_and_noqa_decide(tmp_path: Path) -> None:
-    write(tmp_path / "attention.py", ATTENTION)
-    write(tmp_path / "model.py", HAZARD.replace("torch.sigmoid(x)\n", "torch.sigmoid(x)  # noqa: AMP001\n"))
-    # amplint's own configuration does not apply under flake8: every rule runs.
-    write(tmp_path / "pyproject.toml", '[tool.amplint]\nignore = ["AMP002", "AMP003"]\n')
+    write(tmp_path / "others.py", OTHERS)
+    write(tmp_path / "model.py", HAZARD.replace("GradScaler()\n", f"GradScaler()  # noqa: {HAZARD_CODE}\n"))
+    # amplint's own configuration does not apply under flake8: its `ignore` is not read.
+    write(tmp_path / "pyproject.toml", '[tool.amplint]\nignore = ["AMP010", "AMP006"]\n')
 
     def codes(*args: str) -> list[str]:
-        proc = flake8(tmp_path, *args, "attention.py", "model.py")
+        proc = flake8(tmp_path, *args, "others.py", "model.py")
         assert "Traceback" not in proc.stderr, proc.stderr
         return [line.split()[1] for line in proc.stdout.splitlines()]
 
-    assert codes("--select", "AMP") == ["AMP002", "AMP003"]  # model.py's finding has a noqa
-    assert codes("--select", "AMP003") == ["AMP003"]
-    assert codes("--select", "AMP", "--ignore", "AMP003") == ["AMP002"]
-    assert "AMP002" in codes()  # the plugin's codes are selected by default, as flake8 does for plugins
+    assert codes("--select", "AMP") == ["AMP010", "AMP006"]  # model.py's finding has a noqa
+    assert codes("--select", "AMP006") == ["AMP006"]
+    assert codes("--select", "AMP", "--ignore", "AMP006") == ["AMP010"]
+    assert "AMP010" in codes()  # the plugin's codes are selected by default, as flake8 does for plugins
 
 
 def test_plugin_is_registered(tmp_path: Path) -> None:
@@ -89,6 +91,16 @@ def test_plugin_does_not_import_torch(tmp_path: Path) -> None:
     }
     proc = flake8(tmp_path, "--select", "AMP", "model.py", env=env)
     assert "imported torch" not in proc.stderr, proc.stderr
-    assert proc.stdout.startswith(f"model.py:{HAZARD_LINE}:{HAZARD_COLUMN}: AMP001 "), (
+    assert proc.stdout.startswith(f"model.py:{HAZARD_LINE}:{HAZARD_COLUMN}: {HAZARD_CODE} "), (
         proc.stdout + proc.stderr
     )
+
+
+def test_opt_in_rules_run_under_flake8_only_when_named(tmp_path: Path) -> None:
+    write(
+        tmp_path / "gate.py",
+        "import torch\n\n\ndef decay(x):\n    return torch.exp(torch.sigmoid(x.bfloat16()))\n",
+    )
+    assert flake8(tmp_path, "--select", "AMP", "gate.py").stdout == ""
+    named = flake8(tmp_path, "--select", "AMP", "--amplint-extend-select", "AMP001", "gate.py")
+    assert named.stdout.startswith("gate.py:5:22: AMP001 "), named.stdout + named.stderr

@@ -9,15 +9,17 @@ from typing import Any
 
 import libcst
 import pytest
-from support import HAZARD, HAZARD_COLUMN, HAZARD_LINE, amplint_run, write
+from support import HAZARD, HAZARD_CODE, HAZARD_COLUMN, HAZARD_FIXED, HAZARD_LINE, amplint_run, write
 
 import amplint
 
-# HAZARD split in two cells: its imports, then the function with the AMP001 finding.
+# HAZARD split in two cells: its imports, then the function with the AMP008 finding.
 IMPORTS, BODY = HAZARD.split("\n\n\n")
 CELL_LINE = HAZARD_LINE - HAZARD[: HAZARD.index(BODY)].count("\n")  # the finding's line in its cell
-HAZARD_CODE = "    w = torch.sigmoid(x)\n"
-FIXED_CODE = "    w = torch.sigmoid(x.to(torch.float32))\n"
+HAZARD_CALL = "torch.cuda.amp.GradScaler()"  # what the finding spans
+(HAZARD_SOURCE,) = [line for line in HAZARD.splitlines(keepends=True) if HAZARD_CALL in line]
+(FIXED_SOURCE,) = [line for line in HAZARD_FIXED.splitlines(keepends=True) if line not in HAZARD]
+# The opt-in AMP001's fix adds `import torch` to the cell that imports: that test turns AMP001 on.
 GATES = "def gates(self, x):\n    gk = F.logsigmoid(self.gk_proj(x)) / 16\n    return gk\n"
 
 
@@ -102,9 +104,9 @@ def test_finding_names_cell_and_line_in_text_output(tmp_path: Path) -> None:
     write(tmp_path / "nb.ipynb", hazard_notebook())
     proc = amplint_run(tmp_path, "check", "nb.ipynb")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert f"nb.ipynb:cell 3:{CELL_LINE}:{HAZARD_COLUMN}: AMP001 [*]" in proc.stdout
+    assert f"nb.ipynb:cell 3:{CELL_LINE}:{HAZARD_COLUMN}: {HAZARD_CODE} [*]" in proc.stdout
     # The snippet is the cell's line, numbered as in the cell.
-    assert f"{CELL_LINE} | {HAZARD_CODE.rstrip()}" in proc.stdout
+    assert f"{CELL_LINE} | {HAZARD_SOURCE.rstrip()}" in proc.stdout
     assert "Found 1 finding." in proc.stdout
 
 
@@ -114,20 +116,20 @@ def test_finding_in_json_has_cell_line_and_file_line(tmp_path: Path) -> None:
     returncode, diagnostics = check_json(tmp_path, "nb.ipynb")
     assert returncode == 1
     (finding,) = diagnostics
-    assert finding["code"] == "AMP001"
+    assert finding["code"] == HAZARD_CODE
     assert finding["path"] == "nb.ipynb"
     assert (finding["cell"], finding["line"], finding["column"]) == (3, CELL_LINE, HAZARD_COLUMN)
     assert (finding["end_line"], finding["end_column"]) == (
         CELL_LINE,
-        HAZARD_COLUMN + len("torch.sigmoid(x)"),
+        HAZARD_COLUMN + len(HAZARD_CALL),
     )
-    assert finding["ipynb_line"] == file_line(text, json.dumps(HAZARD_CODE))
+    assert finding["ipynb_line"] == file_line(text, json.dumps(HAZARD_SOURCE))
     (edit,) = finding["fix"]["edits"]
     assert (edit["cell"], edit["line"], edit["column"]) == (3, CELL_LINE, HAZARD_COLUMN)
 
 
 def test_cells_are_one_module_imports_of_earlier_cells_count(tmp_path: Path) -> None:
-    # Without the cell that imports torch, `torch.sigmoid` is not torch's: no finding. So the finding
+    # Without the cell that imports torch, `torch.cuda.amp.GradScaler` is not torch's: no finding. So the finding
     # in the hazard notebook exists only because its cell 2 is read with cell 3.
     write(tmp_path / "alone.ipynb", notebook_json(code(BODY)))
     assert check_json(tmp_path, "alone.ipynb") == (0, [])
@@ -143,11 +145,11 @@ def test_python_api_reports_cells(tmp_path: Path) -> None:
 def test_github_and_sarif_point_at_the_line_of_the_ipynb(tmp_path: Path) -> None:
     text = hazard_notebook()
     write(tmp_path / "nb.ipynb", text)
-    line = file_line(text, json.dumps(HAZARD_CODE))
+    line = file_line(text, json.dumps(HAZARD_SOURCE))
     proc = amplint_run(tmp_path, "check", "--format", "github", "nb.ipynb")
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout.startswith(
-        f"::warning file=nb.ipynb,line={line},endLine={line},title=AMP001 low-precision-log-weights "
+        f"::notice file=nb.ipynb,line={line},endLine={line},title={HAZARD_CODE} deprecated-cuda-amp-api "
         f"(cell 3%2C line {CELL_LINE}%2C column {HAZARD_COLUMN})::"
     ), proc.stdout
 
@@ -179,22 +181,20 @@ def test_directories_are_walked_for_notebooks(tmp_path: Path) -> None:
 # --- IPython syntax -------------------------------------------------------------------------------------
 
 MAGIC_LINES = [
-    "%timeit torch.exp(torch.sigmoid(x))",
-    "y = %time torch.exp(torch.sigmoid(x))",
-    '!echo "torch.exp(torch.sigmoid(x))"',
-    "torch.sigmoid?",
-    "    %time torch.exp(torch.sigmoid(x))",
+    f"%timeit {HAZARD_CALL}",
+    f"y = %time {HAZARD_CALL}",
+    f'!echo "{HAZARD_CALL}"',
+    "torch.cuda.amp.GradScaler?",
+    f"    %time {HAZARD_CALL}",
 ]
 
 
 def magic_notebook() -> str:
     return notebook_json(
-        code(
-            f"{IMPORTS}\nx = torch.ones(3).bfloat16()\n{MAGIC_LINES[0]}\n{MAGIC_LINES[1]}\n{MAGIC_LINES[2]}"
-        ),
-        code(f"%%time\n{MAGIC_LINES[3]}\nz = torch.exp(torch.sigmoid(x))"),  # cell 2, line 3
+        code(f"{IMPORTS}\n{MAGIC_LINES[0]}\n{MAGIC_LINES[1]}\n{MAGIC_LINES[2]}"),
+        code(f"%%time\n{MAGIC_LINES[3]}\nz = {HAZARD_CALL}"),  # cell 2, line 3
         code("%%bash\nfor f in *.py; do\n  echo $f\ndone"),
-        code(f"for i in range(2):\n{MAGIC_LINES[4]}\n    q = torch.exp(torch.sigmoid(x))"),  # cell 4, line 3
+        code(f"for i in range(2):\n{MAGIC_LINES[4]}\n    q = {HAZARD_CALL}"),  # cell 4, line 3
     )
 
 
@@ -204,8 +204,8 @@ def test_magics_are_masked_and_the_rest_of_the_cell_is_checked(tmp_path: Path) -
     assert returncode == 1
     # Nothing on the magic lines (each holds the hazard), no AMP900 for them or the %%bash cell.
     assert [(d["code"], d["cell"], d["line"], d["column"]) for d in diagnostics] == [
-        ("AMP001", 2, 3, 15),
-        ("AMP001", 4, 3, 19),
+        (HAZARD_CODE, 2, 3, 5),
+        (HAZARD_CODE, 4, 3, 9),
     ]
 
 
@@ -217,10 +217,10 @@ def test_fix_leaves_magics_untouched(tmp_path: Path) -> None:
     after = sources(path)
     assert after[0] == before[0]
     assert after[2] == before[2]  # the %%bash cell
-    assert after[1] == before[1].replace("torch.sigmoid(x))", "torch.sigmoid(x.to(torch.float32)))")
-    assert after[3] == before[3].replace(
-        "q = torch.exp(torch.sigmoid(x))", "q = torch.exp(torch.sigmoid(x.to(torch.float32)))"
-    )
+    fixed_call = 'torch.amp.GradScaler("cuda")'
+    assert after[1] == before[1].replace(f"z = {HAZARD_CALL}", f"z = {fixed_call}")
+    assert after[3] == before[3].replace(f"q = {HAZARD_CALL}", f"q = {fixed_call}")
+    assert after[1] != before[1] and after[3] != before[3]
     for line in MAGIC_LINES:
         assert sum(line in cell.splitlines() for cell in after) == 1, line
     assert amplint_run(tmp_path, "check", "nb.ipynb").returncode == 0
@@ -232,7 +232,7 @@ def test_fix_leaves_magics_untouched(tmp_path: Path) -> None:
 def test_fix_changes_only_the_fixed_source_line(tmp_path: Path) -> None:
     path = write(tmp_path / "nb.ipynb", hazard_notebook())
     original = path.read_bytes()
-    old, new = json.dumps(HAZARD_CODE).encode(), json.dumps(FIXED_CODE).encode()
+    old, new = json.dumps(HAZARD_SOURCE).encode(), json.dumps(FIXED_SOURCE).encode()
     assert original.count(old) == 1
     proc = amplint_run(tmp_path, "check", "--fix", "nb.ipynb")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -263,15 +263,15 @@ def test_fix_adds_import_torch_to_its_cell_and_keeps_string_sources(tmp_path: Pa
         "nbformat_minor": 5,
     }
     path = write(tmp_path / "nb.ipynb", json.dumps(document, separators=(",", ":")))
-    _, diagnostics = check_json(tmp_path, "nb.ipynb")
+    _, diagnostics = check_json(tmp_path, "--extend-select", "AMP001", "nb.ipynb")
     (finding,) = diagnostics
-    assert (finding["cell"], finding["line"]) == (3, 2)
+    assert (finding["code"], finding["cell"], finding["line"]) == ("AMP001", 3, 2)
     # The fix's edits name their own cells: `import torch` goes to cell 1.
     assert [(e["cell"], e["line"], e["content"]) for e in finding["fix"]["edits"]] == [
         (1, 1, "import torch\n"),
         (3, 2, "F.logsigmoid(self.gk_proj(x).to(torch.float32))"),
     ]
-    proc = amplint_run(tmp_path, "check", "--fix", "nb.ipynb")
+    proc = amplint_run(tmp_path, "check", "--extend-select", "AMP001", "--fix", "nb.ipynb")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = path.read_text(encoding="utf-8")
     assert "\n" not in text and text.isascii() and '"source":"import torch\\n' in text
@@ -289,8 +289,8 @@ def test_diff_is_a_diff_of_the_file_and_writes_nothing(tmp_path: Path) -> None:
     lines = proc.stdout.splitlines()
     assert lines[:2] == ["--- a/nb.ipynb", "+++ b/nb.ipynb"]
     assert [line for line in lines if line.startswith(("-", "+"))][2:] == [
-        f"-    {json.dumps(HAZARD_CODE)},",
-        f"+    {json.dumps(FIXED_CODE)},",
+        f"-    {json.dumps(HAZARD_SOURCE)},",
+        f"+    {json.dumps(FIXED_SOURCE)},",
     ]
 
 
@@ -314,15 +314,15 @@ def test_invalid_notebooks_are_reported_and_the_run_goes_on(tmp_path: Path) -> N
     assert "cell" not in bad
     assert found["proj/list.ipynb"]["code"] == "AMP900"
     assert "not a Jupyter notebook" in found["proj/list.ipynb"]["message"]
-    assert (found["proj/nb.ipynb"]["code"], found["proj/nb.ipynb"]["cell"]) == ("AMP001", 3)
-    assert found["proj/model.py"]["code"] == "AMP001"
+    assert (found["proj/nb.ipynb"]["code"], found["proj/nb.ipynb"]["cell"]) == (HAZARD_CODE, 3)
+    assert found["proj/model.py"]["code"] == HAZARD_CODE
 
     proc = amplint_run(tmp_path, "check", "--fix", "proj")
     assert proc.returncode == 1  # the AMP900 findings remain
     assert "Traceback" not in proc.stderr
     assert (d / "truncated.ipynb").read_text(encoding="utf-8") == truncated
-    assert FIXED_CODE in sources(d / "nb.ipynb")[2]
-    assert FIXED_CODE in (d / "model.py").read_text(encoding="utf-8")
+    assert FIXED_SOURCE in sources(d / "nb.ipynb")[2]
+    assert FIXED_SOURCE in (d / "model.py").read_text(encoding="utf-8")
 
 
 def test_cell_that_does_not_parse_is_reported_and_the_others_are_checked(tmp_path: Path) -> None:
@@ -333,7 +333,7 @@ def test_cell_that_does_not_parse_is_reported_and_the_others_are_checked(tmp_pat
     assert returncode == 1
     assert [(d["code"], d["cell"], d["line"]) for d in diagnostics] == [
         ("AMP900", 2, 1),
-        ("AMP001", 3, CELL_LINE),
+        (HAZARD_CODE, 3, CELL_LINE),
     ]
     assert diagnostics[0]["message"].startswith("SyntaxError:")
     proc = amplint_run(tmp_path, "check", "nb.ipynb")
@@ -342,7 +342,7 @@ def test_cell_that_does_not_parse_is_reported_and_the_others_are_checked(tmp_pat
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     after = sources(path)
     assert after[1] == "def broken(:\n    pass"
-    assert FIXED_CODE in after[2]
+    assert FIXED_SOURCE in after[2]
 
 
 def test_cell_that_only_libcst_rejects_is_reported_and_left_out(
@@ -365,7 +365,7 @@ def test_cell_that_only_libcst_rejects_is_reported_and_left_out(
     diagnostics = amplint.check_paths([path])
     assert [(d.code, d.cell, d.line, d.column) for d in diagnostics] == [
         ("AMP900", 2, 2, 1),
-        ("AMP001", 3, CELL_LINE, HAZARD_COLUMN),
+        (HAZARD_CODE, 3, CELL_LINE, HAZARD_COLUMN),
     ]
     assert diagnostics[0].message == "SyntaxError: rejected"
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import ATTENTION, HAZARD, amplint_run, write
+from support import HAZARD, HAZARD_CODE, OTHERS, amplint_run, write
 
 CLEAN = "import torch\n\n\ndef forward(x):\n    return torch.relu(x)\n"
 
@@ -17,11 +17,11 @@ CLEAN = "import torch\n\n\ndef forward(x):\n    return torch.relu(x)\n"
 def many_files(root: Path, count: int = 48) -> Path:
     kinds = (
         HAZARD,
-        ATTENTION,
+        OTHERS,
         CLEAN,
         "def f(:\n    pass\n",  # AMP900: syntax error
         "# amplint: noqa\n" + HAZARD,
-        HAZARD.replace("torch.sigmoid(x)", "torch.sigmoid(x)  # noqa: AMP001"),
+        HAZARD.replace("GradScaler()\n", f"GradScaler()  # noqa: {HAZARD_CODE}\n"),
     )
     for index in range(count):
         write(
@@ -90,7 +90,7 @@ def test_rule_crash_in_a_worker_is_reported_as_without_the_pool(tmp_path: Path) 
         "from amplint.rules import rule_by_code\n"
         "def broken(self, ctx):\n"
         "    raise RuntimeError('boom')\n"
-        "rule_by_code('AMP001').check = broken\n"
+        f"rule_by_code({HAZARD_CODE!r}).check = broken\n"
         "from amplint.cli import main\n"
         "raise SystemExit(main(sys.argv[1:]))\n"
     )
@@ -108,7 +108,8 @@ def test_rule_crash_in_a_worker_is_reported_as_without_the_pool(tmp_path: Path) 
     assert sequential.returncode == pooled.returncode == 2
     assert pooled.stdout == sequential.stdout
     assert pooled.stderr == sequential.stderr
-    assert pooled.stderr.count("AMP001 crashed on") == sequential.stderr.count("AMP001 crashed on") > 0
+    crashed_on = f"{HAZARD_CODE} crashed on"
+    assert pooled.stderr.count(crashed_on) == sequential.stderr.count(crashed_on) > 0
     assert "RuntimeError: boom" in pooled.stderr
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import HAZARD
+from support import HAZARD, HAZARD_CODE, HAZARD_COLUMN, HAZARD_LINE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOOKS_FILE = REPO_ROOT / ".pre-commit-hooks.yaml"
@@ -87,7 +87,7 @@ def test_check_without_paths_checks_current_directory(tmp_path: Path) -> None:
         text=True,
     )
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "bad.py:5:9: AMP001" in result.stdout
+    assert f"bad.py:{HAZARD_LINE}:{HAZARD_COLUMN}: {HAZARD_CODE}" in result.stdout
     assert "clean.py" not in result.stdout
 
 
@@ -151,7 +151,7 @@ def test_try_repo_all_files_flags_hazard(try_repo: TryRepo) -> None:
     assert result.returncode == 1, output
     assert "amplint" in output
     assert "Failed" in output
-    assert "bad.py:5:9: AMP001" in output
+    assert f"bad.py:{HAZARD_LINE}:{HAZARD_COLUMN}: {HAZARD_CODE}" in output
     assert "clean.py:" not in output
 
 
@@ -160,7 +160,7 @@ def test_try_repo_clean_file_passes(try_repo: TryRepo) -> None:
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "Passed" in output
-    assert "AMP001" not in output
+    assert HAZARD_CODE not in output
 
 
 def test_try_repo_lock_hook_runs_the_lockfile_check(try_repo: TryRepo) -> None:

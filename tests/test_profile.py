@@ -24,6 +24,16 @@ from amplint.static.profile import BOTH, CALLER, Profile, configured, detect, se
 
 BF16, FP16 = frozenset({"bfloat16"}), frozenset({"float16"})
 CACHE = ".amplint_cache"
+# A finding (AMP006, on by default) in a file that sets no dtype: unlike HAZARD, whose
+# `torch.cuda.amp.GradScaler()` counts as a float16 setting, it leaves the detected profile alone.
+NORM = """\
+import torch
+
+
+def rms_norm(x):
+    var = x.pow(2).mean(-1, keepdim=True)
+    return x * torch.rsqrt(var + 1e-6)
+"""
 
 
 def detected(text: str) -> Profile:
@@ -259,15 +269,15 @@ def test_the_flag_overrides_the_config(tmp_path: Path) -> None:
 def test_show_settings_on_a_project(tmp_path: Path) -> None:
     config = write(
         tmp_path / "pyproject.toml",
-        '[tool.amplint]\nignore = ["AMP003"]\nextend-exclude = ["scratch/"]\n\n'
-        '[tool.amplint.per-file-ignores]\n"tests/*" = ["AMP001"]\n',
+        '[tool.amplint]\nignore = ["AMP010"]\nextend-exclude = ["scratch/"]\n\n'
+        '[tool.amplint.per-file-ignores]\n"tests/*" = ["AMP006"]\n',
     )
     write(
         tmp_path / "src" / "train.py",
         "import torch\n\n\ndef train(model, x):\n    # model.half()\n"
         '    with torch.autocast("cuda", dtype=torch.bfloat16):\n        return model(x)\n',
     )
-    write(tmp_path / "src" / "model.py", HAZARD)
+    write(tmp_path / "src" / "model.py", NORM)
     write(tmp_path / "scratch" / "old.py", "model.half()\n")  # excluded: not checked, not detected
     proc = amplint_run(tmp_path, "check", "--show-settings")
     assert proc.returncode == 0, proc.stderr
@@ -275,16 +285,16 @@ def test_show_settings_on_a_project(tmp_path: Path) -> None:
     assert f"config file: {config}" in lines
     assert f"root: {tmp_path}" in lines
     assert "files: 2" in lines
-    assert "ignore: AMP003" in lines
+    assert "ignore: AMP010" in lines
     rules = next(line for line in lines if line.startswith("rules: "))
-    assert "AMP001" in rules and "AMP002" in rules and "AMP003" not in rules
-    assert "  tests/* = AMP001" in lines
+    assert "AMP006" in rules and "AMP008" in rules and "AMP010" not in rules
+    assert "  tests/* = AMP006" in lines
     assert "extend-exclude: scratch/" in lines
     assert "precision: auto" in lines
     assert "profile: bfloat16 only (detected)" in lines
     assert '  src/train.py:6: torch.autocast("cuda", dtype=torch.bfloat16)' in lines
     assert not (tmp_path / CACHE).exists()  # nothing was checked
-    assert "AMP001" not in proc.stderr and "src/model.py:" not in proc.stdout
+    assert "AMP006" not in proc.stderr and "src/model.py:" not in proc.stdout
 
 
 def test_notebook_cells_are_scanned_as_code(tmp_path: Path) -> None:
@@ -383,7 +393,7 @@ def _entries(root: Path) -> set[str]:
 
 
 def test_a_changed_profile_misses_the_cache(tmp_path: Path) -> None:
-    write(tmp_path / "pkg" / "model.py", HAZARD)
+    write(tmp_path / "pkg" / "model.py", NORM)
     write(tmp_path / "pkg" / "lib.py", "def f(x):\n    return x\n")
     first = amplint_run(tmp_path, "check", "pkg")
     assert first.returncode == 1, first.stderr
