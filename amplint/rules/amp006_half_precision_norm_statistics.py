@@ -116,12 +116,15 @@ def _scan(ctx: FileContext, scope: Scope) -> tuple[dict[cst.Call, Statistic], di
     (judged when the flow reaches each call, so that names mean what they mean at that line)."""
     low: dict[cst.Call, Statistic] = {}
     judged: set[cst.Call] = set()
+    # Without the caller's autocast: code that casts its inputs to float32 means to compute in float32,
+    # and the hazard it is judged by is a model run in half weights (autocast upcasts `pow`, `sum`).
+    plain = ctx.facts.without_caller_autocast()
 
     def seed(node: cst.BaseExpression, flow: Flow) -> bool:
         if isinstance(node, cst.Call) and node not in judged:
             judged.add(node)
             stat = _statistic(ctx, node, flow)
-            fact = ctx.facts.of(node)
+            fact = plain.of(node)
             if stat is not None and fact.may_be_half and not _upcast_offered(ctx, stat.data, flow):
                 low[node] = Statistic(stat.call, stat.kind, stat.data, stat.square, fact)
         return node in low

@@ -59,10 +59,6 @@ class HalfPrecisionAccumulation(Rule):
     `log_decay`, `vecF_logsig`, or the cumulative sum feeds `exp`) that neither pass
     `dtype=torch.float32` nor upcast their input.
 
-    Off by default (opt-in): on public projects it was not written against, fewer than 60% of its
-    findings were worth acting on (docs/precision.md). Turn it on with `--extend-select AMP007` or
-    `extend-select = ["AMP007"]` under `[tool.amplint]`.
-
     ## Why is this bad?
     A cumulative sum of log-decays grows with the sequence: after a few hundred steps its magnitude
     is in the hundreds, where bfloat16's 8 mantissa bits leave a spacing of 1 or 2, so each new
@@ -96,7 +92,6 @@ class HalfPrecisionAccumulation(Rule):
     """
 
     code = "AMP007"
-    default_on = False
     name = "half-precision-accumulation"
     summary = "cumsum/cumprod/logcumsumexp over log-decays or gates without dtype=torch.float32 or an upcast"
     triggers = frozenset(_OPS)
