@@ -709,17 +709,20 @@ class DtypeFacts:
             elif orelse is not None:
                 bodies.append(suite_body(orelse.body))
             taken = self._on_gpu(node.test)
-            skipped = self._guard_skips(node.test) if orelse is None else None
+            skipped = self._guard_skips(node.test) if not isinstance(orelse, cst.If) else None
             if taken is None and skipped is not None and not skipped & HALF:
                 # `if x.dtype in (float16, bfloat16): x = x.float()`: the upcast runs wherever the
                 # value is half, so a name the body upcasts is wide after it (whatever the test reads:
-                # `self.cfg.dtype` is taken to be the model's).
+                # `self.cfg.dtype` is taken to be the model's), unless an `else:` rebinds it.
                 before = dict(frame.env)
-                self._branch(bodies, frame, keep=True)
+                self._branch(bodies, frame, keep=orelse is None)
                 inner = replace(frame, env=dict(before))
                 self._run(bodies[0], inner)
+                other = replace(frame, env=dict(before))
+                self._run(bodies[1] if len(bodies) > 1 else (), other)
                 for name, fact in inner.env.items():
-                    if fact.is_wide and before.get(name, fact).may_be_half:
+                    kept = other.env.get(name) is before.get(name)
+                    if fact.is_wide and before.get(name, fact).may_be_half and kept:
                         frame.env[name] = fact
             elif taken is None:
                 self._branch(bodies, frame, keep=orelse is None)

@@ -139,3 +139,29 @@ def test_caller_dtype_is_marked() -> None:
     assert x.dtypes == {"float32"} and not x.caller
     y = fact(RMSNORM, 13, "h")
     assert y.may_be_half and y.caller
+
+
+# kornia 0.9.0, kornia/feature/affine_shape.py, lines 99-127 (shortened): the upcast runs in a
+# dtype-guarded branch that has an `else:`; the else runs only when the input was not half.
+GUARDED_WITH_ELSE = """\
+import torch
+
+def shape(patch, weighting):
+    dtype = patch.dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        patch = patch.float()
+        weighting = weighting.float()
+    else:
+        weighting = weighting.to(dtype=patch.dtype)
+    return patch.pow(2).mean(dim=2)
+"""
+
+
+def test_an_upcast_in_a_dtype_guard_with_an_else_holds_after_it() -> None:
+    assert fact(GUARDED_WITH_ELSE, 10, "patch.pow(2).mean(dim=2)").dtypes == {"float32"}
+
+
+def test_a_name_the_else_rebinds_keeps_both_branches() -> None:
+    # `weighting` is float32 in the guarded branch and the input's dtype (half possible) in the else.
+    code = GUARDED_WITH_ELSE.replace("return patch.pow(2).mean(dim=2)", "return weighting * 2")
+    assert fact(code, 10, "weighting * 2").dtypes == CALLER
