@@ -26,6 +26,7 @@ class CheckRun:
     sources: dict[str, str] = field(default_factory=dict)  # display path -> text, for snippets
     files_checked: int = 0
     fixed: int = 0
+    applied: list[Diagnostic] = field(default_factory=list)  # the fixes written (or diffed), in order
     diffs: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # internal errors: the run exits 2
     warnings: list[str] = field(default_factory=list)  # worth saying, not failing for (the cache)
@@ -68,10 +69,12 @@ def run_check(
     *,
     fix: bool = False,
     diff: bool = False,
+    unsafe_fixes: bool = False,
     cache: bool = False,
     jobs: int | None = 1,
 ) -> CheckRun:
-    """Check `paths`. `cache`: use `.amplint_cache/` (read-only with `diff`); `jobs`: worker processes,
+    """Check `paths`. `fix`/`diff` apply or show the safe fixes (the unsafe ones too with
+    `unsafe_fixes`); `cache`: use `.amplint_cache/` (read-only with `diff`); `jobs`: worker processes,
     None to decide from the CPUs and the amount of work (see `amplint/parallel.py`)."""
     from amplint.parallel import precheck, read_files
 
@@ -106,7 +109,7 @@ def run_check(
 
             rules = rules_for(settings, path)
             result = (
-                _fix_file(run, path, rules, display, write=fix)
+                _fix_file(run, path, rules, display, write=fix, unsafe=unsafe_fixes)
                 if fix or diff
                 else (lint_notebook_file if is_notebook(path) else lint_file)(
                     path, rules, display, profile=profile
@@ -127,7 +130,9 @@ def run_check(
     return run
 
 
-def _fix_file(run: CheckRun, path: Path, rules: list[type[Rule]], display: str, *, write: bool) -> FileResult:
+def _fix_file(
+    run: CheckRun, path: Path, rules: list[type[Rule]], display: str, *, write: bool, unsafe: bool
+) -> FileResult:
     from amplint.fixes import fix_source, unified_diff, write_atomic
     from amplint.runner import lint_source
 
@@ -137,11 +142,12 @@ def _fix_file(run: CheckRun, path: Path, rules: list[type[Rule]], display: str, 
     except SourceError as exc:
         return unreadable(path, display, exc)
     profile = run.profile
-    outcome = fix(source, rules, display, profile=profile)
+    outcome = fix(source, rules, display, profile=profile, unsafe=unsafe)
     run.errors.extend(outcome.errors)
     if not outcome.changed:
         return outcome.result
     run.fixed += outcome.fixed
+    run.applied.extend(outcome.applied)
     if not write:
         run.diffs.append(unified_diff(display, source.text, outcome.new_text))
         # Report what is there now, not what the fixed text would contain.

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from amplint.config import Settings
-from amplint.diagnostics import CellEdit, Confidence, Diagnostic, Edit, Fix, Severity
+from amplint.diagnostics import APPLICABILITIES, CellEdit, Confidence, Diagnostic, Edit, Fix, Severity
 from amplint.results import FileResult
 from amplint.source import SourceError, decode_source
 from amplint.static.profile import CALLER, Profile
@@ -36,7 +36,7 @@ from amplint.static.profile import CALLER, Profile
 __all__ = ["CACHE_DIR_NAME", "Cache", "cache_directory", "clean"]
 
 CACHE_DIR_NAME = ".amplint_cache"
-_FORMAT = 1  # bump when the entry layout changes
+_FORMAT = 2  # bump when the entry layout changes
 # Entries live in one directory per version of the checking code (`v1-<fingerprint>`): a change of
 # amplint, libcst or Python starts a new one, and a run that writes keeps the few most recently used
 # of the others (two environments sharing a checkout keep theirs) and removes the rest.
@@ -226,6 +226,7 @@ def _encode(key: str, diagnostics: Iterable[Diagnostic]) -> bytes | None:
         if d.fix is not None:
             fix = {
                 "description": d.fix.description,
+                "applicability": d.fix.applicability,
                 "edits": [
                     [e.line, e.column, e.end_line, e.end_column, e.content]
                     + ([e.cell] if isinstance(e, CellEdit) else [])
@@ -291,7 +292,10 @@ def _decode(item: Any, display: str) -> Diagnostic:
     fix = None
     if item["fix"] is not None:
         edits = tuple(_edit(edit) for edit in item["fix"]["edits"])
-        fix = Fix(_string(item["fix"]["description"]), edits)
+        applicability = _string(item["fix"]["applicability"])
+        if applicability not in APPLICABILITIES:
+            raise ValueError(f"unknown fix applicability {applicability!r}")
+        fix = Fix(_string(item["fix"]["description"]), edits, applicability)
     help_text = item["help"]
     extra = item["extra"]
     if not isinstance(extra, dict):

@@ -46,7 +46,13 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text")
     check.add_argument("--output", "-o", type=Path, metavar="FILE", help="write the report to FILE")
     check.add_argument("--diff", action="store_true", help="show the fixes as a diff; write nothing")
-    check.add_argument("--fix", action="store_true", help="apply fixes (they change numerics on purpose)")
+    check.add_argument(
+        "--fix", action="store_true", help="apply safe fixes (they change numerics on purpose)"
+    )
+    check.add_argument(
+        "--unsafe-fixes", action="store_true", help="with --fix or --diff, also the fixes marked unsafe"
+    )
+    check.add_argument("--show-fixes", action="store_true", help="list the fixes --fix or --diff applied")
     check.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
     check.add_argument("--config", type=Path, metavar="FILE", help="pyproject.toml or amplint.toml to use")
     check.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")
@@ -251,7 +257,13 @@ def _check(args: argparse.Namespace) -> int:
             run = confirmed
         else:
             run = run_check(
-                paths, settings, fix=args.fix, diff=args.diff, cache=not args.no_cache, jobs=args.jobs
+                paths,
+                settings,
+                fix=args.fix,
+                diff=args.diff,
+                unsafe_fixes=args.unsafe_fixes,
+                cache=not args.no_cache,
+                jobs=args.jobs,
             )
     except Exception as exc:  # a bug in amplint, not in the user's code
         import traceback
@@ -266,11 +278,21 @@ def _check(args: argparse.Namespace) -> int:
     if args.diff:
         sys.stdout.write("".join(run.diffs))
         sys.stdout.flush()
+    if args.show_fixes:
+        verb = "fixed" if args.fix else "would fix"
+        for d in run.applied:
+            where = f"{d.path}:{d.line}:{d.column}" if d.cell is None else f"{d.path}:cell {d.cell}:{d.line}"
+            assert d.fix is not None
+            print(
+                f"amplint: {verb} {where} {d.code} ({d.fix.applicability}): {d.fix.description}",
+                file=sys.stderr,
+            )
     summary = ReportSummary(
         files_checked=run.files_checked,
         fixed=run.fixed,
         fix_applied=args.fix,
         diff=args.diff,
+        unsafe_fixes=args.unsafe_fixes,
         root=str(settings.root),
         quiet=args.quiet,
     )

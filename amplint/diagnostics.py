@@ -47,10 +47,22 @@ class CellEdit(Edit):
     cell: int
 
 
+# How far a fix can be trusted, as in ruff: `--fix` applies safe fixes only, `--unsafe-fixes` also
+# the unsafe ones (they may change what the code computes beyond the hazard, such as the dtype a
+# consumer sees); display-only fixes are shown, never applied.
+SAFE, UNSAFE, DISPLAY_ONLY = "safe", "unsafe", "display-only"
+APPLICABILITIES = (SAFE, UNSAFE, DISPLAY_ONLY)
+
+
 @dataclass(frozen=True)
 class Fix:
     description: str
     edits: tuple[Edit, ...]
+    applicability: str = SAFE
+
+    def applies(self, unsafe: bool) -> bool:
+        """Whether `--fix` writes it (with `--unsafe-fixes` when `unsafe`)."""
+        return self.applicability == SAFE or (unsafe and self.applicability == UNSAFE)
 
 
 @dataclass(frozen=True)

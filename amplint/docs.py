@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from amplint.diagnostics import SAFE
 from amplint.rule import Rule
 from amplint.rules import all_rules, help_uri
 
@@ -16,12 +17,15 @@ def _indent(code: str) -> str:
 
 
 def rule_page(rule: type[Rule]) -> str:
-    fix = "fix available" if rule.fixable() else "no automatic fix"
+    fix = "no automatic fix"
+    if rule.fixable():
+        fix = "fix available" if rule.fix_applicability == SAFE else f"{rule.fix_applicability} fix available"
+    applied_by = "`--fix`" if rule.fix_applicability == SAFE else "`--fix --unsafe-fixes`"
     parts = [f"# {rule.code} {rule.name} ({rule.severity.value}, {fix})", "", rule.summary, "", rule.docs()]
     for number, bad in enumerate(rule.bad, 1):
         parts += ["", f"## Flagged ({number})", "", _indent(bad.code)]
         if bad.fixed is not None:
-            parts += ["", "After `--fix`:", "", _indent(bad.fixed)]
+            parts += ["", f"After {applied_by}:", "", _indent(bad.fixed)]
     for number, good in enumerate(rule.good, 1):
         why = f": {good.why}" if good.why else ""
         parts += ["", f"## Not flagged ({number}){why}", "", _indent(good.code)]
@@ -40,10 +44,16 @@ def rule_table(*, markdown: bool) -> str:
     rows = ["| Code | Name | What it flags | Fix | Default |", "| --- | --- | --- | --- | --- |"]
     rows += [
         f'| <a id="{rule.code.lower()}-{rule.name}"></a>{rule.code} | `{rule.name}` | {rule.summary} | '
-        f"{'yes' if rule.fixable() else ''} | {'on' if rule.default_on else 'opt-in'} |"
+        f"{_fix_cell(rule)} | {'on' if rule.default_on else 'opt-in'} |"
         for rule in rules
     ]
     return "\n".join(rows)
+
+
+def _fix_cell(rule: type[Rule]) -> str:
+    if not rule.fixable():
+        return ""
+    return "yes" if rule.fix_applicability == SAFE else rule.fix_applicability
 
 
 def _rule_dict(rule: type[Rule]) -> dict[str, object]:
@@ -53,6 +63,7 @@ def _rule_dict(rule: type[Rule]) -> dict[str, object]:
         "summary": rule.summary,
         "severity": rule.severity.value,
         "fixable": rule.fixable(),
+        "fix_applicability": rule.fix_applicability if rule.fixable() else None,
         "default_on": rule.default_on,
         "docs": rule.docs(),
         "help_uri": help_uri(rule),

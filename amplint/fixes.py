@@ -45,22 +45,26 @@ def apply_edits(text: str, edits: Iterable[Edit]) -> tuple[str, int]:
     return "".join(pieces), applied
 
 
-def _fix_edits(diagnostics: Sequence[Diagnostic]) -> list[tuple[Diagnostic, tuple[Edit, ...]]]:
-    return [(d, d.fix.edits) for d in diagnostics if d.fix is not None]
+def _fix_edits(diagnostics: Sequence[Diagnostic], unsafe: bool) -> list[tuple[Diagnostic, tuple[Edit, ...]]]:
+    return [(d, d.fix.edits) for d in diagnostics if d.fix is not None and d.fix.applies(unsafe)]
 
 
-def _non_overlapping(candidates: list[tuple[Diagnostic, tuple[Edit, ...]]]) -> list[Edit]:
+def _non_overlapping(
+    candidates: list[tuple[Diagnostic, tuple[Edit, ...]]],
+) -> tuple[list[Diagnostic], list[Edit]]:
     """Whole fixes whose replacements do not overlap one another (insertions such as
-    `import torch` at the same spot are shared)."""
+    `import torch` at the same spot are shared): the findings they fix, and their edits."""
+    fixes: list[Diagnostic] = []
     chosen: list[Edit] = []
     taken: list[tuple[tuple[int, int], tuple[int, int]]] = []
-    for _, edits in candidates:
+    for diagnostic, edits in candidates:
         ranges = [((e.line, e.column), (e.end_line, e.end_column)) for e in edits if e not in chosen]
         if any(start < t_end and t_start < end for start, end in ranges for t_start, t_end in taken):
             continue
+        fixes.append(diagnostic)
         chosen.extend(e for e in edits if e not in chosen)
         taken.extend(r for r in ranges if r[0] != r[1])
-    return chosen
+    return fixes, chosen
 
 
 @dataclass
@@ -69,6 +73,9 @@ class FixOutcome:
     new_text: str
     fixed: int = 0
     errors: list[str] = field(default_factory=list)
+    applied: list[Diagnostic] = field(
+        default_factory=list
+    )  # the fixes written, each as reported in its round
 
     @property
     def changed(self) -> bool:
@@ -76,29 +83,35 @@ class FixOutcome:
 
 
 def fix_source(
-    source: SourceFile, rules: Sequence[type[Rule]], display: str, *, profile: Profile = CALLER
+    source: SourceFile,
+    rules: Sequence[type[Rule]],
+    display: str,
+    *,
+    profile: Profile = CALLER,
+    unsafe: bool = False,
 ) -> FixOutcome:
-    """Lint, apply every fix that applies cleanly, and repeat until nothing is left to fix."""
+    """Lint, apply every fix that applies cleanly (safe ones; unsafe ones too with `unsafe`), and
+    repeat until nothing is left to fix. `FixOutcome.applied` are the fixes written, in order."""
     text = source.text
     result = lint_source(source, rules, display, profile=profile)
-    fixed = 0
+    applied: list[Diagnostic] = []
     for _ in range(MAX_ROUNDS):
-        candidates = _fix_edits(result.diagnostics)
+        candidates = _fix_edits(result.diagnostics, unsafe)
         if not candidates:
             break
-        edits = _non_overlapping(candidates)
+        chosen, edits = _non_overlapping(candidates)
         new_text, _ = apply_edits(text, edits)
         if new_text == text:
             break
         try:
             cst.parse_module(new_text)
         except cst.ParserSyntaxError as exc:
-            outcome = FixOutcome(result, text, fixed)
+            outcome = FixOutcome(result, text, len(applied), applied=applied)
             outcome.errors.append(
                 f"{display}: a fix produced invalid code ({exc.message}); file left unchanged"
             )
             return outcome
-        before = len(result.diagnostics)
+        applied.extend(chosen)
         text = new_text
         result = lint_source(
             SourceFile(source.path, text, source.encoding, source.bom, source.newline),
@@ -106,9 +119,8 @@ def fix_source(
             display,
             profile=profile,
         )
-        fixed += max(before - len(result.diagnostics), 0)
     result.source = source
-    return FixOutcome(result, text, fixed)
+    return FixOutcome(result, text, len(applied), applied=applied)
 
 
 def unified_diff(display: str, old: str, new: str) -> str:

@@ -37,7 +37,6 @@ from amplint.diagnostics import (
     CellEdit,
     Diagnostic,
     Edit,
-    Fix,
     cell_location,
     sort_diagnostics,
 )
@@ -283,7 +282,7 @@ class _Notebook:
         cell, line = self.locate(diagnostic.line, starts)
         fix = diagnostic.fix
         if fix is not None:
-            fix = Fix(fix.description, tuple(self._place_edit(edit, starts) for edit in fix.edits))
+            fix = replace(fix, edits=tuple(self._place_edit(edit, starts) for edit in fix.edits))
         return replace(
             diagnostic,
             line=line,
@@ -501,7 +500,12 @@ def lint_notebook_file(
 
 
 def fix_notebook(
-    source: SourceFile, rules: Sequence[type[Rule]], display: str, *, profile: Profile = CALLER
+    source: SourceFile,
+    rules: Sequence[type[Rule]],
+    display: str,
+    *,
+    profile: Profile = CALLER,
+    unsafe: bool = False,
 ) -> FixOutcome:
     """Fix the cells as `fixes.fix_source` fixes a file; `new_text` is the notebook's new JSON."""
     from amplint.fixes import FixOutcome, fix_source
@@ -513,7 +517,8 @@ def fix_notebook(
     result = _lint(notebook, rules, display, profile)
     if not any(d.fix is not None for d in result.diagnostics):
         return FixOutcome(result, source.text)
-    outcome = fix_source(notebook.module(), rules, display, profile=profile)
+    starts = notebook.starts()
+    outcome = fix_source(notebook.module(), rules, display, profile=profile, unsafe=unsafe)
     if not outcome.changed:
         return FixOutcome(result, source.text, errors=outcome.errors)
     try:
@@ -522,7 +527,8 @@ def fix_notebook(
         return FixOutcome(result, source.text, errors=[f"{display}: {exc.message}; notebook left unchanged"])
     fixed = lint_notebook(replace(source, text=new_text), rules, display, profile=profile)
     fixed.source = source  # `FixOutcome.changed` compares `new_text` with the text that was read
-    return FixOutcome(fixed, new_text, outcome.fixed, outcome.errors)
+    applied = [notebook.place(d, starts) for d in outcome.applied]
+    return FixOutcome(fixed, new_text, outcome.fixed, outcome.errors, applied)
 
 
 def cell_sources(source: SourceFile, display: str) -> dict[str, str]:

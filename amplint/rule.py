@@ -145,6 +145,9 @@ class Rule:
     # False for a rule whose findings on real code were too often not worth acting on: it runs only
     # where `select` or `extend-select` names its code (docs/precision.md has the measurement).
     default_on: ClassVar[bool] = True
+    # How far its fixes can be trusted (`amplint.diagnostics.SAFE`, `UNSAFE`, `DISPLAY_ONLY`): a fix
+    # that changes the dtype a consumer sees is unsafe until the consumers are proven fine.
+    fix_applicability: ClassVar[str] = "safe"
     # A rule that only a traced graph can check (AMP1xx): the static pass leaves it out.
     runtime_only: ClassVar[bool] = False
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from amplint.diagnostics import Diagnostic, Edit, Fix, sort_diagnostics
+from amplint.diagnostics import SAFE, Diagnostic, Edit, Fix, sort_diagnostics
 from amplint.results import UNPARSABLE, FileResult, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
 from amplint.source import LineIndex, SourceError, SourceFile, decode_source, display_path, read_source
@@ -119,7 +119,7 @@ def _diagnostic(
         end_line=where.end.line,
         end_column=where.end.column + 1,
         severity=rule.severity,
-        fix=render_fix(ctx, finding.fix, lines) if finding.fix else None,
+        fix=render_fix(ctx, finding.fix, lines, rule.fix_applicability) if finding.fix else None,
         help=finding.help,
         extra=dict(finding.extra) | _evidence(ctx, finding),
     )
@@ -134,7 +134,7 @@ def _evidence(ctx: FileContext, finding: Finding) -> dict[str, object]:
     return {"why": steps} if steps else {}
 
 
-def render_fix(ctx: FileContext, plan: FixPlan, lines: LineIndex) -> Fix | None:
+def render_fix(ctx: FileContext, plan: FixPlan, lines: LineIndex, applicability: str = SAFE) -> Fix | None:
     """A rule's fix as text edits at the file's lines and columns; None where the replacement cannot
     be laid out in the file's own indentation."""
     edits = []
@@ -155,7 +155,7 @@ def render_fix(ctx: FileContext, plan: FixPlan, lines: LineIndex) -> Fix | None:
     if plan.needs_torch_import:
         line = _import_line(ctx)
         edits.append(Edit(line, 1, line, 1, f"import torch{ctx.module.default_newline}"))
-    return Fix(plan.description, tuple(sorted(edits)))
+    return Fix(plan.description, tuple(sorted(edits)), plan.applicability or applicability)
 
 
 def _render(

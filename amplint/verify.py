@@ -134,7 +134,8 @@ def _traced(
 ) -> tuple[CheckRun, list[Diagnostic], str | None]:
     """A check of `paths` (fixing them with `fix`), its findings joined to a new trace, and why no
     target could be traced, if none could."""
-    run = run_check(paths, settings, fix=fix, jobs=jobs)
+    # Every fix, unsafe ones included: the trace after it decides whether it stays.
+    run = run_check(paths, settings, fix=fix, unsafe_fixes=fix, jobs=jobs)
     traced = trace(run.diagnostics)
     failed = (
         None
@@ -152,7 +153,7 @@ def preview(paths: Sequence[Path], settings: Settings, trace: Tracer, *, jobs: i
     for path, original in _fixable_files(run.diagnostics).items():
         new_text, from_graph = _with_graph_fixes(path, original, run.diagnostics)
         rules = rules_for(settings, Path(path))
-        outcome = fix_source(replace(original, text=new_text), rules, path, profile=run.profile)
+        outcome = fix_source(replace(original, text=new_text), rules, path, profile=run.profile, unsafe=True)
         run.errors.extend(outcome.errors)
         if outcome.new_text != original.text:
             run.fixed += from_graph + outcome.fixed

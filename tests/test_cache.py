@@ -24,6 +24,7 @@ from support import (
     write,
 )
 
+from amplint.cache import _FORMAT
 from amplint.results import UNPARSABLE, UNPARSABLE_NAME, UNPARSABLE_SEVERITY
 from amplint.rules.amp900_unparsable_file import UnparsableFile
 
@@ -268,7 +269,7 @@ def test_two_processes_sharing_one_cache(tmp_path: Path) -> None:
 
 def test_entries_of_old_code_versions_are_pruned(tmp_path: Path) -> None:
     root = project(tmp_path)
-    old = [root / CACHE / f"v1-{index:016x}" for index in range(6)]
+    old = [root / CACHE / f"v{_FORMAT}-{index:016x}" for index in range(6)]
     for index, directory in enumerate(old):
         write(directory / "entry", "{}")
         os.utime(directory, (1_000_000 + index, 1_000_000 + index))

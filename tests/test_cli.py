@@ -259,7 +259,7 @@ def test_rule_page_has_docs_and_examples(tmp_path: Path) -> None:
         "## Not flagged (1)",
     ):
         assert section in out
-    assert "After `--fix`:" in out
+    assert "After `--fix --unsafe-fixes`:" in out  # AMP001's fix changes the dtype consumers see
     # Every example's code appears (indented) on the page.
     for example in (*rule.bad, *rule.good):
         for line in example.code.splitlines():

@@ -36,7 +36,7 @@ def decay(x):
     w = torch.sigmoid(x)
     return torch.exp(w)
 """
-OPT_IN = ("--extend-select", "AMP001")
+OPT_IN = ("--extend-select", "AMP001", "--unsafe-fixes")  # its fix changes the dtype consumers see
 
 
 def snapshot(directory: Path) -> dict[str, tuple[bytes, int, int, int]]:
@@ -431,3 +431,48 @@ def test_a_replaced_file_keeps_its_mode_and_a_new_one_follows_the_umask(tmp_path
         os.umask(umask)
     assert stat.S_IMODE((tmp_path / "amplint.lock").stat().st_mode) == 0o640
     assert sorted(p.name for p in tmp_path.iterdir()) == ["amplint.lock", "link.py", "model.py"]
+
+
+# AMP007 (on by default) has an unsafe fix: the float32 sum reaches its consumers; AMP008's is safe.
+MIXED = """\
+import torch
+
+
+def decay(g):
+    g_cumsum = g.bfloat16().cumsum(dim=1)
+    return torch.exp(g_cumsum)
+
+
+def make_scaler():
+    return torch.cuda.amp.GradScaler()
+"""
+
+
+def test_fix_applies_safe_fixes_and_unsafe_ones_only_when_asked(tmp_path: Path) -> None:
+    path = write(tmp_path / "m.py", MIXED)
+    safe = amplint_run(tmp_path, "check", "--fix", "--show-fixes", "m.py")
+    assert safe.returncode == 1, safe.stdout + safe.stderr
+    assert "Fixed 1 finding, 1 remaining." in safe.stdout
+    assert safe.stderr.splitlines() == [
+        "amplint: fixed m.py:10:12 AMP008 (safe): Use `torch.amp.GradScaler` with the device"
+    ]
+    assert path.read_text(encoding="utf-8") == MIXED.replace(
+        "torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")'
+    )
+    write(tmp_path / "m.py", MIXED)
+    both = amplint_run(tmp_path, "check", "--fix", "--unsafe-fixes", "--show-fixes", "m.py")
+    assert both.returncode == 0, both.stdout + both.stderr
+    assert "Fixed 2 findings, 0 remaining." in both.stdout
+    assert [line.split(" (")[1].split(")")[0] for line in both.stderr.splitlines()] == ["unsafe", "safe"]
+    assert "cumsum(dim=1, dtype=torch.float32)" in path.read_text(encoding="utf-8")
+
+
+def test_diff_shows_only_safe_fixes_without_unsafe_fixes(tmp_path: Path) -> None:
+    write(tmp_path / "m.py", MIXED)
+    diff = amplint_run(tmp_path, "check", "--diff", "m.py")
+    assert "torch.amp.GradScaler" in diff.stdout and "dtype=torch.float32" not in diff.stdout
+    assert (
+        "1 hidden fix can be enabled with the --unsafe-fixes option." not in diff.stderr
+    )  # counted as found
+    unsafe = amplint_run(tmp_path, "check", "--diff", "--unsafe-fixes", "m.py")
+    assert "dtype=torch.float32" in unsafe.stdout

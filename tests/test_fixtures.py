@@ -39,7 +39,17 @@ def test_fix_applies_the_rwkv7_upcast(tmp_path: Path) -> None:
     shutil.copy(FIXTURES / "rwkv7_time_mix.py", target)
     run = subprocess.run(
         # Copied out of fixtures/, whose configuration turns the opt-in AMP001 on: turned on here.
-        [sys.executable, "-m", "amplint", "check", "--extend-select", "AMP001", "--fix", str(target)],
+        [
+            sys.executable,
+            "-m",
+            "amplint",
+            "check",
+            "--extend-select",
+            "AMP001",
+            "--unsafe-fixes",
+            "--fix",
+            str(target),
+        ],
         capture_output=True,
         text=True,
     )
@@ -60,6 +70,7 @@ def test_fixed_rwkv7_fixture_still_runs(tmp_path: Path) -> None:
         "check",
         "--extend-select",
         "AMP001",
+        "--unsafe-fixes",
         "--fix",
         "-q",
         str(target),

@@ -271,7 +271,7 @@ def test_fix_adds_import_torch_to_its_cell_and_keeps_string_sources(tmp_path: Pa
         (1, 1, "import torch\n"),
         (3, 2, "F.logsigmoid(self.gk_proj(x).to(torch.float32))"),
     ]
-    proc = amplint_run(tmp_path, "check", "--extend-select", "AMP001", "--fix", "nb.ipynb")
+    proc = amplint_run(tmp_path, "check", "--extend-select", "AMP001", "--unsafe-fixes", "--fix", "nb.ipynb")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = path.read_text(encoding="utf-8")
     assert "\n" not in text and text.isascii() and '"source":"import torch\\n' in text

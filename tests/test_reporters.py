@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from amplint.diagnostics import Confidence, Diagnostic, Edit, Fix, Severity
+from amplint.diagnostics import UNSAFE, Confidence, Diagnostic, Edit, Fix, Severity
 from amplint.reporters import FORMATS, ReportSummary, render
 from amplint.reporters import sarif as sarif_reporter
 from amplint.reporters.text import TAB_WIDTH
@@ -268,23 +268,45 @@ def test_json_keys_and_round_trip() -> None:
     assert second["fix"] == {
         "description": "Use torch.autocast",
         "edits": [{"line": 1, "column": 5, "end_line": 1, "end_column": 8, "content": "torch.autocast"}],
+        "applicability": "safe",
     }
     rebuilt = Diagnostic(
         **{key: second[key] for key in KEYS if key not in ("fix", "severity", "confidence")},
         severity=Severity(second["severity"]),
         confidence=Confidence(second["confidence"]),
-        fix=Fix(second["fix"]["description"], tuple(Edit(**edit) for edit in second["fix"]["edits"])),
+        fix=Fix(
+            second["fix"]["description"],
+            tuple(Edit(**edit) for edit in second["fix"]["edits"]),
+            second["fix"]["applicability"],
+        ),
     )
     assert rebuilt == diagnostics[0]
     assert data["summary"] == {
         "files_checked": 2,
         "findings": 2,
         "fixable": 1,
+        "hidden_fixes": 0,
         "fixed": 0,
         "fix_applied": False,
         "diff": False,
         "by_severity": {"error": 1, "warning": 1, "info": 0},
     }
+
+
+def test_unsafe_fixes_are_counted_apart_until_asked_for() -> None:
+    unsafe = make(fix=Fix("Upcast", (Edit(1, 1, 1, 2, "y"),), UNSAFE))
+    safe = make(line=2, fix=FIX)
+    plain = json.loads(render("json", [unsafe, safe], sources={}, color=False))
+    assert [d["fix"]["applicability"] for d in plain["diagnostics"]] == ["unsafe", "safe"]
+    assert (plain["summary"]["fixable"], plain["summary"]["hidden_fixes"]) == (1, 1)
+    asked = json.loads(
+        render("json", [unsafe, safe], sources={}, color=False, summary=ReportSummary(unsafe_fixes=True))
+    )
+    assert (asked["summary"]["fixable"], asked["summary"]["hidden_fixes"]) == (2, 0)
+    text = render("text", [unsafe, safe], sources={}, color=False)
+    assert text.count("[*]") == 2  # the safe finding's marker and the summary's
+    assert "[*] 1 fixable with the --fix option." in text
+    assert "1 hidden fix can be enabled with the --unsafe-fixes option." in text
 
 
 def test_json_empty_and_odd_extras() -> None:
@@ -413,6 +435,7 @@ def test_sarif_structure(tmp_path: Path) -> None:
     assert fixed["fixes"] == [
         {
             "description": {"text": "Use torch.autocast"},
+            "properties": {"applicability": "safe"},
             "artifactChanges": [
                 {
                     "artifactLocation": {"uri": "src/train.py", "uriBaseId": "%SRCROOT%"},

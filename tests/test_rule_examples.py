@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from amplint.diagnostics import SAFE
 from amplint.fixes import fix_source
 from amplint.rule import Bad, Good, Rule
 from amplint.rules import all_rules
@@ -36,8 +37,11 @@ def test_bad_example_is_flagged_and_fixed(case: tuple[type[Rule], int, Bad], tmp
         assert all(d.fix is None for d in result.diagnostics)
         return
     source = decode_source(example.code.encode(), tmp_path / "example.py")
-    outcome = fix_source(source, [rule], "example.py")
+    outcome = fix_source(source, [rule], "example.py", unsafe=True)
     assert outcome.new_text == example.fixed
+    # `--fix` alone applies it only when the rule's fixes are safe.
+    safe_only = fix_source(source, [rule], "example.py")
+    assert (safe_only.new_text == example.fixed) == (rule.fix_applicability == SAFE)
     assert not [d for d in lint_text(outcome.new_text, [rule]).diagnostics if d.code == rule.code]
 
 

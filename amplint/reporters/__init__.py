@@ -22,6 +22,7 @@ class ReportSummary:
     fixed: int = 0
     fix_applied: bool = False  # --fix
     diff: bool = False  # --diff
+    unsafe_fixes: bool = False  # --unsafe-fixes: unsafe fixes count as applicable
     # Absolute directory that relative paths are relative to; lets SARIF say where %SRCROOT% is.
     root: str | None = None
     quiet: bool = False  # --quiet: findings only, no summary lines

@@ -47,7 +47,11 @@ def summary_dict(diagnostics: Sequence[Diagnostic], summary: ReportSummary | Non
     return {
         "files_checked": summary.files_checked,
         "findings": len(diagnostics),
-        "fixable": sum(d.fix is not None for d in diagnostics),
+        "fixable": sum(d.fix is not None and d.fix.applies(summary.unsafe_fixes) for d in diagnostics),
+        "hidden_fixes": sum(
+            d.fix is not None and d.fix.applies(True) and not d.fix.applies(summary.unsafe_fixes)
+            for d in diagnostics
+        ),
         "fixed": summary.fixed,
         "fix_applied": summary.fix_applied,
         "diff": summary.diff,

@@ -115,6 +115,7 @@ def _fix(diagnostic: Diagnostic, location: dict[str, str]) -> dict[str, Any]:
     edits: list[Edit] = sorted(diagnostic.fix.edits)
     return {
         "description": _message(diagnostic.fix.description),
+        "properties": {"applicability": diagnostic.fix.applicability},
         "artifactChanges": [
             {
                 "artifactLocation": dict(location),

@@ -110,10 +110,18 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def _finding(diagnostic: Diagnostic, sources: Mapping[str, str], style: _Style) -> list[str]:
+def _applies(diagnostic: Diagnostic, summary: ReportSummary | None) -> bool:
+    """Whether `--fix` (with the run's `--unsafe-fixes`) would apply the finding's fix."""
+    unsafe = summary is not None and summary.unsafe_fixes
+    return diagnostic.fix is not None and diagnostic.fix.applies(unsafe)
+
+
+def _finding(
+    diagnostic: Diagnostic, sources: Mapping[str, str], style: _Style, summary: ReportSummary | None
+) -> list[str]:
     severity = _severity(diagnostic.severity)
     severity_style = _SEVERITY_STYLE.get(severity, _BOLD) if severity is not None else _BOLD
-    fixable = f" {style('[*]', _CYAN)}" if diagnostic.fix is not None else ""
+    fixable = f" {style('[*]', _CYAN)}" if _applies(diagnostic, summary) else ""
     header = (
         f"{style(_sanitize(diagnostic.location), _BOLD)}:{diagnostic.line}:{diagnostic.column}: "
         f"{style(diagnostic.code, severity_style)}{fixable} {_sanitize(diagnostic.message)}"
@@ -151,7 +159,8 @@ def _summary_lines(diagnostics: Sequence[Diagnostic], summary: ReportSummary | N
     if summary is not None and summary.quiet:
         return []
     remaining = len(diagnostics)
-    fixable = sum(diagnostic.fix is not None for diagnostic in diagnostics)
+    fixable = sum(_applies(diagnostic, summary) for diagnostic in diagnostics)
+    hidden = sum(d.fix is not None and not _applies(d, summary) and d.fix.applies(True) for d in diagnostics)
     if summary is not None and (summary.fix_applied or summary.diff) and summary.fixed:
         if summary.fix_applied:
             return [f"Fixed {_plural(summary.fixed, 'finding')}, {remaining} remaining."]
@@ -163,6 +172,9 @@ def _summary_lines(diagnostics: Sequence[Diagnostic], summary: ReportSummary | N
     # After --fix anything still fixable could not be applied, so the hint would be a lie.
     if fixable and not (summary is not None and summary.fix_applied):
         lines.append(f"[*] {fixable} fixable with the --fix option.")
+    if hidden:
+        fixes = "fix" if hidden == 1 else "fixes"
+        lines.append(f"{hidden} hidden {fixes} can be enabled with the --unsafe-fixes option.")
     return lines
 
 
@@ -200,7 +212,7 @@ def render(
             lines.append("")
     else:
         for diagnostic in diagnostics:
-            lines.extend(_finding(diagnostic, sources, style))
+            lines.extend(_finding(diagnostic, sources, style, summary))
             lines.append("")
     lines.extend(_summary_lines(diagnostics, summary))
     while lines and not lines[-1]:

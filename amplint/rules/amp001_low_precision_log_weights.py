@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from amplint.diagnostics import Confidence, Diagnostic
+from amplint.diagnostics import UNSAFE, Confidence, Diagnostic
 from amplint.rule import Rule, Verdict
 from amplint.runtime.chains import HALF, describe_error, measured_error, upcast_reached, where
 from amplint.static.context import FileContext, Finding, FixPlan
@@ -76,6 +76,7 @@ class LowPrecisionLogWeights(Rule):
     code = "AMP001"
     default_on = False
     name = "low-precision-log-weights"
+    fix_applicability = UNSAFE  # the upcast value reaches consumers in float32
     summary = "sigmoid/tanh/logsigmoid output used as a log-space weight or decay without a float32 upcast"
     triggers = frozenset({"sigmoid", "tanh", "logsigmoid", "expit"})
     region_words = triggers

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from amplint.diagnostics import Diagnostic
+from amplint.diagnostics import UNSAFE, Diagnostic
 from amplint.rule import Rule, Verdict
 from amplint.runtime.chains import half_precision_verdict
 from amplint.static.attention import (
@@ -76,6 +76,7 @@ class HalfPrecisionSoftmax(Rule):
     code = "AMP003"
     default_on = False
     name = "half-precision-softmax"
+    fix_applicability = UNSAFE  # the log-probabilities stay float32 for their consumers
     summary = "log_softmax, or log of a softmax, computed in float16/bfloat16"
     triggers = frozenset({"log_softmax", "LogSoftmax", "log", "log2", "log10"})
     region_words = REGION_WORDS

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from amplint.diagnostics import UNSAFE
 from amplint.rule import Rule, Verdict
 from amplint.runtime.chains import half_precision_verdict
 from amplint.static.attention import is_softmax
@@ -121,6 +122,9 @@ class MaskConstantOverflow(Rule):
     code = "AMP004"
     default_on = False
     name = "mask-constant-overflow"
+    fix_applicability = (
+        UNSAFE  # `finfo(dtype).min` in an additive mask can overflow where the constant did not
+    )
     summary = (
         "attention mask built from -1e9, finfo(float32).min, -65504 or a padding -inf that overflows or NaNs"
     )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from amplint.diagnostics import UNSAFE
 from amplint.rule import Rule, Verdict
 from amplint.runtime.chains import half_precision_verdict
 from amplint.static.context import FileContext, Finding, FixPlan
@@ -93,6 +94,7 @@ class HalfPrecisionAccumulation(Rule):
 
     code = "AMP007"
     name = "half-precision-accumulation"
+    fix_applicability = UNSAFE  # the float32 sum reaches consumers that may want the half dtype
     summary = "cumsum/cumprod/logcumsumexp over log-decays or gates without dtype=torch.float32 or an upcast"
     triggers = frozenset(_OPS)
     region_words = triggers

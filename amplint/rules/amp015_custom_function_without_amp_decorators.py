@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from amplint.diagnostics import UNSAFE
 from amplint.rule import Rule
 from amplint.static.autocast import AUTOCAST
 from amplint.static.context import FileContext, Finding, FixPlan
@@ -120,6 +121,7 @@ class CustomFunctionWithoutAmpDecorators(Rule):
 
     code = "AMP015"
     name = "custom-function-without-amp-decorators"
+    fix_applicability = UNSAFE  # backward then runs under forward's autocast: other dtypes there
     summary = (
         "autograd.Function whose backward runs outside forward's autocast state (no custom_fwd/custom_bwd)"
     )

@@ -29,6 +29,7 @@ class FixPlan:
     description: str
     replacements: tuple[tuple[cst.CSTNode, cst.CSTNode], ...]
     needs_torch_import: bool = False
+    applicability: str | None = None  # None: the rule's `fix_applicability`
 
 
 @dataclass(frozen=True)
