@@ -45,7 +45,8 @@ def annotation(diagnostic: Diagnostic) -> str:
     properties.append(("title", f"{title} ({cell_position(diagnostic)})" if notebook else title))
     message = diagnostic.message
     if diagnostic.fix is not None:
-        message += f"\nFix available (amplint --fix): {diagnostic.fix.description}"
+        how = {"safe": " (amplint --fix)", "unsafe": " (amplint --fix --unsafe-fixes)"}
+        message += f"\nFix available{how.get(diagnostic.fix.applicability, '')}: {diagnostic.fix.description}"
     if diagnostic.help:
         message += f"\nhelp: {diagnostic.help}"
     note = confidence_note(diagnostic)
