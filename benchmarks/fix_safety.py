@@ -1,0 +1,205 @@
+"""Does `amplint check --fix` leave real code working? Applied to the installed transformers'
+`models/`, then every changed module is imported and every changed causal LM runs a forward pass.
+
+    python benchmarks/fix_safety.py [--unsafe-fixes] [--all-rules] [--output docs/fix_safety.md]
+
+The installed `transformers` package is copied to a temporary directory twice (as it is, and to be
+fixed); `amplint check --fix` (with `--unsafe-fixes`, and every opt-in rule with `--all-rules`) runs
+on the copy's `models/`. Then, each in a fresh process with the copy first on `sys.path`:
+
+- every changed module is imported (one that does not import unfixed either, for want of an
+  optional dependency, is left out);
+- every changed `modeling_*.py` whose model type has a causal LM in `AutoModelForCausalLM` is built
+  from a tiny config (2 layers, hidden size 64, 4 heads, vocabulary 256) with random weights and
+  runs a forward pass on CPU in bfloat16 and in float16 (no autocast), in the original copy and in
+  the fixed one; a model counts as broken when the original runs and the fixed one raises, or when
+  the fixed logits have another dtype or shape, or are not finite where the original's are.
+
+The table goes to stdout, and with `--output` into a Markdown file with the command that made it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from importlib.util import find_spec
+from pathlib import Path
+
+OPT_IN = "AMP001,AMP002,AMP003,AMP004,AMP005,AMP013,AMP014"
+TIMEOUT = 300
+
+# Run in a child process: build a tiny causal LM of one model type and report its logits per dtype.
+_FORWARD = r"""
+import json, sys, torch, transformers
+model_type = sys.argv[1]
+out = {}
+try:
+    config = transformers.AutoConfig.for_model(model_type)
+    tiny = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "intermediate_size": 128, "vocab_size": 256, "head_dim": 16, "max_position_embeddings": 128,
+            "pad_token_id": 0, "is_decoder": True}
+    for key, value in tiny.items():
+        if hasattr(config, key):
+            setattr(config, key, value)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+except Exception as exc:
+    print(json.dumps({"build": f"{type(exc).__name__}: {str(exc)[:200]}"}))
+    sys.exit(0)
+ids = torch.randint(0, 256, (1, 16))
+for name in ("bfloat16", "float16"):
+    try:
+        with torch.no_grad():
+            logits = model.to(getattr(torch, name))(input_ids=ids).logits
+        out[name] = {"dtype": str(logits.dtype), "shape": list(logits.shape),
+                     "finite": bool(torch.isfinite(logits).all())}
+    except Exception as exc:
+        out[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+print(json.dumps(out))
+"""
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _child(code: str, *args: str, path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, "PYTHONPATH": str(path), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"},
+    )
+
+
+def _forward(model_type: str, root: Path) -> dict[str, object]:
+    try:
+        proc = _child(_FORWARD, model_type, path=root)
+    except subprocess.TimeoutExpired:
+        return {"build": "timed out"}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        return {"build": (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]}
+    return json.loads(lines[-1])
+
+
+def _broken(before: dict[str, object], after: dict[str, object]) -> str | None:
+    """Why the fixed model is worse than the original, or None."""
+    if "build" in before:
+        return None  # the original does not build from a tiny config: nothing to compare
+    if "build" in after:
+        return f"does not build: {after['build']}"
+    for name in ("bfloat16", "float16"):
+        old, new = before[name], after[name]
+        assert isinstance(old, dict) and isinstance(new, dict)
+        if "error" in old:
+            continue
+        if "error" in new:
+            return f"{name}: {new['error']}"
+        if (new["dtype"], new["shape"]) != (old["dtype"], old["shape"]):
+            return f"{name}: logits {new['dtype']} {new['shape']}, were {old['dtype']} {old['shape']}"
+        if old["finite"] and not new["finite"]:
+            return f"{name}: logits not finite"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--unsafe-fixes", action="store_true", help="apply the unsafe fixes too")
+    parser.add_argument("--all-rules", action="store_true", help="turn the opt-in rules on too")
+    parser.add_argument("--output", type=Path, help="write the table into this Markdown file")
+    args = parser.parse_args(argv)
+    spec = find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        print("transformers is not installed: pip install 'amplint[hf]'", file=sys.stderr)
+        return 2
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    installed = Path(next(iter(spec.submodule_search_locations)))
+    command = ["python", "benchmarks/fix_safety.py"]
+    flags = ["--fix"] + (["--unsafe-fixes"] if args.unsafe_fixes else [])
+    flags += ["--extend-select", OPT_IN] if args.all_rules else []
+    command += ["--unsafe-fixes"] * args.unsafe_fixes + ["--all-rules"] * args.all_rules
+    with tempfile.TemporaryDirectory() as temporary:
+        original, fixed = Path(temporary, "original"), Path(temporary, "fixed")
+        for root in (original, fixed):
+            shutil.copytree(installed, root / "transformers", ignore=shutil.ignore_patterns("__pycache__"))
+        models = fixed / "transformers" / "models"
+        before = {path: _digest(path) for path in models.rglob("*.py")}
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "amplint",
+                "check",
+                *flags,
+                "--exit-zero",
+                "--no-cache",
+                "--show-fixes",
+                "--format",
+                "json",
+                "-q",
+                str(models),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        applied = Counter(
+            line.split()[3] for line in run.stderr.splitlines() if line.startswith("amplint: fixed ")
+        )
+        changed = sorted(path for path, digest in before.items() if _digest(path) != digest)
+        failed_imports: list[str] = []
+        for path in changed:
+            module = ".".join(path.relative_to(fixed).with_suffix("").parts)
+            if _child(f"import {module}", path=original).returncode != 0:
+                continue  # does not import before the fix either (a missing optional dependency)
+            proc = _child(f"import {module}", path=fixed)
+            if proc.returncode != 0:
+                failed_imports.append(f"{module}: {(proc.stderr.strip().splitlines() or ['?'])[-1][:160]}")
+        types = sorted(
+            {p.parent.name for p in changed if p.name.startswith("modeling_")}
+            & set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+        )
+        ran, broken, unbuilt = 0, [], []
+        for model_type in types:
+            old, new = _forward(model_type, original), _forward(model_type, fixed)
+            ran += "build" not in old
+            if "build" in old:
+                unbuilt.append(f"{model_type}: {old['build']}")
+            why = _broken(old, new)
+            if why is not None:
+                broken.append(f"{model_type}: {why}")
+    lines = [
+        f"`{shlex.join(command)}` (transformers {transformers.__version__}, `amplint check "
+        f"{' '.join(flags)}` on `models/`)",
+        "",
+        "| Files changed | Fixes applied | Modules that no longer import | Causal LMs run (changed) | "
+        "Models that no longer run |",
+        "| ---: | --- | ---: | ---: | ---: |",
+        f"| {len(changed)} | {', '.join(f'{code}: {n}' for code, n in sorted(applied.items())) or '-'} | "
+        f"{len(failed_imports)} | {ran} of {len(types)} | {len(broken)} |",
+    ]
+    notes = [f"- import: {item}" for item in failed_imports] + [f"- run: {item}" for item in broken]
+    notes += [f"- not built from a tiny config, so not compared: {item}" for item in unbuilt]
+    lines += [""] * bool(notes) + notes
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
