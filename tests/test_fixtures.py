@@ -15,6 +15,11 @@ import amplint
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
+# Copied out of fixtures/, whose configuration turns the opt-in AMP001 on, the file needs it turned on;
+# its fix is unsafe (the upcast log-decay reaches its consumers in float32).
+FIX_RWKV = [sys.executable, "-m", "amplint", "check", "--extend-select", "AMP001", "--unsafe-fixes", "--fix"]
+
+
 def _line_of(path: Path, needle: str) -> int:
     lines = path.read_text(encoding="utf-8").splitlines()
     return next(number for number, line in enumerate(lines, 1) if needle in line)
@@ -37,22 +42,7 @@ def test_each_case_is_found_where_it_is() -> None:
 def test_fix_applies_the_rwkv7_upcast(tmp_path: Path) -> None:
     target = tmp_path / "rwkv7_time_mix.py"
     shutil.copy(FIXTURES / "rwkv7_time_mix.py", target)
-    run = subprocess.run(
-        # Copied out of fixtures/, whose configuration turns the opt-in AMP001 on: turned on here.
-        [
-            sys.executable,
-            "-m",
-            "amplint",
-            "check",
-            "--extend-select",
-            "AMP001",
-            "--unsafe-fixes",
-            "--fix",
-            str(target),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    run = subprocess.run([*FIX_RWKV, str(target)], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
     fixed = target.read_text(encoding="utf-8")
     assert "w = -math.exp(-0.5) * self.w_lora(xw).to(torch.float32).sigmoid()" in fixed
@@ -63,19 +53,7 @@ def test_fixed_rwkv7_fixture_still_runs(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     target = tmp_path / "rwkv7_fixed.py"
     shutil.copy(FIXTURES / "rwkv7_time_mix.py", target)
-    command = [
-        sys.executable,
-        "-m",
-        "amplint",
-        "check",
-        "--extend-select",
-        "AMP001",
-        "--unsafe-fixes",
-        "--fix",
-        "-q",
-        str(target),
-    ]
-    subprocess.run(command, check=True)
+    subprocess.run([*FIX_RWKV, "-q", str(target)], check=True)
     assert ".to(torch.float32).sigmoid()" in target.read_text(encoding="utf-8")  # the fix is what runs
     namespace: dict[str, object] = {}
     exec(compile(target.read_text(encoding="utf-8"), str(target), "exec"), namespace)
