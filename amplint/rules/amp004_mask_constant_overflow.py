@@ -16,7 +16,7 @@ from amplint.runtime.chains import half_precision_verdict
 from amplint.static.attention import is_softmax
 from amplint.static.constants import BF16_MAX, FP16_OVERFLOW
 from amplint.static.context import FileContext, Finding, FixPlan
-from amplint.static.dtypes import Fact
+from amplint.static.dtypes import TENSOR, Fact
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import argument, callee_name, method_call
 from amplint.static.scopes import Scope, scopes_holding, walk
@@ -533,7 +533,13 @@ def _with_fix(ctx: FileContext, site: _Site, message: str, fact: Fact | None = N
     masked tensor is a plain name or attribute (cheap to name twice)."""
     evidence = fact.why if fact is not None else ()
     tensor = site.tensor
-    if isinstance(tensor, (cst.Name, cst.Attribute)) and not tensor.lpar and isinstance(site.node, cst.Call):
+    # The fix writes `<tensor>.dtype`: only of a name the engine knows holds a tensor there.
+    if (
+        isinstance(tensor, (cst.Name, cst.Attribute))
+        and ctx.facts.of(tensor).kind == TENSOR
+        and not tensor.lpar
+        and isinstance(site.node, cst.Call)
+    ):
         torch, missing = ctx.torch_name()
         dtype = cst.Attribute(value=tensor, attr=cst.Name("dtype"))
         finfo = cst.Call(func=cst.Attribute(value=torch, attr=cst.Name("finfo")), args=[cst.Arg(value=dtype)])

@@ -11,7 +11,7 @@ import libcst as cst
 from amplint.rule import Rule, Verdict
 from amplint.runtime.chains import half_precision_verdict
 from amplint.static.context import FileContext, Finding, FixPlan
-from amplint.static.dtypes import SCALAR, Fact
+from amplint.static.dtypes import SCALAR, TENSOR, Fact
 from amplint.static.flow import Flow, Hit, Policy, analyse
 from amplint.static.ops import BF16, F32
 from amplint.static.patterns import argument, callee_name, function_call, method_call, with_method
@@ -283,7 +283,9 @@ def _finding(ctx: FileContext, scope: Scope, stat: Statistic, hits: list[Hit]) -
     message, evidence = _message(stat), stat.fact.why
     roots = [hit.sink for hit in hits if _is_root(ctx, hit.sink)]
     data = stat.data.left if isinstance(stat.data, cst.BinaryOperation) else stat.data  # `x` of `x - mean`
-    reference = data.with_changes(lpar=[], rpar=[]) if isinstance(data, (cst.Name, cst.Attribute)) else None
+    # The fix writes `<reference>.dtype`: only of a name the engine knows holds a tensor there.
+    named = isinstance(data, (cst.Name, cst.Attribute)) and ctx.facts.of(data).kind == TENSOR
+    reference = data.with_changes(lpar=[], rpar=[]) if named else None
     if (
         len(hits) != 1
         or len(roots) != 1
