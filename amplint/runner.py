@@ -78,20 +78,39 @@ def lint_source(
         )
         result.diagnostics.append(error)
         return result
+    except RecursionError:
+        result.diagnostics.append(
+            unparsable_diagnostic(display, f"{_TOO_DEEP} to parse; the file was not checked")
+        )
+        return result
     ctx = FileContext(source.path, module, words, parsed, profile=profile)
     lines = LineIndex(text)
+    too_deep: list[str] = []
     for rule in active:
         try:
-            findings = list(rule().check(ctx))
-        except Exception:
-            result.internal_errors.append(f"{rule.code} crashed on {display}:\n{traceback.format_exc()}")
+            diagnostics = [_diagnostic(ctx, rule, finding, display, lines) for finding in rule().check(ctx)]
+        except RecursionError:
+            too_deep.append(rule.code)  # one file's shape, not a bug: the other rules and files go on
             continue
-        for finding in findings:
-            diagnostic = _diagnostic(ctx, rule, finding, display, lines)
-            if not line_suppresses(lines.line_text(diagnostic.line), diagnostic.code):
-                result.diagnostics.append(diagnostic)
+        except Exception:
+            # The innermost frames say where; a deep recursion's thousand frames would say nothing more.
+            trace = traceback.format_exc(limit=-_TRACE_FRAMES)
+            result.internal_errors.append(f"{rule.code} crashed on {display}:\n{trace}")
+            continue
+        result.diagnostics.extend(
+            d for d in diagnostics if not line_suppresses(lines.line_text(d.line), d.code)
+        )
+    if too_deep:
+        message = (
+            f"{_TOO_DEEP} for {', '.join(too_deep)}; the rest of the file was checked by the other rules"
+        )
+        result.diagnostics.append(unparsable_diagnostic(display, message))
     result.diagnostics = sort_diagnostics(result.diagnostics)
     return result
+
+
+_TOO_DEEP = "nesting too deep (RecursionError)"
+_TRACE_FRAMES = 12
 
 
 def _compile_error(text: str, display: str) -> Diagnostic | None:

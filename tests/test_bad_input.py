@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import HAZARD, HAZARD_CODE, HAZARD_COLUMN, HAZARD_FIXED, HAZARD_LINE, amplint_run
+from support import HAZARD, HAZARD_CODE, HAZARD_COLUMN, HAZARD_FIXED, HAZARD_LINE, amplint_run, write
 
 from amplint.api import run_check
 from amplint.config import load_settings
@@ -398,3 +398,20 @@ def test_utf8_non_ascii_columns_count_characters(tmp_path: Path) -> None:
     ]
     assert amplint_run(tmp_path, "check", "--fix", "uni.py").returncode == 0
     assert path.read_text(encoding="utf-8") == text.replace(HAZARD_TEXT, 'torch.amp.GradScaler("cuda")')
+
+
+def test_a_file_too_deep_to_analyse_is_one_diagnostic(tmp_path: Path) -> None:
+    # A 320-branch `elif` chain (valid Python) is deeper than libcst's position pass can recurse.
+    branches = "".join(f"    elif x == {i}:\n        return torch.exp(y) * {i}\n" for i in range(1, 320))
+    deep = (
+        "import torch\n\n\ndef f(x):\n    y = torch.sigmoid(x)\n    if x == 0:\n        return torch.exp(y)\n"
+    )
+    write(tmp_path / "deep.py", deep + branches)
+    write(tmp_path / "ok.py", HAZARD)
+    proc = amplint_run(tmp_path, "check", "--extend-select", "AMP001", "--format", "json", ".")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert len(proc.stderr) < 10_000  # no traceback per frame
+    found = {(d["path"], d["code"]) for d in json.loads(proc.stdout)["diagnostics"]}
+    assert found == {("deep.py", "AMP900"), ("ok.py", HAZARD_CODE)}
+    (deep_finding,) = [d for d in json.loads(proc.stdout)["diagnostics"] if d["path"] == "deep.py"]
+    assert "nesting too deep" in deep_finding["message"] and "AMP001" in deep_finding["message"]
