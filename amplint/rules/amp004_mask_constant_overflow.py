@@ -19,7 +19,7 @@ from amplint.static.context import FileContext, Finding, FixPlan
 from amplint.static.dtypes import TENSOR, Fact
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import argument, callee_name, method_call
-from amplint.static.scopes import Scope, scopes_holding, walk
+from amplint.static.scopes import Scope, named_params, scopes_holding, walk
 
 if TYPE_CHECKING:
     from amplint.diagnostics import Diagnostic
@@ -499,8 +499,10 @@ def _positional_comparison(node: cst.Comparison) -> bool:
 
 def _parameters(function: cst.FunctionDef) -> frozenset[str]:
     params = function.params
-    every = [*params.posonly_params, *params.params, *params.kwonly_params]
-    every += [star for star in (params.star_arg, params.star_kwarg) if isinstance(star, cst.Param)]
+    every = [
+        *named_params(function),
+        *(s for s in (params.star_arg, params.star_kwarg) if isinstance(s, cst.Param)),
+    ]
     return frozenset(param.name.value for param in every)
 
 

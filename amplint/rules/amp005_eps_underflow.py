@@ -16,7 +16,7 @@ from amplint.static.context import FileContext, Finding
 from amplint.static.dtypes import Fact
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import argument, callee_name, lineage, method_call
-from amplint.static.scopes import Scope, scopes_holding, walk
+from amplint.static.scopes import Scope, named_params, scopes_holding, walk
 
 if TYPE_CHECKING:
     from amplint.diagnostics import Diagnostic
@@ -194,11 +194,8 @@ def _check_scope(ctx: FileContext, scope: Scope, sites: Mapping[cst.CSTNode, _Si
             and not flow.history.get(node.value)
         )
 
-    params = scope.node.params if isinstance(scope.node, cst.FunctionDef) else None
     parameters = (
-        {p.name.value for p in (*params.params, *params.posonly_params, *params.kwonly_params)}
-        if params
-        else set()
+        {p.name.value for p in named_params(scope.node)} if isinstance(scope.node, cst.FunctionDef) else set()
     )
     analyse(scope, Policy(seed=seed))
     yield from (_finding(ctx, site) for site in found)

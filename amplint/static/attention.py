@@ -20,7 +20,7 @@ from amplint.static.patterns import (
     matmul_operands,
     method_call,
 )
-from amplint.static.scopes import scopes_holding, suite_body, walk
+from amplint.static.scopes import named_params, scopes_holding, suite_body, walk
 
 SOFTMAX_FUNCTIONS = frozenset(
     {
@@ -231,12 +231,7 @@ def softmax_callees(ctx: FileContext, softmaxes: Iterable[cst.Call]) -> frozense
     for scope in scopes_holding(ctx, softmaxes):
         function = scope.node
         if isinstance(function, cst.FunctionDef) and function.name.value not in names:
-            params = [
-                *function.params.posonly_params,
-                *function.params.params,
-                *function.params.kwonly_params,
-            ]
-            flow = Flow(sink, env={p.name.value: frozenset({p}) for p in params})
+            flow = Flow(sink, env={p.name.value: frozenset({p}) for p in named_params(function)})
             flow.run(scope.body)
             if flow.hits:
                 names.add(function.name.value)

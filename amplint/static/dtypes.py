@@ -31,7 +31,7 @@ from amplint.static import constants, ops
 from amplint.static.autocast import autocast_call, autocast_settings
 from amplint.static.imports import dotted_name
 from amplint.static.ops import BF16, F16, F32, F64, HALF
-from amplint.static.scopes import suite_body, walk
+from amplint.static.scopes import named_params, suite_body, walk
 
 if TYPE_CHECKING:
     from amplint.static.context import FileContext
@@ -524,7 +524,7 @@ class DtypeFacts:
         cached = self._params.get(function)
         if cached is not None:
             return cached
-        params = [*function.params.posonly_params, *function.params.params, *function.params.kwonly_params]
+        params = named_params(function)
         env: dict[str, Fact] = {}
         self._params[function] = env  # a recursive call sees the defaults
         method = self._bound(function)
@@ -668,10 +668,8 @@ class DtypeFacts:
                     return None
                 if arg.keyword is not None:
                     passed = arg.value if arg.keyword.value == name else passed
-                elif at == index:
-                    passed = arg.value
-                    at += 1
                 else:
+                    passed = arg.value if at == index else passed
                     at += 1
             if passed is None:
                 return None
@@ -1384,8 +1382,7 @@ class DtypeFacts:
         function = self.ctx.function_of(call)
         if not isinstance(enabled, cst.Name) or function is None:
             return False
-        params = [*function.params.posonly_params, *function.params.params, *function.params.kwonly_params]
-        param = next((p for p in params if p.name.value == enabled.value), None)
+        param = next((p for p in named_params(function) if p.name.value == enabled.value), None)
         default = param.default if param is not None else None
         return (
             isinstance(default, cst.Name)

@@ -35,6 +35,13 @@ def suite_body(block: cst.BaseSuite) -> tuple[cst.BaseStatement, ...]:
     return ()
 
 
+def named_params(function: cst.FunctionDef) -> list[cst.Param]:
+    """The parameters a call can name: positional-only, ordinary and keyword-only (not `*args` or
+    `**kwargs`)."""
+    params = function.params
+    return [*params.posonly_params, *params.params, *params.kwonly_params]
+
+
 @dataclass
 class ModuleIndex:
     aliases: dict[str, str] = field(default_factory=dict)
