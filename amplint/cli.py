@@ -321,15 +321,11 @@ def _show_settings(paths: list[Path], settings: Settings) -> int:
     from amplint.api import project_profile
     from amplint.discovery import discover
     from amplint.parallel import read_files
-    from amplint.rules import all_rules
+    from amplint.rules import selected_rules
 
     found = discover(paths, settings)
     profile = settings.configured_profile or project_profile(settings, read_files(found.files))
-    rules = [
-        rule.code
-        for rule in all_rules()
-        if not rule.runtime_only and settings.is_selected(rule.code, opt_in=not rule.default_on)
-    ]
+    rules = [rule.code for rule in selected_rules(settings)]
     lines = [
         f"config file: {settings.config_path or 'none (defaults)'}",
         f"root: {settings.root}",

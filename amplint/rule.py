@@ -12,7 +12,7 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, ClassVar
 
-from amplint.diagnostics import Confidence, Diagnostic, Severity
+from amplint.diagnostics import SAFE, Confidence, Diagnostic, Severity
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -147,7 +147,7 @@ class Rule:
     default_on: ClassVar[bool] = True
     # How far its fixes can be trusted (`amplint.diagnostics.SAFE`, `UNSAFE`, `DISPLAY_ONLY`): a fix
     # that changes the dtype a consumer sees is unsafe until the consumers are proven fine.
-    fix_applicability: ClassVar[str] = "safe"
+    fix_applicability: ClassVar[str] = SAFE
     # A rule that only a traced graph can check (AMP1xx): the static pass leaves it out.
     runtime_only: ClassVar[bool] = False
 

@@ -28,6 +28,19 @@ class ReportSummary:
     quiet: bool = False  # --quiet: findings only, no summary lines
 
 
+def applies(diagnostic: Diagnostic, summary: ReportSummary | None) -> bool:
+    """Whether the run's `--fix` (with its `--unsafe-fixes`) applies the finding's fix."""
+    unsafe = summary is not None and summary.unsafe_fixes
+    return diagnostic.fix is not None and diagnostic.fix.applies(unsafe)
+
+
+def fix_counts(diagnostics: Sequence[Diagnostic], summary: ReportSummary | None) -> tuple[int, int]:
+    """How many of the findings `--fix` would fix, and how many more `--unsafe-fixes` would add."""
+    fixable = sum(applies(d, summary) for d in diagnostics)
+    hidden = sum(d.fix is not None and d.fix.applies(True) and not applies(d, summary) for d in diagnostics)
+    return fixable, hidden
+
+
 def cell_position(diagnostic: Diagnostic) -> str:
     """Where a notebook finding is in its cell, for the formats that can only point at the line of the
     .ipynb file that holds it."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from amplint.diagnostics import Diagnostic, Severity
+from amplint.diagnostics import SAFE, UNSAFE, Diagnostic, Severity
 from amplint.reporters import cell_position, confidence_note
 
 _COMMANDS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
@@ -45,7 +45,7 @@ def annotation(diagnostic: Diagnostic) -> str:
     properties.append(("title", f"{title} ({cell_position(diagnostic)})" if notebook else title))
     message = diagnostic.message
     if diagnostic.fix is not None:
-        how = {"safe": " (amplint --fix)", "unsafe": " (amplint --fix --unsafe-fixes)"}
+        how = {SAFE: " (amplint --fix)", UNSAFE: " (amplint --fix --unsafe-fixes)"}
         message += f"\nFix available{how.get(diagnostic.fix.applicability, '')}: {diagnostic.fix.description}"
     if diagnostic.help:
         message += f"\nhelp: {diagnostic.help}"

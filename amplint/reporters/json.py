@@ -11,7 +11,7 @@ from pathlib import PurePath
 from typing import Any
 
 from amplint.diagnostics import Diagnostic
-from amplint.reporters import ReportSummary
+from amplint.reporters import ReportSummary, fix_counts
 
 
 def amplint_version() -> str:
@@ -43,15 +43,13 @@ def diagnostic_dict(diagnostic: Diagnostic) -> dict[str, Any]:
 
 def summary_dict(diagnostics: Sequence[Diagnostic], summary: ReportSummary | None) -> dict[str, Any]:
     summary = summary or ReportSummary()
+    fixable, hidden = fix_counts(diagnostics, summary)
     severities = Counter(str(getattr(d.severity, "value", d.severity)) for d in diagnostics)
     return {
         "files_checked": summary.files_checked,
         "findings": len(diagnostics),
-        "fixable": sum(d.fix is not None and d.fix.applies(summary.unsafe_fixes) for d in diagnostics),
-        "hidden_fixes": sum(
-            d.fix is not None and d.fix.applies(True) and not d.fix.applies(summary.unsafe_fixes)
-            for d in diagnostics
-        ),
+        "fixable": fixable,
+        "hidden_fixes": hidden,
         "fixed": summary.fixed,
         "fix_applied": summary.fix_applied,
         "diff": summary.diff,

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from amplint.diagnostics import Diagnostic, Severity
-from amplint.reporters import ReportSummary, confidence_note
+from amplint.reporters import ReportSummary, applies, confidence_note, fix_counts
 
 TAB_WIDTH = 4
 
@@ -110,18 +110,12 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def _applies(diagnostic: Diagnostic, summary: ReportSummary | None) -> bool:
-    """Whether `--fix` (with the run's `--unsafe-fixes`) would apply the finding's fix."""
-    unsafe = summary is not None and summary.unsafe_fixes
-    return diagnostic.fix is not None and diagnostic.fix.applies(unsafe)
-
-
 def _finding(
     diagnostic: Diagnostic, sources: Mapping[str, str], style: _Style, summary: ReportSummary | None
 ) -> list[str]:
     severity = _severity(diagnostic.severity)
     severity_style = _SEVERITY_STYLE.get(severity, _BOLD) if severity is not None else _BOLD
-    fixable = f" {style('[*]', _CYAN)}" if _applies(diagnostic, summary) else ""
+    fixable = f" {style('[*]', _CYAN)}" if applies(diagnostic, summary) else ""
     header = (
         f"{style(_sanitize(diagnostic.location), _BOLD)}:{diagnostic.line}:{diagnostic.column}: "
         f"{style(diagnostic.code, severity_style)}{fixable} {_sanitize(diagnostic.message)}"
@@ -159,8 +153,7 @@ def _summary_lines(diagnostics: Sequence[Diagnostic], summary: ReportSummary | N
     if summary is not None and summary.quiet:
         return []
     remaining = len(diagnostics)
-    fixable = sum(_applies(diagnostic, summary) for diagnostic in diagnostics)
-    hidden = sum(d.fix is not None and not _applies(d, summary) and d.fix.applies(True) for d in diagnostics)
+    fixable, hidden = fix_counts(diagnostics, summary)
     if summary is not None and (summary.fix_applied or summary.diff) and summary.fixed:
         if summary.fix_applied:
             return [f"Fixed {_plural(summary.fixed, 'finding')}, {remaining} remaining."]

@@ -33,15 +33,21 @@ def all_rules() -> tuple[type[Rule], ...]:
     return tuple(sorted(found, key=lambda rule: rule.code))
 
 
+def selected_rules(settings: Settings) -> list[type[Rule]]:
+    """The static rules select/extend-select/ignore turn on (opt-in ones only where named)."""
+    return [
+        rule
+        for rule in all_rules()
+        if not rule.runtime_only and settings.is_selected(rule.code, opt_in=not rule.default_on)
+    ]
+
+
 def rules_for(settings: Settings, path: Path) -> list[type[Rule]]:
     """The enabled rules for one file, after select/ignore and per-file-ignores."""
     return [
         rule
-        for rule in all_rules()
-        if rule.code != UNPARSABLE
-        and not rule.runtime_only
-        and settings.is_selected(rule.code, opt_in=not rule.default_on)
-        and not settings.is_ignored_for(rule.code, path)
+        for rule in selected_rules(settings)
+        if rule.code != UNPARSABLE and not settings.is_ignored_for(rule.code, path)
     ]
 
 
