@@ -22,7 +22,7 @@ from amplint.static.context import FileContext, Finding, FixPlan
 from amplint.static.dtypes import DTYPE, DtypeFacts, Fact
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.ops import F16, HALF
-from amplint.static.patterns import argument, function_call, lineage, method_call, with_dtype
+from amplint.static.patterns import argument, callee_name, function_call, lineage, method_call, with_dtype
 from amplint.static.scopes import scopes_holding
 
 if TYPE_CHECKING:
@@ -89,11 +89,12 @@ class HalfPrecisionSoftmax(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         facts = ctx.facts.without_caller_autocast()
-        softmaxes = [call for call in ctx.index.calls if is_softmax(ctx, call)]
-        for call in softmaxes:
-            if _is_log_softmax(ctx, call) and (fact := _half_result(ctx, facts, call)) is not None:
+        plain: list[cst.Call] = []
+        for call in (c for c in ctx.index.calls if is_softmax(ctx, c)):
+            if not _is_log_softmax(ctx, call):
+                plain.append(call)
+            elif (fact := _half_result(ctx, facts, call)) is not None:
                 yield _log_softmax_finding(ctx, call, fact)
-        plain = [call for call in softmaxes if not _is_log_softmax(ctx, call)]
         policy = Policy(
             seed=lambda node, flow: node in plain,
             sink=lambda node, flow: "log" if _log_of_softmax(ctx, node, flow) else None,
@@ -134,14 +135,7 @@ def _is_log_softmax(ctx: FileContext, call: cst.Call) -> bool:
     func = call.func
     if isinstance(func, cst.Call):  # `nn.LogSoftmax(dim=-1)(x)`
         return ctx.qualified(func.func) == "torch.nn.LogSoftmax"
-    name = (
-        func.attr.value
-        if isinstance(func, cst.Attribute)
-        else func.value
-        if isinstance(func, cst.Name)
-        else ""
-    )
-    return "log" in name.lower()
+    return "log" in callee_name(call).lower()
 
 
 def _half_result(ctx: FileContext, facts: DtypeFacts, call: cst.Call) -> Fact | None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from amplint.static.patterns import argument
+from amplint.static.patterns import argument, callee_name
 
 if TYPE_CHECKING:
     from amplint.static.context import FileContext
@@ -36,11 +36,9 @@ def autocast_call(ctx: FileContext, node: cst.CSTNode) -> bool:
     qualified = ctx.qualified(node.func)
     if qualified in AUTOCAST:
         return True
-    name = node.func.attr.value if isinstance(node.func, cst.Attribute) else getattr(node.func, "value", "")
     return (
         (qualified is None or not qualified.startswith("torch."))
-        and isinstance(name, str)
-        and "autocast" in name.lower()
+        and "autocast" in callee_name(node).lower()
         and any(arg.keyword is not None and arg.keyword.value in ("enabled", "dtype") for arg in node.args)
     )
 
