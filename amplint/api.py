@@ -107,7 +107,7 @@ def run_check(
         if result is None:
             from amplint.runner import lint_file
 
-            rules = rules_for(settings, path)
+            rules = rules_for(settings, path, profile)
             result = (
                 _fix_file(run, path, rules, display, write=fix, unsafe=unsafe_fixes)
                 if fix or diff
@@ -191,4 +191,4 @@ def check_source(
     from amplint.runner import lint_text
 
     settings = Settings().with_overrides(select=list(select), ignore=list(ignore))
-    return lint_text(source, rules_for(settings, Path(path)), path, profile=profile).diagnostics
+    return lint_text(source, rules_for(settings, Path(path), profile), path, profile=profile).diagnostics

@@ -325,7 +325,7 @@ def _show_settings(paths: list[Path], settings: Settings) -> int:
 
     found = discover(paths, settings)
     profile = settings.configured_profile or project_profile(settings, read_files(found.files))
-    rules = [rule.code for rule in selected_rules(settings)]
+    rules = [rule.code for rule in selected_rules(settings, profile)]
     lines = [
         f"config file: {settings.config_path or 'none (defaults)'}",
         f"root: {settings.root}",

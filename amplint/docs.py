@@ -38,16 +38,23 @@ def rule_table(*, markdown: bool) -> str:
         width = max(len(rule.name) for rule in rules)
         return "\n".join(
             f"{rule.code}  {'[*]' if rule.fixable() else '   '}  {rule.name:<{width}}  {rule.summary}"
-            + ("" if rule.default_on else " (opt-in)")
+            + ("" if rule.default_on else f" ({_default(rule)})")
             for rule in rules
         )
     rows = ["| Code | Name | What it flags | Fix | Default |", "| --- | --- | --- | --- | --- |"]
     rows += [
         f'| <a id="{rule.code.lower()}-{rule.name}"></a>{rule.code} | `{rule.name}` | {rule.summary} | '
-        f"{_fix_cell(rule)} | {'on' if rule.default_on else 'opt-in'} |"
+        f"{_fix_cell(rule)} | {_default(rule)} |"
         for rule in rules
     ]
     return "\n".join(rows)
+
+
+def _default(rule: type[Rule]) -> str:
+    if rule.default_on:
+        return "on"
+    where = " or ".join(sorted(rule.default_on_in))
+    return f"opt-in; on in {where}-only projects" if where else "opt-in"
 
 
 def _fix_cell(rule: type[Rule]) -> str:
@@ -65,6 +72,7 @@ def _rule_dict(rule: type[Rule]) -> dict[str, object]:
         "fixable": rule.fixable(),
         "fix_applicability": rule.fix_applicability if rule.fixable() else None,
         "default_on": rule.default_on,
+        "default_on_in": sorted(rule.default_on_in),
         "docs": rule.docs(),
         "help_uri": help_uri(rule),
         "bad": [{"code": bad.code, "fixed": bad.fixed} for bad in rule.bad],

@@ -20,6 +20,7 @@ from amplint.config import Settings, validate_codes
 from amplint.rules import rules_for
 from amplint.runner import lint_source
 from amplint.source import SourceFile, dominant_newline
+from amplint.static.profile import detect
 
 __all__ = ["Plugin"]
 
@@ -55,9 +56,11 @@ class Plugin:
         text = "".join(self.lines)
         path = Path(self.filename)
         source = SourceFile(path, text, "utf-8", False, dominant_newline(text))
-        result = lint_source(
-            source, rules_for(Settings(extend_select=self.extend_select), path), self.filename
-        )
+        # flake8 hands over one file at a time: its precision profile is the one `amplint check`
+        # detects for that file alone.
+        profile = detect([(self.filename, text)])
+        rules = rules_for(Settings(extend_select=self.extend_select), path, profile)
+        result = lint_source(source, rules, self.filename, profile=profile)
         if result.internal_errors:
             raise RuntimeError("\n".join(result.internal_errors))  # flake8 reports a failing plugin
         for diagnostic in result.diagnostics:

@@ -81,7 +81,7 @@ def check_bytes(
     except SourceError as exc:
         return unreadable(path, display, exc)
     lint = lint_notebook if is_notebook(path) else lint_source
-    return lint(source, rules_for(settings, path), display, profile=profile)
+    return lint(source, rules_for(settings, path, profile), display, profile=profile)
 
 
 def precheck(

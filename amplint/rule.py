@@ -78,6 +78,9 @@ class Bad:
     code: str
     fixed: str | None = None
     expect: tuple[Expected, ...] = ()
+    # Python run after the code (and after the fixed code) that sets `out`: the example executes
+    # in bfloat16, float16 and float32 under tests/test_example_numerics.py.
+    run: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class Good:
 
     code: str
     why: str = ""
+    run: str | None = None
 
 
 class _Examples:
@@ -107,10 +111,11 @@ def _examples(code: str) -> dict[str, tuple[Bad, ...] | tuple[Good, ...]]:
             item["code"],
             item.get("fixed"),
             tuple(_expected(expect["range"], expect["message"]) for expect in item.get("expect", ())),
+            item.get("run"),
         )
         for item in data.get("bad", ())
     )
-    good = tuple(Good(item["code"], item.get("why", "")) for item in data.get("good", ()))
+    good = tuple(Good(item["code"], item.get("why", ""), item.get("run")) for item in data.get("good", ()))
     return {"bad": bad, "good": good}
 
 
@@ -145,6 +150,9 @@ class Rule:
     # False for a rule whose findings on real code were too often not worth acting on: it runs only
     # where `select` or `extend-select` names its code (docs/precision.md has the measurement).
     default_on: ClassVar[bool] = True
+    # An opt-in rule that is on by default all the same where the project runs only in one of these
+    # half dtypes (`precision` configured, or detected): its hazard is one of that dtype alone.
+    default_on_in: ClassVar[frozenset[str]] = frozenset()
     # How far its fixes can be trusted (`amplint.diagnostics.SAFE`, `UNSAFE`, `DISPLAY_ONLY`): a fix
     # that changes the dtype a consumer sees is unsafe until the consumers are proven fine.
     fix_applicability: ClassVar[str] = SAFE

@@ -287,7 +287,8 @@ def test_show_settings_on_a_project(tmp_path: Path) -> None:
     assert "files: 2" in lines
     assert "ignore: AMP010" in lines
     rules = next(line for line in lines if line.startswith("rules: "))
-    assert "AMP006" in rules and "AMP008" in rules and "AMP010" not in rules
+    # AMP006 (opt-in) is on by default only where the project runs in float16 alone.
+    assert "AMP006" not in rules and "AMP008" in rules and "AMP010" not in rules
     assert "  tests/* = AMP006" in lines
     assert "extend-exclude: scratch/" in lines
     assert "precision: auto" in lines
@@ -295,6 +296,8 @@ def test_show_settings_on_a_project(tmp_path: Path) -> None:
     assert '  src/train.py:6: torch.autocast("cuda", dtype=torch.bfloat16)' in lines
     assert not (tmp_path / CACHE).exists()  # nothing was checked
     assert "AMP006" not in proc.stderr and "src/model.py:" not in proc.stdout
+    fp16 = amplint_run(tmp_path, "check", "--show-settings", "--precision", "fp16").stdout.splitlines()
+    assert "AMP006" in next(line for line in fp16 if line.startswith("rules: "))
 
 
 def test_notebook_cells_are_scanned_as_code(tmp_path: Path) -> None:
@@ -354,7 +357,7 @@ def test_the_profile_reaches_every_file(tmp_path: Path, monkeypatch: pytest.Monk
     if jobs > 1 and multiprocessing.get_start_method() != "fork":
         pytest.skip("the probe rule reaches the workers only through fork")
     for module in (api, rules):  # the in-process path and the workers
-        monkeypatch.setattr(module, "rules_for", lambda settings, path: [_Probe])
+        monkeypatch.setattr(module, "rules_for", lambda settings, path, profile: [_Probe])
     files = [write(tmp_path / f"m{index}.py", f"x = {index}\n") for index in range(3)]
     files.append(write(tmp_path / "train.py", "model.bfloat16()\n"))
     settings = Settings(root=tmp_path)
@@ -393,6 +396,7 @@ def _entries(root: Path) -> set[str]:
 
 
 def test_a_changed_profile_misses_the_cache(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", '[tool.amplint]\nextend-select = ["AMP006"]\n')
     write(tmp_path / "pkg" / "model.py", NORM)
     write(tmp_path / "pkg" / "lib.py", "def f(x):\n    return x\n")
     first = amplint_run(tmp_path, "check", "pkg")

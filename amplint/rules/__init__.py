@@ -10,6 +10,7 @@ from pathlib import Path
 from amplint.config import Settings
 from amplint.results import UNPARSABLE
 from amplint.rule import Rule
+from amplint.static.profile import CALLER, Profile
 
 README_URL = "https://github.com/amplint/amplint/blob/main/README.md"
 
@@ -33,20 +34,27 @@ def all_rules() -> tuple[type[Rule], ...]:
     return tuple(sorted(found, key=lambda rule: rule.code))
 
 
-def selected_rules(settings: Settings) -> list[type[Rule]]:
-    """The static rules select/extend-select/ignore turn on (opt-in ones only where named)."""
+def selected_rules(settings: Settings, profile: Profile = CALLER) -> list[type[Rule]]:
+    """The static rules select/extend-select/ignore turn on (opt-in ones only where named, or where
+    the project's precision `profile` is the one dtype the rule's hazard belongs to)."""
     return [
         rule
         for rule in all_rules()
-        if not rule.runtime_only and settings.is_selected(rule.code, opt_in=not rule.default_on)
+        if not rule.runtime_only and settings.is_selected(rule.code, opt_in=not _on_by_default(rule, profile))
     ]
 
 
-def rules_for(settings: Settings, path: Path) -> list[type[Rule]]:
+def _on_by_default(rule: type[Rule], profile: Profile) -> bool:
+    if rule.default_on:
+        return True
+    return profile.origin != "caller" and bool(profile.half) and profile.half <= rule.default_on_in
+
+
+def rules_for(settings: Settings, path: Path, profile: Profile = CALLER) -> list[type[Rule]]:
     """The enabled rules for one file, after select/ignore and per-file-ignores."""
     return [
         rule
-        for rule in selected_rules(settings)
+        for rule in selected_rules(settings, profile)
         if rule.code != UNPARSABLE and not settings.is_ignored_for(rule.code, path)
     ]
 

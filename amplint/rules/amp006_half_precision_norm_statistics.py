@@ -54,6 +54,13 @@ class HalfPrecisionNormStatistics(Rule):
     one half, or a division). An input cast to a dtype the author offers as a setting, float32 among
     the choices (`if self.force_fp32: x = x.float()`), is left alone.
 
+    Off by default (opt-in), except in a project whose precision is float16 only (`precision =
+    "fp16"`, or detected so): the hazard is float16's alone, and whether a row's values pass 256 is
+    seldom visible in the code (a waveform or a normalised pixel never does). On public projects
+    it was not written against, about two thirds of its findings were worth a look and none was a
+    certain bug (docs/precision.md). Turn it on with `--extend-select AMP006` or
+    `extend-select = ["AMP006"]` under `[tool.amplint]`.
+
     ## Why is this bad?
     Squares grow fast: in float16 any activation above 256 squares to more than 65504 and becomes
     `inf`, so the variance is `inf`, `rsqrt` gives 0 and the whole row is zeroed (the T5-in-fp16
@@ -92,6 +99,8 @@ class HalfPrecisionNormStatistics(Rule):
     code = "AMP006"
     name = "half-precision-norm-statistics"
     summary = "hand-written RMSNorm/LayerNorm statistics (pow(2).mean, x * x, var) without a float32 upcast"
+    default_on = False
+    default_on_in = frozenset({"float16"})
     # A statistic that normalises nearly always meets a root (`rsqrt`, `sqrt`) or is a `var`; files
     # with a mean of squares and only `** -0.5` are rare enough not to parse every file with `mean`.
     triggers = frozenset({"rsqrt", "sqrt", "reciprocal", "var", "var_mean"})

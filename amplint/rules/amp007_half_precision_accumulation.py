@@ -12,7 +12,7 @@ from amplint.diagnostics import UNSAFE
 from amplint.rule import Rule, Verdict
 from amplint.runtime.chains import half_precision_verdict
 from amplint.static.context import FileContext, Finding, FixPlan
-from amplint.static.dtypes import SCALAR
+from amplint.static.dtypes import SCALAR, DtypeFacts
 from amplint.static.flow import Flow, Policy, analyse, value_children
 from amplint.static.ops import HALF, autocast_policy
 from amplint.static.patterns import argument, callee_name, function_call, method_call, with_dtype, with_method
@@ -35,8 +35,9 @@ _DECAY_NAME = re.compile(
     r"forget\w*)$",
     re.IGNORECASE,
 )
-# Ops that leave log space: what they return is a probability or a decay factor, not a log-decay.
-_LEAVE_LOG_SPACE = frozenset({"exp", "exp2", "softmax", "sigmoid_", "expm1"})
+# Ops that leave log space: what they return is a probability or a decay factor, or a magnitude
+# (`|logp_a - logp_b|` summed into a prefix share is a weight), not a log-decay.
+_LEAVE_LOG_SPACE = frozenset({"exp", "exp2", "softmax", "sigmoid_", "expm1", "abs"})
 _HAZARDS = {
     "cumsum": "the running sum grows with the sequence while {bits}, so once it is {times} times a term "
     "each new term is rounded away and the decays taken from it come out wrong",
@@ -120,7 +121,14 @@ def _accumulation(ctx: FileContext, call: cst.Call) -> tuple[str, cst.BaseExpres
         return None
     if data is None or (dtype is not None and not ctx.facts.of(dtype).dtypes & HALF):
         return None  # an explicit dtype is the author's choice
-    return (callee_name(call), data) if ctx.facts.of(call).may_be_half else None
+    return (callee_name(call), data) if _facts(ctx, callee_name(call)).of(call).may_be_half else None
+
+
+def _facts(ctx: FileContext, op: str) -> DtypeFacts:
+    """The facts the hazard is judged by: for an op that CUDA autocast runs in float32 (`cumsum`,
+    `cumprod`), those of a caller without autocast (a model run in half weights), since under the
+    caller's autocast the op is float32 whatever made its input half there."""
+    return ctx.facts.without_caller_autocast() if autocast_policy(op, "cuda") == "fp32" else ctx.facts
 
 
 def _scan(ctx: FileContext, scope: Scope) -> Iterator[Finding]:
@@ -216,7 +224,8 @@ def _log_space_origin(ctx: FileContext, data: cst.BaseExpression, flow: Flow) ->
 
 
 def _finding(ctx: FileContext, call: cst.Call, op: str, data: cst.BaseExpression, origin: str) -> Finding:
-    fact, data_fact = ctx.facts.of(call), ctx.facts.of(data)
+    facts = _facts(ctx, op)
+    fact, data_fact = facts.of(call), facts.of(data)
     shown = data_fact if data_fact.may_be_half else fact
     half = shown.half_names()
     autocast = (

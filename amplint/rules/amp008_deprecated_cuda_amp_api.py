@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
@@ -77,8 +77,10 @@ class DeprecatedCudaAmpApi(Rule):
     `@torch.amp.custom_fwd(device_type="cuda", cast_inputs=...)`. A name imported from
     `torch.cuda.amp` is rewritten at each use to `torch.amp.<name>` (adding `import torch` where the
     module lacks it); the import itself is left in place, and a linter such as ruff (F401) removes it
-    once nothing uses it. In annotations and `isinstance` checks the class becomes
-    `torch.amp.GradScaler`/`torch.amp.autocast` (the base class of the old one). References that
+    once nothing uses it. In `isinstance` checks the class becomes `torch.amp.GradScaler`/
+    `torch.amp.autocast` (the base class of the old one), since an object the fixed code builds is
+    no instance of the old class. Annotations emit no warning and are not flagged, but the file's
+    first fix of the same API rewrites them too. References that
     select the old API for old PyTorch versions (inside an `if` on the version or a
     `try`/`except ImportError`), or that only compare against it, are not flagged.
 
@@ -102,6 +104,11 @@ class DeprecatedCudaAmpApi(Rule):
         if not any(target.startswith("torch") for target in ctx.index.aliases.values()):
             return
         scan = _Scan(ctx)
+        findings: list[tuple[_Api, Finding]] = []
+        # An annotation is never evaluated into a warning (and not at all under `from __future__
+        # import annotations`): no finding of its own, but rewritten with the file's first fix of
+        # the same API, so that it still names the class the fixed code builds.
+        annotations: dict[str, list[tuple[cst.CSTNode, cst.CSTNode]]] = {}
         for node in scan.references:
             api = _DEPRECATED.get(ctx.qualified(node) or "")
             if api is None or id(node) in scan.guarded or _shadowed(scan, node):
@@ -112,13 +119,22 @@ class DeprecatedCudaAmpApi(Rule):
             elif id(node) in scan.decorators:
                 finding = _decorator_finding(ctx, node, api)
             elif id(node) in scan.annotations and api.kind in {"autocast", "GradScaler"}:
+                annotations.setdefault(api.kind, []).append((node, _new_name(ctx, api.kind)[0]))
+                continue
+            elif id(node) in scan.type_tests and api.kind in {"autocast", "GradScaler"}:
                 finding = _replacement_finding(ctx, node, api, _new_name(ctx, api.kind)[0])
             elif id(node) in scan.compared:
                 continue
             else:
                 finding = _reference_finding(ctx, node, api)
             if finding is not None:
-                yield finding
+                findings.append((api, finding))
+        for api, finding in findings:
+            extra = annotations.pop(api.kind, None) if finding.fix is not None else None
+            if extra and finding.fix is not None:
+                fix = finding.fix
+                finding = replace(finding, fix=replace(fix, replacements=(*fix.replacements, *extra)))
+            yield finding
 
 
 @dataclass
@@ -131,6 +147,7 @@ class _Scan:
     call_of: dict[int, cst.Call] = field(default_factory=dict)
     decorators: set[int] = field(default_factory=set)
     annotations: set[int] = field(default_factory=set)
+    type_tests: set[int] = field(default_factory=set)  # the class named by `isinstance`/`issubclass`
     guarded: set[int] = field(default_factory=set)
     # References compared against (`func is torch.cuda.amp.autocast`, `f in [..., torch.cuda.amp.autocast]`)
     # or listed in a collection: code that recognises the old API (torch's own dynamo), not code that uses it.
@@ -159,8 +176,8 @@ class _Scan:
             elif isinstance(node, cst.Call):
                 self.call_of[id(node.func)] = node
                 if isinstance(node.func, cst.Name) and node.func.value in {"isinstance", "issubclass"}:
-                    # A class named as a type, as in an annotation.
-                    self.annotations.update(id(n) for arg in node.args[1:2] for n in walk(arg.value))
+                    # A class tested against: once the constructor is fixed, the old one no longer matches.
+                    self.type_tests.update(id(n) for arg in node.args[1:2] for n in walk(arg.value))
             elif isinstance(node, cst.FunctionDef):
                 skipped.add(id(node.name))
                 self.decorators.update(id(d.decorator) for d in node.decorators)

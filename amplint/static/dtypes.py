@@ -158,6 +158,23 @@ def promote(facts: Iterable[Fact]) -> Fact:
     return Fact(TENSOR, frozenset(result), tuple(why[-_MAX_WHY:]), caller)
 
 
+def agree(facts: Iterable[Fact], node: cst.CSTNode, op: str) -> Fact:
+    """The operands of an op that raises on mixed dtypes (`matmul`, `linear`, `conv2d`): the code
+    runs only where they share a dtype, so each holds only the dtypes the others may hold too
+    (`k @ state` with `k` float32 and `state` float32 or the caller's: float32)."""
+    facts = list(facts)
+    known = [fact for fact in facts if fact.kind == TENSOR and fact.dtypes]
+    common = frozenset.intersection(*(fact.dtypes for fact in known)) if len(known) > 1 else frozenset()
+    promoted = promote(facts)
+    if not common or common == promoted.dtypes:
+        return promoted
+    why = next((fact.why for fact in known if fact.dtypes == common), promoted.why)
+    names = "/".join(_SHORT[d] for d in ops.FLOATS if d in common)
+    step = Step(node, f"`{op}` raises on mixed dtypes, so its operands are {names} where it runs")
+    caller = all(fact.caller for fact in known if fact.dtypes & common & HALF) and bool(common & HALF)
+    return Fact(TENSOR, common, (*why[-(_MAX_WHY - 1) :], step), caller)
+
+
 @dataclass(frozen=True)
 class Autocast:
     """One autocast state code can run under: `device` None means autocast is off."""
@@ -1033,7 +1050,29 @@ class DtypeFacts:
         # parameters and buffers (the same fact whether or not `__init__` was analysed first).
         return self._expr(value, frame)
 
+    def _per_item(self, name: str, iterated: Fact, body: cst.BaseExpression, frame: _Frame) -> Fact | None:
+        """`[x[i] for x in (q, k)]`, `map(lambda x: x.float(), (q, k))` over a literal tuple: one
+        fact per element, so that `q_i, k_i = ...` keeps each its own; None for any other iterable.
+        The caller then evaluates `body` once more on the joined elements, which is what its nodes
+        keep as their facts."""
+        if not iterated.items:
+            return None
+        return Fact(
+            OTHER,
+            items=tuple(
+                self._expr(body, replace(frame, env={**frame.env, name: item})) for item in iterated.items
+            ),
+        )
+
     def _comprehension(self, node: cst.ListComp | cst.GeneratorExp, frame: _Frame) -> Fact:
+        loop = node.for_in
+        per_item = None
+        if loop.inner_for_in is None and not loop.ifs and isinstance(loop.target, cst.Name):
+            per_item = self._per_item(loop.target.value, self._expr(loop.iter, frame), node.elt, frame)
+        joined = self._joined_comprehension(node, frame)
+        return per_item if per_item is not None else joined
+
+    def _joined_comprehension(self, node: cst.ListComp | cst.GeneratorExp, frame: _Frame) -> Fact:
         inner = replace(frame, env=dict(frame.env))
         loop: cst.CompFor | None = node.for_in
         while loop is not None:
@@ -1071,7 +1110,10 @@ class DtypeFacts:
         self, op: str, inputs: list[Fact], node: cst.CSTNode, frame: _Frame, natural: Fact | None = None
     ) -> Fact:
         """The result of `op` on `inputs` under each autocast state the code can run in."""
-        base = natural if natural is not None else promote(inputs)
+        if natural is not None:
+            base = natural
+        else:
+            base = agree(inputs, node, op) if ops.same_dtype(op) else promote(inputs)
         if not any(fact.kind in (TENSOR, UNKNOWN) for fact in inputs) and natural is None:
             return base
         lower: dict[str, list[Autocast]] = {}  # by how the states are described
@@ -1151,8 +1193,10 @@ class DtypeFacts:
         function = node.args[0].value
         element = join(iterated.items) if iterated.items else iterated
         if isinstance(function, cst.Lambda) and len(function.params.params) == 1:
-            inner = replace(frame, env={**frame.env, function.params.params[0].name.value: element})
-            return self._expr(function.body, inner)
+            name = function.params.params[0].name.value
+            per_item = self._per_item(name, iterated, function.body, frame)
+            joined = self._expr(function.body, replace(frame, env={**frame.env, name: element}))
+            return per_item if per_item is not None else joined
         if isinstance(function, cst.Name):
             return self._local_call(function.value, node, frame, [element], {}) or UNKNOWN_FACT
         return UNKNOWN_FACT

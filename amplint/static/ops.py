@@ -35,6 +35,15 @@ _LOWER_COMMON = frozenset(
 )
 CUDA_LOWER = _LOWER_COMMON | {"addmv", "addr", "mv", "chain_matmul", "multi_dot", "conv_tbc"}
 CPU_LOWER = _LOWER_COMMON | {"conv_tbc"}
+# Ops whose tensor operands must share one dtype outside autocast (`mm`: "expected m1 and m2 to have
+# the same dtype"): code that runs passes them in the same dtype.
+SAME_DTYPE = CUDA_LOWER | CPU_LOWER
+
+
+def same_dtype(op: str) -> bool:
+    return ALIASES.get(op, op) in SAME_DTYPE
+
+
 # Ops that autocast runs in float32, whatever their input (`fp32`).
 CUDA_FP32 = frozenset(
     {

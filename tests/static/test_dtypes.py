@@ -81,6 +81,23 @@ def helper(z):
     return w
 """
 
+# fla-core 0.6.0, fla/ops/titans/naive.py:216-266 (shortened): the reference casts its inputs to
+# float32 and keeps a float32 state, so the product that the statistic is taken of is float32.
+AGREE = """\
+import torch
+
+def reference(q, k, state: torch.Tensor = None):
+    q, k = map(lambda t: t.to(torch.float32), [q, k])
+    if state is None:
+        state = torch.zeros(4, 4).to(torch.float32)
+    q_i, k_i, gate_i = [x[0] for x in [q, k, gate_of(q)]]
+    km = k_i @ state
+    return km, gate_i
+
+def gate_of(x):
+    return x.half()
+"""
+
 
 @pytest.mark.parametrize(
     ("code", "line", "expression", "dtypes"),
@@ -108,10 +125,33 @@ def helper(z):
         (FLOW, 11, "g", {"float64"}),
         # The helper is analysed with its call site's argument: float32 in, float32 out.
         (FLOW, 15, "w", {"float32"}),
+        # A comprehension over a literal list keeps each element's own fact when unpacked.
+        (AGREE, 7, "k_i", {"float32"}),
+        (AGREE, 7, "gate_i", {"float16"}),
     ],
 )
 def test_dtypes(code: str, line: int, expression: str, dtypes: set[str]) -> None:
     assert fact(code, line, expression).dtypes == dtypes
+
+
+def test_a_product_runs_only_on_operands_of_one_dtype() -> None:
+    # `x` is in the caller's dtype, but `matmul` raises on mixed dtypes: outside autocast, where it
+    # runs `x` is float16 like the weight, so the product is float16. A sum promotes instead.
+    ctx = facts_on(
+        """\
+        import torch
+
+        def project(x):
+            w = torch.zeros(4, 4).half()
+            return x @ w, x + w
+        """
+    )
+    plain = dict(ctx.facts.without_caller_autocast().explain_line(5))
+    assert plain["x @ w"].dtypes == {"float16"}
+    assert (
+        "`matmul` raises on mixed dtypes, so its operands are fp16 where it runs" in plain["x @ w"].explain()
+    )
+    assert plain["x + w"].dtypes == {"float32", "float16"}
 
 
 def test_integer_results_are_not_floating() -> None:
