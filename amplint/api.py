@@ -36,7 +36,7 @@ class CheckRun:
 def project_profile(settings: Settings, contents: Mapping[Path, bytes | SourceError]) -> Profile:
     """The precision profile of a run: `precision` from the settings, or detected from the contents
     of the checked files (`parallel.read_files`), which the run then checks without reading again."""
-    return settings.configured_profile or detect(_texts(contents))
+    return settings.configured_profile or settings.with_torch(detect(_texts(contents)))
 
 
 def _texts(contents: Mapping[Path, bytes | SourceError]) -> Iterator[tuple[str, str]]:

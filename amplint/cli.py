@@ -65,6 +65,12 @@ def _parser() -> argparse.ArgumentParser:
         help="the half dtypes the code runs in (default: `precision` in [tool.amplint], or auto: detected)",
     )
     check.add_argument(
+        "--torch-version",
+        metavar="REQUIREMENT",
+        help='the torch versions the project supports, e.g. ">=2.1" (default: `torch-version` in '
+        "[tool.amplint], else the torch dependency in pyproject.toml)",
+    )
+    check.add_argument(
         "--explain",
         metavar="FILE:LINE",
         help="print the dtype facts of every expression on that line, and why, then exit",
@@ -241,6 +247,7 @@ def _check(args: argparse.Namespace) -> int:
             ignore=args.ignore,
             extend_exclude=args.extend_exclude,
             precision=args.precision,
+            torch_version=args.torch_version,
         )
     except ConfigError as exc:
         return _error(str(exc))
@@ -339,6 +346,7 @@ def _show_settings(paths: list[Path], settings: Settings) -> int:
         f"exclude: {', '.join(settings.exclude) or '-'}",
         f"extend-exclude: {', '.join(settings.extend_exclude) or '-'}",
         f"precision: {settings.precision}",
+        f"torch-version: {settings.torch_version or 'any (none declared)'}",
         f"profile: {profile.describe()}",
         *(f"  {path}:{line}: {what}" for path, line, what in profile.evidence),
     ]

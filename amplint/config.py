@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from amplint.gitignore import PatternSet
-from amplint.static.profile import PRECISIONS, Profile, configured
+from amplint.static.profile import PRECISIONS, Profile, TorchRange, configured
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -71,6 +71,7 @@ _KNOWN_KEYS = (
     "precision",
     "runtime",
     "select",
+    "torch-version",
 )
 _PRECISION_EXPECTED = "one of " + ", ".join(f'"{value}"' for value in PRECISIONS)
 
@@ -105,6 +106,30 @@ def _validate_patterns(values: object, where: str) -> tuple[str, ...]:
     return tuple(values)
 
 
+def _validate_torch(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f'{where} must be a torch requirement such as ">=2.1", got {_show(value)}')
+    try:
+        TorchRange.parse(value)
+    except ValueError as exc:
+        raise ConfigError(f'{where} must be a torch requirement such as ">=2.1,<2.6": {exc}') from None
+    return value
+
+
+def _torch_dependency(data: Mapping[str, Any]) -> str:
+    """The torch requirement in `[project] dependencies` (without the name), or ""."""
+    project = data.get("project")
+    dependencies = project.get("dependencies") if isinstance(project, dict) else None
+    for dependency in dependencies if isinstance(dependencies, list) else ():
+        if isinstance(dependency, str) and re.match(r"torch\s*($|[<>=!~;\[(])", dependency.strip()):
+            try:
+                TorchRange.parse(dependency)
+            except ValueError:
+                return ""  # a spelling amplint cannot read: as if none were declared
+            return dependency.strip()
+    return ""
+
+
 def _validate_precision(value: object, where: str) -> str:
     if not isinstance(value, str) or value not in PRECISIONS:
         raise ConfigError(f"{where} must be {_PRECISION_EXPECTED}, got {_show(value)}")
@@ -126,6 +151,9 @@ class Settings:
     root: Path = field(default_factory=Path.cwd)  # relative patterns are anchored here
     config_path: Path | None = None
     precision: str = "auto"  # one of PRECISIONS; "auto": detected from the checked files
+    # The torch the project supports, as a requirement (">=2.1,<2.6"); "" for any. From
+    # `torch-version`, else the torch entry of `[project] dependencies` in the nearest pyproject.toml.
+    torch_version: str = ""
     # `[tool.amplint.runtime]`, kept raw until the runtime pass defines its keys.
     runtime: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
@@ -136,7 +164,12 @@ class Settings:
     @property
     def configured_profile(self) -> Profile | None:
         """The precision profile `precision` names; None for "auto" (detect it from the files)."""
-        return configured(self.precision)
+        profile = configured(self.precision)
+        return None if profile is None else self.with_torch(profile)
+
+    def with_torch(self, profile: Profile) -> Profile:
+        """`profile` with the torch versions the project supports."""
+        return replace(profile, torch=TorchRange.parse(self.torch_version))
 
     def is_selected(self, code: str, *, opt_in: bool = False) -> bool:
         """Whether `code` is on: the longest matching prefix in select (and extend-select) and ignore
@@ -191,6 +224,7 @@ class Settings:
         exclude: Sequence[str] | None = None,
         extend_exclude: Sequence[str] | None = None,
         precision: str | None = None,
+        torch_version: str | None = None,
     ) -> Settings:
         """Apply command-line flags: `--select`, `--exclude` and `--precision` replace the configured
         values, `--extend-select`, `--ignore` and `--extend-exclude` add to them. Lists may be
@@ -218,6 +252,8 @@ class Settings:
             )
         if precision is not None and precision != self.precision:
             changes["precision"] = _validate_precision(precision, "--precision")
+        if torch_version is not None:
+            changes["torch_version"] = _validate_torch(torch_version, "--torch-version")
         return replace(self, **changes) if changes else self
 
 
@@ -293,6 +329,8 @@ def _settings_from_table(table: object, path: Path, section: str) -> Settings:
         )
     if "precision" in table:
         changes["precision"] = _validate_precision(table["precision"], f"{prefix}'precision'")
+    if "torch-version" in table:
+        changes["torch_version"] = _validate_torch(table["torch-version"], f"{prefix}'torch-version'")
     if "runtime" in table:
         runtime = table["runtime"]
         if not isinstance(runtime, dict):
@@ -316,21 +354,38 @@ def load_settings(
 
     With `config_file`: a `pyproject.toml` must hold `[tool.amplint]`; any other TOML file holds the
     settings at its top level. Without: the nearest `pyproject.toml` with `[tool.amplint]` above the
-    common directory of `paths`; defaults (anchored at `cwd`) when there is none.
+    common directory of `paths`; defaults (anchored at `cwd`) when there is none. Without
+    `torch-version`, the torch requirement the nearest `pyproject.toml` declares stands for it.
     """
     cwd = Path(os.path.abspath(cwd if cwd is not None else Path.cwd()))
+    start = _common_directory(paths, cwd)
     if config_file is not None:
         path = Path(os.path.abspath(cwd / config_file))
         if not path.is_file():
             raise ConfigError(f"{config_file}: config file not found")
         data = _read_toml(path)
         if path.name != "pyproject.toml":
-            return _settings_from_table(data, path, "")
+            return _declared_torch(_settings_from_table(data, path, ""), start)
         table = _amplint_table(data)
         if table is None:
             raise ConfigError(f"{path}: no [tool.amplint] table")
-        return _settings_from_table(table, path, "[tool.amplint] ")
-    found = find_config(_common_directory(paths, cwd))
+        return _declared_torch(_settings_from_table(table, path, "[tool.amplint] "), start)
+    found = find_config(start)
     if found is None:
-        return Settings(root=cwd)
-    return _settings_from_table(_amplint_table(_read_toml(found)), found, "[tool.amplint] ")
+        return _declared_torch(Settings(root=cwd), start)
+    return _declared_torch(
+        _settings_from_table(_amplint_table(_read_toml(found)), found, "[tool.amplint] "), start
+    )
+
+
+def _declared_torch(settings: Settings, start: Path) -> Settings:
+    """`settings` with the torch requirement of the nearest `pyproject.toml` above `start`, unless
+    `torch-version` already says which torch the project supports."""
+    if settings.torch_version:
+        return settings
+    for directory in (start, *start.parents):
+        candidate = directory / "pyproject.toml"
+        if candidate.is_file():
+            declared = _torch_dependency(_read_toml(candidate))
+            return replace(settings, torch_version=declared) if declared else settings
+    return settings

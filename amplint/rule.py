@@ -12,7 +12,7 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, ClassVar
 
-from amplint.diagnostics import SAFE, Confidence, Diagnostic, Severity
+from amplint.diagnostics import SAFE, UNSAFE, Confidence, Diagnostic, Severity
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -20,8 +20,10 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 if TYPE_CHECKING:
+    import libcst as cst
+
     from amplint.runtime.graph import DtypeGraph, DtypeNode
-    from amplint.static.context import FileContext, Finding
+    from amplint.static.context import FileContext, Finding, FixPlan
 
 
 @dataclass(frozen=True)
@@ -200,3 +202,25 @@ class RuntimeRule(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         return iter(())
+
+
+def dtype_keeping_fix(
+    ctx: FileContext,
+    upcast: cst.BaseExpression,
+    fixed: cst.BaseExpression,
+    data: cst.BaseExpression,
+    description: str,
+    missing_import: bool,
+) -> FixPlan:
+    """The fix that puts `fixed` (which computes in float32) in place of `upcast`: safe where what
+    derives from it is cast back to the dtype of `data` wherever it leaves elementwise code, so
+    that every consumer sees the dtype it saw before; otherwise unsafe, with no cast back."""
+    from amplint.static.consumers import cast_back  # libcst, which only checking files needs
+    from amplint.static.context import FixPlan
+
+    back = cast_back(ctx, upcast, fixed, data)
+    if back is None:
+        return FixPlan(description, ((upcast, fixed),), missing_import, UNSAFE)
+    return FixPlan(
+        f"{description}, cast back where the result leaves elementwise code", back, missing_import, SAFE
+    )

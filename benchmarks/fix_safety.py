@@ -1,19 +1,23 @@
-"""Does `amplint check --fix` leave real code working? Applied to the installed transformers'
-`models/`, then every changed module is imported and every changed causal LM runs a forward pass.
+"""Does `amplint check --fix` leave real code working? Applied to an installed package (transformers'
+`models/`, diffusers, flash-linear-attention's `fla`), then every changed module is imported and,
+for transformers, every changed model runs a forward pass.
 
-    python benchmarks/fix_safety.py [--unsafe-fixes] [--all-rules] [--output docs/fix_safety.md]
+    python benchmarks/fix_safety.py [--package transformers|diffusers|fla] [--unsafe-fixes]
+                                    [--all-rules] [--output FILE]
 
-The installed `transformers` package is copied to a temporary directory twice (as it is, and to be
-fixed); `amplint check --fix` (with `--unsafe-fixes`, and every opt-in rule with `--all-rules`) runs
-on the copy's `models/`. Then, each in a fresh process with the copy first on `sys.path`:
+The installed package is copied to a temporary directory twice (as it is, and to be fixed);
+`amplint check --fix` (with `--unsafe-fixes`, and every opt-in rule with `--all-rules`) runs on the
+copy (transformers: its `models/`). Then, each in a fresh process with the copy first on `sys.path`:
 
 - every changed module is imported (one that does not import unfixed either, for want of an
   optional dependency, is left out);
-- every changed `modeling_*.py` whose model type has a causal LM in `AutoModelForCausalLM` is built
-  from a tiny config (2 layers, hidden size 64, 4 heads, vocabulary 256) with random weights and
-  runs a forward pass on CPU in bfloat16 and in float16 (no autocast), in the original copy and in
-  the fixed one; a model counts as broken when the original runs and the fixed one raises, or when
-  the fixed logits have another dtype or shape, or are not finite where the original's are.
+- every changed `modeling_*.py` whose model type the auto classes know is built from a tiny config
+  (2 layers, hidden size 64, 4 heads, vocabulary 256, 32-pixel images) with random weights, as its
+  causal LM (`AutoModelForCausalLM`) or else its base model (`AutoModel`), and runs a forward pass
+  on token ids or pixels, on CPU in bfloat16 and in float16 (no autocast), in the original copy and
+  in the fixed one; a model counts as broken when the original runs and the fixed one raises, or
+  when the fixed output (logits, else the first output) has another dtype or shape, or is not
+  finite where the original's is.
 
 The table goes to stdout, and with `--output` into a Markdown file with the command that made it.
 """
@@ -33,10 +37,11 @@ from collections import Counter
 from importlib.util import find_spec
 from pathlib import Path
 
-OPT_IN = "AMP001,AMP002,AMP003,AMP004,AMP005,AMP013,AMP014"
+OPT_IN = "AMP001,AMP002,AMP003,AMP004,AMP005,AMP006,AMP013,AMP014"
+CHECKED = {"transformers": "models"}  # the folder of the package amplint fixes (default: all of it)
 TIMEOUT = 300
 
-# Run in a child process: build a tiny causal LM of one model type and report its logits per dtype.
+# Run in a child process: build a tiny model of one model type and report its first output per dtype.
 _FORWARD = r"""
 import json, sys, torch, transformers
 model_type = sys.argv[1]
@@ -45,24 +50,40 @@ try:
     config = transformers.AutoConfig.for_model(model_type)
     tiny = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
             "intermediate_size": 128, "vocab_size": 256, "head_dim": 16, "max_position_embeddings": 128,
-            "pad_token_id": 0, "is_decoder": True}
+            "pad_token_id": 0, "is_decoder": True, "image_size": 32, "patch_size": 8,
+            "num_encoder_layers": 2, "num_decoder_layers": 2, "encoder_layers": 2, "decoder_layers": 2,
+            "d_model": 64, "encoder_attention_heads": 4, "decoder_attention_heads": 4}
     for key, value in tiny.items():
         if hasattr(config, key):
             setattr(config, key, value)
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    causal = model_type in transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    auto = transformers.AutoModelForCausalLM if causal else transformers.AutoModel
+    model = auto.from_config(config).eval()
+    name = model.main_input_name
+    if name == "input_ids":
+        inputs = {"input_ids": torch.randint(0, 256, (1, 16))}
+        if getattr(config, "is_encoder_decoder", False):
+            inputs["decoder_input_ids"] = torch.randint(0, 256, (1, 8))
+    elif name == "pixel_values":
+        size = getattr(config, "image_size", 32)
+        size = size[0] if isinstance(size, (list, tuple)) else size
+        inputs = {"pixel_values": torch.randn(1, getattr(config, "num_channels", 3), size, size)}
+    else:
+        raise TypeError(f"main input {name!r} not built here")
 except Exception as exc:
     print(json.dumps({"build": f"{type(exc).__name__}: {str(exc)[:200]}"}))
     sys.exit(0)
-ids = torch.randint(0, 256, (1, 16))
-for name in ("bfloat16", "float16"):
+for dtype in ("bfloat16", "float16"):
     try:
+        cast = {k: v.to(getattr(torch, dtype)) if v.is_floating_point() else v for k, v in inputs.items()}
         with torch.no_grad():
-            logits = model.to(getattr(torch, name))(input_ids=ids).logits
-        out[name] = {"dtype": str(logits.dtype), "shape": list(logits.shape),
-                     "finite": bool(torch.isfinite(logits).all())}
+            result = model.to(getattr(torch, dtype))(**cast)
+        first = result.logits if getattr(result, "logits", None) is not None else result[0]
+        out[dtype] = {"dtype": str(first.dtype), "shape": list(first.shape),
+                      "finite": bool(torch.isfinite(first).all())}
     except Exception as exc:
-        out[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        out[dtype] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
 print(json.dumps(out))
 """
 
@@ -116,27 +137,40 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument(
+        "--package", default="transformers", help="the installed package to fix (default transformers)"
+    )
     parser.add_argument("--unsafe-fixes", action="store_true", help="apply the unsafe fixes too")
     parser.add_argument("--all-rules", action="store_true", help="turn the opt-in rules on too")
     parser.add_argument("--output", type=Path, help="write the table into this Markdown file")
     args = parser.parse_args(argv)
-    spec = find_spec("transformers")
+    package = args.package
+    spec = find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        print("transformers is not installed: pip install 'amplint[hf]'", file=sys.stderr)
+        print(f"{package} is not installed", file=sys.stderr)
         return 2
-    import transformers
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from importlib.metadata import packages_distributions, version
+
+    distribution = (packages_distributions().get(package) or [package])[0]
+    known: set[str] = set()  # model types with a class the auto classes build from a config
+    if package == "transformers":
+        from transformers.models.auto.modeling_auto import (
+            MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+            MODEL_MAPPING_NAMES,
+        )
+
+        known = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) | set(MODEL_MAPPING_NAMES)
 
     installed = Path(next(iter(spec.submodule_search_locations)))
-    command = ["python", "benchmarks/fix_safety.py"]
+    command = ["python", "benchmarks/fix_safety.py"] + ["--package", package] * (package != "transformers")
     flags = ["--fix"] + (["--unsafe-fixes"] if args.unsafe_fixes else [])
     flags += ["--extend-select", OPT_IN] if args.all_rules else []
     command += ["--unsafe-fixes"] * args.unsafe_fixes + ["--all-rules"] * args.all_rules
     with tempfile.TemporaryDirectory() as temporary:
         original, fixed = Path(temporary, "original"), Path(temporary, "fixed")
         for root in (original, fixed):
-            shutil.copytree(installed, root / "transformers", ignore=shutil.ignore_patterns("__pycache__"))
-        models = fixed / "transformers" / "models"
+            shutil.copytree(installed, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+        models = fixed / package / CHECKED.get(package, "")
         before = {path: _digest(path) for path in models.rglob("*.py")}
         run = subprocess.run(
             [
@@ -168,10 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             proc = _child(f"import {module}", path=fixed)
             if proc.returncode != 0:
                 failed_imports.append(f"{module}: {(proc.stderr.strip().splitlines() or ['?'])[-1][:160]}")
-        types = sorted(
-            {p.parent.name for p in changed if p.name.startswith("modeling_")}
-            & set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
-        )
+        types = sorted({p.parent.name for p in changed if p.name.startswith("modeling_")} & known)
         ran, broken, unbuilt = 0, [], []
         for model_type in types:
             old, new = _forward(model_type, original), _forward(model_type, fixed)
@@ -181,11 +212,12 @@ def main(argv: list[str] | None = None) -> int:
             why = _broken(old, new)
             if why is not None:
                 broken.append(f"{model_type}: {why}")
+    where = f"`{CHECKED[package]}/`" if package in CHECKED else "the package"
     lines = [
-        f"`{shlex.join(command)}` (transformers {transformers.__version__}, `amplint check "
-        f"{' '.join(flags)}` on `models/`)",
+        f"`{shlex.join(command)}` ({distribution} {version(distribution)}, `amplint check "
+        f"{' '.join(flags)}` on {where})",
         "",
-        "| Files changed | Fixes applied | Modules that no longer import | Causal LMs run (changed) | "
+        "| Files changed | Fixes applied | Modules that no longer import | Models run (changed) | "
         "Models that no longer run |",
         "| ---: | --- | ---: | ---: | ---: |",
         f"| {len(changed)} | {', '.join(f'{code}: {n}' for code, n in sorted(applied.items())) or '-'} | "

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from amplint.diagnostics import UNSAFE, Confidence, Diagnostic
-from amplint.rule import Rule, Verdict
+from amplint.rule import Rule, Verdict, dtype_keeping_fix
 from amplint.runtime.chains import HALF, describe_error, measured_error, upcast_reached, where
-from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.context import FileContext, Finding
 from amplint.static.flow import Flow, Hit, Policy, analyse, names_read
 from amplint.static.patterns import argument, callee_name, function_call, is_matmul, method_call, upcast_input
 from amplint.static.scopes import scopes_holding, walk
@@ -64,9 +64,13 @@ class LowPrecisionLogWeights(Rule):
     ```python
     w = -math.exp(-0.5) * self.w_lora(xw).to(torch.float32).sigmoid()
     ```
-    The log-weight then stays float32, as the recurrence wants it. Under autocast the matmuls
-    that consume it cast it back by themselves; code that runs in bfloat16 without autocast may
-    need a cast before a low-precision matmul that takes it.
+    The log-weight then stays float32, as the recurrence wants it.
+    Where the dtype-facts engine can prove it, the fix keeps every consumer's dtype: the float32
+    value runs through the elementwise code after it (`exp`, differences, indexing) and is cast
+    back to its input's dtype where it leaves that code (returned, stored on the module, passed to a
+    product, a module or another function), and the fix is safe. Where it cannot (the dtype is
+    read from a module's output, the value meets another tensor of unknown dtype, or leaves the
+    function as soon as it is computed), the value stays float32 and the fix is unsafe.
 
     ## References
     - PyTorch autocast op reference: https://pytorch.org/docs/stable/amp.html#autocast-op-reference
@@ -239,7 +243,9 @@ def _finding(ctx: FileContext, call: cst.Call, kind: str, label: str) -> Finding
     return Finding(
         call,
         message,
-        fix=FixPlan(f"Upcast the input of `{op}` to float32", ((call, fixed),), missing_import),
+        fix=dtype_keeping_fix(
+            ctx, call, fixed, source, f"Upcast the input of `{op}` to float32", missing_import
+        ),
         help=f"upcast first: `{shown if len(shown) <= 80 else shown[:77] + '...'}`",
         extra={"op": _TRACED_OPS.get(op, op)},
         evidence=fact.why,

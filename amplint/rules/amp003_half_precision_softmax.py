@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from amplint.diagnostics import UNSAFE, Diagnostic
-from amplint.rule import Rule, Verdict
+from amplint.rule import Rule, Verdict, dtype_keeping_fix
 from amplint.runtime.chains import half_precision_verdict
 from amplint.static.attention import (
     REGION_PATTERN,
@@ -18,7 +18,7 @@ from amplint.static.attention import (
     softmax_module_call,
     why_half,
 )
-from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.context import FileContext, Finding
 from amplint.static.dtypes import DTYPE, DtypeFacts, Fact
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.ops import F16, HALF
@@ -65,8 +65,12 @@ class HalfPrecisionSoftmax(Rule):
     log_probs = F.log_softmax(logits, dim=-1, dtype=torch.float32)
     loss = F.nll_loss(log_probs, target)
     ```
-    The fix keeps the result in float32 on purpose, so it changes the dtype that consumers see; a
-    consumer that needs half (a half `Linear`) needs a cast it did not need before.
+    Where the dtype-facts engine can prove it, the fix keeps every consumer's dtype: the float32
+    value runs through the elementwise code after it (`exp`, differences, indexing) and is cast
+    back to its input's dtype where it leaves that code (returned, stored on the module, passed to a
+    product, a module or another function), and the fix is safe. Where it cannot (the dtype is
+    read from a module's output, the value meets another tensor of unknown dtype, or leaves the
+    function as soon as it is computed), the value stays float32 and the fix is unsafe.
 
     ## References
     - `torch.nn.functional.log_softmax(input, dim, dtype=...)`
@@ -164,7 +168,14 @@ def _log_softmax_finding(ctx: FileContext, call: cst.Call, fact: Fact) -> Findin
         call,
         f"{_MESSAGE}: `log_softmax` rounds each log-probability to the half dtype; pass "
         f"`dtype=torch.float32`; {why}",
-        fix=FixPlan("Compute the log-probabilities in float32", ((call, fixed),), missing_import),
+        fix=dtype_keeping_fix(
+            ctx,
+            call,
+            fixed,
+            method_call(ctx, call, frozenset({"log_softmax"})) or argument(call, 0, "input") or call,
+            "Compute the log-probabilities in float32",
+            missing_import,
+        ),
         help=f"`{' '.join(ctx.code(fixed).split())}`",
         evidence=fact.why,
     )

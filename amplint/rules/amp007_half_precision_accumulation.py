@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from amplint.diagnostics import UNSAFE
-from amplint.rule import Rule, Verdict
+from amplint.rule import Rule, Verdict, dtype_keeping_fix
 from amplint.runtime.chains import half_precision_verdict
-from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.context import FileContext, Finding
 from amplint.static.dtypes import SCALAR, DtypeFacts
 from amplint.static.flow import Flow, Policy, analyse, value_children
 from amplint.static.ops import HALF, autocast_policy
@@ -85,8 +85,13 @@ class HalfPrecisionAccumulation(Rule):
     g_cumsum = g.cumsum(dim=1, dtype=torch.float32)
     ```
     or upcast the input first (`torch.cumsum(g.float(), dim=1)`, as flash-linear-attention's
-    layers do). The result is float32: code that runs in bfloat16 without autocast may need a cast
-    back before a low-precision matmul that takes it.
+    layers do).
+    Where the dtype-facts engine can prove it, the fix keeps every consumer's dtype: the float32
+    value runs through the elementwise code after it (`exp`, differences, indexing) and is cast
+    back to its input's dtype where it leaves that code (returned, stored on the module, passed to a
+    product, a module or another function), and the fix is safe. Where it cannot (the dtype is
+    read from a module's output, the value meets another tensor of unknown dtype, or leaves the
+    function as soon as it is computed), the value stays float32 and the fix is unsafe.
 
     ## References
     - flash-linear-attention `chunk_global_cumsum` and its layers' `torch.cumsum(g.float(), dim=1)`
@@ -249,7 +254,7 @@ def _finding(ctx: FileContext, call: cst.Call, op: str, data: cst.BaseExpression
     return Finding(
         call,
         message,
-        fix=FixPlan(description, ((call, fixed),), missing_import),
+        fix=dtype_keeping_fix(ctx, call, fixed, data, description, missing_import),
         help=f"accumulate in float32: `{' '.join(ctx.code(fixed).split())}`",
         evidence=shown.why,
     )

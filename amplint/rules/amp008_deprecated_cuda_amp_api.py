@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
-from amplint.diagnostics import Severity
+from amplint.diagnostics import DISPLAY_ONLY, Severity
 from amplint.rule import Rule
 from amplint.static.context import FileContext, Finding, FixPlan
 from amplint.static.imports import dotted_name, import_aliases
@@ -19,6 +19,12 @@ from amplint.static.scopes import walk
 class _Api:
     kind: str  # "autocast", "GradScaler", "custom_fwd" or "custom_bwd"
     device: str
+
+
+_DEPRECATED_IN = (2, 4)
+# The first torch with each replacement: `torch.amp.autocast(device_type)` 1.10, `torch.amp.GradScaler`
+# 2.3, `torch.amp.custom_fwd(device_type=)` 2.4 (the release that deprecates the old ones).
+_REPLACEMENT_SINCE = {"autocast": (1, 10), "GradScaler": (2, 3), "custom_fwd": (2, 4), "custom_bwd": (2, 4)}
 
 
 # Each deprecated name, under the modules that export it, with the device it is for.
@@ -84,6 +90,12 @@ class DeprecatedCudaAmpApi(Rule):
     select the old API for old PyTorch versions (inside an `if` on the version or a
     `try`/`except ImportError`), or that only compare against it, are not flagged.
 
+    The torch versions the project supports (`torch-version`, or the torch dependency in its
+    `pyproject.toml`) decide the rest: where none of them deprecates the API (`torch<2.4`) nothing
+    is flagged, and where the oldest lacks the replacement (`torch.amp.autocast(device_type)` came in
+    1.10, `torch.amp.GradScaler` in 2.3, `torch.amp.custom_fwd`/`custom_bwd` in 2.4) the finding says
+    so and its fix is display-only: the code has to pick the API by torch version.
+
     ## References
     - PyTorch AMP docs: https://pytorch.org/docs/stable/amp.html
     - `torch.amp.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)`
@@ -99,8 +111,8 @@ class DeprecatedCudaAmpApi(Rule):
     triggers = frozenset({"amp"})
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if not ctx.words & {"cuda", "cpu"}:
-            return
+        if not ctx.words & {"cuda", "cpu"} or not ctx.profile.torch.ever(_DEPRECATED_IN):
+            return  # no torch the project supports deprecates them
         if not any(target.startswith("torch") for target in ctx.index.aliases.values()):
             return
         scan = _Scan(ctx)
@@ -134,7 +146,7 @@ class DeprecatedCudaAmpApi(Rule):
             if extra and finding.fix is not None:
                 fix = finding.fix
                 finding = replace(finding, fix=replace(fix, replacements=(*fix.replacements, *extra)))
-            yield finding
+            yield _for_supported_torch(ctx, api, finding)
 
 
 @dataclass
@@ -198,6 +210,21 @@ class _Scan:
                     self.references.append(node)
                     # Where it is: a finding's position is then computed for this statement only.
                     self.ctx.index.top_of.setdefault(node, top)
+
+
+def _for_supported_torch(ctx: FileContext, api: _Api, finding: Finding) -> Finding:
+    """A project that still supports a torch without the replacement needs the old API there: the
+    finding says so, and its fix is shown but never applied."""
+    since = _REPLACEMENT_SINCE[api.kind]
+    torch = ctx.profile.torch
+    if torch.low is None or torch.always(since):
+        return finding
+    note = (
+        f"; the project supports torch {torch.describe()}, and `torch.amp.{api.kind}` needs torch "
+        f"{since[0]}.{since[1]}: choose the API by torch version"
+    )
+    fix = replace(finding.fix, applicability=DISPLAY_ONLY) if finding.fix is not None else None
+    return replace(finding, message=finding.message + note, fix=fix)
 
 
 def _is_compat_branch(ctx: FileContext, node: cst.CSTNode) -> bool:

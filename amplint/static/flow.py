@@ -43,6 +43,8 @@ class Policy:
     # Whether binding a seed-derived value to this name (from this expression) is itself the hazard.
     name_sink: Callable[[str, cst.CSTNode], bool] = lambda name, value: False
     recurrence: bool = False
+    # A seed-derived value leaves the function's locals: returned, yielded or stored on an attribute.
+    leaves: Callable[[cst.CSTNode, Origins, Flow], None] = lambda node, origins, flow: None
 
 
 @dataclass
@@ -173,7 +175,9 @@ class Flow:
             else:
                 self.taint(node.target)
         elif isinstance(node, (cst.Expr, cst.Return)) and node.value is not None:
-            self.taint(node.value)
+            origins = self.taint(node.value)
+            if origins and isinstance(node, cst.Return):
+                self.policy.leaves(node.value, origins, self)
 
     def _bind(
         self,
@@ -206,6 +210,8 @@ class Flow:
                 self._bind(element.value, element_origins, bound, loop=loop, branch=branch)
         elif isinstance(target, cst.StarredElement):
             self._bind(target.value, origins, None, loop=loop, branch=branch)
+        elif isinstance(target, cst.Attribute) and origins:
+            self.policy.leaves(value if value is not None else target, origins, self)
         elif isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
             # `out[:, t] = value` adds to what `out` holds.
             name = target.value.value

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 __all__ = [
+    "ANY_TORCH",
     "BFLOAT16",
     "BOTH",
     "CALLER",
@@ -30,6 +31,7 @@ __all__ = [
     "Evidence",
     "Origin",
     "Profile",
+    "TorchRange",
     "configured",
     "detect",
     "settings_in",
@@ -55,6 +57,67 @@ _ALIASES = {
 }
 
 
+Version = tuple[int, int]  # (major, minor)
+_CLAUSE = re.compile(
+    r"^\s*(?P<op>~=|==|>=|<=|!=|>|<)\s*v?(?P<major>\d+)(?:\.(?P<minor>\d+))?(?:\.(?P<patch>\d+))?"
+)
+
+
+@dataclass(frozen=True)
+class TorchRange:
+    """The torch versions a project supports, from its requirement (`torch>=1.13,<2.5`): `low` the
+    oldest (inclusive), `high` the first it does not (exclusive); None where it sets no bound."""
+
+    low: Version | None = None
+    high: Version | None = None
+
+    @classmethod
+    def parse(cls, requirement: str) -> TorchRange:
+        """`>=1.13,<2.5`, `==2.1.0`, `~=2.1`, or `torch>=2.0` as written in a dependency list; ""
+        for any. ValueError for a clause it cannot read."""
+        spec = re.sub(r"^\s*torch\b\s*(\[[^\]]*\])?", "", requirement.split(";")[0]).strip()
+        spec = spec.removeprefix("(").removesuffix(")")  # `torch (>=1.10)`, as older metadata writes it
+        low: Version | None = None
+        high: Version | None = None
+        for clause in filter(None, (part.strip() for part in spec.split(","))):
+            match = _CLAUSE.match(clause)
+            if match is None:
+                raise ValueError(f"not a version requirement: {clause!r}")
+            op, major, minor = match["op"], int(match["major"]), int(match["minor"] or 0)
+            exact = match["patch"] is None or int(match["patch"]) == 0
+            version = (major, minor)
+            if op in (">=", ">", "==", "~="):
+                low = max(low or version, version)
+            if op == "==" or (op == "~=" and match["patch"] is not None):
+                high = min(high or (major, minor + 1), (major, minor + 1))
+            elif op == "~=":
+                high = min(high or (major + 1, 0), (major + 1, 0))
+            elif op == "<" or op == "<=":
+                # `<2.4` stops before 2.4; `<2.4.1` and `<=2.4` still take some 2.4 release.
+                bound = version if op == "<" and exact else (major, minor + 1)
+                high = min(high or bound, bound)
+        return cls(low, high)
+
+    def always(self, version: Version) -> bool:
+        """Every supported torch is at least `version`."""
+        return self.low is not None and self.low >= version
+
+    def ever(self, version: Version) -> bool:
+        """Some supported torch is at least `version`."""
+        return self.high is None or self.high > version
+
+    def describe(self) -> str:
+        parts = [f">={_show(self.low)}" if self.low else "", f"<{_show(self.high)}" if self.high else ""]
+        return ",".join(part for part in parts if part) or "any"
+
+
+def _show(version: Version) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+ANY_TORCH = TorchRange()
+
+
 @dataclass(frozen=True)
 class Profile:
     """The half dtypes the checked code may run in (empty: float32 only), where that came from, and,
@@ -63,6 +126,9 @@ class Profile:
     half: frozenset[str]
     origin: Origin
     evidence: tuple[Evidence, ...] = ()
+    # The torch versions the project supports (`torch-version`, or its declared dependency): which
+    # replacement APIs exist for it, and whether a deprecation reaches it.
+    torch: TorchRange = ANY_TORCH
 
     def __post_init__(self) -> None:
         # Rules compare against these names: a typo here would silently turn a rule off.
@@ -98,7 +164,7 @@ class Profile:
     def key(self) -> str:
         """What the result cache keys on: the dtypes and the origin (messages may name it), not the
         evidence, so a new cast of an already known dtype does not re-lint the project."""
-        return f"{self.origin}:{'+'.join(sorted(self.half)) or 'float32'}"
+        return f"{self.origin}:{'+'.join(sorted(self.half)) or 'float32'}:torch{self.torch.describe()}"
 
 
 CALLER = Profile(BOTH, "caller")

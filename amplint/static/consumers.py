@@ -1,0 +1,190 @@
+"""Where a value that a fix computes in float32 meets code that expects the dtype it had before.
+
+A fix that upcasts (`cumsum(..., dtype=torch.float32)`) changes the dtype of everything computed
+from the result, up to wherever the value leaves the function or enters an op whose operands must
+share one dtype: a product with a half weight raises on float32, and a returned float32 tensor
+reaches callers that never asked for it. `cast_back` follows the upcast value through its function
+(`amplint.static.flow`) and casts it back to the original dtype at each such place, so that every
+consumer sees the dtype it saw before: elementwise ops in between (`exp`, `-`, indexing) run in
+float32 and keep the precision the fix is for, and only the result is rounded back. The dtype to
+cast back to is read from the one tensor the upcast input was computed from; a value mixed with
+another tensor on the way could have been wider, so that is not proven and not done.
+
+It gives up (None) where it cannot be sure: no name to read the original dtype from at those
+places, the dtype there not provably the upcast input's, or a place it cannot rewrite; and where
+the upcast value itself leaves at once (cast back there, the upcast would gain nothing). The fix is
+then offered as unsafe (`amplint.rule.dtype_keeping_fix`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import libcst as cst
+
+from amplint.static import ops
+from amplint.static.context import FileContext
+from amplint.static.dtypes import MODULE, TENSOR
+from amplint.static.flow import Flow, Origins, Policy, analyse
+from amplint.static.patterns import callee_name, with_method
+from amplint.static.scopes import Scope, walk
+
+Edit = tuple[cst.CSTNode, cst.CSTNode]
+# Calls that keep a float32 operand float32 and mix it with others by promotion: they pass the
+# upcast value on. Everything else that takes it (a product, a module, a function of the file or
+# of another library) is a place where it must have its old dtype again.
+_ELEMENTWISE = frozenset(
+    {
+        "exp", "exp2", "expm1", "log", "log1p", "log2", "neg", "abs", "sqrt", "rsqrt", "square", "pow",
+        "sigmoid", "tanh", "softplus", "logsigmoid", "log_sigmoid", "clamp", "clamp_min", "clamp_max",
+        "clip", "where", "masked_fill", "flip", "roll", "cumsum", "cumprod", "logcumsumexp", "sum",
+        "mean", "amax", "amin", "max", "min", "logsumexp", "softmax", "log_softmax", "diff", "tril",
+        "triu", "unsqueeze", "squeeze", "view", "reshape", "expand", "expand_as", "permute",
+        "transpose", "contiguous", "flatten", "unflatten", "movedim", "narrow", "select", "gather",
+        "index_select", "repeat", "repeat_interleave", "chunk", "split", "cat", "stack", "pad",
+        "add", "sub", "mul", "div", "minimum", "maximum", "reciprocal", "sign", "detach", "clone",
+        "nll_loss", "cross_entropy", "kl_div",
+    }
+)  # fmt: skip
+
+
+def cast_back(
+    ctx: FileContext, upcast: cst.BaseExpression, fixed: cst.BaseExpression, data: cst.BaseExpression
+) -> tuple[Edit, ...] | None:
+    """The edits that put `fixed` in place of `upcast` and cast what derives from it back to the
+    dtype of `data` (the value the upcast read) wherever it leaves elementwise code; None where that
+    cannot be proven right."""
+    function = ctx.function_of(upcast) or ctx.module
+    scope = next((s for s in ctx.scopes if s.node is function), None)
+    dtype = _dtype_source(ctx, scope, data) if scope is not None else None
+    if dtype is None:
+        return None
+    places: list[cst.BaseExpression] = []
+    unsure: list[cst.CSTNode] = []
+
+    def seed(node: cst.BaseExpression, flow: Flow) -> bool:
+        return node is upcast
+
+    def sink(node: cst.BaseExpression, flow: Flow) -> str | None:
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+            places.extend(side for side in (node.left, node.right) if flow.taint(side))
+            return "product"
+        operands = (
+            [node.left, node.right]
+            if isinstance(node, cst.BinaryOperation)
+            else [arg.value for arg in node.args]
+            if isinstance(node, cst.Call) and _passes_on(ctx, node)
+            else []
+        )
+        tainted = [flow.taint(operand) for operand in operands]
+        if any(tainted) and any(
+            not origins and ctx.facts.of(operand).kind == TENSOR
+            for operand, origins in zip(operands, tainted, strict=True)
+        ):
+            # Mixed with another tensor, the result takes the wider dtype of the two, which may not
+            # be the one read back from the upcast input.
+            unsure.append(node)
+        if isinstance(node, cst.Yield) and isinstance(node.value, cst.BaseExpression):
+            places.append(node.value)
+            return "yield"
+        if isinstance(node, cst.Call) and not _passes_on(ctx, node):
+            tainted = [arg.value for arg in node.args if flow.taint(arg.value)]
+            if any(arg.star for arg in node.args if arg.value in tainted):
+                unsure.append(node)
+            places.extend(tainted)
+            return "call" if tainted else None
+        return None
+
+    def leaves(node: cst.CSTNode, origins: Origins, flow: Flow) -> None:
+        if isinstance(node, cst.Tuple):
+            places.extend(e.value for e in node.elements if flow.taint(e.value))
+        elif isinstance(node, cst.BaseExpression):
+            places.append(node)
+        else:
+            unsure.append(node)
+
+    flow = analyse(scope, Policy(seed=seed, sink=sink, leaves=leaves))
+    if unsure or not places or any(flow.resolve(place) is upcast for place in places):
+        return None  # cast back as soon as computed, the upcast would gain nothing
+    return _edits(upcast, fixed, dict.fromkeys(places), dtype)
+
+
+def _passes_on(ctx: FileContext, call: cst.Call) -> bool:
+    """Whether a call takes the upcast value elementwise (or reshapes it), so that its result is
+    the upcast value's continuation rather than a consumer that needs the old dtype."""
+    name = callee_name(call)
+    if ops.same_dtype(name) or name not in _ELEMENTWISE:
+        return False
+    func = call.func
+    if isinstance(func, cst.Attribute) and ctx.qualified(func) is None:
+        return ctx.facts.of(func.value).kind == TENSOR  # `x.exp()`, not `self.exp(x)`
+    qualified = ctx.qualified(func) or ""
+    return qualified.startswith("torch.") and ctx.facts.of(call).kind != MODULE
+
+
+def _dtype_source(ctx: FileContext, scope: Scope, data: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`<name>.dtype`, read where the value is cast back, for the one tensor the upcast input is
+    computed from by elementwise ops and numbers alone (`x`, `x - 1`, `-x[:, t]`: the same dtype
+    as `x` whatever the caller picks, where a module, a product or a second tensor could change it),
+    bound once in the function."""
+    tensors = {n.value for n in walk(data) if isinstance(n, cst.Name) and ctx.facts.of(n).kind == TENSOR}
+    mixes = any(
+        (isinstance(n, cst.Call) and not _passes_on(ctx, n))
+        or (isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.MatrixMultiply))
+        for n in walk(data)
+    )
+    if len(tensors) != 1 or mixes or not _bound_once(scope, next(iter(tensors))):
+        return None
+    return cst.Attribute(value=cst.Name(next(iter(tensors))), attr=cst.Name("dtype"))
+
+
+def _bound_once(scope: Scope, name: str) -> bool:
+    """`name` is a parameter or assigned by one statement of the function (so it means the same at
+    the upcast and at every place the result is cast back)."""
+    bound = 0
+    for node in _statements(scope.body):
+        if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.With)):
+            bound += any(isinstance(n, cst.Name) and n.value == name for n in _targets(node))
+    parameter = isinstance(scope.node, cst.FunctionDef) and any(
+        p.name.value == name for p in (*scope.node.params.params, *scope.node.params.kwonly_params)
+    )
+    return bound + parameter == 1
+
+
+def _statements(body: Iterable[cst.BaseStatement]) -> Iterable[cst.CSTNode]:
+    for statement in body:
+        for node in walk(statement):
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                continue
+            yield node
+
+
+def _targets(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
+    if isinstance(node, cst.Assign):
+        targets: list[cst.CSTNode] = [t.target for t in node.targets]
+    elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For)):
+        targets = [node.target]
+    elif isinstance(node, cst.With):
+        targets = [item.asname.name for item in node.items if item.asname is not None]
+    else:
+        targets = []
+    for target in targets:
+        yield from walk(target)
+
+
+def _edits(
+    upcast: cst.BaseExpression,
+    fixed: cst.BaseExpression,
+    places: Iterable[cst.BaseExpression],
+    dtype: cst.BaseExpression,
+) -> tuple[Edit, ...] | None:
+    edits: list[Edit] = []
+    inside = False
+    for place in places:
+        contains = any(node is upcast for node in walk(place))
+        if any(any(node is place for node in walk(other)) for other in places if other is not place):
+            return None  # nested places: one cast would hide the other
+        value = place.deep_replace(upcast, fixed) if contains else place
+        inside |= contains
+        edits.append((place, with_method(value, "to", dtype)))  # type: ignore[arg-type]
+    return tuple(edits) if inside else ((upcast, fixed), *edits)
