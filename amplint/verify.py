@@ -11,9 +11,11 @@ the one rolled back.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -23,6 +25,9 @@ from amplint.confirm import Tracer, confirm, rule_is_runtime
 from amplint.diagnostics import Confidence, Diagnostic, Edit
 from amplint.fixes import apply_edits, fix_source, unified_diff, write_atomic
 from amplint.source import SourceFile, read_source
+
+if TYPE_CHECKING:
+    from amplint.runtime.graph import DtypeGraph
 
 
 @dataclass(frozen=True)
@@ -44,7 +49,8 @@ def fix_and_verify(
 ) -> tuple[CheckRun, list[FixOutcome]]:
     """Check, trace, fix, trace again and judge each fix; the run describes the files as they are
     left, with the confidence of the last trace."""
-    before_run, before, untraced = _traced(paths, settings, trace, jobs)
+    first = _traced(paths, settings, trace, jobs)
+    before_run, before, untraced = first.run, first.diagnostics, first.failed
     originals = _fixable_files(before)
     if not originals:
         before_run.diagnostics = before
@@ -57,7 +63,9 @@ def fix_and_verify(
         if count and read_source(Path(path)).text == original.text:
             write_atomic(original, new_text)
             from_graph += count
-    run, after, failed_trace = _traced(paths, settings, trace, jobs, fix=True)
+    fixed = _traced(paths, settings, trace, jobs, fix=True)
+    run, after, failed_trace = fixed.run, fixed.diagnostics, fixed.failed
+    changed = _changed_outputs(first.outputs, fixed.outputs)
     run.fixed += from_graph
     if untraced is not None:  # nothing traced before the fixes either: they stay, unverified
         failed_trace = None
@@ -68,7 +76,9 @@ def fix_and_verify(
         if text == original.text:
             continue  # no fix applied (the file changed meanwhile, or a fix did not re-parse)
         lines = _line_map(original.text, text)
-        judged = [_judge(fix, before, after, lines, failed_trace) for fix in _fixes(before, path)]
+        judged = [
+            _judge(fix, before, after, lines, failed_trace, changed=changed) for fix in _fixes(before, path)
+        ]
         if all(outcome.kept for outcome in judged):
             outcomes.extend(judged)
         else:
@@ -77,7 +87,7 @@ def fix_and_verify(
     if not failed:
         run.diagnostics = after
         return run, outcomes
-    one_by_one, run = _one_at_a_time(failed, before, paths, settings, trace, jobs)
+    one_by_one, run = _one_at_a_time(failed, before, paths, settings, trace, jobs, first.outputs)
     outcomes.extend(one_by_one)
     run.fixed = sum(1 for outcome in outcomes if outcome.kept)
     return run, outcomes
@@ -90,13 +100,15 @@ def _one_at_a_time(
     settings: Settings,
     trace: Tracer,
     jobs: int | None,
+    outputs: dict[str, list[str]],
 ) -> tuple[list[FixOutcome], CheckRun]:
     """Each fix of `files` (put back as they were) applied on top of the ones kept so far, traced,
     and kept or rolled back on its own; and the check of the files as they are left, with its
     trace. Every fix's edits are positions in the original text, so a set of fixes is always
     applied to that text together."""
     outcomes: list[FixOutcome] = []
-    state, current, _ = _traced(paths, settings, trace, jobs)
+    start = _traced(paths, settings, trace, jobs)
+    state, current = start.run, start.diagnostics
     for path, original in files.items():
         kept: list[Edit] = []
         text = original.text
@@ -114,11 +126,14 @@ def _one_at_a_time(
                 )
                 continue
             write_atomic(original, candidate)
-            run, now, failed_trace = _traced(paths, settings, trace, jobs)
+            again = _traced(paths, settings, trace, jobs)
+            run, now, failed_trace = again.run, again.diagnostics, again.failed
             # The fix's own finding is looked up in original coordinates; new ones against the last
             # state kept.
             lines = _line_map(original.text, candidate)
-            outcome = _judge(fix, before, now, lines, failed_trace, (current, _line_map(text, candidate)))
+            previous = (current, _line_map(text, candidate))
+            changed = _changed_outputs(outputs, again.outputs)
+            outcome = _judge(fix, before, now, lines, failed_trace, previous, changed=changed)
             outcomes.append(outcome)
             if outcome.kept:
                 kept.extend(fix.fix.edits)
@@ -129,11 +144,21 @@ def _one_at_a_time(
     return outcomes, state
 
 
+@dataclass
+class _Trace:
+    """A check joined to a trace: its findings, why no target could be traced (if none could), and
+    the dtypes each target's forward pass hands back to its caller."""
+
+    run: CheckRun
+    diagnostics: list[Diagnostic]
+    failed: str | None
+    outputs: dict[str, list[str]]
+
+
 def _traced(
     paths: Sequence[Path], settings: Settings, trace: Tracer, jobs: int | None, *, fix: bool = False
-) -> tuple[CheckRun, list[Diagnostic], str | None]:
-    """A check of `paths` (fixing them with `fix`), its findings joined to a new trace, and why no
-    target could be traced, if none could."""
+) -> _Trace:
+    """A check of `paths` (fixing them with `fix`) and a new trace of the runtime targets."""
     # Every fix, unsafe ones included: the trace after it decides whether it stays.
     run = run_check(paths, settings, fix=fix, unsafe_fixes=fix, jobs=jobs)
     traced = trace(run.diagnostics)
@@ -142,7 +167,23 @@ def _traced(
         if any(item.graph is not None for item in traced)
         else "; ".join(f"{item.target}: {item.error}" for item in traced)
     )
-    return run, confirm(run.diagnostics, traced), failed
+    outputs = {item.target: _output_dtypes(item.graph) for item in traced if item.graph is not None}
+    return _Trace(run, confirm(run.diagnostics, traced), failed, outputs)
+
+
+def _output_dtypes(graph: DtypeGraph) -> list[str]:
+    """The dtypes of the tensors nothing in the traced forward pass consumes: what it returns."""
+    return sorted(node.dtype for node in graph.nodes if node.dtype is not None and not graph.consumers(node))
+
+
+def _changed_outputs(before: dict[str, list[str]], after: dict[str, list[str]]) -> str | None:
+    """How the fixes changed the dtypes the traced models return, or None."""
+    for target, dtypes in after.items():
+        old = before.get(target)
+        if old is not None and old != dtypes:
+            shown = target.replace(os.sep, "/").rsplit("/", 1)[-1]  # `block.py:factory`
+            return f"{shown} returned {', '.join(old)}, now {', '.join(dtypes)}"
+    return None
 
 
 def preview(paths: Sequence[Path], settings: Settings, trace: Tracer, *, jobs: int | None) -> CheckRun:
@@ -213,12 +254,17 @@ def _judge(
     lines: dict[int, int],
     failed_trace: str | None,
     previous: tuple[Sequence[Diagnostic], dict[int, int]] | None = None,
+    *,
+    changed: str | None = None,
 ) -> FixOutcome:
     """Judge `fix` by the trace after it: its finding (confirmed in `before`, lines mapped by `lines`)
-    must be gone, and no finding confirmed that the state before the fix (`previous`: its findings
-    and the map of its lines; default `before`) did not have."""
+    must be gone, no finding confirmed that the state before the fix (`previous`: its findings and
+    the map of its lines; default `before`) did not have, and the traced models must return what
+    they returned before (`changed` says how they do not): a caller of the model consumes that."""
     if failed_trace is not None:
         return _outcome(fix, False, f"rolled back: the fixed code could not be traced ({failed_trace})")
+    if changed is not None:
+        return _outcome(fix, False, f"rolled back: it changes the dtypes the model returns ({changed})")
     now = _confirmed(after, fix.path)
     if fix.confidence is Confidence.CONFIRMED and (fix.code, lines.get(fix.line)) in now:
         return _outcome(fix, False, f"rolled back: {fix.code} is still confirmed after the fix")

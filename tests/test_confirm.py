@@ -325,7 +325,9 @@ def test_each_fix_is_judged_and_the_failing_one_rolled_back(tmp_path: Path) -> N
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stderr.splitlines() == [
         "amplint: fix block.py:17 AMP003: verified: the finding is gone and no new one appeared",
-        "amplint: fix block.py:18 AMP001: rolled back: the fixed code is confirmed to have AMP104 at line 19",
+        # The float32 weight reaches the output: the model would hand its caller another dtype.
+        "amplint: fix block.py:18 AMP001: rolled back: it changes the dtypes the model returns "
+        "(block.py:factory returned bfloat16, now float32)",
     ]
     text = path.read_text(encoding="utf-8")
     assert "torch.log_softmax(scores, dim=-1, dtype=torch.float32)" in text
@@ -365,6 +367,20 @@ def test_a_fix_is_kept_only_when_the_trace_agrees(
     lines = {1: 1, 2: 3, 3: 4, 4: 5}
     outcome = _judge(fix, before, now, lines, failed)
     assert (outcome.kept, outcome.detail.split(" (")[0]) == (kept, detail)
+
+
+def test_a_fix_that_changes_what_the_model_returns_is_rolled_back() -> None:
+    from amplint.verify import _changed_outputs, _judge
+
+    before = {"/p/model.py:factory": ["bfloat16", "int64"]}
+    assert _changed_outputs(before, {"/p/model.py:factory": ["bfloat16", "int64"]}) is None
+    changed = _changed_outputs(before, {"/p/model.py:factory": ["float32", "int64"]})
+    assert changed == "model.py:factory returned bfloat16, int64, now float32, int64"
+    fix = _diagnostic("AMP001", Confidence.CONFIRMED, line=2)
+    outcome = _judge(fix, [fix], [], {2: 2}, None, changed=changed)
+    assert not outcome.kept and outcome.detail.startswith(
+        "rolled back: it changes the dtypes the model returns"
+    )
 
 
 def test_a_fix_the_trace_cannot_confirm_is_kept_unverified() -> None:

@@ -65,12 +65,10 @@ class LowPrecisionLogWeights(Rule):
     w = -math.exp(-0.5) * self.w_lora(xw).to(torch.float32).sigmoid()
     ```
     The log-weight then stays float32, as the recurrence wants it.
-    Where the dtype-facts engine can prove it, the fix keeps every consumer's dtype: the float32
-    value runs through the elementwise code after it (`exp`, differences, indexing) and is cast
-    back to its input's dtype where it leaves that code (returned, stored on the module, passed to a
-    product, a module or another function), and the fix is safe. Where it cannot (the dtype is
-    read from a module's output, the value meets another tensor of unknown dtype, or leaves the
-    function as soon as it is computed), the value stays float32 and the fix is unsafe.
+    Where the weight's uses are elementwise and end in a return, a product or a module, and its
+    input is one tensor whose dtype can be read there, the fix also casts the result back at those
+    places (`torch.exp(-torch.sigmoid(x.to(torch.float32))).to(x.dtype)`) and is safe; otherwise it
+    leaves the weight float32 and is unsafe.
 
     ## References
     - PyTorch autocast op reference: https://pytorch.org/docs/stable/amp.html#autocast-op-reference

@@ -65,12 +65,10 @@ class HalfPrecisionSoftmax(Rule):
     log_probs = F.log_softmax(logits, dim=-1, dtype=torch.float32)
     loss = F.nll_loss(log_probs, target)
     ```
-    Where the dtype-facts engine can prove it, the fix keeps every consumer's dtype: the float32
-    value runs through the elementwise code after it (`exp`, differences, indexing) and is cast
-    back to its input's dtype where it leaves that code (returned, stored on the module, passed to a
-    product, a module or another function), and the fix is safe. Where it cannot (the dtype is
-    read from a module's output, the value meets another tensor of unknown dtype, or leaves the
-    function as soon as it is computed), the value stays float32 and the fix is unsafe.
+    When the log-probabilities only meet elementwise code and reductions (`nll_loss`, `kl_div`) of
+    their own, the result is cast back to the logits' dtype where it leaves that code and the fix is
+    safe; where they meet another tensor of unknown dtype or leave at once, they stay float32 and
+    the fix is unsafe.
 
     ## References
     - `torch.nn.functional.log_softmax(input, dim, dtype=...)`

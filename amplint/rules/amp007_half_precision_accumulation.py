@@ -86,12 +86,10 @@ class HalfPrecisionAccumulation(Rule):
     ```
     or upcast the input first (`torch.cumsum(g.float(), dim=1)`, as flash-linear-attention's
     layers do).
-    Where the dtype-facts engine can prove it, the fix keeps every consumer's dtype: the float32
-    value runs through the elementwise code after it (`exp`, differences, indexing) and is cast
-    back to its input's dtype where it leaves that code (returned, stored on the module, passed to a
-    product, a module or another function), and the fix is safe. Where it cannot (the dtype is
-    read from a module's output, the value meets another tensor of unknown dtype, or leaves the
-    function as soon as it is computed), the value stays float32 and the fix is unsafe.
+    The fix is safe where the engine proves that casting back keeps every consumer's dtype: the
+    decays are taken in float32 from the float32 sums, and the result is cast back to the input's
+    dtype where it leaves the function or meets a product or a module
+    (`torch.exp(c[:, -1:] - c).to(g.dtype)`). Otherwise the sums stay float32 and the fix is unsafe.
 
     ## References
     - flash-linear-attention `chunk_global_cumsum` and its layers' `torch.cumsum(g.float(), dim=1)`
