@@ -13,7 +13,7 @@ from amplint.notebook import cell_sources, fix_notebook, is_notebook, lint_noteb
 from amplint.results import UNPARSABLE, FileResult, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
 from amplint.rules import rules_for
-from amplint.source import SourceError, decode_source, display_path, read_source
+from amplint.source import SourceError, WriteRefused, decode_source, display_path, read_source
 from amplint.static.profile import CALLER, Profile, detect
 
 # libcst, the rules, the fixer and the process pool are imported where they are used: a run that
@@ -146,20 +146,22 @@ def _fix_file(
     run.errors.extend(outcome.errors)
     if not outcome.changed:
         return outcome.result
-    run.fixed += outcome.fixed
-    run.applied.extend(outcome.applied)
     if not write:
+        run.fixed += outcome.fixed
+        run.applied.extend(outcome.applied)
         run.diffs.append(unified_diff(display, source.text, outcome.new_text))
         # Report what is there now, not what the fixed text would contain.
         return lint(source, rules, display, profile=profile)
     try:
-        if read_source(path).text != source.text:
-            run.errors.append(f"{display}: changed while it was being fixed; left as it is")
-            return lint(source, rules, display, profile=profile)
-        write_atomic(source, outcome.new_text)
-    except (OSError, SourceError) as exc:
+        write_atomic(source, outcome.new_text, was=source.text)
+    except WriteRefused as exc:  # the file is left as it was, and its findings with it
+        run.warnings.append(f"{display}: {exc}")
+        return lint(source, rules, display, profile=profile)
+    except OSError as exc:
         run.errors.append(f"{display}: could not write the fix: {exc}")
         return lint(source, rules, display, profile=profile)
+    run.fixed += outcome.fixed  # counted once written: the summary says what the files now hold
+    run.applied.extend(outcome.applied)
     outcome.result.source = replace(source, text=outcome.new_text)
     return outcome.result
 

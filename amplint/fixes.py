@@ -135,7 +135,9 @@ def unified_diff(display: str, old: str, new: str) -> str:
     )
 
 
-def write_atomic(source: SourceFile, new_text: str) -> None:
-    """Replace the file with `new_text` atomically (`source.replace_file`). Mode, encoding, BOM and
-    line endings (already in `new_text`) are kept."""
-    replace_file(source.path, source.encode(new_text))
+def write_atomic(source: SourceFile, new_text: str, *, was: str | None = None) -> None:
+    """Replace the file with `new_text` (`source.replace_file`): mode, owner, group, hard links,
+    encoding, BOM and line endings (already in `new_text`) are kept. With `was` (the text the fix
+    was made from), only if the file still holds it and may be written (else WriteRefused)."""
+    expected = source.encode(was) if was is not None else None
+    replace_file(source.path, source.encode(new_text), expected=expected)

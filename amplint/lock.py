@@ -21,7 +21,7 @@ from amplint.lockfile import LOCK_NAME, Lockfile, LockfileError, Target, read, w
 from amplint.lockrecord import record, settings_of
 from amplint.rules.amp110_dtype_change import DIFFERENCE, DtypeChange
 from amplint.runtime.graph import DtypeGraph
-from amplint.source import display_path
+from amplint.source import WriteRefused, display_path
 
 Mode = Literal["write", "check", "update"]
 # What differs (`extra[DIFFERENCE]`) in an AMP110 finding about a whole target.
@@ -101,7 +101,10 @@ def run_lock(
     kept = (
         [target for target in old.targets if target.name not in names] if old is not None and targets else []
     )
-    write(path, Lockfile(__version__, torch_version, (*kept, *(target for target, _ in traced))))
+    try:
+        write(path, Lockfile(__version__, torch_version, (*kept, *(target for target, _ in traced))))
+    except WriteRefused as exc:
+        raise LockError(f"{shown}: {exc}") from None
     run.status = f"wrote {shown} ({len(traced)} target(s) traced)"
     return run
 

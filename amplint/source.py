@@ -121,17 +121,53 @@ def display_path(path: Path) -> str:
     return Path(os.path.normpath(path)).as_posix()
 
 
-def replace_file(path: Path, data: bytes) -> None:
-    """Write `data` beside `path`, then rename it over `path`: readers see the old or the new file,
-    never a mix. A link's target is replaced, not the link; an existing file keeps its mode, a new
-    one gets the mode the umask gives."""
+class WriteRefused(Exception):
+    """A file amplint will not write; the message says why, for the user."""
+
+
+def replace_file(path: Path, data: bytes, *, expected: bytes | None = None) -> None:
+    """Write `data` to `path` so that nothing is lost: readers see the old or the new bytes, never a
+    mix, and the file keeps its mode, owner, group and hard links. A link's target is written, not
+    the link; a new file gets the mode the umask gives.
+
+    An existing file without write permission is left alone; with `expected` (the bytes the caller
+    read and changed), a file is written only if it still holds them, checked under an exclusive
+    lock that another amplint writing the same file also takes. Both raise WriteRefused."""
     path = path.resolve() if path.is_symlink() else path
     try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
+        handle = open(path, "rb")  # noqa: SIM115 - held for the lock, closed below
     except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
+        if expected is not None:
+            raise WriteRefused("deleted since it was read; not written again") from None
+        _renamed(path, data, None)
+        return
+    with handle:
+        _lock(handle)
+        st = os.fstat(handle.fileno())
+        if not st.st_mode & 0o222:
+            raise WriteRefused("read-only (no write permission); left as it is")
+        if expected is not None and path.read_bytes() != expected:
+            raise WriteRefused("changed on disk since it was read; left as it is")
+        if st.st_nlink > 1 or (st.st_uid, st.st_gid) != (_EUID, _EGID):
+            _in_place(path, data)  # a rename would break the links or give the file to us
+        else:
+            _renamed(path, data, stat.S_IMODE(st.st_mode))
+
+
+_EUID = os.geteuid() if hasattr(os, "geteuid") else -1
+_EGID = os.getegid() if hasattr(os, "getegid") else -1
+
+
+def _lock(handle: io.BufferedReader) -> None:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no advisory locks, the content check remains
+        return
+    fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+
+
+def _temporary(path: Path, data: bytes, mode: int) -> str:
+    """A complete, synced copy of `data` beside `path`."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".amplint")
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -139,7 +175,35 @@ def replace_file(path: Path, data: bytes) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _renamed(path: Path, data: bytes, mode: int | None) -> None:
+    if mode is None:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    tmp = _temporary(path, data, mode)
+    try:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _in_place(path: Path, data: bytes) -> None:
+    """Write through the file's own inode (its links, owner and group stay), after a verified copy
+    beside it that is kept if the write fails, so that the new bytes are never lost."""
+    tmp = _temporary(path, data, 0o600)
+    if Path(tmp).read_bytes() != data:
+        Path(tmp).unlink(missing_ok=True)
+        raise WriteRefused("could not make a verified copy beside it; left as it is")
+    with open(path, "r+b") as handle:
+        handle.write(data)
+        handle.truncate()
+        handle.flush()
+        os.fsync(handle.fileno())
+    Path(tmp).unlink()

@@ -24,7 +24,7 @@ from amplint.config import Settings
 from amplint.confirm import Tracer, confirm, rule_is_runtime
 from amplint.diagnostics import Confidence, Diagnostic, Edit
 from amplint.fixes import apply_edits, fix_source, unified_diff, write_atomic
-from amplint.source import SourceFile, read_source
+from amplint.source import SourceFile, WriteRefused, read_source
 
 if TYPE_CHECKING:
     from amplint.runtime.graph import DtypeGraph
@@ -60,8 +60,11 @@ def fix_and_verify(
     from_graph = 0
     for path, original in originals.items():
         new_text, count = _with_graph_fixes(path, original, before)
-        if count and read_source(Path(path)).text == original.text:
-            write_atomic(original, new_text)
+        if count:
+            try:
+                write_atomic(original, new_text, was=original.text)
+            except WriteRefused:
+                continue  # the check that applies the static fixes next reports why
             from_graph += count
     fixed = _traced(paths, settings, trace, jobs, fix=True)
     run, after, failed_trace = fixed.run, fixed.diagnostics, fixed.failed
