@@ -251,6 +251,8 @@ def _check(args: argparse.Namespace) -> int:
         )
     except ConfigError as exc:
         return _error(str(exc))
+    if settings.runtime and (problem := _runtime_problem(settings)) is not None:
+        return _error(problem)
     if args.show_settings:
         return _show_settings(paths, settings)
     if args.explain:
@@ -320,6 +322,19 @@ def _check(args: argparse.Namespace) -> int:
     if args.exit_zero:
         return EXIT_CLEAN
     return EXIT_FINDINGS if run.diagnostics or (args.diff and run.diffs) else EXIT_CLEAN
+
+
+def _runtime_problem(settings: Settings) -> str | None:
+    """What is wrong with `[tool.amplint.runtime]`, checked whether or not this run traces: a wrong
+    key or value there is found when it is written, not on the first `--confirm`."""
+    from amplint.runtime.target import TargetError, target_specs, trace_timeout
+
+    try:
+        target_specs(settings.runtime, None, settings.root)
+        trace_timeout(settings.runtime, None)
+    except TargetError as exc:
+        return f"{settings.config_path}: {exc}"
+    return None
 
 
 def _show_settings(paths: list[Path], settings: Settings) -> int:

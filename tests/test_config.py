@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support import amplint_run, write
 
 from amplint.config import DEFAULT_EXCLUDE, ConfigError, Settings, find_config, load_settings
 
@@ -276,3 +277,25 @@ def test_is_excluded_relative_to_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.chdir(tmp_path / ".")
     assert settings.is_excluded(Path("tests/data/x.py"), is_dir=False)
     assert not settings.is_excluded(Path("tests/x.py"), is_dir=False)
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("targets = 3", "'targets' must be a list of FILE.py:FACTORY strings or tables"),
+        ("seq-len = -5", "has unknown key(s) 'seq-len'"),
+        (
+            'targets = [{ target = "m.py:f", dtype = "float8" }]',
+            "'dtype' must be one of 'bfloat16', 'float16'",
+        ),
+        ("timeout = -1", "'timeout' must be a positive number of seconds, got -1"),
+    ],
+)
+def test_a_wrong_runtime_table_stops_a_plain_check(tmp_path: Path, table: str, message: str) -> None:
+    """`[tool.amplint.runtime]` is checked when it is read, not only when a run traces."""
+    config = write(tmp_path / "pyproject.toml", f"[tool.amplint.runtime]\n{table}\n")
+    write(tmp_path / "m.py", "x = 1\n")
+    proc = amplint_run(tmp_path, "check", ".")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"amplint: error: {config}: [tool.amplint.runtime]")
+    assert message in proc.stderr and "Traceback" not in proc.stderr
