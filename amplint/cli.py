@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -94,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--show-refuted", action="store_true", help="with --confirm: show refuted findings")
     check.add_argument(
         "--timeout",
-        type=float,
+        type=_seconds,
         help="with --confirm: seconds each trace may take (default: `timeout` in [tool.amplint.runtime], or 300)",
     )
     check.add_argument(
@@ -115,8 +116,8 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument(
         "--hf-config", metavar="CONFIG.json", help="trace the transformers causal LM of a config"
     )
-    trace.add_argument("--seq-len", type=int, default=128, help="with --hf-config: tokens per sequence")
-    trace.add_argument("--batch-size", type=int, default=1, help="with --hf-config: sequences")
+    trace.add_argument("--seq-len", type=_count, default=128, help="with --hf-config: tokens per sequence")
+    trace.add_argument("--batch-size", type=_count, default=1, help="with --hf-config: sequences")
     trace.add_argument("--attn-implementation", choices=("eager", "sdpa"), default="eager")
     trace.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="whose autocast policy")
     trace.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16", help="autocast dtype")
@@ -157,14 +158,14 @@ def _parser() -> argparse.ArgumentParser:
     values.add_argument(
         "--error-threshold", type=float, metavar="E", help="AMP108: output error that asks (default 0.01)"
     )
-    values.add_argument("--error-top", type=int, metavar="N", help="AMP108: ops to name (default 3)")
+    values.add_argument("--error-top", type=_count, metavar="N", help="AMP108: ops to name (default 3)")
     values.add_argument(
         "--max-memory",
         type=float,
         metavar="GB",
         help="memory the replay may use beyond the weights (default: what is available)",
     )
-    trace.add_argument("--timeout", type=float, default=300.0, help="seconds before the trace is given up")
+    trace.add_argument("--timeout", type=_seconds, default=300.0, help="seconds before the trace is given up")
     trace.add_argument("--in-process", action="store_true", help="trace in this process (for debugging)")
 
     lock = commands.add_parser(
@@ -194,7 +195,7 @@ def _parser() -> argparse.ArgumentParser:
     lock.add_argument("--no-color", action="store_true", help="never colour the text output")
     lock.add_argument(
         "--timeout",
-        type=float,
+        type=_seconds,
         help="seconds each trace may take (default: `timeout` in [tool.amplint.runtime], or 300)",
     )
 
@@ -448,6 +449,26 @@ def _read_sources(diagnostics: Sequence[Diagnostic], sources: dict[str, str]) ->
         if diagnostic.path not in sources and os.path.isfile(diagnostic.path):
             with contextlib.suppress(OSError, UnicodeDecodeError):
                 sources[diagnostic.path] = Path(diagnostic.path).read_text(encoding="utf-8")
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value}")
+    return seconds
+
+
+def _count(value: str) -> int:
+    try:
+        count = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {count}")
+    return count
 
 
 def _jobs(value: str) -> int:

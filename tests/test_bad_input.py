@@ -415,3 +415,32 @@ def test_a_file_too_deep_to_analyse_is_one_diagnostic(tmp_path: Path) -> None:
     assert found == {("deep.py", "AMP900"), ("ok.py", HAZARD_CODE)}
     (deep_finding,) = [d for d in json.loads(proc.stdout)["diagnostics"] if d["path"] == "deep.py"]
     assert "nesting too deep" in deep_finding["message"] and "AMP001" in deep_finding["message"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("check", ".", "--jobs", "0"), "argument --jobs/-j: expected at least 1 process, got 0"),
+        (
+            ("check", ".", "--confirm", "--timeout", "nan"),
+            "argument --timeout: expected a positive number of seconds, got nan",
+        ),
+        (
+            ("check", ".", "--confirm", "--timeout", "-1"),
+            "argument --timeout: expected a positive number of seconds, got -1",
+        ),
+        (
+            ("trace", "--hf-config", "c.json", "--seq-len", "-5"),
+            "argument --seq-len: expected at least 1, got -5",
+        ),
+        (
+            ("trace", "--hf-config", "c.json", "--batch-size", "x"),
+            "argument --batch-size: expected a whole number, got 'x'",
+        ),
+        (("lock", "--timeout", "inf"), "argument --timeout: expected a positive number of seconds, got inf"),
+    ],
+)
+def test_a_wrong_argument_is_a_usage_error(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    proc = amplint_run(tmp_path, *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
