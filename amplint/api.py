@@ -119,6 +119,7 @@ def run_check(
                 store.store_checked(path, display, result)
         run.files_checked += 1
         run.errors.extend(result.internal_errors)
+        run.warnings.extend(result.warnings)
         if result.source is not None and result.diagnostics:
             run.sources[display] = result.source.text  # only reports with findings show snippets
             if is_notebook(path):

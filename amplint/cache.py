@@ -151,8 +151,8 @@ class Cache:
     # -- writing ---------------------------------------------------------------------------------
     def store(self, key: str, result: FileResult) -> None:
         """Remember a result under `key` (the key of the bytes that produced it). A result with
-        internal errors is not stored: the next run tries again, and reports them again."""
-        if self.readonly or self.warning is not None or result.internal_errors:
+        internal errors or warnings is not stored: the next run tries again, and reports them again."""
+        if self.readonly or self.warning is not None or result.internal_errors or result.warnings:
             return
         blob = _encode(key, result.diagnostics)
         if blob is None:
@@ -177,7 +177,13 @@ class Cache:
     def store_checked(self, path: Path, display: str, result: FileResult) -> None:
         """Remember a result whose bytes the caller does not hold (a fix just written): the bytes are
         the source encoded back, stored only when they decode to the very text that was checked."""
-        if self.readonly or self.warning is not None or result.source is None or result.internal_errors:
+        if (
+            self.readonly
+            or self.warning is not None
+            or result.source is None
+            or result.internal_errors
+            or result.warnings
+        ):
             return
         source = result.source
         try:

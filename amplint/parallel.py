@@ -165,7 +165,8 @@ def _batches(tasks: Sequence[_Task], workers: int) -> list[list[int]]:
     return batches
 
 
-_Outcome = tuple[int, list[Diagnostic], list[str], bool]  # index, diagnostics, errors, has source
+# index, diagnostics, errors, warnings, has source
+_Outcome = tuple[int, list[Diagnostic], list[str], list[str], bool]
 _worker_settings: Settings | None = None
 _worker_profile: Profile = CALLER
 
@@ -180,7 +181,9 @@ def _check_batch(batch: list[tuple[int, str, str, bytes]]) -> list[_Outcome]:
     outcomes: list[_Outcome] = []
     for index, path, display, raw in batch:
         result = check_bytes(Path(path), display, raw, _worker_settings, _worker_profile)
-        outcomes.append((index, result.diagnostics, result.internal_errors, result.source is not None))
+        outcomes.append(
+            (index, result.diagnostics, result.internal_errors, result.warnings, result.source is not None)
+        )
     return outcomes
 
 
@@ -215,10 +218,10 @@ def _run_pool(
                 break
             except Exception:
                 continue
-            for index, diagnostics, errors, has_source in outcomes:
+            for index, diagnostics, errors, warnings, has_source in outcomes:
                 task = tasks[index]
                 source = decode_source(task.raw, task.path) if has_source and diagnostics else None
-                results[index] = FileResult(task.path, task.display, source, diagnostics, errors)
+                results[index] = FileResult(task.path, task.display, source, diagnostics, errors, warnings)
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
     return results

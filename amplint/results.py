@@ -23,6 +23,8 @@ class FileResult:
     source: SourceFile | None
     diagnostics: list[Diagnostic] = field(default_factory=list)
     internal_errors: list[str] = field(default_factory=list)
+    # The file is fine but was not checked (amplint's parser cannot read what Python accepts).
+    warnings: list[str] = field(default_factory=list)
 
 
 def unparsable_diagnostic(display: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:

@@ -71,12 +71,16 @@ def lint_source(
     try:
         module = cst.parse_module(parsed)
     except cst.ParserSyntaxError as exc:
-        # Report what Python itself says (its message and position, as for a file no rule could
-        # match); libcst's own message only when Python accepts what libcst cannot parse.
-        error = _compile_error(text, display) or unparsable_diagnostic(
-            display, f"SyntaxError: {exc.message}", exc.raw_line, exc.raw_column + 1
-        )
-        result.diagnostics.append(error)
+        # AMP900 with what Python itself says; a file Python accepts is not broken, only beyond
+        # amplint's parser (libcst): it is not checked, and a warning says so.
+        error = _compile_error(text, display)
+        if error is not None:
+            result.diagnostics.append(error)
+        else:
+            result.warnings.append(
+                f"{display}:{exc.raw_line}:{exc.raw_column + 1}: not checked: Python accepts it, but "
+                f"amplint's parser (libcst) does not ({exc.message.splitlines()[0] if exc.message else 'syntax'})"
+            )
         return result
     except RecursionError:
         result.diagnostics.append(

@@ -444,3 +444,17 @@ def test_a_wrong_argument_is_a_usage_error(tmp_path: Path, args: tuple[str, ...]
     proc = amplint_run(tmp_path, *args)
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_file_python_accepts_but_libcst_cannot_read_is_a_warning_not_amp900(tmp_path: Path) -> None:
+    """5,000 implicitly concatenated strings compile, but libcst's parser gives up on them: the file
+    is not broken, so it gets no AMP900, only a warning that it was not checked."""
+    strings = "".join(f'    "s{i}"\n' for i in range(5000))
+    text = f"import torch\n\nx = (\n{strings})\nscaler = torch.cuda.amp.GradScaler()\n"
+    compile(text, "strings.py", "exec")  # Python accepts it
+    write(tmp_path / "strings.py", text)
+    proc = amplint_run(tmp_path, "check", "strings.py", "--format", "json", "--no-cache")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["diagnostics"] == []
+    assert "amplint: warning: strings.py:" in proc.stderr
+    assert "not checked: Python accepts it, but amplint's parser (libcst) does not" in proc.stderr
