@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from amplint.config import Settings
 from amplint.diagnostics import Diagnostic
-from amplint.results import FileResult, unreadable
+from amplint.results import FileResult, unparsable_diagnostic, unreadable
 from amplint.source import SourceError, decode_source, display_path, read_bytes
 from amplint.static.profile import CALLER, Profile
 
@@ -190,32 +190,66 @@ def _check_batch(batch: list[tuple[int, str, str, bytes]]) -> list[_Outcome]:
 def _run_pool(
     tasks: Sequence[_Task], settings: Settings, profile: Profile, workers: int
 ) -> dict[int, FileResult]:
-    """Check the tasks in worker processes. A batch whose worker failed (a crash, a result that
-    would not pickle) is left out, and so checked again in this process, where a real bug raises as
-    it would without the pool."""
+    """Check the tasks in worker processes. When a worker dies (a crash in a parser, a kill by a
+    signal), the files it had not reported are checked again one at a time in a fresh worker, and
+    the one that kills that worker too gets an AMP900 saying so: one file's crash is one diagnostic,
+    never a lost run. A batch that failed otherwise (a result that would not pickle) is left out,
+    and so checked again in this process, where a real bug raises as it would without the pool."""
+    results: dict[int, FileResult] = {}
+    broken = _pool_round(tasks, _batches(tasks, workers), settings, profile, workers, results)
+    while broken:
+        # One worker, one file at a time: the first file left unreported is the one it died on.
+        broken = _pool_round(tasks, [[index] for index in broken], settings, profile, 1, results)
+        if broken:
+            index = broken.pop(0)
+            task = tasks[index]
+            results[index] = FileResult(
+                task.path, task.display, None, [unparsable_diagnostic(task.display, _CRASHED)]
+            )
+    return results
+
+
+_CRASHED = "the worker process checking it crashed (killed by a signal, or a fault in a parser); not checked"
+
+
+def _pool_round(
+    tasks: Sequence[_Task],
+    batches: list[list[int]],
+    settings: Settings,
+    profile: Profile,
+    workers: int,
+    results: dict[int, FileResult],
+) -> list[int]:
+    """Check `batches` in a pool of `workers`, adding to `results`; the task indices that a dead
+    worker left unreported, in order (the first is where a one-worker pool died)."""
     import multiprocessing
     from concurrent.futures import Future, ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    results: dict[int, FileResult] = {}
     executor = ProcessPoolExecutor(
         max_workers=workers,
         mp_context=multiprocessing.get_context(),
         initializer=_initialize,
         initargs=(settings, profile),
     )
+    broken: list[int] = []
     try:
-        futures: list[Future[list[_Outcome]]] = [
-            executor.submit(
-                _check_batch, [(i, os.fspath(tasks[i].path), tasks[i].display, tasks[i].raw) for i in batch]
+        futures: list[tuple[list[int], Future[list[_Outcome]]]] = [
+            (
+                batch,
+                executor.submit(
+                    _check_batch,
+                    [(i, os.fspath(tasks[i].path), tasks[i].display, tasks[i].raw) for i in batch],
+                ),
             )
-            for batch in _batches(tasks, workers)
+            for batch in batches
         ]
-        for future in futures:
+        for batch, future in futures:
             try:
                 outcomes = future.result()
             except BrokenProcessPool:
-                break
+                broken.extend(batch)
+                continue
             except Exception:
                 continue
             for index, diagnostics, errors, warnings, has_source in outcomes:
@@ -224,4 +258,4 @@ def _run_pool(
                 results[index] = FileResult(task.path, task.display, source, diagnostics, errors, warnings)
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
-    return results
+    return broken

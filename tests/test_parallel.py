@@ -4,12 +4,21 @@ whatever the start method, with internal errors and unparsable files reported as
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support import HAZARD, HAZARD_CODE, OTHERS, amplint_run, write
+
+from amplint import rules
+from amplint.api import run_check
+from amplint.config import Settings
+from amplint.rule import Rule
+from amplint.static.context import FileContext, Finding
 
 CLEAN = "import torch\n\n\ndef forward(x):\n    return torch.relu(x)\n"
 
@@ -140,3 +149,35 @@ def test_jobs_decides_whether_workers_start(tmp_path: Path) -> None:
     assert "concurrent.futures.process" not in imported("--jobs", "1")
     # A dozen small files is not worth a worker: the default checks them in-process.
     assert "concurrent.futures.process" not in imported()
+
+
+class _Crasher(Rule):
+    """Kills the process checking a file that says CRASH, as a segfault in a parser would."""
+
+    code = "AMP999"
+    name = "crasher"
+    summary = "kills its process"
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        if "CRASH" in ctx.module.code:
+            os.kill(os.getpid(), signal.SIGKILL)
+        yield Finding(ctx.module.body[0], "checked")
+
+
+@pytest.mark.skipif(
+    multiprocessing.get_start_method() != "fork",
+    reason="the probe rule reaches the workers only through fork",
+)
+def test_a_worker_that_dies_costs_one_diagnostic_for_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rules, "rules_for", lambda settings, path, profile: [_Crasher])
+    files = [write(tmp_path / f"m{index:02}.py", f"x = {index}\n") for index in range(12)]
+    write(tmp_path / "m05.py", "x = 'CRASH'\n")
+    run = run_check(files, Settings(root=tmp_path), jobs=2, cache=False)
+    by_file = {Path(d.path).name: (d.code, d.message) for d in run.diagnostics}
+    assert by_file.pop("m05.py") == (
+        "AMP900",
+        "the worker process checking it crashed (killed by a signal, or a fault in a parser); not checked",
+    )
+    assert by_file == {f"m{index:02}.py": ("AMP999", "checked") for index in range(12) if index != 5}
