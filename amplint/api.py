@@ -10,7 +10,7 @@ from amplint.config import Settings, load_settings
 from amplint.diagnostics import Diagnostic, sort_diagnostics
 from amplint.discovery import discover
 from amplint.notebook import cell_sources, fix_notebook, is_notebook, lint_notebook, lint_notebook_file
-from amplint.results import UNPARSABLE, FileResult, unparsable_diagnostic, unreadable
+from amplint.results import UNPARSABLE, FileResult, too_large, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
 from amplint.rules import rules_for
 from amplint.source import SourceError, WriteRefused, decode_source, display_path, read_source
@@ -109,7 +109,9 @@ def run_check(
 
             rules = rules_for(settings, path, profile)
             result = (
-                _fix_file(run, path, rules, display, write=fix, unsafe=unsafe_fixes)
+                _fix_file(
+                    run, path, rules, display, write=fix, unsafe=unsafe_fixes, limit=settings.max_file_size
+                )
                 if fix or diff
                 else (lint_notebook_file if is_notebook(path) else lint_file)(
                     path, rules, display, profile=profile
@@ -132,13 +134,15 @@ def run_check(
 
 
 def _fix_file(
-    run: CheckRun, path: Path, rules: list[type[Rule]], display: str, *, write: bool, unsafe: bool
+    run: CheckRun, path: Path, rules: list[type[Rule]], display: str, *, write: bool, unsafe: bool, limit: int
 ) -> FileResult:
     from amplint.fixes import fix_source, unified_diff, write_atomic
     from amplint.runner import lint_source
 
     fix, lint = (fix_notebook, lint_notebook) if is_notebook(path) else (fix_source, lint_source)
     try:
+        if path.stat().st_size > limit:
+            return too_large(path, display, path.stat().st_size, limit)
         source = read_source(path)
     except SourceError as exc:
         return unreadable(path, display, exc)

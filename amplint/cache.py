@@ -107,7 +107,7 @@ class Cache:
         self._counter = 0
         selection = f"select {','.join(settings.select)}\0extend-select {','.join(settings.extend_select)}\0"
         selection += f"ignore {','.join(settings.ignore)}\0"
-        selection += f"profile {profile.key()}\0"
+        selection += f"profile {profile.key()}\0max-file-size {settings.max_file_size}\0"
         self._run_key = fingerprint + selection.encode()
 
     # -- keys ------------------------------------------------------------------------------------

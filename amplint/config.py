@@ -67,6 +67,7 @@ _KNOWN_KEYS = (
     "extend-exclude",
     "extend-select",
     "ignore",
+    "max-file-size",
     "per-file-ignores",
     "precision",
     "runtime",
@@ -104,6 +105,23 @@ def _validate_patterns(values: object, where: str) -> tuple[str, ...]:
     if not isinstance(values, list | tuple) or not all(isinstance(v, str) and v.strip() for v in values):
         raise ConfigError(f"{where} must be a list of {_PATTERNS_EXPECTED}, got {_show(values)}")
     return tuple(values)
+
+
+def _validate_size(value: object, where: str) -> int:
+    """A size in bytes: an integer, or a string with a unit ("2MB", "512 KiB")."""
+    units = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2}
+    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", value) if isinstance(value, str) else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    elif match is not None and match[2].lower() in units:
+        size = int(match[1]) * units[match[2].lower()]
+    else:
+        size = -1
+    if size < 1:
+        raise ConfigError(
+            f'{where} must be a positive size in bytes, or a string such as "2MB", got {_show(value)}'
+        )
+    return size
 
 
 def _validate_torch(value: object, where: str) -> str:
@@ -154,6 +172,9 @@ class Settings:
     # The torch the project supports, as a requirement (">=2.1,<2.6"); "" for any. From
     # `torch-version`, else the torch entry of `[project] dependencies` in the nearest pyproject.toml.
     torch_version: str = ""
+    # Larger files are not parsed (an AMP900 says so): libcst needs hundreds of bytes of memory per
+    # byte of source, and the largest hand-written modules are a few hundred kilobytes.
+    max_file_size: int = 1_048_576
     # `[tool.amplint.runtime]`, kept raw until the runtime pass defines its keys.
     runtime: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
@@ -329,6 +350,8 @@ def _settings_from_table(table: object, path: Path, section: str) -> Settings:
         )
     if "precision" in table:
         changes["precision"] = _validate_precision(table["precision"], f"{prefix}'precision'")
+    if "max-file-size" in table:
+        changes["max_file_size"] = _validate_size(table["max-file-size"], f"{prefix}'max-file-size'")
     if "torch-version" in table:
         changes["torch_version"] = _validate_torch(table["torch-version"], f"{prefix}'torch-version'")
     if "runtime" in table:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from amplint.config import Settings
 from amplint.diagnostics import Diagnostic
-from amplint.results import FileResult, unparsable_diagnostic, unreadable
+from amplint.results import FileResult, too_large, unparsable_diagnostic, unreadable
 from amplint.source import SourceError, decode_source, display_path, read_bytes
 from amplint.static.profile import CALLER, Profile
 
@@ -76,6 +76,8 @@ def check_bytes(
     from amplint.rules import rules_for
     from amplint.runner import lint_source
 
+    if len(raw) > settings.max_file_size:
+        return too_large(path, display, len(raw), settings.max_file_size)
     try:
         source = decode_source(raw, path)
     except SourceError as exc:

@@ -46,3 +46,16 @@ def unreadable(path: Path, display: str, error: SourceError) -> FileResult:
     return FileResult(
         path, display, None, [unparsable_diagnostic(display, error.message, error.line, error.column)]
     )
+
+
+def too_large(path: Path, display: str, size: int, limit: int) -> FileResult:
+    """The result for a file over `max-file-size`: one AMP900, nothing parsed."""
+    message = (
+        f"file too large to check ({_size(size)}, over max-file-size {_size(limit)}); "
+        "raise max-file-size in [tool.amplint] to check it"
+    )
+    return FileResult(path, display, None, [unparsable_diagnostic(display, message)])
+
+
+def _size(size: int) -> str:
+    return f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.1f} KB"

@@ -458,3 +458,20 @@ def test_a_file_python_accepts_but_libcst_cannot_read_is_a_warning_not_amp900(tm
     assert json.loads(proc.stdout)["diagnostics"] == []
     assert "amplint: warning: strings.py:" in proc.stderr
     assert "not checked: Python accepts it, but amplint's parser (libcst) does not" in proc.stderr
+
+
+def test_a_file_over_max_file_size_is_one_amp900_and_the_rest_is_checked(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", '[tool.amplint]\nmax-file-size = "2KB"\n')
+    write(tmp_path / "big.py", HAZARD + "".join(f"x{i} = {i}\n" for i in range(400)))
+    write(tmp_path / "small.py", HAZARD)
+    for fix in ((), ("--fix",)):
+        proc = amplint_run(tmp_path, "check", ".", "--format", "json", "--no-cache", *fix)
+        found = {d["path"]: (d["code"], d["message"]) for d in json.loads(proc.stdout)["diagnostics"]}
+        assert found["big.py"] == (
+            "AMP900",
+            "file too large to check (4.3 KB, over max-file-size 2.0 KB); raise max-file-size in [tool.amplint] to check it",
+        )
+        assert ("small.py" in found) == (not fix)  # checked, and fixed with --fix
+    write(tmp_path / "pyproject.toml", "[tool.amplint]\nmax-file-size = 0\n")
+    proc = amplint_run(tmp_path, "check", ".")
+    assert proc.returncode == 2 and "'max-file-size' must be a positive size in bytes" in proc.stderr
