@@ -12,7 +12,15 @@ import libcst as cst
 from amplint.diagnostics import SAFE, Diagnostic, Edit, Fix, sort_diagnostics
 from amplint.results import UNPARSABLE, FileResult, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
-from amplint.source import LineIndex, SourceError, SourceFile, decode_source, display_path, read_source
+from amplint.source import (
+    LineIndex,
+    SourceError,
+    SourceFile,
+    decode_source,
+    display_path,
+    python_ast,
+    read_source,
+)
 from amplint.static.context import FileContext, Finding, FixPlan
 from amplint.static.profile import CALLER, Profile
 from amplint.static.regions import region_marks, skip_bodies
@@ -120,7 +128,7 @@ _TRACE_FRAMES = 12
 def _compile_error(text: str, display: str) -> Diagnostic | None:
     """The AMP900 diagnostic for text that Python's own parser rejects, else None."""
     try:
-        compile(text, display, "exec", flags=0x400, dont_inherit=True)  # ast.PyCF_ONLY_AST
+        python_ast(text, display)
     except SyntaxError as exc:
         return unparsable_diagnostic(display, f"SyntaxError: {exc.msg}", exc.lineno or 1, exc.offset or 1)
     except ValueError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import codecs
 import io
 import os
@@ -9,6 +10,7 @@ import re
 import stat
 import tempfile
 import tokenize
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +18,17 @@ from pathlib import Path
 NEWLINE = re.compile(r"\r\n|\r|\n")
 # A NUL byte does not occur in Python source; its presence marks a binary file.
 _BINARY_PROBE = 8192
+
+
+def python_ast(text: str, filename: str = "<amplint>") -> ast.Module:
+    """The file parsed by Python's own parser (fast, C), as `compile` raises on it (SyntaxError,
+    ValueError for NUL bytes, RecursionError, MemoryError); the file's own SyntaxWarnings (`1if x`,
+    "\\d") are not amplint's to print."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tree = compile(text, filename, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    assert isinstance(tree, ast.Module)
+    return tree
 
 
 class SourceError(Exception):

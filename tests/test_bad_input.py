@@ -475,3 +475,12 @@ def test_a_file_over_max_file_size_is_one_amp900_and_the_rest_is_checked(tmp_pat
     write(tmp_path / "pyproject.toml", "[tool.amplint]\nmax-file-size = 0\n")
     proc = amplint_run(tmp_path, "check", ".")
     assert proc.returncode == 2 and "'max-file-size' must be a positive size in bytes" in proc.stderr
+
+
+def test_the_files_own_syntax_warnings_are_not_printed(tmp_path: Path) -> None:
+    write(
+        tmp_path / "m.py", 'import torch\n\nx = 1if True else 2\ny = "\\d"\ns = torch.cuda.amp.GradScaler()\n'
+    )
+    proc = amplint_run(tmp_path, "check", "m.py", "--no-cache")
+    assert proc.returncode == 1 and "AMP008" in proc.stdout
+    assert "SyntaxWarning" not in proc.stderr

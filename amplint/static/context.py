@@ -15,7 +15,7 @@ import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
-from amplint.source import NEWLINE, LineIndex
+from amplint.source import NEWLINE, LineIndex, python_ast
 from amplint.static.dtypes import DtypeFacts, Step
 from amplint.static.imports import ImportMap
 from amplint.static.profile import CALLER, Profile
@@ -231,10 +231,9 @@ def _offsets_from_ast(module: cst.Module, text: str) -> dict[cst.CSTNode, int] |
     """`FileContext._line_offsets` from the line numbers of Python's own parser; None when it rejects
     the text (syntax newer than the running Python) or its statements do not line up with libcst's."""
     try:
-        tree = compile(text, "<amplint>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        tree = python_ast(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    assert isinstance(tree, ast.Module)
     starts: list[int] = []
     for statement in tree.body:
         decorators: list[ast.expr] = getattr(statement, "decorator_list", None) or []

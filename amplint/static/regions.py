@@ -22,6 +22,8 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from amplint.source import python_ast
+
 if TYPE_CHECKING:
     from amplint.rule import Rule
 
@@ -54,10 +56,9 @@ def skip_bodies(text: str, words: frozenset[str], pattern: re.Pattern[str] | Non
     None when none can be or Python's parser rejects the text (the caller parses it whole and
     reports what is wrong)."""
     try:
-        tree = compile(text, "<amplint>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        tree = python_ast(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    assert isinstance(tree, ast.Module)
     lines = _LINE.findall(text)
     bodies = [_Body(function, lines) for function in _functions(tree.body)]
     bodies = [body for body in bodies if body.start is not None]
