@@ -468,7 +468,7 @@ def _lint(notebook: _Notebook, rules: Sequence[type[Rule]], display: str, profil
     while True:
         starts = notebook.starts()
         result = lint_source(notebook.module(), rules, display, profile=profile)
-        broken = next((d for d in result.diagnostics if d.code == UNPARSABLE), None)
+        broken = result.libcst_rejected or next((d for d in result.diagnostics if d.code == UNPARSABLE), None)
         if broken is None:
             break
         notebook.drop(broken, starts)

@@ -25,6 +25,9 @@ class FileResult:
     internal_errors: list[str] = field(default_factory=list)
     # The file is fine but was not checked (amplint's parser cannot read what Python accepts).
     warnings: list[str] = field(default_factory=list)
+    # Where libcst gave up on text Python accepts, as an AMP900 a caller may report (a notebook
+    # reports the cell and checks the others); a plain file reports only the warning.
+    libcst_rejected: Diagnostic | None = None
 
 
 def unparsable_diagnostic(display: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import traceback
 from collections.abc import Sequence
@@ -68,27 +69,28 @@ def lint_source(
         return result
     words = frozenset(_WORD.findall(text)) if rules else frozenset()
     active = [rule for rule in rules if not rule.triggers or rule.triggers & words]
+    # Python's own (fast, C) parser decides whether the file is broken: AMP900 exactly where it
+    # refuses the file, whatever libcst, which accepts some of those, makes of it.
+    tree = _python_tree(text, display)
+    if isinstance(tree, Diagnostic):
+        result.diagnostics.append(tree)
+        return result
     if not active:
-        # Nothing could match: the fast C parser is enough to report a broken file.
-        error = _compile_error(text, display)
-        if error is not None:
-            result.diagnostics.append(error)
         return result
     marks = region_marks(active)
-    parsed = (skip_bodies(text, *marks) if marks is not None else None) or text
+    parsed = (skip_bodies(text, *marks, tree=tree) if marks is not None else None) or text
     try:
         module = cst.parse_module(parsed)
     except cst.ParserSyntaxError as exc:
-        # AMP900 with what Python itself says; a file Python accepts is not broken, only beyond
-        # amplint's parser (libcst): it is not checked, and a warning says so.
-        error = _compile_error(text, display)
-        if error is not None:
-            result.diagnostics.append(error)
-        else:
-            result.warnings.append(
-                f"{display}:{exc.raw_line}:{exc.raw_column + 1}: not checked: Python accepts it, but "
-                f"amplint's parser (libcst) does not ({exc.message.splitlines()[0] if exc.message else 'syntax'})"
-            )
+        # Python accepted it: the file is not broken, only beyond libcst; not checked, and said so.
+        first = exc.message.splitlines()[0] if exc.message else "syntax"
+        result.libcst_rejected = unparsable_diagnostic(
+            display, f"SyntaxError: {exc.message}", exc.raw_line, exc.raw_column + 1
+        )
+        result.warnings.append(
+            f"{display}:{exc.raw_line}:{exc.raw_column + 1}: not checked: Python accepts it, but "
+            f"amplint's parser (libcst) does not ({first})"
+        )
         return result
     except RecursionError:
         result.diagnostics.append(
@@ -125,15 +127,26 @@ _TOO_DEEP = "nesting too deep (RecursionError)"
 _TRACE_FRAMES = 12
 
 
-def _compile_error(text: str, display: str) -> Diagnostic | None:
-    """The AMP900 diagnostic for text that Python's own parser rejects, else None."""
+def _python_tree(text: str, display: str) -> ast.Module | Diagnostic:
+    """Python's own parse of the file, or the AMP900 diagnostic saying why it rejects it."""
     try:
-        python_ast(text, display)
+        return python_ast(text, display)
     except SyntaxError as exc:
         return unparsable_diagnostic(display, f"SyntaxError: {exc.msg}", exc.lineno or 1, exc.offset or 1)
     except ValueError as exc:
         return unparsable_diagnostic(display, f"SyntaxError: {exc}")
-    return None
+    except RecursionError:
+        return unparsable_diagnostic(
+            display, f"{_TOO_DEEP} for Python's own parser; the file was not checked"
+        )
+    except MemoryError:
+        return unparsable_diagnostic(display, "too large for Python's own parser; the file was not checked")
+
+
+def _compile_error(text: str, display: str) -> Diagnostic | None:
+    """The AMP900 diagnostic for text that Python's own parser rejects, else None."""
+    tree = _python_tree(text, display)
+    return tree if isinstance(tree, Diagnostic) else None
 
 
 def _diagnostic(

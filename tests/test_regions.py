@@ -149,7 +149,7 @@ def test_a_rule_that_reads_every_body_turns_skipping_off() -> None:
 def _lint(text: str, skipping: bool, monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
     with monkeypatch.context() as patch:
         if not skipping:
-            patch.setattr(amplint.runner, "skip_bodies", lambda *args: None)
+            patch.setattr(amplint.runner, "skip_bodies", lambda *args, **kwargs: None)
         result = lint_text(text, RULES)
     assert not result.internal_errors
     return [

@@ -839,7 +839,10 @@ class DtypeFacts:
         if isinstance(node, cst.Name):
             return self._name(node, frame)
         if isinstance(node, (cst.Integer, cst.Float)):
-            return Fact(SCALAR, number=float(node.evaluated_value))
+            try:
+                return Fact(SCALAR, number=float(node.evaluated_value))
+            except OverflowError:  # an integer literal past float's range (`10**400` spelled out)
+                return Fact(SCALAR, number=math.inf)
         if isinstance(node, (cst.Imaginary, cst.BaseString)):
             for child in _children(node):
                 self._expr(child, frame)
@@ -1520,9 +1523,9 @@ def _literal_index(node: cst.Subscript) -> int | None:
         return None
     value = node.slice[0].slice.value
     if isinstance(value, cst.Integer):
-        return int(value.value)
+        return value.evaluated_value  # `0x1`, `1_000` too
     if isinstance(value, cst.UnaryOperation) and isinstance(value.expression, cst.Integer):
-        return -int(value.expression.value)
+        return -value.expression.evaluated_value
     return None
 
 

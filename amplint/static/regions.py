@@ -51,14 +51,21 @@ def region_marks(rules: Iterable[type[Rule]]) -> tuple[frozenset[str], re.Patter
     return frozenset(words), re.compile("|".join(patterns)) if patterns else None
 
 
-def skip_bodies(text: str, words: frozenset[str], pattern: re.Pattern[str] | None = None) -> str | None:
+def skip_bodies(
+    text: str,
+    words: frozenset[str],
+    pattern: re.Pattern[str] | None = None,
+    *,
+    tree: ast.Module | None = None,
+) -> str | None:
     """`text` with the function bodies that no rule needs blanked out (see the module docstring), or
     None when none can be or Python's parser rejects the text (the caller parses it whole and
     reports what is wrong)."""
-    try:
-        tree = python_ast(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
+    if tree is None:
+        try:
+            tree = python_ast(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
     lines = _LINE.findall(text)
     bodies = [_Body(function, lines) for function in _functions(tree.body)]
     bodies = [body for body in bodies if body.start is not None]

@@ -205,3 +205,9 @@ def test_a_name_the_else_rebinds_keeps_both_branches() -> None:
     # `weighting` is float32 in the guarded branch and the input's dtype (half possible) in the else.
     code = GUARDED_WITH_ELSE.replace("return patch.pow(2).mean(dim=2)", "return weighting * 2")
     assert fact(code, 10, "weighting * 2").dtypes == CALLER
+
+
+def test_number_literals_of_any_size_and_spelling() -> None:
+    # Sympy's tests hold integer literals past float's range; a hex index is an index all the same.
+    ctx = facts_on("import torch\n\ndef f(x):\n    y = x[0x1] * 1" + "0" * 400 + "\n    return y\n")
+    assert dict(ctx.facts.explain_line(4))["y"].kind == "tensor"
