@@ -97,6 +97,9 @@ def lint_source(
             unparsable_diagnostic(display, f"{_TOO_DEEP} to parse; the file was not checked")
         )
         return result
+    except MemoryError:
+        result.diagnostics.append(unparsable_diagnostic(display, _OUT_OF_MEMORY))
+        return result
     ctx = FileContext(source.path, module, words, parsed, profile=profile)
     lines = LineIndex(text)
     too_deep: list[str] = []
@@ -106,6 +109,9 @@ def lint_source(
         except RecursionError:
             too_deep.append(rule.code)  # one file's shape, not a bug: the other rules and files go on
             continue
+        except MemoryError:
+            result.diagnostics = [unparsable_diagnostic(display, _OUT_OF_MEMORY)]
+            return result
         except Exception:
             # The innermost frames say where; a deep recursion's thousand frames would say nothing more.
             trace = traceback.format_exc(limit=-_TRACE_FRAMES)
@@ -124,6 +130,7 @@ def lint_source(
 
 
 _TOO_DEEP = "nesting too deep (RecursionError)"
+_OUT_OF_MEMORY = "out of memory while checking it (lower max-file-size?); the file was not checked"
 _TRACE_FRAMES = 12
 
 

@@ -484,3 +484,20 @@ def test_the_files_own_syntax_warnings_are_not_printed(tmp_path: Path) -> None:
     proc = amplint_run(tmp_path, "check", "m.py", "--no-cache")
     assert proc.returncode == 1 and "AMP008" in proc.stdout
     assert "SyntaxWarning" not in proc.stderr
+
+
+def test_running_out_of_memory_on_one_file_is_one_amp900() -> None:
+    from amplint.rule import Rule
+    from amplint.runner import lint_text
+
+    class Hungry(Rule):
+        code, name, summary = "AMP998", "hungry", "runs out of memory"
+
+        def check(self, ctx):  # type: ignore[no-untyped-def]
+            raise MemoryError
+
+    result = lint_text("x = 1\n", [Hungry])
+    assert [(d.code, d.message) for d in result.diagnostics] == [
+        ("AMP900", "out of memory while checking it (lower max-file-size?); the file was not checked")
+    ]
+    assert result.internal_errors == []
