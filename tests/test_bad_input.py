@@ -501,3 +501,47 @@ def test_running_out_of_memory_on_one_file_is_one_amp900() -> None:
         ("AMP900", "out of memory while checking it (lower max-file-size?); the file was not checked")
     ]
     assert result.internal_errors == []
+
+
+def test_a_tree_of_pathological_files_costs_one_diagnostic_each(tmp_path: Path) -> None:
+    """The inputs that once ended a run or flooded stderr, beside one ordinary file with a finding."""
+    scaler = "s = torch.cuda.amp.GradScaler()\n"  # a word the rules look for: libcst parses each file
+    files = {
+        "parens_150.py": "import torch\nx = " + "(" * 150 + "1" + ")" * 150 + "\n" + scaler,
+        "parens_250.py": "import torch\nx = " + "(" * 250 + "1" + ")" * 250 + "\n" + scaler,  # Python refuses
+        "elif_320.py": "import torch\nif a == 0:\n    pass\n"
+        + "".join(f"elif a == {i}:\n    pass\n" for i in range(1, 320))
+        + scaler,
+        "elif_500.py": "import torch\nif a == 0:\n    pass\n"
+        + "".join(f"elif a == {i}:\n    pass\n" for i in range(1, 500))
+        + scaler,
+        "list_200000.py": "import torch\nx = [\n"
+        + "".join(f"    {i},\n" for i in range(200_000))
+        + "]\n"
+        + scaler,
+        "strings_5000.py": "import torch\nx = (\n"
+        + "".join(f'    "s{i}"\n' for i in range(5000))
+        + ")\n"
+        + scaler,
+        "tabs.py": "import torch\nif True:\n\tif True:\n\t        " + scaler,
+    }
+    for name, text in files.items():
+        write(tmp_path / name, text)
+    write(tmp_path / "model.py", HAZARD)
+    proc = amplint_run(tmp_path, "check", ".", "--format", "json", "--no-cache")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    found = {(d["path"], d["code"]) for d in json.loads(proc.stdout)["diagnostics"]}
+    assert ("model.py", HAZARD_CODE) in found
+    refused = {name for name, text in files.items() if _python_refuses(text)}
+    assert refused == {"parens_250.py"}
+    # AMP900 on the file Python refuses, and on the one over max-file-size (skipped, saying why).
+    assert {path for path, code in found if code == "AMP900"} == {"parens_250.py", "list_200000.py"}
+    assert len(proc.stderr.encode()) < 100_000 and "Traceback" not in proc.stderr
+
+
+def _python_refuses(text: str) -> bool:
+    try:
+        compile(text, "<test>", "exec")
+    except (SyntaxError, RecursionError, MemoryError):
+        return True
+    return False
