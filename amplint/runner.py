@@ -20,6 +20,7 @@ from amplint.source import (
     decode_source,
     display_path,
     python_ast,
+    python_compiles,
     read_source,
 )
 from amplint.static.context import FileContext, Finding, FixPlan
@@ -71,11 +72,11 @@ def lint_source(
     active = [rule for rule in rules if not rule.triggers or rule.triggers & words]
     # Python's own (fast, C) parser decides whether the file is broken: AMP900 exactly where it
     # refuses the file, whatever libcst, which accepts some of those, makes of it.
-    tree = _python_tree(text, display)
+    tree = _python_tree(text, display, tree=bool(active))
     if isinstance(tree, Diagnostic):
         result.diagnostics.append(tree)
         return result
-    if not active:
+    if not active or tree is None:
         return result
     marks = region_marks(active)
     parsed = (skip_bodies(text, *marks, tree=tree) if marks is not None else None) or text
@@ -134,10 +135,14 @@ _OUT_OF_MEMORY = "out of memory while checking it (lower max-file-size?); the fi
 _TRACE_FRAMES = 12
 
 
-def _python_tree(text: str, display: str) -> ast.Module | Diagnostic:
-    """Python's own parse of the file, or the AMP900 diagnostic saying why it rejects it."""
+def _python_tree(text: str, display: str, *, tree: bool = True) -> ast.Module | Diagnostic | None:
+    """Python's own parse of the file (None without `tree`: only compiled), or the AMP900
+    diagnostic saying why it rejects it: exactly where `compile(text, path, "exec")` raises."""
     try:
-        return python_ast(text, display)
+        if not tree:
+            python_compiles(text, display)
+            return None
+        return python_ast(text, display, compiled=True)
     except SyntaxError as exc:
         return unparsable_diagnostic(display, f"SyntaxError: {exc.msg}", exc.lineno or 1, exc.offset or 1)
     except ValueError as exc:
@@ -151,9 +156,9 @@ def _python_tree(text: str, display: str) -> ast.Module | Diagnostic:
 
 
 def _compile_error(text: str, display: str) -> Diagnostic | None:
-    """The AMP900 diagnostic for text that Python's own parser rejects, else None."""
-    tree = _python_tree(text, display)
-    return tree if isinstance(tree, Diagnostic) else None
+    """The AMP900 diagnostic for text that Python rejects, else None."""
+    error = _python_tree(text, display, tree=False)
+    return error if isinstance(error, Diagnostic) else None
 
 
 def _diagnostic(

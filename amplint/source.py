@@ -20,15 +20,27 @@ NEWLINE = re.compile(r"\r\n|\r|\n")
 _BINARY_PROBE = 8192
 
 
-def python_ast(text: str, filename: str = "<amplint>") -> ast.Module:
+def python_ast(text: str, filename: str = "<amplint>", *, compiled: bool = False) -> ast.Module:
     """The file parsed by Python's own parser (fast, C), as `compile` raises on it (SyntaxError,
-    ValueError for NUL bytes, RecursionError, MemoryError); the file's own SyntaxWarnings (`1if x`,
-    "\\d") are not amplint's to print."""
+    ValueError for NUL bytes, RecursionError, MemoryError); with `compiled`, also compiled from the
+    tree, which raises on what only the compiler refuses (`return` outside a function, a late
+    `from __future__ import`). The file's own SyntaxWarnings (`1if x`, "\\d") are not amplint's to
+    print."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tree = compile(text, filename, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        if compiled:
+            compile(tree, filename, "exec", dont_inherit=True)
     assert isinstance(tree, ast.Module)
     return tree
+
+
+def python_compiles(text: str, filename: str) -> None:
+    """Compile the file as `python` would, raising as `compile` does; cheaper than `python_ast`,
+    which builds the syntax tree as Python objects."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compile(text, filename, "exec", dont_inherit=True)
 
 
 class SourceError(Exception):

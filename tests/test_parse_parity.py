@@ -40,6 +40,9 @@ EDGE_CASES: dict[str, bytes] = {
     "nul_byte.py": b"import torch\nx = 1\x00\n" + HALF.encode(),
     "syntax_error.py": b"import torch\ndef f(:\n    pass\n" + HALF.encode(),
     "walrus_in_comprehension_ok.py": b"import torch\ny = [z := 1, z]\n" + HALF.encode(),
+    # Refused by the compiler, not the parser: an AST alone would accept them.
+    "late_future.py": b"import torch\nfrom __future__ import annotations\n" + HALF.encode(),
+    "module_return.py": b"import torch\nreturn 1\n" + HALF.encode(),
 }
 
 
@@ -48,7 +51,8 @@ def test_generated_edge_cases(tmp_path: Path) -> None:
         (tmp_path / name).write_bytes(data)
     result = parity.run([tmp_path])
     assert result["files"] == len(EDGE_CASES)
-    assert result["python_rejects"] >= 4  # the bad coding, the bad tabs, the NUL byte, the syntax error
+    # The bad coding, the bad tabs, the NUL byte, the syntax error, the late future, the return.
+    assert result["python_rejects"] >= 6
     assert (result["false_amp900"], result["missed_amp900"]) == ([], [])
 
 
