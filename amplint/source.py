@@ -29,9 +29,9 @@ def python_ast(text: str, filename: str = "<amplint>", *, compiled: bool = False
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tree = compile(text, filename, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        assert isinstance(tree, ast.Module)
         if compiled:
             compile(tree, filename, "exec", dont_inherit=True)
-    assert isinstance(tree, ast.Module)
     return tree
 
 

@@ -57,7 +57,7 @@ def cast_back(
     function = ctx.function_of(upcast) or ctx.module
     scope = next((s for s in ctx.scopes if s.node is function), None)
     dtype = _dtype_source(ctx, scope, data) if scope is not None else None
-    if dtype is None:
+    if scope is None or dtype is None:
         return None
     places: list[cst.BaseExpression] = []
     unsure: list[cst.CSTNode] = []
@@ -76,10 +76,10 @@ def cast_back(
             if isinstance(node, cst.Call) and _passes_on(ctx, node)
             else []
         )
-        tainted = [flow.taint(operand) for operand in operands]
-        if any(tainted) and any(
+        reached = [flow.taint(operand) for operand in operands]
+        if any(reached) and any(
             not origins and ctx.facts.of(operand).kind == TENSOR
-            for operand, origins in zip(operands, tainted, strict=True)
+            for operand, origins in zip(operands, reached, strict=True)
         ):
             # Mixed with another tensor, the result takes the wider dtype of the two, which may not
             # be the one read back from the upcast input.
@@ -186,5 +186,5 @@ def _edits(
             return None  # nested places: one cast would hide the other
         value = place.deep_replace(upcast, fixed) if contains else place
         inside |= contains
-        edits.append((place, with_method(value, "to", dtype)))  # type: ignore[arg-type]
+        edits.append((place, with_method(value, "to", dtype)))
     return tuple(edits) if inside else ((upcast, fixed), *edits)
