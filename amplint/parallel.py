@@ -130,6 +130,8 @@ def precheck(
             result = check_bytes(task.path, task.display, task.raw, settings, profile)
         if cache is not None and task.key is not None:
             cache.store(task.key, result)
+        if not result.diagnostics:
+            result.source = None  # only a report's snippets read it: a clean file's text is not kept
         done[task.path] = result
     return done
 
