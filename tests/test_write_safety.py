@@ -84,3 +84,13 @@ def test_two_runs_at_once_leave_each_file_as_it_was_or_fixed(tmp_path: Path) -> 
         run.communicate(timeout=120)
     assert {path.read_text(encoding="utf-8") for path in paths} == {HAZARD_FIXED}
     assert sorted(p.name for p in (tmp_path / "pkg").iterdir()) == sorted(p.name for p in paths)
+
+
+def test_a_read_only_lockfile_is_not_replaced(tmp_path: Path) -> None:
+    """`amplint lock --update` writes with `replace_file`, which leaves a read-only file alone."""
+    lock = tmp_path / "amplint.lock"
+    lock.write_text("old\n", encoding="utf-8")
+    lock.chmod(0o444)
+    with pytest.raises(WriteRefused, match="read-only"):
+        replace_file(lock, b"new\n")
+    assert lock.read_text(encoding="utf-8") == "old\n"
