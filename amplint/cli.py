@@ -417,25 +417,30 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
             try:
                 graph = trace_in_child({**spec, "measure_lines": measure_lines}, timeout)
                 traced.append(Traced(spec["target"], graph=graph))
-            except (ChildError, TargetError) as exc:
+            except TargetError as exc:  # a target that names no model: a usage error, not a model bug
+                raise TargetError(f"{spec['name']}: {exc}") from None
+            except ChildError as exc:
                 warnings.append(f"could not trace {spec['target']}; its findings stay unconfirmed: {exc}")
                 lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
                 traced.append(Traced(spec["target"], error=lines[-1] if lines else "failed"))  # the exception
         return traced
 
-    if args.fix:
-        from amplint.verify import fix_and_verify
+    try:  # the first trace comes before any fix is written: a bad target leaves the files alone
+        if args.fix:
+            from amplint.verify import fix_and_verify
 
-        run, outcomes = fix_and_verify(paths, settings, trace, jobs=args.jobs)
-        for outcome in outcomes:
-            print(f"amplint: fix {outcome}", file=sys.stderr)
-    elif args.diff:
-        from amplint.verify import preview
+            run, outcomes = fix_and_verify(paths, settings, trace, jobs=args.jobs)
+            for outcome in outcomes:
+                print(f"amplint: fix {outcome}", file=sys.stderr)
+        elif args.diff:
+            from amplint.verify import preview
 
-        run = preview(paths, settings, trace, jobs=args.jobs)
-    else:
-        run = run_check(paths, settings, cache=not args.no_cache, jobs=args.jobs)
-        run.diagnostics = confirm(run.diagnostics, trace(run.diagnostics))
+            run = preview(paths, settings, trace, jobs=args.jobs)
+        else:
+            run = run_check(paths, settings, cache=not args.no_cache, jobs=args.jobs)
+            run.diagnostics = confirm(run.diagnostics, trace(run.diagnostics))
+    except TargetError as exc:
+        return _error(f"runtime target {exc}")
     run.warnings.extend(dict.fromkeys(warnings))
     if not args.show_refuted:
         run.diagnostics = [d for d in run.diagnostics if d.confidence is not Confidence.REFUTED]

@@ -545,3 +545,23 @@ def _python_refuses(text: str) -> bool:
     except (SyntaxError, RecursionError, MemoryError):
         return True
     return False
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("fac.py:nope", "runtime target fac.py:nope: "),
+        ("fac.py:three", "runtime target fac.py:three: the factory must return (model, args)"),
+        ("missing.py:f", "runtime target missing.py:f: target file "),
+    ],
+)
+def test_a_runtime_target_that_names_no_model_is_a_usage_error(
+    tmp_path: Path, target: str, message: str
+) -> None:
+    pytest.importorskip("torch")
+    write(tmp_path / "fac.py", "def three():\n    return 3\n")
+    write(tmp_path / "model.py", HAZARD)
+    proc = amplint_run(tmp_path, "check", "model.py", "--confirm", "--target", target, "--fix")
+    assert proc.returncode == 2
+    assert f"amplint: error: {message}" in proc.stderr and "Traceback" not in proc.stderr
+    assert (tmp_path / "model.py").read_text(encoding="utf-8") == HAZARD  # nothing written

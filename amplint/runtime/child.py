@@ -18,7 +18,7 @@ from typing import Any
 from amplint.runtime.graph import DtypeGraph, ValueLimits
 
 # Exit codes of the child, read by the parent.
-USAGE, FACTORY_FAILED = 2, 3
+USAGE, FACTORY_FAILED, BAD_TARGET = 2, 3, 4
 
 
 class ChildError(Exception):
@@ -101,7 +101,11 @@ def trace_in_child(spec: dict[str, Any], timeout: float) -> DtypeGraph:
         if done.returncode == 0:
             return DtypeGraph.load(output)
         message = done.stderr.strip() or done.stdout.strip()
-        if done.returncode < 0 or done.returncode > FACTORY_FAILED:
+        if done.returncode == BAD_TARGET:
+            from amplint.runtime.target import TargetError
+
+            raise TargetError(message.splitlines()[-1] if message else "the target could not be loaded")
+        if done.returncode < 0 or done.returncode > BAD_TARGET:
             raise ChildError(
                 f"the trace aborted inside torch (exit status {done.returncode}); "
                 f"run with --in-process to see where.\n{message[-2000:]}"
@@ -116,7 +120,10 @@ def main(argv: list[str]) -> int:
 
     try:
         graph = run_traced(spec)
-    except (TargetError, TraceError) as exc:  # a ReplayError is a TraceError
+    except TargetError as exc:  # no such file or factory, or a factory that returns no model
+        print(exc, file=sys.stderr)
+        return BAD_TARGET
+    except TraceError as exc:  # a ReplayError is a TraceError
         print(exc, file=sys.stderr)
         return USAGE
     except ChildError as exc:
