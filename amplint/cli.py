@@ -8,7 +8,7 @@ import importlib.util
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -466,24 +466,23 @@ def _seconds(value: str) -> float:
     return seconds
 
 
-def _count(value: str) -> int:
-    try:
-        count = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, got {count}")
-    return count
+def _at_least_one(what: str, unit: str = "") -> Callable[[str], int]:
+    """An argparse type for a whole number of at least 1, named `what` (and `unit`) in its errors."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value!r}") from None
+        if number < 1:
+            raise argparse.ArgumentTypeError(f"expected at least 1{unit}, got {number}")
+        return number
+
+    return parse
 
 
-def _jobs(value: str) -> int:
-    try:
-        jobs = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of processes, got {value!r}") from None
-    if jobs < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1 process, got {jobs}")
-    return jobs
+_count = _at_least_one("a whole number")
+_jobs = _at_least_one("a number of processes", " process")
 
 
 def _project_settings(args: argparse.Namespace) -> Settings | int:

@@ -104,7 +104,7 @@ def trace_in_child(spec: dict[str, Any], timeout: float) -> DtypeGraph:
         if done.returncode == BAD_TARGET:
             from amplint.runtime.target import TargetError
 
-            raise TargetError(message.splitlines()[-1] if message else "the target could not be loaded")
+            raise TargetError(message or "the target could not be loaded")
         if done.returncode < 0 or done.returncode > BAD_TARGET:
             raise ChildError(
                 f"the trace aborted inside torch (exit status {done.returncode}); "
