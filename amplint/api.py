@@ -39,11 +39,20 @@ def project_profile(settings: Settings, contents: Mapping[Path, bytes | SourceEr
     return settings.configured_profile or settings.with_torch(detect(_texts(contents)))
 
 
-def _texts(contents: Mapping[Path, bytes | SourceError]) -> Iterator[tuple[str, str]]:
+def _streamed(files: Sequence[Path]) -> Iterator[tuple[Path, bytes | SourceError]]:
+    from amplint.parallel import read_files
+
+    for path in files:
+        yield from read_files([path]).items()
+
+
+def _texts(
+    contents: Mapping[Path, bytes | SourceError] | Iterator[tuple[Path, bytes | SourceError]],
+) -> Iterator[tuple[str, str]]:
     """(display path, text) of each file, decoded only when `detect` asks for it (it stops early). The
     scan looks for ASCII words, so a lenient UTF-8 decode does for a file in another encoding; a
     notebook's text is its code cells, each under the name reports give it."""
-    for path, raw in contents.items():
+    for path, raw in contents.items() if isinstance(contents, Mapping) else contents:
         if isinstance(raw, SourceError) or b"\0" in raw[:8192]:
             continue  # unreadable or binary: its AMP900 is all there is to say
         display = display_path(path)
@@ -76,7 +85,7 @@ def run_check(
     """Check `paths`. `fix`/`diff` apply or show the safe fixes (the unsafe ones too with
     `unsafe_fixes`); `cache`: use `.amplint_cache/` (read-only with `diff`); `jobs`: worker processes,
     None to decide from the CPUs and the amount of work (see `amplint/parallel.py`)."""
-    from amplint.parallel import precheck, read_files
+    from amplint.parallel import precheck
 
     found = discover(paths, settings)
     # The profile comes first: every check and every cache key depends on it. Detecting it reads
@@ -84,8 +93,8 @@ def run_check(
     profile = settings.configured_profile
     contents = None
     if profile is None:
-        contents = read_files(found.files)
-        profile = project_profile(settings, contents)
+        # Streamed: each file is read, scanned and let go, so that the run holds no file's bytes.
+        profile = settings.with_torch(detect(_texts(_streamed(found.files))))
     run = CheckRun(profile=profile)
     store = None
     if cache:

@@ -42,8 +42,13 @@ AUTO_MIN_BYTES = 400_000
 class _Task:
     path: Path
     display: str
-    raw: bytes
-    key: str | None
+    size: int
+    key: str | None  # the cache key of the bytes read when the cache was asked
+
+
+def _bytes_of(task: _Task) -> bytes | SourceError:
+    """The file's bytes, read when it is checked: a run keeps no file's bytes longer than that."""
+    return _read(task.path)
 
 
 def usable_cpus() -> int:
@@ -119,7 +124,7 @@ def precheck(
                 done[path] = cache.result(path, display, raw, cached)
                 continue
         if not fix:
-            tasks.append(_Task(path, display, raw, key))
+            tasks.append(_Task(path, display, len(raw), key))
     if not tasks:
         return done
     workers = _workers(jobs, tasks)
@@ -127,7 +132,12 @@ def precheck(
     for index, task in enumerate(tasks):
         result = results.get(index)
         if result is None:
-            result = check_bytes(task.path, task.display, task.raw, settings, profile)
+            raw = _bytes_of(task)
+            result = (
+                unreadable(task.path, task.display, raw)
+                if isinstance(raw, SourceError)
+                else check_bytes(task.path, task.display, raw, settings, profile)
+            )
         if cache is not None and task.key is not None:
             cache.store(task.key, result)
         if not result.diagnostics:
@@ -144,7 +154,7 @@ def _workers(jobs: int | None, tasks: Sequence[_Task]) -> int:
     if jobs is not None:
         return min(jobs, len(tasks))
     cpus = usable_cpus()
-    size = sum(len(task.raw) for task in tasks)
+    size = sum(task.size for task in tasks)
     if cpus < 2 or len(tasks) < AUTO_MIN_FILES or size < AUTO_MIN_BYTES:
         return 1
     return min(cpus, len(tasks))
@@ -153,14 +163,14 @@ def _workers(jobs: int | None, tasks: Sequence[_Task]) -> int:
 def _batches(tasks: Sequence[_Task], workers: int) -> list[list[int]]:
     """Indices of the tasks, largest files first, grouped into batches of similar size (a few per
     worker, so that one slow batch does not leave the other workers idle at the end)."""
-    ordered = sorted(range(len(tasks)), key=lambda index: len(tasks[index].raw), reverse=True)
-    target = max(sum(len(task.raw) for task in tasks) // (workers * 10), 1)
+    ordered = sorted(range(len(tasks)), key=lambda index: tasks[index].size, reverse=True)
+    target = max(sum(task.size for task in tasks) // (workers * 10), 1)
     batches: list[list[int]] = []
     current: list[int] = []
     size = 0
     for index in ordered:
         current.append(index)
-        size += len(tasks[index].raw)
+        size += tasks[index].size
         if size >= target:
             batches.append(current)
             current, size = [], 0
@@ -180,11 +190,16 @@ def _initialize(settings: Settings, profile: Profile) -> None:
     _worker_settings, _worker_profile = settings, profile
 
 
-def _check_batch(batch: list[tuple[int, str, str, bytes]]) -> list[_Outcome]:
+def _check_batch(batch: list[tuple[int, str, str]]) -> list[_Outcome]:
+    """Check files in a worker, which reads them itself: the parent sends paths, not bytes."""
     assert _worker_settings is not None, "the pool initializer sets the settings"
     outcomes: list[_Outcome] = []
-    for index, path, display, raw in batch:
-        result = check_bytes(Path(path), display, raw, _worker_settings, _worker_profile)
+    for index, path, display in batch:
+        raw = _read(Path(path))
+        if isinstance(raw, SourceError):
+            result = unreadable(Path(path), display, raw)
+        else:
+            result = check_bytes(Path(path), display, raw, _worker_settings, _worker_profile)
         outcomes.append(
             (index, result.diagnostics, result.internal_errors, result.warnings, result.source is not None)
         )
@@ -243,7 +258,7 @@ def _pool_round(
                 batch,
                 executor.submit(
                     _check_batch,
-                    [(i, os.fspath(tasks[i].path), tasks[i].display, tasks[i].raw) for i in batch],
+                    [(i, os.fspath(tasks[i].path), tasks[i].display) for i in batch],
                 ),
             )
             for batch in batches
@@ -258,7 +273,8 @@ def _pool_round(
                 continue
             for index, diagnostics, errors, warnings, has_source in outcomes:
                 task = tasks[index]
-                source = decode_source(task.raw, task.path) if has_source and diagnostics else None
+                raw = _bytes_of(task) if has_source and diagnostics else None
+                source = decode_source(raw, task.path) if isinstance(raw, bytes) else None
                 results[index] = FileResult(task.path, task.display, source, diagnostics, errors, warnings)
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
