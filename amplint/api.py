@@ -35,7 +35,7 @@ class CheckRun:
 
 def project_profile(settings: Settings, contents: Mapping[Path, bytes | SourceError]) -> Profile:
     """The precision profile of a run: `precision` from the settings, or detected from the contents
-    of the checked files (`parallel.read_files`), which the run then checks without reading again."""
+    of the checked files (`parallel.read_files`)."""
     return settings.configured_profile or settings.with_torch(detect(_texts(contents)))
 
 
@@ -88,8 +88,7 @@ def run_check(
     from amplint.parallel import precheck
 
     found = discover(paths, settings)
-    # The profile comes first: every check and every cache key depends on it. Detecting it reads
-    # every file, once: the checks and the cache keys use these bytes.
+    # The profile comes first: every check and every cache key depends on it.
     profile = settings.configured_profile
     contents = None
     if profile is None:

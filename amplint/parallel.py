@@ -1,12 +1,12 @@
-"""Checking many files at once: each file is read once and its bytes hashed; the cache answers what it
-can; what is left is checked in a pool of worker processes when there is enough of it to pay for
-starting them, and in this process otherwise.
+"""Checking many files at once: each file's bytes are hashed; the cache answers what it can; what is
+left is checked in a pool of worker processes when there is enough of it to pay for starting them,
+and in this process otherwise.
 
-The bytes are read before anything else (`read_files`): the precision profile is detected from them
-first, since it takes part in every cache key and every check.
-
-A file is checked from the bytes that were hashed (sent to the worker, not read again), so an entry
-always describes the content it is keyed by, even when the file changes during the run. Results come
+No file's bytes are held longer than one file takes: the precision profile is detected while the
+files stream past (it takes part in every cache key and every check), and each check, a worker's
+included, reads its file itself. A result is cached only when the file still hashes to the key it
+was looked up by, so an entry always describes the content it is keyed by, even when the file
+changes during the run. Results come
 back keyed by path; the caller walks the files in their own (sorted) order, so the output does not
 depend on which worker finished first. The pool works with every start method (`fork`, `forkserver`,
 `spawn`): a worker receives the settings and the precision profile once and imports what it needs
@@ -103,7 +103,7 @@ def precheck(
 ) -> dict[Path, FileResult]:
     """Results for the files that can be settled here. Without `fix`: every file. With `fix`: only
     cache hits that carry no fix (the rest must go through the fixer, which does not trust the cache
-    for a file it may edit). `contents`: what `read_files` read, not read again."""
+    for a file it may edit). `contents`: bytes already read (`read_files`), used for the cache keys."""
     done: dict[Path, FileResult] = {}
     tasks: list[_Task] = []
     if fix and cache is None:
@@ -138,12 +138,18 @@ def precheck(
                 if isinstance(raw, SourceError)
                 else check_bytes(task.path, task.display, raw, settings, profile)
             )
-        if cache is not None and task.key is not None:
+        if cache is not None and task.key is not None and _unchanged(cache, task):
             cache.store(task.key, result)
         if not result.diagnostics:
             result.source = None  # only a report's snippets read it: a clean file's text is not kept
         done[task.path] = result
     return done
+
+
+def _unchanged(cache: Cache, task: _Task) -> bool:
+    """The file still holds the bytes its cache key was computed from."""
+    raw = _read(task.path)
+    return isinstance(raw, bytes) and cache.key(task.path, task.display, raw) == task.key
 
 
 def _workers(jobs: int | None, tasks: Sequence[_Task]) -> int:
