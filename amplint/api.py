@@ -90,7 +90,6 @@ def run_check(
     found = discover(paths, settings)
     # The profile comes first: every check and every cache key depends on it.
     profile = settings.configured_profile
-    contents = None
     if profile is None:
         # Streamed: each file is read, scanned and let go, so that the run holds no file's bytes.
         profile = settings.with_torch(detect(_texts(_streamed(found.files))))
@@ -101,10 +100,7 @@ def run_check(
 
         store = Cache(cache_directory(settings), settings, readonly=diff, profile=profile)
     # Cache hits, and (without fix/diff) every file checked in-process or in a pool.
-    done = precheck(
-        found.files, settings, cache=store, fix=fix or diff, jobs=jobs, profile=profile, contents=contents
-    )
-    del contents  # the bytes of every file: not needed any more
+    done = precheck(found.files, settings, cache=store, fix=fix or diff, jobs=jobs, profile=profile)
     for path, message in found.problems:
         problem = unparsable_diagnostic(display_path(path), message)
         if _keep(settings, problem, path):
