@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -33,26 +33,19 @@ class CheckRun:
     profile: Profile = CALLER  # the precision profile every file was checked under
 
 
-def project_profile(settings: Settings, contents: Mapping[Path, bytes | SourceError]) -> Profile:
-    """The precision profile of a run: `precision` from the settings, or detected from the contents
-    of the checked files (`parallel.read_files`)."""
-    return settings.configured_profile or settings.with_torch(detect(_texts(contents)))
-
-
-def _streamed(files: Sequence[Path]) -> Iterator[tuple[Path, bytes | SourceError]]:
+def project_profile(settings: Settings, files: Sequence[Path]) -> Profile:
+    """The precision profile of a run: `precision` from the settings, or detected from the checked
+    files, read one at a time as the scan asks for them."""
     from amplint.parallel import read_files
 
-    for path in files:
-        yield from read_files([path]).items()
+    return settings.configured_profile or settings.with_torch(detect(_texts(read_files(files))))
 
 
-def _texts(
-    contents: Mapping[Path, bytes | SourceError] | Iterator[tuple[Path, bytes | SourceError]],
-) -> Iterator[tuple[str, str]]:
+def _texts(contents: Iterable[tuple[Path, bytes | SourceError]]) -> Iterator[tuple[str, str]]:
     """(display path, text) of each file, decoded only when `detect` asks for it (it stops early). The
     scan looks for ASCII words, so a lenient UTF-8 decode does for a file in another encoding; a
     notebook's text is its code cells, each under the name reports give it."""
-    for path, raw in contents.items() if isinstance(contents, Mapping) else contents:
+    for path, raw in contents:
         if isinstance(raw, SourceError) or b"\0" in raw[:8192]:
             continue  # unreadable or binary: its AMP900 is all there is to say
         display = display_path(path)
@@ -89,10 +82,8 @@ def run_check(
 
     found = discover(paths, settings)
     # The profile comes first: every check and every cache key depends on it.
-    profile = settings.configured_profile
-    if profile is None:
-        # Streamed: each file is read, scanned and let go, so that the run holds no file's bytes.
-        profile = settings.with_torch(detect(_texts(_streamed(found.files))))
+    # Streamed: each file is read, scanned and let go, so that the run holds no file's bytes.
+    profile = project_profile(settings, found.files)
     run = CheckRun(profile=profile)
     store = None
     if cache:

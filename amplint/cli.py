@@ -343,11 +343,10 @@ def _show_settings(paths: list[Path], settings: Settings) -> int:
     included (detected from the files it would check, as the check does), without checking."""
     from amplint.api import project_profile
     from amplint.discovery import discover
-    from amplint.parallel import read_files
     from amplint.rules import selected_rules
 
     found = discover(paths, settings)
-    profile = settings.configured_profile or project_profile(settings, read_files(found.files))
+    profile = project_profile(settings, found.files)
     rules = [rule.code for rule in selected_rules(settings, profile)]
     lines = [
         f"config file: {settings.config_path or 'none (defaults)'}",
@@ -374,12 +373,9 @@ def _explain(target: str, paths: list[Path], settings: Settings) -> int:
     """`check --explain FILE:LINE`: the engine's facts on one line, under the project's profile."""
     from amplint.api import project_profile
     from amplint.discovery import discover
-    from amplint.parallel import read_files
     from amplint.static.explain import ExplainError, explain
 
-    profile = settings.configured_profile or project_profile(
-        settings, read_files(discover(paths, settings).files)
-    )
+    profile = project_profile(settings, discover(paths, settings).files)
     try:
         print(explain(target, profile))
     except ExplainError as exc:

@@ -16,7 +16,7 @@ itself, and the parent imports neither libcst nor multiprocessing unless it has 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -61,9 +61,10 @@ def usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def read_files(files: Sequence[Path]) -> dict[Path, bytes | SourceError]:
-    """Each file's bytes, or why it cannot be read."""
-    return {path: _read(path) for path in files}
+def read_files(files: Sequence[Path]) -> Iterator[tuple[Path, bytes | SourceError]]:
+    """Each file with its bytes, or why it cannot be read, one at a time (none is kept)."""
+    for path in files:
+        yield path, _read(path)
 
 
 def _read(path: Path) -> bytes | SourceError:
@@ -99,20 +100,17 @@ def precheck(
     fix: bool = False,
     jobs: int | None = None,
     profile: Profile = CALLER,
-    contents: Mapping[Path, bytes | SourceError] | None = None,
 ) -> dict[Path, FileResult]:
     """Results for the files that can be settled here. Without `fix`: every file. With `fix`: only
     cache hits that carry no fix (the rest must go through the fixer, which does not trust the cache
-    for a file it may edit). `contents`: bytes already read (`read_files`), used for the cache keys."""
+    for a file it may edit)."""
     done: dict[Path, FileResult] = {}
     tasks: list[_Task] = []
     if fix and cache is None:
         return done
     for path in files:
         display = display_path(path)
-        raw = contents.get(path) if contents is not None else None
-        if raw is None:
-            raw = _read(path)
+        raw = _read(path)
         if isinstance(raw, SourceError):
             if not fix:
                 done[path] = unreadable(path, display, raw)
