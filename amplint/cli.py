@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from amplint import __version__
+from amplint.runtime.gpu import DEFAULT_GPU, GPUS
+from amplint.runtime.hf import TASKS as HF_TASKS
 from amplint.static.profile import PRECISIONS
 
 if TYPE_CHECKING:
@@ -25,8 +27,8 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_ERROR, f"amplint: error: {message}\n")
+        # One line, as every other amplint error: the usage is a `--help` away.
+        self.exit(EXIT_ERROR, f"amplint: error: {message} (see `{self.prog} --help`)\n")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -113,13 +115,35 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument(
         "target", nargs="?", metavar="TARGET", help="path/to/file.py:factory or package.module:factory"
     )
-    trace.add_argument(
-        "--hf-config", metavar="CONFIG.json", help="trace the transformers causal LM of a config"
+    hf = trace.add_argument_group(
+        "transformers models",
+        "--hf-config builds the model of a config.json on the meta device (no weights, no download). "
+        "The class: the config's `architectures` entry, else the first head the model type has among "
+        "causal LM, seq2seq LM, speech seq2seq, image classification, audio classification, the base "
+        "model (seq2seq first for encoder-decoder configs). Inputs follow the model's main input: "
+        "token ids drawn from a Zipf law over the vocabulary, pixel values, audio features or "
+        "waveforms, and decoder token ids for encoder-decoders; the key/value cache is off.",
     )
-    trace.add_argument("--seq-len", type=_count, default=128, help="with --hf-config: tokens per sequence")
-    trace.add_argument("--batch-size", type=_count, default=1, help="with --hf-config: sequences")
-    trace.add_argument("--attn-implementation", choices=("eager", "sdpa"), default="eager")
+    hf.add_argument("--hf-config", metavar="CONFIG.json", help="trace the transformers model of a config")
+    hf.add_argument("--task", choices=sorted(HF_TASKS), help="the head to build (default: see above)")
+    hf.add_argument("--layers", type=_count, metavar="N", help="keep N layers of every stack (default: all)")
+    hf.add_argument("--seq-len", type=_count, default=128, help="tokens (or audio frames) per sequence (128)")
+    hf.add_argument("--batch-size", type=_count, default=1, help="sequences (1)")
+    hf.add_argument("--image-size", type=_count, metavar="PIXELS", help="image side (default: the config's)")
+    hf.add_argument(
+        "--attn-implementation",
+        choices=("eager", "sdpa"),
+        default="eager",
+        help="transformers attention (eager: the scores are visible op by op; sdpa: the fused kernel)",
+    )
     trace.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="whose autocast policy")
+    trace.add_argument(
+        "--gpu",
+        choices=sorted(GPUS),
+        default=DEFAULT_GPU,
+        help=f"the GPU emulated without one: its compute capability, bf16 support and attention "
+        f"kernels (default {DEFAULT_GPU}; on v100 and t4 a bfloat16 run is traced in float16, as it is run there)",
+    )
     trace.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16", help="autocast dtype")
     trace.add_argument("--no-autocast", action="store_true", help="trace without autocast")
     trace.add_argument("--param-dtype", choices=("bfloat16", "float16", "float32"), help="cast parameters")
@@ -534,9 +558,13 @@ def _trace(args: argparse.Namespace) -> int:
     spec = {
         "target": args.target,
         "hf_config": args.hf_config,
+        "task": args.task,
+        "layers": args.layers,
         "seq_len": args.seq_len,
         "batch_size": args.batch_size,
+        "image_size": args.image_size,
         "attn_implementation": args.attn_implementation,
+        "gpu": args.gpu,
         "device": args.device if saved is None else saved.device,
         "dtype": args.dtype if saved is None else saved.dtype,
         "autocast": not args.no_autocast if saved is None else saved.autocast,
@@ -578,7 +606,9 @@ def _trace(args: argparse.Namespace) -> int:
             if findings:
                 report += "\n" + render("text", findings, sources=sources, color=False)
     written = _write_report(report, args.output, sys.stdout)
-    return EXIT_CLEAN if written is None else written
+    if written is not None:
+        return written
+    return EXIT_FINDINGS if findings else EXIT_CLEAN
 
 
 def _lock(args: argparse.Namespace) -> int:

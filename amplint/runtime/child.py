@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from amplint.runtime.gpu import DEFAULT_GPU, GPUS
 from amplint.runtime.graph import DtypeGraph, ValueLimits
 
 # Exit codes of the child, read by the parent.
@@ -33,12 +34,15 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
     from amplint.runtime.tracer import trace
 
     if spec.get("hf_config"):
-        from amplint.runtime.hf import causal_lm
+        from amplint.runtime.hf import build
 
-        model, args, kwargs = causal_lm(
+        model, args, kwargs = build(
             spec["hf_config"],
+            task=spec.get("task"),
+            layers=spec.get("layers"),
             seq_len=spec["seq_len"],
             batch_size=spec["batch_size"],
+            image_size=spec.get("image_size"),
             attn_implementation=spec["attn_implementation"],
         )
     else:
@@ -57,11 +61,24 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
             from amplint.runtime.hf import materialize_buffers
 
             materialize_buffers(model)
-    param_dtype = getattr(torch, spec["param_dtype"]) if spec.get("param_dtype") else None
+    gpu = GPUS[spec.get("gpu") or DEFAULT_GPU]
+    dtype, param = spec["dtype"], spec.get("param_dtype")
+    notes = []
+    held = {str(p.dtype).removeprefix("torch.") for p in _floating(model)}
+    wanted = {dtype if spec["autocast"] else None, param, *(held if param is None else ())}
+    if spec["device"] == "cuda" and not gpu.native_bf16 and "bfloat16" in wanted:
+        # What people do on such a GPU: run the bf16-trained model in float16 (CASES.md, case 3).
+        notes.append(
+            f"bfloat16 is not native on a {gpu.key.upper()} ({gpu.sm}, {gpu.name}): torch emulates it "
+            "slowly, so a bfloat16 model is run in float16 there. This trace is that float16 run: "
+            "float16 keeps 5 exponent bits (largest value 65504) where bfloat16 has float32's 8."
+        )
+        dtype = "float16"
+        param = "float16" if param == "bfloat16" or (param is None and "bfloat16" in held) else param
     settings = {
-        "dtype": getattr(torch, spec["dtype"]),
+        "dtype": getattr(torch, dtype),
         "autocast": spec["autocast"],
-        "param_dtype": param_dtype,
+        "param_dtype": getattr(torch, param) if param else None,
     }
     measure = spec.get("measure", False)
     lines = {(path, line) for path, line in spec.get("measure_lines", [])} if measure else None
@@ -76,14 +93,22 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         values=values,
         limits=ValueLimits(**spec["limits"]) if values and spec.get("limits") else None,
         max_memory=spec.get("max_memory"),
+        gpu=gpu.key,
         **settings,
     )
+    graph.notes.extend(notes)
     if spec.get("compare_cpu") and spec["device"] == "cuda" and spec["autocast"]:
         # The same model under CPU autocast's policy, for the ops whose dtype differs (AMP103).
         on_cpu = trace(model, args, kwargs, device="cpu", **settings)
         keys = on_cpu.op_keys()
         graph.cpu_dtypes = {keys[node.id]: node.dtype for node in on_cpu.nodes if node.id in keys}
     return graph
+
+
+def _floating(model: Any) -> list[Any]:
+    """The floating-point parameters of a module (none for a plain function)."""
+    parameters = getattr(model, "parameters", None)
+    return [p for p in parameters() if p.is_floating_point()] if callable(parameters) else []
 
 
 def trace_in_child(spec: dict[str, Any], timeout: float) -> DtypeGraph:

@@ -1,13 +1,13 @@
 """Scaled dot-product attention on fake CUDA tensors, as a GPU runs it.
 
-On a GPU, ``scaled_dot_product_attention`` runs a fused kernel (flash or memory-efficient
+On a GPU, ``scaled_dot_product_attention`` runs a fused kernel (flash, memory-efficient or cuDNN
 attention) that reads and writes the input dtype, and falls back to the math path, which upcasts
 half inputs to float32, only when no fused kernel accepts the call. The CUDA kernel chooser is not
 compiled into a CPU-only build, so there fake CUDA tensors always take the math path and a trace
 would show float32 attention that no GPU runs. :class:`CudaAttentionMode` makes the choice that
-``sdp_utils.cpp`` makes on an sm80-or-newer GPU (A100, H100) and calls the chosen kernel, whose
-meta function gives the output dtypes. cuDNN attention, which some GPUs prefer, reads and writes
-the same dtypes as flash attention and is not modelled.
+``sdp_utils.cpp`` makes on the emulated GPU (its compute capability decides which kernels exist
+and whether they take bf16) and calls the chosen kernel, whose meta function gives the output
+dtypes. Every node of the call is annotated with the kernel's name (``amplint_attention``).
 """
 
 from __future__ import annotations
@@ -16,43 +16,72 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.fx.traceback as fx_traceback
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["CudaAttentionMode", "sdpa_backend"]
+from amplint.runtime.gpu import DEFAULT_GPU, GPUS, Gpu
+
+__all__ = ["KERNEL_NAMES", "CudaAttentionMode", "sdpa_backend"]
 
 aten = torch.ops.aten
 
 _HALF = (torch.float16, torch.bfloat16)
+KERNEL_NAMES = {
+    SDPBackend.FLASH_ATTENTION: "flash",
+    SDPBackend.EFFICIENT_ATTENTION: "efficient",
+    SDPBackend.CUDNN_ATTENTION: "cudnn",
+    SDPBackend.MATH: "math",
+}
 
 
 def _enabled(backend: SDPBackend) -> bool:
     return {
         SDPBackend.FLASH_ATTENTION: torch.backends.cuda.flash_sdp_enabled,
         SDPBackend.EFFICIENT_ATTENTION: torch.backends.cuda.mem_efficient_sdp_enabled,
+        SDPBackend.CUDNN_ATTENTION: torch.backends.cuda.cudnn_sdp_enabled,
         SDPBackend.MATH: torch.backends.cuda.math_sdp_enabled,
     }.get(backend, lambda: False)()
 
 
-def _heads_ok(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, enable_gqa: bool) -> bool:
-    # Batch sizes must match; head counts too, unless grouped-query attention divides them evenly.
+def _heads_ok(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, enable_gqa: bool, same_kv: bool = True
+) -> bool:
+    # Batch sizes must match; head counts too, unless grouped-query attention divides them evenly
+    # (cuDNN lets the key and value head counts differ as well).
     if not (query.shape[0] == key.shape[0] == value.shape[0]):
         return False
     q_heads, k_heads, v_heads = query.shape[1], key.shape[1], value.shape[1]
     if q_heads == k_heads == v_heads:
         return True
-    return enable_gqa and k_heads == v_heads and k_heads > 0 and q_heads % k_heads == 0
+    if not enable_gqa or k_heads <= 0 or v_heads <= 0:
+        return False
+    return q_heads % k_heads == 0 and q_heads % v_heads == 0 and (k_heads == v_heads or not same_kv)
 
 
-def _dense_ok(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, enable_gqa: bool) -> bool:
+def _dense_ok(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    unit_head_exempt: bool,
+) -> bool:
+    """What every fused kernel needs: 4-d inputs, non-empty sequences, a last dim of stride 1 (a
+    head size of 1 is exempt for flash and cuDNN, by the query's) and a mask's too."""
     tensors = (query, key, value)
+    strides_ok = all(t.stride(-1) == 1 for t in tensors) or (unit_head_exempt and query.shape[-1] == 1)
     return (
         all(t.dim() == 4 for t in tensors)
-        and all(t.shape[2] > 0 and t.shape[0] > 0 and t.shape[1] > 0 for t in tensors)
-        and all(t.stride(-1) == 1 or t.shape[-1] == 1 for t in tensors)
-        and _heads_ok(query, key, value, enable_gqa)
+        and query.shape[2] > 0
+        and key.shape[2] > 0
+        and strides_ok
+        and (attn_mask is None or attn_mask.stride(-1) == 1 or attn_mask.shape[-1] == 1)
     )
+
+
+def _low_precision_ok(dtype: torch.dtype, gpu: Gpu) -> bool:
+    return dtype == torch.float16 or (dtype == torch.bfloat16 and gpu.native_bf16)
 
 
 def _flash_ok(
@@ -61,25 +90,91 @@ def _flash_ok(
     value: torch.Tensor,
     attn_mask: torch.Tensor | None,
     is_causal: bool,
+    enable_gqa: bool,
     dtype: torch.dtype,
+    gpu: Gpu,
 ) -> bool:
     head = query.shape[-1]
     return (
-        attn_mask is None
-        and dtype in _HALF
+        gpu.capability >= (8, 0)
+        and attn_mask is None
+        and _low_precision_ok(dtype, gpu)
         and key.shape[-1] == head == value.shape[-1]
         and head <= 256
         and not (is_causal and query.shape[-2] != key.shape[-2])
+        and _dense_ok(query, key, value, attn_mask, unit_head_exempt=True)
+        and _heads_ok(query, key, value, enable_gqa)
     )
 
 
-def _efficient_ok(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dtype: torch.dtype) -> bool:
-    if dtype not in (*_HALF, torch.float32):
+def _efficient_ok(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    enable_gqa: bool,
+    dtype: torch.dtype,
+    gpu: Gpu,
+) -> bool:
+    if dtype not in (torch.float16, torch.float32) and not (dtype == torch.bfloat16 and gpu.native_bf16):
         return False
-    # The minimum GEMM alignment on sm80+: 8 elements for half inputs, 4 for float32.
-    alignment = 8 if dtype in _HALF else 4
+    # The minimum GEMM alignment: 8 elements for half inputs; for float32, 4 where tensor cores
+    # take it (sm80+) and 1 before.
+    alignment = 8 if dtype in _HALF else 4 if gpu.capability >= (8, 0) else 1
     head, value_head = query.shape[-1], value.shape[-1]
-    return key.shape[-1] == head and head % alignment == 0 and value_head % alignment == 0
+    return (
+        gpu.capability >= (5, 0)
+        and key.shape[-1] == head
+        and head % alignment == 0
+        and value_head % alignment == 0
+        and _dense_ok(query, key, value, attn_mask, unit_head_exempt=False)
+        and _heads_ok(query, key, value, enable_gqa)
+    )
+
+
+def _cudnn_mask_ok(attn_mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor) -> bool:
+    if attn_mask is None:
+        return True
+    if attn_mask.dim() == 2:
+        return attn_mask.shape[0] in (1, query.shape[2]) and attn_mask.shape[1] in (1, key.shape[2])
+    if attn_mask.dim() != 4:
+        return False
+    wanted = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+    return all(size in (1, want) for size, want in zip(attn_mask.shape, wanted, strict=True))
+
+
+def _cudnn_ok(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    enable_gqa: bool,
+    dtype: torch.dtype,
+    gpu: Gpu,
+) -> bool:
+    heads = (query.shape[-1], key.shape[-1], value.shape[-1])
+    return (
+        gpu.capability >= (8, 0)
+        and _low_precision_ok(dtype, gpu)
+        and all(h <= 128 and h % 8 == 0 for h in heads)
+        and key.shape[2] != 1
+        and query.shape[0] <= 65535
+        and query.shape[1] <= 65535
+        and _cudnn_mask_ok(attn_mask, query, key)
+        and not torch.are_deterministic_algorithms_enabled()
+        and _dense_ok(query, key, value, attn_mask, unit_head_exempt=True)
+        and _heads_ok(query, key, value, enable_gqa, same_kv=False)
+    )
+
+
+def _priority(gpu: Gpu) -> list[SDPBackend]:
+    """torch's order (flash, efficient, math, cuDNN unless `sdpa_kernel` set another); sm90 GPUs
+    put cuDNN first, as torch does with the cuDNN (9.15.1 or newer) its CUDA wheels ship."""
+    order = [SDPBackend(code) for code in torch._C._get_sdp_priority_order()]
+    if gpu.capability[0] == 9 and SDPBackend.CUDNN_ATTENTION in order:
+        order.remove(SDPBackend.CUDNN_ATTENTION)
+        order.insert(0, SDPBackend.CUDNN_ATTENTION)
+    return order
 
 
 def _autocast_dtype(tensor: torch.Tensor, autocast_dtype: torch.dtype | None) -> torch.dtype:
@@ -98,31 +193,34 @@ def sdpa_backend(
     enable_gqa: bool = False,
     *,
     autocast_dtype: torch.dtype | None = None,
+    gpu: Gpu = GPUS[DEFAULT_GPU],
 ) -> SDPBackend:
-    """The kernel an sm80+ GPU picks among flash, memory-efficient and math attention, in torch's
+    """The kernel `gpu` picks among flash, memory-efficient, cuDNN and math attention, in torch's
     priority order and honouring `sdpa_kernel`; `autocast_dtype` when CUDA autocast is on."""
-    if not _dense_ok(query, key, value, enable_gqa):
-        return SDPBackend.MATH
     dtypes = {_autocast_dtype(t, autocast_dtype) for t in (query, key, value)}
     dtype = dtypes.pop() if len(dtypes) == 1 else None
-    for code in torch._C._get_sdp_priority_order():
-        backend = SDPBackend(code)
+    for backend in _priority(gpu):
         if not _enabled(backend):
             continue
         if backend == SDPBackend.MATH:
             return backend
         if dtype is None:
             continue
-        if backend == SDPBackend.FLASH_ATTENTION and _flash_ok(
-            query, key, value, attn_mask, is_causal, dtype
-        ):
-            return backend
-        if backend == SDPBackend.EFFICIENT_ATTENTION and _efficient_ok(query, key, value, dtype):
+        if backend == SDPBackend.FLASH_ATTENTION:
+            usable = _flash_ok(query, key, value, attn_mask, is_causal, enable_gqa, dtype, gpu)
+        elif backend == SDPBackend.EFFICIENT_ATTENTION:
+            usable = _efficient_ok(query, key, value, attn_mask, enable_gqa, dtype, gpu)
+        elif backend == SDPBackend.CUDNN_ATTENTION:
+            usable = _cudnn_ok(query, key, value, attn_mask, enable_gqa, dtype, gpu)
+        else:
+            usable = False
+        if usable:
             return backend
     return SDPBackend.MATH
 
 
 def _fused(
+    backend: SDPBackend,
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
@@ -131,12 +229,9 @@ def _fused(
     is_causal: bool = False,
     scale: float | None = None,
     enable_gqa: bool = False,
-) -> torch.Tensor | None:
-    """The fused kernel's output, or None when the GPU would take the math path."""
+) -> torch.Tensor:
+    """The output of the fused kernel `backend`."""
     autocast_dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
-    backend = sdpa_backend(query, key, value, attn_mask, is_causal, enable_gqa, autocast_dtype=autocast_dtype)
-    if backend == SDPBackend.MATH:
-        return None
 
     def cast(tensor: torch.Tensor) -> torch.Tensor:  # as autocast casts a lower-precision op's inputs
         dtype = _autocast_dtype(tensor, autocast_dtype)
@@ -148,19 +243,40 @@ def _fused(
             query, key, value, dropout_p, is_causal, scale=scale
         )[0]
     if attn_mask is not None and attn_mask.dtype == torch.bool:
-        # The kernel takes an additive bias in the query dtype, as sdpa's own conversion makes it.
+        # The kernels take an additive bias in the query dtype, as sdpa's own conversion makes it.
         zeros = aten.zeros_like.default(attn_mask, dtype=query.dtype)
         attn_mask = aten.masked_fill.Scalar(zeros, aten.logical_not.default(attn_mask), float("-inf"))
     elif attn_mask is not None:
         attn_mask = cast(attn_mask)
+    if backend == SDPBackend.CUDNN_ATTENTION:
+        return aten._scaled_dot_product_cudnn_attention.default(
+            query, key, value, attn_mask, False, dropout_p, is_causal, False, scale=scale
+        )[0]
     return aten._scaled_dot_product_efficient_attention.default(
         query, key, value, attn_mask, False, dropout_p, is_causal, scale=scale
     )[0]
 
 
+def _arguments(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, bool, bool]:
+    return query, key, value, attn_mask, is_causal, enable_gqa
+
+
 class CudaAttentionMode(TorchFunctionMode):
-    """Run ``F.scaled_dot_product_attention`` on fake CUDA tensors through the fused kernel a GPU
-    would choose; calls a GPU would run on the math path keep torch's own decomposition."""
+    """Run ``F.scaled_dot_product_attention`` on fake CUDA tensors through the kernel `gpu` would
+    choose; calls it would run on the math path keep torch's own decomposition."""
+
+    def __init__(self, gpu: Gpu = GPUS[DEFAULT_GPU]) -> None:
+        super().__init__()
+        self.gpu = gpu
 
     def __torch_function__(
         self,
@@ -170,8 +286,14 @@ class CudaAttentionMode(TorchFunctionMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if func is F.scaled_dot_product_attention and args and args[0].device.type == "cuda":
-            output = _fused(*args, **kwargs)
-            if output is not None:
-                return output
-        return func(*args, **kwargs)
+        if func is not F.scaled_dot_product_attention or not args or args[0].device.type != "cuda":
+            return func(*args, **kwargs)
+        query, key, value, attn_mask, is_causal, enable_gqa = _arguments(*args, **kwargs)
+        autocast_dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
+        backend = sdpa_backend(
+            query, key, value, attn_mask, is_causal, enable_gqa, autocast_dtype=autocast_dtype, gpu=self.gpu
+        )
+        with fx_traceback.annotate({"amplint_attention": KERNEL_NAMES[backend]}):
+            if backend == SDPBackend.MATH:
+                return func(*args, **kwargs)
+            return _fused(backend, *args, **kwargs)

@@ -438,8 +438,92 @@ def _contiguous(
     return aten.clone.default(x, memory_format=memory_format)
 
 
+def _from_data(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any], device: Any) -> Any:
+    """`torch.tensor(data, device="cuda")`: the CUDA path of the binding needs a CUDA build, so the
+    tensor is built on the CPU and moved."""
+    with _disable_current_modes():
+        known = func(*args, **{**kwargs, "device": "cpu"})
+    return _moved(known, device, known.dtype)
+
+
+def _moved(known: torch.Tensor, device: Any, dtype: torch.dtype) -> torch.Tensor:
+    """A real CPU tensor on the fake GPU. One of at most one element is made by a factory: make_fx
+    treats it as a constant and would move the real one, which needs a CUDA build."""
+    if known.numel() > 1:
+        with _disable_current_modes():
+            known = known.to(dtype)
+        return aten._to_copy.default(aten.lift_fresh_copy.default(known), device=device)
+    with _disable_current_modes():
+        value = known.item() if known.numel() else 0
+    return torch.full(known.shape, value, dtype=dtype, device=device)
+
+
+def _to_device(args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """The device of a `Tensor.to(...)` call: `to(device)`, `to(device, dtype)` or `device=`."""
+    first = args[1] if len(args) > 1 else None
+    return kwargs.get("device", first if isinstance(first, (str, torch.device)) else None)
+
+
+def _to_dtype(x: torch.Tensor, args: Sequence[Any], kwargs: dict[str, Any]) -> torch.dtype:
+    dtypes = [a for a in args[1:3] if isinstance(a, torch.dtype)]
+    return kwargs.get("dtype") or (dtypes[0] if dtypes else x.dtype)
+
+
+def _constant_to_cuda(x: object, args: Sequence[Any], kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """The known data of a CPU tensor that a fake mode moves to the fake GPU: a real tensor the
+    model made before the trace, or a constant one made during it (`torch.tensor(4096)`), which
+    make_fx would move for real. None for anything else."""
+    if (
+        not isinstance(x, torch.Tensor)
+        or x.device.type != "cpu"
+        or _active_fake_mode() is None
+        or not _cuda_device(_to_device(args, kwargs))
+    ):
+        return None
+    return _known_value(x)
+
+
+def _cuda_device(device: Any) -> bool:
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    return isinstance(device, torch.device) and device.type == "cuda"
+
+
+def _unguarded(name: str, op: Callable[..., Any]) -> Callable[..., Any]:
+    """`Tensor.<name>` that runs `op` for a fake CUDA tensor, whose binding would hit the guard."""
+    method = getattr(torch._C.TensorBase, name)
+
+    def call(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(self, FakeTensor) and self.device.type == "cuda":
+            return op(self, *args, **kwargs)
+        return method(self, *args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+def _copy(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    return aten.copy_.default(dst, src, non_blocking)
+
+
 def _on_cuda(obj: object) -> TypeGuard[torch.Tensor]:
     return isinstance(obj, torch.Tensor) and obj.device.type == "cuda"
+
+
+_NOT_LINKED = "not linked with support for cuda devices"
+_TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
+_FROM_DATA = frozenset({torch.tensor, torch.as_tensor})
+# Tensor methods whose aten op has another name.
+_ATEN_NAMES = {
+    "__invert__": "bitwise_not",
+    "__and__": "bitwise_and",
+    "__or__": "bitwise_or",
+    "__xor__": "bitwise_xor",
+    "__iand__": "bitwise_and_",
+    "__ior__": "bitwise_or_",
+    "__ixor__": "bitwise_xor_",
+}
+_UNGUARDED = {"copy_": _unguarded("copy_", _copy), "contiguous": _unguarded("contiguous", _contiguous)}
 
 
 class CudaIndexingMode(TorchFunctionMode):
@@ -451,8 +535,24 @@ class CudaIndexingMode(TorchFunctionMode):
             x = torch.empty(2, 3, device="cuda:0")
             y = x[:, [0, 2]]
 
-    Tensors on other devices take PyTorch's normal path.
+    Tensors on other devices take PyTorch's normal path. While the mode is on, `Tensor.copy_`
+    and `Tensor.contiguous` also work on fake CUDA tensors where torch itself calls them with
+    every mode off (FakeTensor's convolution and decompositions such as `uniform_`).
     """
+
+    def __enter__(self) -> CudaIndexingMode:
+        self._patched = [(name, torch.Tensor.__dict__.get(name)) for name in _UNGUARDED]
+        for name, method in _UNGUARDED.items():
+            setattr(torch.Tensor, name, method)
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        for name, previous in self._patched:
+            if previous is None:
+                delattr(torch.Tensor, name)
+            else:
+                setattr(torch.Tensor, name, previous)
 
     def __torch_function__(
         self,
@@ -470,6 +570,14 @@ class CudaIndexingMode(TorchFunctionMode):
             return None
         if func is torch.Tensor.contiguous and _on_cuda(x):
             return _contiguous(*args, **kwargs)
+        if func in _FROM_DATA and _cuda_device(kwargs.get("device")):
+            return _from_data(func, args, kwargs, _pin_cuda(kwargs["device"]))
+        if func is torch.Tensor.new_tensor and _on_cuda(x):
+            device = _pin_cuda(kwargs.get("device") or x.device)
+            return _from_data(torch.tensor, args[1:], {"dtype": kwargs.get("dtype") or x.dtype}, device)
+        known = _constant_to_cuda(x, args, kwargs) if func is torch.Tensor.to else None
+        if known is not None:
+            return _moved(known, _pin_cuda(_to_device(args, kwargs)), _to_dtype(known, args, kwargs))
         # Fake CPU tensors moving to the fake GPU hit the same guard, so they count.
         movable = _on_cuda(x) or isinstance(x, FakeTensor)
         if func is torch.Tensor.cuda and movable:
@@ -478,4 +586,14 @@ class CudaIndexingMode(TorchFunctionMode):
             args = (args[0], *(_pin_cuda(a) for a in args[1:2]), *args[2:])
             if "device" in kwargs:
                 kwargs = {**kwargs, "device": _pin_cuda(kwargs["device"])}
-        return func(*args, **kwargs)
+        if not _on_cuda(x) or getattr(func, "__objclass__", None) not in _TENSOR_CLASSES:
+            return func(*args, **kwargs)
+        try:
+            return func(*args, **kwargs)
+        except RuntimeError as exc:
+            # Any other tensor method whose binding opens the device guard (`~x`, `x.copy_(y)`,
+            # `x.uniform_()`) fails before it dispatches: run its aten op instead.
+            packet = getattr(aten, _ATEN_NAMES.get(func.__name__, func.__name__), None)
+            if _NOT_LINKED not in str(exc) or not isinstance(packet, torch._ops.OpOverloadPacket):
+                raise
+            return packet(*args, **kwargs)

@@ -47,6 +47,9 @@ class DtypeNode:
     source: Source | None
     module: str | None  # "model.layers.3.self_attn"
     inputs: list[int] = field(default_factory=list)  # ids of the producer nodes
+    # For the ops of a `scaled_dot_product_attention` call: the kernel the GPU runs it on
+    # ("flash", "efficient", "cudnn", or "math": torch's decomposition).
+    attention: str | None = None
 
 
 @dataclass
@@ -118,6 +121,8 @@ class DtypeGraph:
     param_dtype: str | None
     torch_version: str
     emulated: bool = False  # CUDA autocast reproduced on fake CUDA tensors without a GPU
+    gpu: str | None = None  # the GPU emulated ("a100", see amplint.runtime.gpu)
+    notes: list[str] = field(default_factory=list)  # what the trace changed or assumed, for the report
     # Relative error at autocast's late upcasts, by cast node id, from replaying the graph on the
     # factory's real inputs and weights: `max`, `mean` (as traced) and `fixed_max`, `fixed_mean` (with
     # the chain before the cast computed in float32); and why nothing was measured, if so.
@@ -208,6 +213,8 @@ class DtypeGraph:
         return cls(
             nodes=nodes,
             emulated=data.get("emulated", False),
+            gpu=data.get("gpu"),
+            notes=data.get("notes", []),
             measured=measured,
             measure_note=data.get("measure_note"),
             cpu_dtypes=data.get("cpu_dtypes", {}),

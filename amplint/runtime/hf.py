@@ -1,24 +1,59 @@
-"""A transformers causal LM built from a config JSON alone: no weights, no hub access."""
+"""A transformers model built from a config JSON alone (no weights, no hub access), with the inputs
+its head takes.
+
+The class is the config's `architectures` entry when it names one transformers has, else the first
+head the model type has among: causal LM, seq2seq LM, speech seq2seq, image classification, audio
+classification, the base model (an encoder-decoder config tries seq2seq first). `task` overrides.
+"""
 
 from __future__ import annotations
 
+import inspect
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from amplint.runtime.target import TargetError
 
+# task -> the auto mapping of transformers.models.auto.modeling_auto that names its classes.
+TASKS: dict[str, str] = {
+    "causal-lm": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "seq2seq-lm": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+    "speech-seq2seq": "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",
+    "image-classification": "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+    "audio-classification": "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
+    "masked-lm": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "sequence-classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+    "base": "MODEL_MAPPING_NAMES",
+}
+_ORDER = ("causal-lm", "seq2seq-lm", "speech-seq2seq", "image-classification", "audio-classification", "base")
+_ENCODER_DECODER_ORDER = ("seq2seq-lm", "speech-seq2seq", *_ORDER)
+# Config keys that count the blocks of a stack, and per-block lists that must shrink with them.
+_LAYER_COUNTS = frozenset(
+    {
+        "num_hidden_layers",
+        "num_layers",
+        "n_layer",
+        "n_layers",
+        "num_encoder_layers",
+        "num_decoder_layers",
+        "encoder_layers",
+        "decoder_layers",
+        "num_blocks",
+    }
+)
+_PER_LAYER = ("layer_types", "layers_block_type", "block_types")
+_INDEX_LISTS = frozenset({"mlp_only_layers", "attn_layer_indices", "full_attn_idxs", "hybrid_layer_ids"})
+DEFAULT_IMAGE_SIZE = 224
 
-def causal_lm(
-    config_path: str, *, seq_len: int, batch_size: int, attn_implementation: str
-) -> tuple[Any, tuple[()], dict[str, Any]]:
-    """The model class for the config's `model_type`, on the meta device, and `input_ids` for it."""
+
+def read_config(config_path: str, *, layers: int | None = None) -> Any:
+    """The transformers config a JSON file describes; `layers`: keep that many blocks of every stack."""
     try:
         import transformers
     except ImportError:
         raise TargetError("--hf-config needs transformers: pip install 'amplint[hf]'") from None
-    import torch
-
     try:
         data = json.loads(Path(config_path).read_text(encoding="utf-8"))
     except OSError as exc:
@@ -30,14 +65,194 @@ def causal_lm(
     model_type = data.pop("model_type")
     try:
         config = transformers.AutoConfig.for_model(model_type, **data)
-        with torch.device("meta"):
-            model = transformers.AutoModelForCausalLM.from_config(
-                config, attn_implementation=attn_implementation
-            )
     except (ValueError, KeyError, TypeError) as exc:
-        raise TargetError(f"{config_path}: transformers cannot build a causal LM from it: {exc}") from None
-    input_ids = torch.zeros(batch_size, seq_len, dtype=torch.long)
-    return model, (), {"input_ids": input_ids, "use_cache": False}
+        raise TargetError(f"{config_path}: transformers cannot read it: {exc}") from None
+    if layers is not None:
+        shrink(config, layers)
+    return config
+
+
+def shrink(config: Any, layers: int) -> None:
+    """Keep about `layers` blocks in every stack of `config` and its sub-configs (in place). A
+    hybrid stack keeps one block of each kind it has (attention, linear attention, MoE, ...), so
+    the trace still meets every kind."""
+    from transformers import PretrainedConfig
+
+    seen: set[int] = set()
+
+    def visit(node: Any) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        fields = vars(node)
+        for value in list(fields.values()):
+            if isinstance(value, PretrainedConfig):
+                visit(value)
+        counts = {k: v for k, v in fields.items() if k in _LAYER_COUNTS and type(v) is int and v > layers}
+        for total in set(counts.values()):
+            keep = _kept_blocks(fields, total, layers)
+            for key, value in counts.items():
+                if value == total:
+                    setattr(node, key, len(keep))
+            _renumber(node, fields, total, keep)
+        depths = fields.get("depths")
+        if isinstance(depths, (list, tuple)):  # stages of a vision backbone
+            node.depths = type(depths)(min(d, layers) if isinstance(d, int) else d for d in depths)
+
+    visit(config)
+
+
+def _kept_blocks(fields: dict[str, Any], total: int, layers: int) -> list[int]:
+    """Which of `total` blocks to keep: the first `layers`, and the first of each kind a per-block
+    list (`layer_types`) names."""
+    keep = set(range(layers))
+    for key in _PER_LAYER:
+        kinds = fields.get(key)
+        if isinstance(kinds, (list, tuple)) and len(kinds) == total:
+            firsts: dict[object, int] = {}
+            for index, kind in enumerate(kinds):
+                firsts.setdefault(kind if not isinstance(kind, list) else tuple(kind), index)
+            keep |= set(firsts.values())
+    return sorted(keep)
+
+
+def _renumber(node: Any, fields: dict[str, Any], total: int, keep: list[int]) -> None:
+    """Per-block lists keep the kept blocks' entries; lists of block indices are renumbered; a
+    period (`attn_layer_period`) longer than the stack shrinks to it."""
+    position = {old: new for new, old in enumerate(keep)}
+    for key, value in list(fields.items()):
+        if not isinstance(value, (list, tuple)) or isinstance(value, str):
+            continue
+        if len(value) == total and key not in _INDEX_LISTS:
+            setattr(node, key, type(value)(value[i] for i in keep))
+        elif (key in _INDEX_LISTS or key.endswith(("_ids", "_idxs", "_indices"))) and all(
+            type(i) is int and 0 <= i < total for i in value
+        ):
+            setattr(node, key, type(value)(position[i] for i in value if i in position))
+    for key, value in list(fields.items()):
+        if key.endswith("_period") and type(value) is int and value > len(keep):
+            setattr(node, key, len(keep))
+            offset = key.removesuffix("_period") + "_offset"
+            if type(fields.get(offset)) is int:
+                setattr(node, offset, fields[offset] % len(keep))
+
+
+def model_class(config: Any, task: str | None = None) -> tuple[str, type]:
+    """The task and transformers class to build for `config`."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    model_type = config.model_type
+    if task is None:
+        for name in getattr(config, "architectures", None) or ():
+            cls = getattr(transformers, name, None)
+            if isinstance(cls, type):
+                return "architectures", cls
+    order = (task,) if task else (_ENCODER_DECODER_ORDER if config.is_encoder_decoder else _ORDER)
+    for candidate in order:
+        name = getattr(modeling_auto, TASKS[candidate]).get(model_type)
+        if isinstance(name, (list, tuple)):
+            name = name[0]
+        cls = getattr(transformers, name, None) if name else None
+        if isinstance(cls, type):
+            return candidate, cls
+    wanted = f"no {task} head" if task else "no model class"
+    raise TargetError(f"transformers has {wanted} for model type {model_type!r}")
+
+
+def build(
+    config_path: str,
+    *,
+    task: str | None = None,
+    layers: int | None = None,
+    seq_len: int,
+    batch_size: int,
+    image_size: int | None = None,
+    attn_implementation: str,
+) -> tuple[Any, tuple[()], dict[str, Any]]:
+    """The model for the config on the meta device, and inputs its forward takes."""
+    import torch
+
+    config = read_config(config_path, layers=layers)
+    _, cls = model_class(config, task)
+    try:
+        with torch.device("meta"):
+            model = cls._from_config(config, attn_implementation=attn_implementation)  # type: ignore[attr-defined]
+    except (ValueError, KeyError, TypeError, ImportError, AttributeError) as exc:
+        raise TargetError(f"{config_path}: transformers cannot build {cls.__name__} from it: {exc}") from None
+    model.eval()
+    kwargs = inputs(model, seq_len=seq_len, batch_size=batch_size, image_size=image_size)
+    return model, (), kwargs
+
+
+def _sub(config: Any, *names: str) -> Any:
+    """The first sub-config named, else the config itself."""
+    for name in names:
+        sub = getattr(config, name, None)
+        if sub is not None and not isinstance(sub, (dict, str, int)):
+            return sub
+    return config
+
+
+def _size(value: Any, given: int | None) -> tuple[int, int]:
+    if given is not None:
+        return given, given
+    if isinstance(value, int):
+        return value, value
+    if isinstance(value, (list, tuple)) and len(value) >= 2:
+        return int(value[-2]), int(value[-1])
+    if isinstance(value, dict) and "height" in value:
+        return int(value["height"]), int(value["width"])
+    return DEFAULT_IMAGE_SIZE, DEFAULT_IMAGE_SIZE
+
+
+def token_ids(vocab: int, shape: tuple[int, ...], seed: int = 0) -> Any:
+    """Token ids drawn from a Zipf law over the vocabulary (rank r has weight 1/(r+1)), as text
+    tokens are: a few ids are frequent, most are rare. Never all one id."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    weights = 1.0 / torch.arange(1, vocab + 1, dtype=torch.float64)
+    count = math.prod(shape)
+    return torch.multinomial(weights, count, replacement=True, generator=generator).reshape(shape)
+
+
+def inputs(model: Any, *, seq_len: int, batch_size: int, image_size: int | None = None) -> dict[str, Any]:
+    """Keyword inputs for `model.forward`, shaped by its main input and its config."""
+    import torch
+
+    config = model.config
+    text = _sub(config, "text_config", "decoder")
+    vocab = getattr(text, "vocab_size", None) or getattr(config, "vocab_size", None) or 32
+    main = getattr(model, "main_input_name", "input_ids")
+    parameters = inspect.signature(model.forward).parameters
+    kwargs: dict[str, Any] = {}
+    if main == "pixel_values":
+        vision = _sub(config, "vision_config", "backbone_config", "encoder")
+        channels = getattr(vision, "num_channels", None) or 3
+        height, width = _size(getattr(vision, "image_size", None), image_size)
+        kwargs[main] = torch.randn(batch_size, channels, height, width)
+    elif main == "input_features":
+        audio = _sub(config, "audio_config", "encoder_config")
+        mel = getattr(audio, "num_mel_bins", None)
+        if mel is not None:  # (batch, mel bins, frames): Whisper takes exactly 2 frames per position
+            positions = getattr(audio, "max_source_positions", None)
+            frames = 2 * positions if positions else seq_len
+            kwargs[main] = torch.randn(batch_size, mel, frames)
+        else:  # (batch, frames, features)
+            features = (getattr(audio, "input_feat_per_channel", None) or 80) * (
+                getattr(audio, "input_channels", None) or 1
+            )
+            kwargs[main] = torch.randn(batch_size, seq_len, features)
+    elif main == "input_values":
+        audio = _sub(config, "audio_config", "encoder_config")
+        strides = getattr(audio, "conv_stride", None) or (320,)
+        kwargs[main] = torch.randn(batch_size, seq_len * math.prod(strides))
+    else:
+        kwargs["input_ids"] = token_ids(vocab, (batch_size, seq_len))
+    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:
+        kwargs["decoder_input_ids"] = token_ids(vocab, (batch_size, seq_len), seed=1)
+    return kwargs
 
 
 def materialize_buffers(model: Any) -> None:

@@ -45,10 +45,12 @@ def _where(node: DtypeNode) -> str:
 
 def render_text(graph: DtypeGraph, nodes: list[DtypeNode]) -> str:
     mode = (
-        f"{graph.device} autocast {graph.dtype}" + (" (emulated on fake cuda:0)" if graph.emulated else "")
+        f"{graph.device} autocast {graph.dtype}"
         if graph.autocast
         else f"no autocast, parameters in {graph.param_dtype or 'their own dtype'}"
     )
+    if graph.emulated:
+        mode += f" (emulated on fake cuda:0 as {_gpu_name(graph.gpu)})"
     values = graph.values
     rows = [("id", "op", "dtypes", "policy", "source", "module", *(_VALUE_COLUMNS if values else ()))]
     for node in nodes:
@@ -67,6 +69,7 @@ def render_text(graph: DtypeGraph, nodes: list[DtypeNode]) -> str:
         rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [f"# {mode}, torch {graph.torch_version}"]
+    lines += [f"# note: {note}" for note in graph.notes]
     lines += [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
     ]
@@ -78,6 +81,7 @@ def render_text(graph: DtypeGraph, nodes: list[DtypeNode]) -> str:
         f"{summary['autocast_casts']} casts inserted by autocast, {summary['explicit_casts']} explicit casts",
         f"{len(summary['fp32_islands'])} float32 islands inside the low-precision region",
     ]
+    lines += _attention_lines(graph)
     if graph.values_note:
         lines.append(f"values: not replayed: {graph.values_note}")
     if values is not None:
@@ -91,6 +95,30 @@ def render_text(graph: DtypeGraph, nodes: list[DtypeNode]) -> str:
             )
         lines += [f"values: {note}" for note in values.notes]
     return "\n".join(lines) + "\n"
+
+
+def _gpu_name(key: str | None) -> str:
+    from amplint.runtime.gpu import GPUS
+
+    gpu = GPUS.get(key or "")
+    return f"{gpu.key.upper()}, {gpu.sm}" if gpu else "a GPU"
+
+
+def _attention_lines(graph: DtypeGraph) -> list[str]:
+    """One line per `scaled_dot_product_attention` call site: the kernel and its dtypes."""
+    calls: dict[tuple[str, str], list[DtypeNode]] = {}
+    for node in graph.nodes:
+        if node.attention is not None:
+            calls.setdefault((_where(node), node.attention), []).append(node)
+    lines = []
+    for (where, kernel), nodes in calls.items():
+        if kernel == "math":
+            what = "math (torch's decomposition: the ops above)"
+        else:
+            fused = next((n for n in nodes if n.op.startswith("_scaled_dot_product")), nodes[-1])
+            what = f"{kernel} (`{fused.op}`, {','.join(d or '-' for d in fused.input_dtypes[:3])} -> {fused.dtype})"
+        lines.append(f"attention at {where or 'an unknown line'}: {what}")
+    return lines
 
 
 # absmax: largest finite magnitude; headroom: bits to the dtype's largest value; inf/nan and

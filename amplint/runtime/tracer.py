@@ -9,6 +9,7 @@ that switch them off.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 import sys
@@ -31,6 +32,9 @@ from torch.utils import _pytree as pytree
 from amplint.runtime.cpu_replay import first_tensor
 from amplint.runtime.cuda_attention import CudaAttentionMode
 from amplint.runtime.cuda_indexing import CudaIndexingMode
+from amplint.runtime.cuda_kernels import relaxed_meta
+from amplint.runtime.gpu import DEFAULT_GPU, GPUS
+from amplint.runtime.gpu import emulated as emulated_gpu
 from amplint.runtime.graph import DtypeGraph, DtypeNode, TraceError, ValueLimits, source_of
 from amplint.runtime.policy import classify
 
@@ -59,10 +63,7 @@ def autocast_enabled(device: str, dtype: torch.dtype, enabled: bool) -> Iterator
     torch.set_autocast_dtype(device, dtype)
     torch.autocast_increment_nesting()
     try:
-        with (
-            mock.patch("torch.cuda.amp.common.amp_definitely_not_available", return_value=False),
-            mock.patch("torch.cuda.is_bf16_supported", return_value=True),
-        ):
+        with mock.patch("torch.cuda.amp.common.amp_definitely_not_available", return_value=False):
             yield
     finally:
         if torch.autocast_decrement_nesting() == 0:
@@ -71,19 +72,37 @@ def autocast_enabled(device: str, dtype: torch.dtype, enabled: bool) -> Iterator
         torch.set_autocast_dtype(device, previous[1])
 
 
+def _op_name(func: Any) -> str:
+    name = getattr(func, "__name__", None) or repr(func)
+    if getattr(func, "__objclass__", None) in (torch.Tensor, torch._C.TensorBase):
+        return f"Tensor.{name}"
+    module = getattr(func, "__module__", None) or "torch"
+    return f"{'torch' if module.startswith('torch._C') else module}.{name}"
+
+
 class _CastTagMode(torch.overrides.TorchFunctionMode):
     """Marks the nodes a user's `.float()` / `.to(dtype)` creates, so that they can be told apart
-    from the casts autocast inserts (both are `_to_copy` after dispatch)."""
+    from the casts autocast inserts (both are `_to_copy` after dispatch); and names, on an
+    exception, the innermost torch function it came from (`_OP`)."""
 
     def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if getattr(func, "__name__", None) in _CAST_METHODS and getattr(func, "__objclass__", None) in (
-            torch.Tensor,
-            torch._C.TensorBase,
-        ):
-            with fx_traceback.annotate({"amplint_user_cast": True}):
-                return func(*args, **kwargs)
-        return func(*args, **kwargs)
+        try:
+            if getattr(func, "__name__", None) in _CAST_METHODS and getattr(func, "__objclass__", None) in (
+                torch.Tensor,
+                torch._C.TensorBase,
+            ):
+                with fx_traceback.annotate({"amplint_user_cast": True}):
+                    return func(*args, **kwargs)
+            return func(*args, **kwargs)
+        except Exception as exc:
+            if not hasattr(exc, _OP):
+                with contextlib.suppress(AttributeError):  # an exception type with __slots__
+                    setattr(exc, _OP, _op_name(func))
+            raise
+
+
+_OP = "_amplint_op"
 
 
 class _Annotations:
@@ -167,8 +186,9 @@ def _live_column(filename: str, line: int) -> int | None:
 
 
 @contextmanager
-def _module_paths(model: nn.Module | None) -> Iterator[None]:
-    """Annotate every node with the path of the innermost module running when it was created."""
+def _module_paths(model: nn.Module | None, running: list[str]) -> Iterator[None]:
+    """Annotate every node with the path of the innermost module running when it was created;
+    `running` holds the paths of the modules running now (innermost last)."""
     if model is None:
         yield
         return
@@ -180,10 +200,12 @@ def _module_paths(model: nn.Module | None) -> Iterator[None]:
         name = names.get(id(module))
         if name is not None:
             annotations.push({"amplint_module": name})
+            running.append(name)
 
     def leave(module: nn.Module, args: Any, output: Any) -> None:
         if id(module) in names:
             annotations.pop()
+            running.pop()
 
     pre = nn.modules.module.register_module_forward_pre_hook(enter)
     post = nn.modules.module.register_module_forward_hook(leave)
@@ -219,6 +241,7 @@ def trace(
     values: bool = False,
     limits: ValueLimits | None = None,
     max_memory: int | None = None,
+    gpu: str = DEFAULT_GPU,
 ) -> DtypeGraph:
     """Trace `fn_or_module(*args, **kwargs)` and return the dtype of every op it ran.
 
@@ -229,7 +252,9 @@ def trace(
     inputs and weights to measure the error at late upcasts, of the ops rules flag, and of every
     half-precision op at `measure_lines` (absolute path, line) (see `amplint.runtime.measure`).
     `values`: replay every op on the real inputs and weights and against float64 (see
-    `amplint.runtime.values`; `limits` for the rules that read it, `max_memory` in bytes)."""
+    `amplint.runtime.values`; `limits` for the rules that read it, `max_memory` in bytes). `gpu`:
+    the GPU emulated without one (`amplint.runtime.gpu.GPUS`): what `torch.cuda` answers about the
+    device, and which attention kernel `scaled_dot_product_attention` runs."""
     if device not in {"cuda", "cpu"}:
         raise ValueError(f"device must be 'cuda' or 'cpu', not {device!r}")
     fake_device = "cuda:0" if device == "cuda" else "cpu"
@@ -248,7 +273,7 @@ def trace(
 
         def run(state: dict[str, torch.Tensor], inputs: Any) -> Any:
             positional, keywords = inputs
-            return torch.func.functional_call(model, state, positional, keywords)
+            return _traceable(torch.func.functional_call(model, state, positional, keywords))
 
         traced_inputs: tuple[Any, ...] = (state, fake_args)
     else:
@@ -256,25 +281,29 @@ def trace(
 
         def run(inputs: Any) -> Any:  # type: ignore[misc]
             positional, keywords = inputs
-            return function(*positional, **keywords)
+            return _traceable(function(*positional, **keywords))
 
         traced_inputs = (fake_args,)
 
     with ExitStack() as stack:
         stack.enter_context(torch.no_grad())
+        if emulated:  # what torch.cuda answers about the device, before any autocast block asks
+            stack.enter_context(emulated_gpu(GPUS[gpu]))
+            stack.enter_context(relaxed_meta())
         stack.enter_context(mock.patch.object(TracerBase, "_filter_traceback_frames", _user_frames))
         stack.enter_context(fx_traceback.preserve_node_meta())
-        stack.enter_context(_module_paths(model))
+        running: list[str] = []  # a forward that raises leaves its module's path here
+        stack.enter_context(_module_paths(model, running))
         stack.enter_context(autocast_enabled(device, dtype, autocast))
         stack.enter_context(_autocast_blocks(device))
         stack.enter_context(CudaIndexingMode())
         if emulated:  # a GPU build chooses the attention kernel itself
-            stack.enter_context(CudaAttentionMode())
+            stack.enter_context(CudaAttentionMode(GPUS[gpu]))
         stack.enter_context(_CastTagMode())
         try:
             graph_module = make_fx(run, tracing_mode="fake", record_stack_traces=True)(*traced_inputs)
         except Exception as exc:
-            raise TraceError(_explain(exc)) from exc
+            raise TraceError(_explain(exc, running[-1] if running else None)) from exc
     graph, fx_nodes = _dtype_graph(
         graph_module,
         device=device,
@@ -283,6 +312,7 @@ def trace(
         param_dtype=param_dtype,
         emulated=emulated,
     )
+    graph.gpu = gpu if emulated else None
     if measure or values:
         real_inputs = _real_inputs(model, call_args, param_dtype)
         if real_inputs is None:
@@ -299,6 +329,14 @@ def trace(
 
                 replay_values(graph, graph_module, fx_nodes, real_inputs, limits, max_memory)
     return graph
+
+
+def _traceable(output: Any) -> Any:
+    """The output with what make_fx cannot return (a key/value cache object) replaced by None."""
+    return pytree.tree_map(lambda v: v if isinstance(v, (torch.Tensor, *_PLAIN)) else None, output)
+
+
+_PLAIN = (int, float, bool, str, type(None))
 
 
 class _NoWeights(Exception):
@@ -327,25 +365,43 @@ def _real_inputs(model: nn.Module | None, call_args: Any, param_dtype: torch.dty
         return None
 
 
-def _explain(exc: Exception) -> str:
-    text = f"{type(exc).__name__}: {exc}"
+def _explain(exc: Exception, module: str | None) -> str:
+    """Why the trace stopped: the torch op, the line of the model's source that called it and the
+    module running it, then the reason."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    op = getattr(exc, _OP, None)
+    frame = _last_user_frame(exc)
+    where = f"{frame.filename}:{frame.lineno}" if frame else "a line outside the model's source"
+    head = f"cannot trace {op or 'the model'} called at {where}"
+    if frame:
+        head += f" in {frame.name}()"
+    if module:
+        head += f" (module {module})"
+    lines = [head]
+    if frame and frame.line:
+        lines.append(f"    {frame.line.strip()}")
     if (
         "data-dependent" in text
         or "GuardOnDataDependentSymNode" in text
         or "DataDependentOutputException" in text
     ):
-        where = _last_user_line(exc)
-        return (
-            f"the model's control flow depends on tensor values{where}, which fake tensors do not have.\n"
-            "Make the branch depend on shapes or configuration, or trace a function that skips it.\n"
-            f"({text.splitlines()[0]})"
+        lines.append(
+            "the model's control flow depends on tensor values, which fake tensors do not have.\n"
+            "Make the branch depend on shapes or configuration, or trace a function that skips it."
         )
-    return text
+    lines.append(f"({text.splitlines()[0] if text else type(exc).__name__})")
+    return "\n".join(lines)
 
 
-def _last_user_line(exc: BaseException) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_NOT_USER)]
-    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+def _last_user_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of the traceback in the model's code (not torch, amplint or the
+    standard library)."""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith(_NOT_USER) and not f.filename.startswith("<")
+    ]
+    return frames[-1] if frames else None
 
 
 def _dtype_graph(
@@ -410,6 +466,7 @@ def _dtype_graph(
                 source=source_of(fx_node.meta.get("stack_trace")),
                 module=custom.get("amplint_module"),
                 inputs=[ids[p] for p in producers],
+                attention=custom.get("amplint_attention"),
             )
         )
     graph = DtypeGraph(

@@ -1,0 +1,222 @@
+"""How many transformers model types `amplint trace --hf-config` traces.
+
+Every model type that has a model class in the installed transformers is built from its default
+config with every stack shrunk to 2 layers, and traced under emulated bf16 CUDA autocast at
+sequence length 64 (the head and inputs `amplint trace` picks). Each trace runs in its own forked
+process with a timeout.
+
+    python benchmarks/hf_coverage.py run [--jobs 2] [--timeout 120] [--types a,b] [--sample N]
+    python benchmarks/hf_coverage.py report > docs/hf-coverage.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import resource
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "hf_coverage.json"
+SETTINGS = {"layers": 2, "seq_len": 64, "batch_size": 1, "dtype": "bfloat16", "attn": "eager"}
+
+
+def model_types() -> list[str]:
+    """Every model type some transformers auto mapping gives a model class."""
+    from transformers.models.auto import modeling_auto
+
+    types: set[str] = set()
+    for name in dir(modeling_auto):
+        if name.startswith("MODEL") and name.endswith("_MAPPING_NAMES"):
+            types |= set(getattr(modeling_auto, name))
+    return sorted(types)
+
+
+def spec_for(model_type: str, scratch: Path, gpu: str | None = None) -> dict[str, Any]:
+    config = scratch / f"{model_type}.json"
+    config.write_text(json.dumps({"model_type": model_type}), encoding="utf-8")
+    return {
+        "hf_config": str(config),
+        "layers": SETTINGS["layers"],
+        "seq_len": SETTINGS["seq_len"],
+        "batch_size": SETTINGS["batch_size"],
+        "attn_implementation": SETTINGS["attn"],
+        "device": "cuda",
+        "dtype": SETTINGS["dtype"],
+        "autocast": True,
+        "param_dtype": None,
+        "gpu": gpu,
+    }
+
+
+def _one(model_type: str, scratch: str, out: Any) -> None:
+    """Trace one model type (in a forked child) and send a result row."""
+    row: dict[str, Any] = {"type": model_type}
+    start = time.perf_counter()
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        from amplint.runtime.child import run_traced
+        from amplint.runtime.hf import model_class, read_config
+
+        spec = spec_for(model_type, Path(scratch))
+        _, cls = model_class(read_config(spec["hf_config"]))
+        row["head"] = cls.__name__
+        graph = run_traced(spec)
+        row["result"] = "traced"
+        row["ops"] = sum(1 for node in graph.nodes if node.policy != "input")
+    except BaseException as exc:  # every failure is a row of the table
+        row["result"] = "failed"
+        text = f"{type(exc).__name__}: {exc}".strip()
+        row["reason"] = text
+        row["where"] = "".join(traceback.format_exception(exc)[-3:])[-600:]
+    row["seconds"] = round(time.perf_counter() - start, 2)
+    row["peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    out.send(row)
+    out.close()
+
+
+def run(types: list[str], jobs: int, timeout: float) -> list[dict[str, Any]]:
+    import torch  # noqa: F401 - imported once here, shared by every forked child
+    import transformers  # noqa: F401
+
+    context = multiprocessing.get_context("fork")
+    rows: list[dict[str, Any]] = []
+    pending = list(types)
+    running: dict[str, tuple[Any, Any, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="hf-coverage-") as scratch:
+        while pending or running:
+            while pending and len(running) < jobs:
+                model_type = pending.pop(0)
+                receive, send = context.Pipe(duplex=False)
+                process = context.Process(target=_one, args=(model_type, scratch, send))
+                process.start()
+                send.close()
+                running[model_type] = (process, receive, time.perf_counter())
+            time.sleep(0.05)
+            for model_type, (process, receive, started) in list(running.items()):
+                row = None
+                if receive.poll():
+                    try:
+                        row = receive.recv()
+                    except EOFError:
+                        row = None
+                    process.join()
+                elif not process.is_alive():
+                    process.join()
+                    code = process.exitcode
+                    row = {
+                        "type": model_type,
+                        "result": "failed",
+                        "reason": f"the process died (exit {code})",
+                    }
+                elif time.perf_counter() - started > timeout:
+                    process.kill()
+                    process.join()
+                    row = {"type": model_type, "result": "timeout", "reason": f"over {timeout:g} s"}
+                if row is None:
+                    continue
+                del running[model_type]
+                rows.append(row)
+                print(
+                    f"{len(rows):4}/{len(types)} {model_type:32} {row['result']:8} "
+                    f"{row.get('seconds', '')!s:>7} {row.get('reason', '')[:90]}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return sorted(rows, key=lambda row: row["type"])
+
+
+def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    traced = [row for row in rows if row["result"] == "traced"]
+    seconds = [row["seconds"] for row in traced]
+    peaks = [row["peak_mb"] for row in traced]
+    share = 100 * len(traced) / len(rows) if rows else 0.0
+    lines = [
+        "# transformers model types traced by `amplint trace --hf-config`",
+        "",
+        "Each model type that has a model class in transformers "
+        f"{meta['transformers']} is built from its default config, every stack shrunk to "
+        f"{SETTINGS['layers']} layers, and traced under emulated {SETTINGS['dtype']} CUDA autocast "
+        f"at sequence length {SETTINGS['seq_len']} with {SETTINGS['attn']} attention, on torch "
+        f"{meta['torch']} (CPU build), with the head and inputs `amplint trace` picks. Produced by:",
+        "",
+        "```",
+        "python benchmarks/hf_coverage.py run --jobs 2",
+        "python benchmarks/hf_coverage.py report > docs/hf-coverage.md",
+        "```",
+        "",
+        f"**{len(traced)} of {len(rows)} model types traced ({share:.1f}%).**",
+    ]
+    if traced:
+        lines.append(
+            f"Traced: median {statistics.median(seconds):.1f} s (max {max(seconds):.1f} s), "
+            f"median peak {statistics.median(peaks):.0f} MB (max {max(peaks):.0f} MB), "
+            f"{meta['cores']} cores, {meta['jobs']} at a time."
+        )
+    lines += [
+        "",
+        "| model type | head | ops | seconds | peak MB | result | reason |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        reason = (row.get("reason") or "").splitlines()
+        first = reason[0] if reason else ""
+        where = next((line for line in reason[1:] if line.startswith("  at ")), "")
+        text = (first + (" " + where.strip() if where else "")).replace("|", "\\|")[:300]
+        lines.append(
+            f"| {row['type']} | {row.get('head', '')} | {row.get('ops', '')} | {row.get('seconds', '')} "
+            f"| {row.get('peak_mb', '')} | {row['result']} | {text} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    go = commands.add_parser("run")
+    go.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    go.add_argument("--timeout", type=float, default=120.0)
+    go.add_argument("--types", help="comma-separated model types (default: all)")
+    go.add_argument("--sample", type=int, help="a random sample of this many types")
+    go.add_argument("--seed", type=int, default=0)
+    go.add_argument("--output", type=Path, default=RESULTS)
+    show = commands.add_parser("report")
+    show.add_argument("--input", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    if args.command == "report":
+        data = json.loads(args.input.read_text(encoding="utf-8"))
+        sys.stdout.write(report(data["rows"], data["meta"]))
+        return 0
+    import torch
+    import transformers
+
+    types = args.types.split(",") if args.types else model_types()
+    if args.sample:
+        types = sorted(random.Random(args.seed).sample(types, min(args.sample, len(types))))
+    rows = run(types, args.jobs, args.timeout)
+    meta = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cores": os.cpu_count(),
+        "jobs": args.jobs,
+    }
+    args.output.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n", encoding="utf-8")
+    done = sum(row["result"] == "traced" for row in rows)
+    print(f"{done}/{len(rows)} traced", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,242 @@
+"""`amplint trace --hf-config` over transformers model families and heads, the emulated GPU, and
+what a failed trace says.
+
+Every model here is a real transformers class built from its config (no weights, no hub); every
+emulation gap closed has a model that hit it (see docs/hf-coverage.md for all model types).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from amplint.runtime.child import run_traced  # noqa: E402
+from amplint.runtime.hf import model_class, read_config, token_ids  # noqa: E402
+
+QWEN2_7B = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 152064,
+    "torch_dtype": "bfloat16",
+}
+
+
+def _config(tmp_path: Path, data: dict) -> str:
+    path = tmp_path / f"{data['model_type']}.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return str(path)
+
+
+def _spec(config: str, **extra: object) -> dict:
+    spec = {
+        "hf_config": config,
+        "layers": 2,
+        "seq_len": 64,
+        "batch_size": 1,
+        "attn_implementation": "eager",
+        "device": "cuda",
+        "dtype": "bfloat16",
+        "autocast": True,
+        "param_dtype": None,
+    }
+    return {**spec, **extra}
+
+
+def _amplint(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "amplint", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
+
+
+# --- heads and inputs ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model_type", "head", "main_op"),
+    [
+        ("t5", "T5ForConditionalGeneration", "embedding"),  # seq2seq: encoder and decoder token ids
+        ("bart", "BartForConditionalGeneration", "embedding"),  # an encoder-decoder with a causal head
+        ("whisper", "WhisperForConditionalGeneration", "convolution"),  # log-mel input features
+        ("vit", "ViTForImageClassification", "convolution"),  # pixel values
+        ("clip", "CLIPForImageClassification", "convolution"),
+        ("bert", "BertLMHeadModel", "embedding"),
+        ("wav2vec2", "Wav2Vec2ForSequenceClassification", "convolution"),  # a raw waveform
+    ],
+)
+def test_every_head_gets_the_inputs_it_takes(
+    tmp_path: Path, model_type: str, head: str, main_op: str
+) -> None:
+    config = _config(tmp_path, {"model_type": model_type})
+    assert model_class(read_config(config))[1].__name__ == head
+    graph = run_traced(_spec(config))
+    ops = Counter(node.op for node in graph.nodes)
+    assert ops[main_op] > 0 and ops["mm"] + ops["bmm"] + ops["addmm"] > 0
+    # The products run in bfloat16 under autocast, whatever the head.
+    assert {n.dtype for n in graph.nodes if n.op == "mm"} <= {"bfloat16"}
+
+
+def test_architectures_in_the_config_pick_the_class_and_task_overrides(tmp_path: Path) -> None:
+    config = _config(tmp_path, {"model_type": "bert", "architectures": ["BertForSequenceClassification"]})
+    assert model_class(read_config(config))[1] is transformers.BertForSequenceClassification
+    assert model_class(read_config(config), "masked-lm")[1] is transformers.BertForMaskedLM
+    done = _amplint("trace", "--hf-config", config, "--task", "seq2seq-lm")
+    assert done.returncode == 2 and "no seq2seq-lm head for model type 'bert'" in done.stderr
+
+
+def test_layers_shrink_every_stack(tmp_path: Path) -> None:
+    config = read_config(_config(tmp_path, {"model_type": "t5", "num_layers": 6}), layers=2)
+    assert config.num_layers == 2 and config.num_decoder_layers == 2
+    whisper = read_config(_config(tmp_path, {"model_type": "whisper"}), layers=1)
+    assert whisper.encoder_layers == 1 and whisper.decoder_layers == 1
+
+
+def test_token_ids_follow_a_zipf_law() -> None:
+    ids = token_ids(1000, (1, 4096))
+    counts = Counter(ids.flatten().tolist())
+    assert len(counts) > 100  # never one id repeated
+    ranked = [count for _, count in counts.most_common()]
+    # Rank 1 is about twice as frequent as rank 2 and ten times rank 10 under 1/(r+1) weights.
+    assert ranked[0] > 1.5 * ranked[1] and ranked[0] > 5 * ranked[9]
+    assert int(ids.max()) < 1000
+
+
+# --- emulation gaps, each on the model class that hit it ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model_type", "op"),
+    [
+        ("mamba", "convolution"),  # a depthwise conv1d over a transposed (non-contiguous) input
+        ("deepseek_v3", "copy_"),  # multi-head latent attention copies into a slice of a new tensor
+        ("nemotron_h", "bitwise_not"),  # `~mask`
+        ("gpt_oss", "bmm"),  # a MoE router that asks for the compute capability
+        ("cwm", "mm"),  # a cache that moves a scalar it made on the CPU to the GPU
+        ("llava", "mm"),  # a cache made with torch.tensor([], device=...)
+    ],
+)
+def test_models_that_hit_an_emulation_gap_trace(tmp_path: Path, model_type: str, op: str) -> None:
+    graph = run_traced(_spec(_config(tmp_path, {"model_type": model_type})))
+    assert any(node.op == op for node in graph.nodes)
+
+
+def test_the_emulated_gpu_answers_device_questions(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "import torch\n\n\n"
+        "def f(x):\n"
+        "    major, _ = torch.cuda.get_device_capability()\n"
+        "    name = torch.cuda.get_device_properties(0).name\n"
+        "    return x * major if 'V100' in name else x.exp()\n\n\n"
+        "def factory():\n    return f, (torch.ones(3),)\n",
+        encoding="utf-8",
+    )
+    on_v100 = run_traced(
+        {"target": f"{tmp_path / 'm.py'}:factory", **_spec("", gpu="v100"), "hf_config": None}
+    )
+    on_a100 = run_traced(
+        {"target": f"{tmp_path / 'm.py'}:factory", **_spec("", gpu="a100"), "hf_config": None}
+    )
+    assert [n.op for n in on_v100.nodes if n.policy != "input"] == ["mul"]
+    assert [n.op for n in on_a100.nodes if n.policy != "input"] == ["exp"]
+    assert on_v100.gpu == "v100" and on_a100.gpu == "a100"
+
+
+# --- attention as the GPU runs it ---------------------------------------------------------------
+
+
+def _attention(graph) -> set[str]:  # type: ignore[no-untyped-def]
+    return {node.attention for node in graph.nodes if node.attention is not None}
+
+
+@pytest.mark.parametrize(("gpu", "kernel"), [("a100", "flash"), ("h100", "cudnn"), ("t4", "efficient")])
+def test_causal_sdpa_without_padding_mask_per_gpu(tmp_path: Path, gpu: str, kernel: str) -> None:
+    config = _config(tmp_path, {**QWEN2_7B, "num_hidden_layers": 1})  # head size 3584 / 28 = 128
+    graph = run_traced(_spec(config, attn_implementation="sdpa", gpu=gpu))
+    assert _attention(graph) == {kernel}
+    fused = [n for n in graph.nodes if n.op.startswith("_scaled_dot_product")]
+    # On a T4 the bf16 model runs in float16 (no native bf16): the kernel reads and writes float16.
+    assert {n.dtype for n in fused} == {"float16" if gpu == "t4" else "bfloat16"}
+
+
+def test_v100_runs_the_bf16_model_in_float16_and_reports_its_overflow(tmp_path: Path) -> None:
+    config = _config(tmp_path, QWEN2_7B)
+    done = _amplint("trace", "--hf-config", config, "--gpu", "v100", "--layers", "2", "--seq-len", "64")
+    assert done.returncode == 1, done.stderr  # findings
+    assert "bfloat16 is not native on a V100 (sm70" in done.stdout
+    assert "cuda autocast float16" in done.stdout
+    assert "AMP109 attention scores are formed in float16 by `bmm`" in done.stdout
+    assert "modeling_qwen2.py" in done.stdout
+    # The parameters follow: no bfloat16 op is left in the float16 run.
+    data = json.loads(
+        _amplint(
+            "trace",
+            "--hf-config",
+            config,
+            "--gpu",
+            "v100",
+            "--layers",
+            "1",
+            "--seq-len",
+            "16",
+            "--format",
+            "json",
+        ).stdout
+    )
+    assert "bfloat16" not in {n["dtype"] for n in data["nodes"]}
+    assert data["gpu"] == "v100" and data["notes"]
+
+
+# --- errors name the user's code -----------------------------------------------------------------
+
+
+def test_a_failed_trace_names_the_op_the_line_and_the_module(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Gate(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x[torch.nonzero(x > 0, as_tuple=True)]\n\n\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.gate = Gate()\n\n"
+        "    def forward(self, x):\n"
+        "        return self.gate(x)\n\n\n"
+        "def factory():\n    return Model(), (torch.ones(3),)\n",
+        encoding="utf-8",
+    )
+    done = _amplint("trace", "m.py:factory", cwd=tmp_path)
+    assert done.returncode == 2
+    first = done.stderr.splitlines()[0]
+    assert "cannot trace torch.nonzero called at" in first and "m.py:7" in first
+    assert "(module gate)" in first and "in forward()" in first
+    assert "x[torch.nonzero(x > 0, as_tuple=True)]" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--seq-len", "-5"),
+        ("--seq-len", "x"),
+        ("--gpu", "k80"),
+        ("--layers", "0"),
+        ("--task", "nope"),
+    ],
+)
+def test_bad_arguments_get_one_line_and_exit_2(tmp_path: Path, args: tuple[str, ...]) -> None:
+    config = _config(tmp_path, {"model_type": "qwen2"})
+    done = _amplint("trace", "--hf-config", config, *args)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert len([line for line in done.stderr.splitlines() if "error" in line]) == 1
