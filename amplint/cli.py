@@ -131,6 +131,12 @@ def _parser() -> argparse.ArgumentParser:
     hf.add_argument("--batch-size", type=_count, default=1, help="sequences (1)")
     hf.add_argument("--image-size", type=_count, metavar="PIXELS", help="image side (default: the config's)")
     hf.add_argument(
+        "--input-ids",
+        type=Path,
+        metavar="FILE",
+        help="token ids to feed instead of drawn ones: a JSON list (or list of lists), or ids separated by spaces",
+    )
+    hf.add_argument(
         "--attn-implementation",
         choices=("eager", "sdpa"),
         default="eager",
@@ -542,6 +548,15 @@ def _trace(args: argparse.Namespace) -> int:
 
     if (args.target is None) == (args.hf_config is None):
         return _error("give a TARGET such as fixtures/rwkv7_time_mix.py:factory, or --hf-config CONFIG.json")
+    hf_only = {
+        "--task": args.task,
+        "--layers": args.layers,
+        "--image-size": args.image_size,
+        "--input-ids": args.input_ids,
+    }
+    given = [flag for flag, value in hf_only.items() if value is not None]
+    if args.target is not None and given:
+        return _error(f"{', '.join(given)}: only for --hf-config (a factory builds its own model and inputs)")
     limits = _value_limits(args)
     if isinstance(limits, int):
         return limits
@@ -563,6 +578,7 @@ def _trace(args: argparse.Namespace) -> int:
         "seq_len": args.seq_len,
         "batch_size": args.batch_size,
         "image_size": args.image_size,
+        "input_ids": None if args.input_ids is None else str(args.input_ids.resolve()),
         "attn_implementation": args.attn_implementation,
         "gpu": args.gpu,
         "device": args.device if saved is None else saved.device,
@@ -608,6 +624,8 @@ def _trace(args: argparse.Namespace) -> int:
     written = _write_report(report, args.output, sys.stdout)
     if written is not None:
         return written
+    if args.values and graph.values is None:  # asked for and not done: never a silent pass
+        return _error(f"--values: nothing was replayed: {graph.values_note or 'no values'}")
     return EXIT_FINDINGS if findings else EXIT_CLEAN
 
 

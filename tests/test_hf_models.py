@@ -240,3 +240,80 @@ def test_bad_arguments_get_one_line_and_exit_2(tmp_path: Path, args: tuple[str, 
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert len([line for line in done.stderr.splitlines() if "error" in line]) == 1
+
+
+# --- honest labels -------------------------------------------------------------------------------
+
+
+def test_only_float_to_float_casts_are_autocasts() -> None:
+    from amplint.runtime import trace
+
+    aten = torch.ops.aten
+
+    def f(ids: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        # Casts torch's own code makes (not a user's `.to`): an index cast, a mask cast, a float cast.
+        scale = aten._to_copy.default(ids, dtype=torch.float32)
+        keep = aten._to_copy.default(x > 0, dtype=torch.float32)
+        return aten._to_copy.default(x * scale * keep, dtype=torch.bfloat16)
+
+    graph = trace(f, (torch.ones(4, dtype=torch.long), torch.randn(4)))
+    casts = {(n.input_dtypes[0], n.dtype): n.policy for n in graph.nodes if n.op == "_to_copy"}
+    assert casts == {
+        ("int64", "float32"): "inherited",
+        ("bool", "float32"): "inherited",
+        ("float32", "bfloat16"): "autocast_cast",
+    }
+
+
+# --- values: token ids, tied weights, nothing skipped silently ----------------------------------
+
+TINY = {
+    "model_type": "qwen2",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 128,
+    "tie_word_embeddings": True,
+}
+
+
+def test_values_with_tied_weights_saved_once(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForCausalLM(
+        transformers.Qwen2Config(**{k: v for k, v in TINY.items() if k != "model_type"})
+    )
+    state = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    save_file(state, str(tmp_path / "w.safetensors"))  # as transformers saves a tied head: once
+    config = _config(tmp_path, TINY)
+    (tmp_path / "ids.json").write_text(json.dumps([[1, 5, 9, 3, 7, 2, 8, 4]]), encoding="utf-8")
+    args = ["trace", "--hf-config", config, "--values", "--weights", str(tmp_path / "w.safetensors")]
+    done = _amplint(*args, "--input-ids", str(tmp_path / "ids.json"), "--format", "json")
+    assert done.returncode in (0, 1), done.stderr
+    data = json.loads(done.stdout)
+    assert data["values"] is not None and data["values_note"] is None
+    ids = [n for n in data["nodes"] if n["policy"] == "input" and n["shape"] == [1, 8]]
+    assert ids, "the token ids from the file set the sequence length"
+
+
+def test_values_without_weights_exit_2_and_say_why(tmp_path: Path) -> None:
+    done = _amplint("trace", "--hf-config", _config(tmp_path, TINY), "--values", "--seq-len", "8")
+    assert done.returncode == 2
+    assert "nothing was replayed" in done.stderr and "--weights" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[[1, 2], [3]]", "different lengths"),
+        ("[1, 999]", "outside the vocabulary"),
+        ("hello", "not a JSON list"),
+    ],
+)
+def test_bad_input_ids_files_are_named(tmp_path: Path, content: str, message: str) -> None:
+    (tmp_path / "ids.txt").write_text(content, encoding="utf-8")
+    done = _amplint("trace", "--hf-config", _config(tmp_path, TINY), "--input-ids", str(tmp_path / "ids.txt"))
+    assert done.returncode == 2 and message in done.stderr

@@ -31,7 +31,7 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
     import torch
 
     from amplint.runtime.target import TargetError, call_factory, load_factory
-    from amplint.runtime.tracer import trace
+    from amplint.runtime.tracer import TraceError, trace
 
     if spec.get("hf_config"):
         from amplint.runtime.hf import build
@@ -44,6 +44,7 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
             batch_size=spec["batch_size"],
             image_size=spec.get("image_size"),
             attn_implementation=spec["attn_implementation"],
+            input_ids=spec.get("input_ids"),
         )
     else:
         factory = load_factory(spec["target"])
@@ -83,19 +84,28 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
     measure = spec.get("measure", False)
     lines = {(path, line) for path, line in spec.get("measure_lines", [])} if measure else None
     values = spec.get("values", False)
-    graph = trace(
-        model,
-        args,
-        kwargs,
-        device=spec["device"],
-        measure=measure,
-        measure_lines=lines,
-        values=values,
-        limits=ValueLimits(**spec["limits"]) if values and spec.get("limits") else None,
-        max_memory=spec.get("max_memory"),
-        gpu=gpu.key,
+    options = {
+        "device": spec["device"],
+        "measure": measure,
+        "measure_lines": lines,
+        "values": values,
+        "limits": ValueLimits(**spec["limits"]) if values and spec.get("limits") else None,
+        "max_memory": spec.get("max_memory"),
+        "gpu": gpu.key,
         **settings,
-    )
+    }
+    try:
+        graph = trace(model, args, kwargs, **options)
+    except TraceError as exc:
+        if not spec.get("hf_config") or _NO_ATTENTION_CACHE not in str(exc):
+            raise
+        # A hybrid config whose every layer is recurrent (linear attention, Mamba): transformers'
+        # cache cannot tell the sequence length then, so the model is run as it can be, without one.
+        kwargs = {**kwargs, "use_cache": False}
+        graph = trace(model, args, kwargs, **options)
+        notes.append(
+            "this config has no attention layer, which transformers' cache needs: traced with use_cache=False"
+        )
     graph.notes.extend(notes)
     if spec.get("compare_cpu") and spec["device"] == "cuda" and spec["autocast"]:
         # The same model under CPU autocast's policy, for the ops whose dtype differs (AMP103).
@@ -103,6 +113,9 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         keys = on_cpu.op_keys()
         graph.cpu_dtypes = {keys[node.id]: node.dtype for node in on_cpu.nodes if node.id in keys}
     return graph
+
+
+_NO_ATTENTION_CACHE = "`get_seq_length` can only be called on Attention layers"
 
 
 def _floating(model: Any) -> list[Any]:

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from typing import Any, TypeGuard
+from unittest import mock
 
 import torch
+import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
@@ -523,7 +526,12 @@ _ATEN_NAMES = {
     "__ior__": "bitwise_or_",
     "__ixor__": "bitwise_xor_",
 }
-_UNGUARDED = {"copy_": _unguarded("copy_", _copy), "contiguous": _unguarded("contiguous", _contiguous)}
+_UNGUARDED = {
+    "copy_": _unguarded("copy_", _copy),
+    "contiguous": _unguarded("contiguous", _contiguous),
+    "__getitem__": _unguarded("__getitem__", getitem),
+    "__setitem__": _unguarded("__setitem__", setitem),
+}
 
 
 class CudaIndexingMode(TorchFunctionMode):
@@ -535,10 +543,13 @@ class CudaIndexingMode(TorchFunctionMode):
             x = torch.empty(2, 3, device="cuda:0")
             y = x[:, [0, 2]]
 
-    Tensors on other devices take PyTorch's normal path. While the mode is on, `Tensor.copy_`
-    and `Tensor.contiguous` also work on fake CUDA tensors where torch itself calls them with
-    every mode off (FakeTensor's convolution and decompositions such as `uniform_`).
+    Tensors on other devices take PyTorch's normal path. While the mode is on, `Tensor.copy_`,
+    `Tensor.contiguous` and indexing also work on fake CUDA tensors where torch itself uses them
+    with every mode off (FakeTensor's convolution, decompositions such as `uniform_` and
+    `grid_sampler_2d`).
     """
+
+    _reentered = False
 
     def __enter__(self) -> CudaIndexingMode:
         self._patched = [(name, torch.Tensor.__dict__.get(name)) for name in _UNGUARDED]
@@ -586,14 +597,37 @@ class CudaIndexingMode(TorchFunctionMode):
             args = (args[0], *(_pin_cuda(a) for a in args[1:2]), *args[2:])
             if "device" in kwargs:
                 kwargs = {**kwargs, "device": _pin_cuda(kwargs["device"])}
-        if not _on_cuda(x) or getattr(func, "__objclass__", None) not in _TENSOR_CLASSES:
+        if not any(_on_cuda(a) for a in (*args, *kwargs.values())):
             return func(*args, **kwargs)
         try:
             return func(*args, **kwargs)
         except RuntimeError as exc:
-            # Any other tensor method whose binding opens the device guard (`~x`, `x.copy_(y)`,
-            # `x.uniform_()`) fails before it dispatches: run its aten op instead.
-            packet = getattr(aten, _ATEN_NAMES.get(func.__name__, func.__name__), None)
-            if _NOT_LINKED not in str(exc) or not isinstance(packet, torch._ops.OpOverloadPacket):
+            if _NOT_LINKED not in str(exc):
                 raise
-            return packet(*args, **kwargs)
+            if getattr(func, "__module__", None) == "torch.nn.functional" and not self._reentered:
+                # A Python function (`F.grid_sample`) whose inner binding hit the guard: run its body
+                # again with this mode on, so that the binding comes here and takes its aten op.
+                return self._reenter(func, args, kwargs)
+            # A binding that opens the device guard (`~x`, `x.copy_(y)`, `torch.grid_sampler`)
+            # fails before it dispatches: run its aten op instead.
+            packet = getattr(aten, _ATEN_NAMES.get(func.__name__, func.__name__), None)
+            if not isinstance(packet, torch._ops.OpOverloadPacket):
+                raise
+            try:
+                return packet(*args, **kwargs)
+            except RuntimeError as other:
+                if "failed to match any schema" in str(other):  # its arguments are no aten op's
+                    raise exc from None
+                raise
+
+    def _reenter(self, func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        checks = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")
+        self._reentered = True
+        try:
+            with ExitStack() as stack:
+                for name in checks:  # so that the function runs its body instead of coming back here
+                    stack.enter_context(mock.patch.object(F, name, lambda *a: False))
+                stack.enter_context(self)
+                return func(*args, **kwargs)
+        finally:
+            self._reentered = False

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from amplint.runtime.target import TargetError
+from amplint.runtime.target import TargetError, user_frame
 
 # task -> the auto mapping of transformers.models.auto.modeling_auto that names its classes.
 TASKS: dict[str, str] = {
@@ -88,7 +88,13 @@ def shrink(config: Any, layers: int) -> None:
         for value in list(fields.values()):
             if isinstance(value, PretrainedConfig):
                 visit(value)
-        counts = {k: v for k, v in fields.items() if k in _LAYER_COUNTS and type(v) is int and v > layers}
+        # In a staged vision backbone `num_layers` counts the stages (`depths` holds their blocks).
+        staged = isinstance(fields.get("depths"), (list, tuple))
+        counts = {
+            k: v
+            for k, v in fields.items()
+            if k in _LAYER_COUNTS and type(v) is int and v > layers and not (staged and k == "num_layers")
+        }
         for total in set(counts.values()):
             keep = _kept_blocks(fields, total, layers)
             for key, value in counts.items():
@@ -149,8 +155,14 @@ def model_class(config: Any, task: str | None = None) -> tuple[str, type]:
             if isinstance(cls, type):
                 return "architectures", cls
     order = (task,) if task else (_ENCODER_DECODER_ORDER if config.is_encoder_decoder else _ORDER)
-    for candidate in order:
-        name = getattr(modeling_auto, TASKS[candidate]).get(model_type)
+    mappings = [(candidate, TASKS[candidate]) for candidate in order]
+    if task is None:  # a model type with another head only (retrieval, detection, depth, ...)
+        others = sorted(
+            n for n in dir(modeling_auto) if n.startswith("MODEL_FOR_") and n.endswith("_MAPPING_NAMES")
+        )
+        mappings += [(n.removeprefix("MODEL_FOR_").removesuffix("_MAPPING_NAMES").lower(), n) for n in others]
+    for candidate, mapping in mappings:
+        name = getattr(modeling_auto, mapping).get(model_type)
         if isinstance(name, (list, tuple)):
             name = name[0]
         cls = getattr(transformers, name, None) if name else None
@@ -169,8 +181,10 @@ def build(
     batch_size: int,
     image_size: int | None = None,
     attn_implementation: str,
+    input_ids: str | None = None,
 ) -> tuple[Any, tuple[()], dict[str, Any]]:
-    """The model for the config on the meta device, and inputs its forward takes."""
+    """The model for the config on the meta device, and inputs its forward takes; `input_ids`: a
+    file of token ids to use instead of drawn ones (see `read_token_ids`)."""
     import torch
 
     config = read_config(config_path, layers=layers)
@@ -178,11 +192,51 @@ def build(
     try:
         with torch.device("meta"):
             model = cls._from_config(config, attn_implementation=attn_implementation)  # type: ignore[attr-defined]
-    except (ValueError, KeyError, TypeError, ImportError, AttributeError) as exc:
-        raise TargetError(f"{config_path}: transformers cannot build {cls.__name__} from it: {exc}") from None
+    except Exception as exc:  # whatever the model's constructor raises, said with its line
+        frame = user_frame(exc)
+        where = f" (at {frame.filename}:{frame.lineno} in {frame.name}())" if frame else ""
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TargetError(
+            f"{config_path}: transformers cannot build {cls.__name__} from it{where}: {reason}"
+        ) from None
     model.eval()
     kwargs = inputs(model, seq_len=seq_len, batch_size=batch_size, image_size=image_size)
+    if input_ids is not None:
+        if "input_ids" not in kwargs:
+            raise TargetError(f"--input-ids: {cls.__name__} reads {model.main_input_name}, not token ids")
+        kwargs["input_ids"] = read_token_ids(input_ids, vocab=model.get_input_embeddings().num_embeddings)
     return model, (), kwargs
+
+
+def read_token_ids(path: str, *, vocab: int) -> Any:
+    """Token ids from a file: a JSON list of ids (or of equally long lists, one per sequence), or
+    ids separated by white space (one sequence per line)."""
+    import torch
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TargetError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            data = [[int(token) for token in line.split()] for line in text.splitlines() if line.strip()]
+        except ValueError:
+            raise TargetError(f"{path}: not a JSON list of token ids nor ids separated by spaces") from None
+    if isinstance(data, list) and data and all(isinstance(i, int) for i in data):
+        data = [data]
+    rows = data if isinstance(data, list) else []
+    if not rows or not all(
+        isinstance(row, list) and row and all(type(i) is int for i in row) for row in rows
+    ):
+        raise TargetError(f"{path}: expected a non-empty list of token ids, or of lists of them")
+    if len({len(row) for row in rows}) != 1:
+        raise TargetError(f"{path}: the sequences have different lengths")
+    bad = [i for row in rows for i in row if not 0 <= i < vocab]
+    if bad:
+        raise TargetError(f"{path}: token id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
+    return torch.tensor(rows, dtype=torch.long)
 
 
 def _sub(config: Any, *names: str) -> Any:
@@ -204,6 +258,15 @@ def _size(value: Any, given: int | None) -> tuple[int, int]:
     if isinstance(value, dict) and "height" in value:
         return int(value["height"]), int(value["width"])
     return DEFAULT_IMAGE_SIZE, DEFAULT_IMAGE_SIZE
+
+
+def _pixels(config: Any, batch_size: int, image_size: int | None) -> Any:
+    import torch
+
+    vision = _sub(config, "vision_config", "backbone_config", "encoder")
+    channels = getattr(vision, "num_channels", None) or 3
+    height, width = _size(getattr(vision, "image_size", None), image_size)
+    return torch.randn(batch_size, channels, height, width)
 
 
 def token_ids(vocab: int, shape: tuple[int, ...], seed: int = 0) -> Any:
@@ -228,28 +291,41 @@ def inputs(model: Any, *, seq_len: int, batch_size: int, image_size: int | None 
     parameters = inspect.signature(model.forward).parameters
     kwargs: dict[str, Any] = {}
     if main == "pixel_values":
-        vision = _sub(config, "vision_config", "backbone_config", "encoder")
-        channels = getattr(vision, "num_channels", None) or 3
-        height, width = _size(getattr(vision, "image_size", None), image_size)
-        kwargs[main] = torch.randn(batch_size, channels, height, width)
+        kwargs[main] = _pixels(config, batch_size, image_size)
     elif main == "input_features":
-        audio = _sub(config, "audio_config", "encoder_config")
+        audio = _sub(config, "audio_config", "encoder_config", "encoder")
         mel = getattr(audio, "num_mel_bins", None)
-        if mel is not None:  # (batch, mel bins, frames): Whisper takes exactly 2 frames per position
-            positions = getattr(audio, "max_source_positions", None)
-            frames = 2 * positions if positions else seq_len
-            kwargs[main] = torch.randn(batch_size, mel, frames)
-        else:  # (batch, frames, features)
-            features = (getattr(audio, "input_feat_per_channel", None) or 80) * (
+        positions = getattr(audio, "max_source_positions", None)
+        if mel is not None and positions:  # Whisper: (batch, mel bins, exactly 2 frames per position)
+            kwargs[main] = torch.randn(batch_size, mel, 2 * positions)
+        else:  # conformer encoders and Speech2Text: (batch, frames, features)
+            features = mel or (getattr(audio, "input_feat_per_channel", None) or 80) * (
                 getattr(audio, "input_channels", None) or 1
             )
             kwargs[main] = torch.randn(batch_size, seq_len, features)
     elif main == "input_values":
         audio = _sub(config, "audio_config", "encoder_config")
-        strides = getattr(audio, "conv_stride", None) or (320,)
-        kwargs[main] = torch.randn(batch_size, seq_len * math.prod(strides))
+        mel, frames = getattr(audio, "num_mel_bins", None), getattr(audio, "max_length", None)
+        if mel and frames:  # a spectrogram transformer: (batch, frames, mel bins)
+            kwargs[main] = torch.randn(batch_size, frames, mel)
+        else:  # a waveform, one sample per stride of the feature encoder; codecs take channels
+            stride = getattr(audio, "hop_length", None) or math.prod(
+                getattr(audio, "conv_stride", None) or (320,)
+            )
+            channels = getattr(audio, "audio_channels", None)
+            shape = (
+                (batch_size, seq_len * stride)
+                if channels is None
+                else (batch_size, channels, seq_len * stride)
+            )
+            kwargs[main] = torch.randn(*shape)
     else:
         kwargs["input_ids"] = token_ids(vocab, (batch_size, seq_len))
+        dual = getattr(config, "vision_config", None) is not None and not any(
+            hasattr(config, key) for key in ("image_token_id", "image_token_index")
+        )
+        if dual and "pixel_values" in parameters:  # a dual encoder (CLIP-like) reads both
+            kwargs["pixel_values"] = _pixels(config, batch_size, image_size)
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:
         kwargs["decoder_input_ids"] = token_ids(vocab, (batch_size, seq_len), seed=1)
     return kwargs

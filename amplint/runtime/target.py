@@ -4,11 +4,35 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
+import sysconfig
+import traceback
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 EXAMPLE = "fixtures/rwkv7_time_mix.py:factory  or  mypackage.models:build"
+
+
+@cache
+def _not_user() -> tuple[str, ...]:
+    """Where code that is not the user's lives: torch, amplint, the standard library."""
+    spec = importlib.util.find_spec("torch")
+    torch_dir = os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+    amplint_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return tuple(p + os.sep for p in (torch_dir, amplint_dir, sysconfig.get_paths()["stdlib"]) if p)
+
+
+def is_user_code(filename: str) -> bool:
+    """Whether a frame's file is the model's (the user's, or a library such as transformers)."""
+    return not filename.startswith(_not_user()) and not filename.startswith("<")
+
+
+def user_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of the exception's traceback in the model's code."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_code(f.filename)]
+    return frames[-1] if frames else None
 
 
 class TargetError(Exception):

@@ -10,10 +10,9 @@ that switch them off.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import operator
-import os
 import sys
-import sysconfig
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -37,15 +36,11 @@ from amplint.runtime.gpu import DEFAULT_GPU, GPUS
 from amplint.runtime.gpu import emulated as emulated_gpu
 from amplint.runtime.graph import DtypeGraph, DtypeNode, TraceError, ValueLimits, source_of
 from amplint.runtime.policy import classify
+from amplint.runtime.target import is_user_code, user_frame
 
 _CAST_OPS = frozenset({"_to_copy", "to", "convert_element_type", "_to_dtype"})
+_FLOATING = frozenset({"float64", "float32", "bfloat16", "float16"})
 _CAST_METHODS = frozenset({"to", "float", "double", "half", "bfloat16", "type", "type_as"})
-# Code that is not the user's: torch, amplint, the standard library.
-_NOT_USER = (
-    os.path.dirname(torch.__file__) + os.sep,
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
-    sysconfig.get_paths()["stdlib"] + os.sep,
-)
 
 
 def dtype_name(dtype: torch.dtype | None) -> str | None:
@@ -155,7 +150,7 @@ def _autocast_blocks(device: str) -> Iterator[None]:
 def _user_frames(self: TracerBase, summary: traceback.StackSummary) -> traceback.StackSummary:
     """Keep only the innermost frame of the user's code, with its column folded into the name."""
     for frame in reversed(summary):
-        if not frame.filename.startswith(_NOT_USER) and not frame.filename.startswith("<"):
+        if is_user_code(frame.filename):
             column = getattr(frame, "colno", None)
             if column is None:
                 column = _live_column(frame.filename, frame.lineno or 0)
@@ -303,7 +298,7 @@ def trace(
         try:
             graph_module = make_fx(run, tracing_mode="fake", record_stack_traces=True)(*traced_inputs)
         except Exception as exc:
-            raise TraceError(_explain(exc, running[-1] if running else None)) from exc
+            raise TraceError(_explain(exc, running[-1] if running else None, fn_or_module)) from exc
     graph, fx_nodes = _dtype_graph(
         graph_module,
         device=device,
@@ -316,7 +311,7 @@ def trace(
     if measure or values:
         real_inputs = _real_inputs(model, call_args, param_dtype)
         if real_inputs is None:
-            note = "the model has no weights to replay with (built on the meta device)"
+            note = "the model has no weights to replay with (built on the meta device: give --weights FILE)"
             graph.measure_note = note if measure else None
             graph.values_note = note if values else None
         else:
@@ -365,13 +360,14 @@ def _real_inputs(model: nn.Module | None, call_args: Any, param_dtype: torch.dty
         return None
 
 
-def _explain(exc: Exception, module: str | None) -> str:
+def _explain(exc: Exception, module: str | None, traced: object) -> str:
     """Why the trace stopped: the torch op, the line of the model's source that called it and the
-    module running it, then the reason."""
+    module running it, then the reason. A call that failed before any line of the model ran (a
+    forward given the wrong inputs) names where that forward is defined."""
     text = f"{type(exc).__name__}: {exc}".strip()
     op = getattr(exc, _OP, None)
-    frame = _last_user_frame(exc)
-    where = f"{frame.filename}:{frame.lineno}" if frame else "a line outside the model's source"
+    frame = user_frame(exc)
+    where = f"{frame.filename}:{frame.lineno}" if frame else f"the call of {_defined_at(traced)}"
     head = f"cannot trace {op or 'the model'} called at {where}"
     if frame:
         head += f" in {frame.name}()"
@@ -389,19 +385,22 @@ def _explain(exc: Exception, module: str | None) -> str:
             "the model's control flow depends on tensor values, which fake tensors do not have.\n"
             "Make the branch depend on shapes or configuration, or trace a function that skips it."
         )
+    if "not linked with support for cuda" in text:
+        lines.append(
+            "this call needs a CUDA build of torch, and amplint's CUDA emulation does not cover it yet: "
+            "trace with --device cpu, or report it with the line above."
+        )
     lines.append(f"({text.splitlines()[0] if text else type(exc).__name__})")
     return "\n".join(lines)
 
 
-def _last_user_frame(exc: BaseException) -> traceback.FrameSummary | None:
-    """The innermost frame of the traceback in the model's code (not torch, amplint or the
-    standard library)."""
-    frames = [
-        f
-        for f in traceback.extract_tb(exc.__traceback__)
-        if not f.filename.startswith(_NOT_USER) and not f.filename.startswith("<")
-    ]
-    return frames[-1] if frames else None
+def _defined_at(traced: object) -> str:
+    function = getattr(type(traced), "forward", None) if isinstance(traced, nn.Module) else traced
+    name = getattr(function, "__qualname__", type(traced).__name__)
+    try:
+        return f"{name} ({inspect.getsourcefile(function)}:{inspect.getsourcelines(function)[1]})"  # type: ignore[arg-type]
+    except (TypeError, OSError):
+        return name
 
 
 def _dtype_graph(
@@ -439,8 +438,17 @@ def _dtype_graph(
             if op in _CAST_OPS:
                 if custom.get("amplint_user_cast"):
                     policy = "explicit_cast"
-                else:  # a cast inside torch's own code is only autocast's when autocast is on
-                    policy = "autocast_cast" if node_autocast else "inherited"
+                else:
+                    # Autocast only ever casts one floating dtype to another; torch's own code
+                    # casts masks and indices too, and those are no autocast casts.
+                    source_dtype = nodes[ids[producers[0]]].dtype if producers else None
+                    by_autocast = (
+                        node_autocast
+                        and source_dtype in _FLOATING
+                        and dtype_name(out_dtype) in _FLOATING
+                        and source_dtype != dtype_name(out_dtype)
+                    )
+                    policy = "autocast_cast" if by_autocast else "inherited"
             elif isinstance(target_op, torch._ops.OpOverload):
                 casts = [nodes[ids[p]].dtype for p in producers if nodes[ids[p]].policy == "autocast_cast"]
                 policy = classify(

@@ -51,7 +51,11 @@ def load_weights(model: torch.nn.Module, weights: str | Path | Mapping[str, torc
     and shape that differs, and loads nothing then."""
     state = read_weights(weights) if isinstance(weights, (str, Path)) else dict(weights)
     expected = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
-    missing = sorted(expected.keys() - state.keys())
+    tied = _tied(model)
+    # A tied weight (an LM head sharing the embedding) is saved once, under either name.
+    missing = sorted(
+        name for name in expected.keys() - state.keys() if not (tied.get(name, set()) & state.keys())
+    )
     unexpected = sorted(state.keys() - expected.keys())
     shapes = [
         f"{name}: {list(state[name].shape)} in the weights, {list(expected[name])} in the model"
@@ -72,4 +76,17 @@ def load_weights(model: torch.nn.Module, weights: str | Path | Mapping[str, torc
     if problems:
         raise WeightsError("the weights do not match the model; nothing was replayed\n" + "\n".join(problems))
     on_meta = any(tensor.is_meta for tensor in model.state_dict().values())
-    model.load_state_dict(state, assign=on_meta)
+    model.load_state_dict(state, assign=on_meta, strict=False)  # strict as checked above, ties aside
+    for name, others in tied.items():  # assigning a tensor to one name unties the others: tie again
+        source = next((other for other in sorted(others) if other in state), None)
+        if name not in state and source is not None:
+            owner, _, attribute = name.rpartition(".")
+            setattr(model.get_submodule(owner), attribute, model.get_parameter(source))
+
+
+def _tied(model: torch.nn.Module) -> dict[str, set[str]]:
+    """Parameter names that share one parameter, each with the other names of it."""
+    names: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(parameter), []).append(name)
+    return {name: set(group) - {name} for group in names.values() if len(group) > 1 for name in group}
