@@ -136,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="token ids to feed instead of drawn ones: a JSON list (or list of lists), or ids separated by spaces",
     )
+    hf.add_argument("--text", help="a text to feed, tokenized by the tokenizer saved beside the config")
     hf.add_argument(
         "--attn-implementation",
         choices=("eager", "sdpa"),
@@ -557,6 +558,8 @@ def _trace(args: argparse.Namespace) -> int:
     given = [flag for flag, value in hf_only.items() if value is not None]
     if args.target is not None and given:
         return _error(f"{', '.join(given)}: only for --hf-config (a factory builds its own model and inputs)")
+    if args.input_ids is not None and args.text is not None:
+        return _error("give --input-ids or --text, not both")
     limits = _value_limits(args)
     if isinstance(limits, int):
         return limits
@@ -579,6 +582,7 @@ def _trace(args: argparse.Namespace) -> int:
         "batch_size": args.batch_size,
         "image_size": args.image_size,
         "input_ids": None if args.input_ids is None else str(args.input_ids.resolve()),
+        "text": args.text,
         "attn_implementation": args.attn_implementation,
         "gpu": args.gpu,
         "device": args.device if saved is None else saved.device,

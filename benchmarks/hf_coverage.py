@@ -16,12 +16,14 @@ import json
 import multiprocessing
 import os
 import random
+import re
 import resource
 import statistics
 import sys
 import tempfile
 import time
 import traceback
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +138,39 @@ def run(types: list[str], jobs: int, timeout: float) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: row["type"])
 
 
+# Why a trace failed, by what its message says, first match wins.
+KINDS = (
+    ("timeout", re.compile(r"^over \d")),
+    ("control flow on values", re.compile(r"data-dependent|DataDependentOutput|DynamicOutputShape")),
+    (
+        "emulation gap",
+        re.compile(r"not linked with support for cuda|not compiled with CUDA|aten::empty_strided"),
+    ),
+    ("needs a package", re.compile(r"pip install")),
+    ("default config does not build", re.compile(r"cannot build|cannot read it|validation error")),
+    (
+        "needs inputs amplint does not make",
+        re.compile(r"missing \d+ required|have to specify|must specify|unexpected keyword|'NoneType' object"),
+    ),
+)
+
+
+def kind(row: dict[str, Any]) -> str:
+    """Why a row's trace failed (empty for a traced one)."""
+    if row["result"] == "traced":
+        return ""
+    reason = row.get("reason") or ""
+    return next(
+        (name for name, pattern in KINDS if pattern.search(reason)), "the model's code on these inputs"
+    )
+
+
+def _portable(text: str) -> str:
+    """Paths as a reader's machine would have them: from the installed package's name on."""
+    text = re.sub(r"\S*site-packages/", "", text)
+    return re.sub(r"\S*hf-coverage-[^/\s]+/", "", text)
+
+
 def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     traced = [row for row in rows if row["result"] == "traced"]
     seconds = [row["seconds"] for row in traced]
@@ -163,19 +198,22 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"median peak {statistics.median(peaks):.0f} MB (max {max(peaks):.0f} MB), "
             f"{meta['cores']} cores, {meta['jobs']} at a time."
         )
+    kinds = Counter(kind(row) for row in rows if row["result"] != "traced")
+    lines += ["", "| why a trace failed | model types |", "|---|---|"]
+    lines += [f"| {name} | {count} |" for name, count in kinds.most_common()]
     lines += [
         "",
-        "| model type | head | ops | seconds | peak MB | result | reason |",
-        "|---|---|---|---|---|---|---|",
+        "| model type | head | ops | seconds | peak MB | result | why | message |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        reason = (row.get("reason") or "").splitlines()
-        first = reason[0] if reason else ""
-        where = next((line for line in reason[1:] if line.startswith("  at ")), "")
-        text = (first + (" " + where.strip() if where else "")).replace("|", "\\|")[:300]
+        reason = [line for line in _portable(row.get("reason") or "").splitlines() if line.strip()]
+        # The first line names the op, the model's line and module; the last one the exception.
+        text = "" if not reason else reason[0] if len(reason) < 2 else f"{reason[0]} {reason[-1]}"
+        text = text.replace("|", "\\|")[:400]
         lines.append(
             f"| {row['type']} | {row.get('head', '')} | {row.get('ops', '')} | {row.get('seconds', '')} "
-            f"| {row.get('peak_mb', '')} | {row['result']} | {text} |"
+            f"| {row.get('peak_mb', '')} | {row['result']} | {kind(row)} | {text} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -317,3 +317,28 @@ def test_bad_input_ids_files_are_named(tmp_path: Path, content: str, message: st
     (tmp_path / "ids.txt").write_text(content, encoding="utf-8")
     done = _amplint("trace", "--hf-config", _config(tmp_path, TINY), "--input-ids", str(tmp_path / "ids.txt"))
     assert done.returncode == 2 and message in done.stderr
+
+
+def test_text_is_tokenized_by_the_tokenizer_beside_the_config(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    words = ["[UNK]", "the", "scores", "overflow", "in", "float16"]
+    backend = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    backend.pre_tokenizer = Whitespace()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]").save_pretrained(
+        tmp_path
+    )
+    config = _config(tmp_path, TINY)
+    done = _amplint(
+        "trace", "--hf-config", config, "--text", "the scores overflow in float16", "--format", "json"
+    )
+    assert done.returncode in (0, 1), done.stderr
+    assert any(n["policy"] == "input" and n["shape"] == [1, 5] for n in json.loads(done.stdout)["nodes"])
+    elsewhere = tmp_path / "bare"
+    elsewhere.mkdir()
+    done = _amplint("trace", "--hf-config", _config(elsewhere, TINY), "--text", "hello")
+    assert (
+        done.returncode == 2 and "--text needs the model's tokenizer saved beside the config" in done.stderr
+    )

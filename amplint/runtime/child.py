@@ -45,6 +45,7 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
             image_size=spec.get("image_size"),
             attn_implementation=spec["attn_implementation"],
             input_ids=spec.get("input_ids"),
+            text=spec.get("text"),
         )
     else:
         factory = load_factory(spec["target"])

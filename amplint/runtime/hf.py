@@ -182,9 +182,11 @@ def build(
     image_size: int | None = None,
     attn_implementation: str,
     input_ids: str | None = None,
+    text: str | None = None,
 ) -> tuple[Any, tuple[()], dict[str, Any]]:
     """The model for the config on the meta device, and inputs its forward takes; `input_ids`: a
-    file of token ids to use instead of drawn ones (see `read_token_ids`)."""
+    file of token ids to use instead of drawn ones (see `read_token_ids`); `text`: a text to
+    tokenize with the tokenizer saved beside the config."""
     import torch
 
     config = read_config(config_path, layers=layers)
@@ -195,17 +197,42 @@ def build(
     except Exception as exc:  # whatever the model's constructor raises, said with its line
         frame = user_frame(exc)
         where = f" (at {frame.filename}:{frame.lineno} in {frame.name}())" if frame else ""
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = " ".join(str(exc).split())[:400] or type(exc).__name__
         raise TargetError(
             f"{config_path}: transformers cannot build {cls.__name__} from it{where}: {reason}"
         ) from None
     model.eval()
     kwargs = inputs(model, seq_len=seq_len, batch_size=batch_size, image_size=image_size)
-    if input_ids is not None:
+    if input_ids is not None or text is not None:
         if "input_ids" not in kwargs:
-            raise TargetError(f"--input-ids: {cls.__name__} reads {model.main_input_name}, not token ids")
-        kwargs["input_ids"] = read_token_ids(input_ids, vocab=model.get_input_embeddings().num_embeddings)
+            raise TargetError(f"{cls.__name__} reads {model.main_input_name}, not token ids")
+        vocab = model.get_input_embeddings().num_embeddings
+        if input_ids is not None:
+            kwargs["input_ids"] = read_token_ids(input_ids, vocab=vocab)
+        else:
+            kwargs["input_ids"] = tokenize(str(text), Path(config_path).parent, vocab=vocab)
     return model, (), kwargs
+
+
+def tokenize(text: str, directory: Path, *, vocab: int) -> Any:
+    """`text` as token ids, by the tokenizer saved in `directory` (a model's directory)."""
+    import transformers
+
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    except (OSError, ValueError, TypeError) as exc:
+        reason = " ".join(str(exc).split())[:400] or type(exc).__name__
+        raise TargetError(
+            f"--text needs the model's tokenizer saved beside the config in {directory}: {reason}"
+        ) from None
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    if ids.numel() == 0:
+        raise TargetError("--text: the tokenizer made no tokens of that text")
+    if int(ids.max()) >= vocab:
+        raise TargetError(
+            f"--text: the tokenizer's ids reach {int(ids.max())}, past the model's vocabulary ({vocab})"
+        )
+    return ids
 
 
 def read_token_ids(path: str, *, vocab: int) -> Any:
@@ -260,13 +287,37 @@ def _size(value: Any, given: int | None) -> tuple[int, int]:
     return DEFAULT_IMAGE_SIZE, DEFAULT_IMAGE_SIZE
 
 
-def _pixels(config: Any, batch_size: int, image_size: int | None) -> Any:
+def _pixels(config: Any, batch_size: int, image_size: int | None, video: bool = False) -> Any:
+    """Images (batch, channels, height, width); a video model's clips have frames after the batch."""
     import torch
 
     vision = _sub(config, "vision_config", "backbone_config", "encoder")
     channels = getattr(vision, "num_channels", None) or 3
     height, width = _size(getattr(vision, "image_size", None), image_size)
+    frames = getattr(vision, "num_frames", None)
+    if video or frames:
+        return torch.randn(batch_size, frames or 8, channels, height, width)
     return torch.randn(batch_size, channels, height, width)
+
+
+def _patches(config: Any, parameters: Any) -> dict[str, Any]:
+    """Inputs of a vision tower that takes flattened patches and their grid (Qwen2-VL style):
+    one image of 8 x 8 patches, each patch channels x temporal x size x size values."""
+    import torch
+
+    vision = _sub(config, "vision_config")
+    size = getattr(vision, "patch_size", None) or 14
+    temporal = getattr(vision, "temporal_patch_size", None) or 1
+    channels = next(
+        (getattr(vision, k) for k in ("in_channels", "in_chans", "num_channels") if getattr(vision, k, None)),
+        3,
+    )
+    values = "hidden_states" if "hidden_states" in parameters else "pixel_values"
+    grid = "grid_thw" if "grid_thw" in parameters else "image_grid_thw"
+    return {
+        values: torch.randn(64, channels * temporal * size * size),
+        grid: torch.tensor([[1, 8, 8]]),
+    }
 
 
 def token_ids(vocab: int, shape: tuple[int, ...], seed: int = 0) -> Any:
@@ -290,8 +341,14 @@ def inputs(model: Any, *, seq_len: int, batch_size: int, image_size: int | None 
     main = getattr(model, "main_input_name", "input_ids")
     parameters = inspect.signature(model.forward).parameters
     kwargs: dict[str, Any] = {}
-    if main == "pixel_values":
-        kwargs[main] = _pixels(config, batch_size, image_size)
+    if main != "input_ids" and ("grid_thw" in parameters or "image_grid_thw" in parameters):
+        kwargs.update(_patches(config, parameters))
+    elif main in ("pixel_values", "pixel_values_videos"):
+        kwargs[main] = _pixels(config, batch_size, image_size, video=main == "pixel_values_videos")
+    elif main == "past_values":  # a time-series model: (batch, context, channels)
+        context = getattr(config, "context_length", None) or seq_len
+        channels = getattr(config, "num_input_channels", None) or 1
+        kwargs[main] = torch.randn(batch_size, context, channels)
     elif main == "input_features":
         audio = _sub(config, "audio_config", "encoder_config", "encoder")
         mel = getattr(audio, "num_mel_bins", None)
