@@ -32,13 +32,17 @@ SETTINGS = {"layers": 2, "seq_len": 64, "batch_size": 1, "dtype": "bfloat16", "a
 
 
 def model_types() -> list[str]:
-    """Every model type some transformers auto mapping gives a model class."""
+    """Every model type some transformers auto mapping gives a model class that transformers has."""
+    import transformers
     from transformers.models.auto import modeling_auto
 
     types: set[str] = set()
     for name in dir(modeling_auto):
         if name.startswith("MODEL") and name.endswith("_MAPPING_NAMES"):
-            types |= set(getattr(modeling_auto, name))
+            for model_type, classes in getattr(modeling_auto, name).items():
+                names = classes if isinstance(classes, (list, tuple)) else [classes]
+                if any(isinstance(getattr(transformers, c, None), type) for c in names):
+                    types.add(model_type)
     return sorted(types)
 
 

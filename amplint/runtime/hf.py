@@ -65,8 +65,8 @@ def read_config(config_path: str, *, layers: int | None = None) -> Any:
     model_type = data.pop("model_type")
     try:
         config = transformers.AutoConfig.for_model(model_type, **data)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise TargetError(f"{config_path}: transformers cannot read it: {exc}") from None
+    except Exception as exc:  # a config class that rejects the values, said with its line
+        raise TargetError(f"{config_path}: transformers cannot read it{_at(exc)}: {_reason(exc)}") from None
     if layers is not None:
         shrink(config, layers)
     return config
@@ -195,11 +195,8 @@ def build(
         with torch.device("meta"):
             model = cls._from_config(config, attn_implementation=attn_implementation)  # type: ignore[attr-defined]
     except Exception as exc:  # whatever the model's constructor raises, said with its line
-        frame = user_frame(exc)
-        where = f" (at {frame.filename}:{frame.lineno} in {frame.name}())" if frame else ""
-        reason = " ".join(str(exc).split())[:400] or type(exc).__name__
         raise TargetError(
-            f"{config_path}: transformers cannot build {cls.__name__} from it{where}: {reason}"
+            f"{config_path}: transformers cannot build {cls.__name__} from it{_at(exc)}: {_reason(exc)}"
         ) from None
     model.eval()
     kwargs = inputs(model, seq_len=seq_len, batch_size=batch_size, image_size=image_size)
@@ -264,6 +261,15 @@ def read_token_ids(path: str, *, vocab: int) -> Any:
     if bad:
         raise TargetError(f"{path}: token id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
     return torch.tensor(rows, dtype=torch.long)
+
+
+def _at(exc: BaseException) -> str:
+    frame = user_frame(exc)
+    return f" (at {frame.filename}:{frame.lineno} in {frame.name}())" if frame else ""
+
+
+def _reason(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:400] or type(exc).__name__
 
 
 def _sub(config: Any, *names: str) -> Any:
