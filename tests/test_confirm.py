@@ -397,7 +397,7 @@ def test_a_fix_the_trace_cannot_confirm_is_kept_unverified() -> None:
 def test_trace_reports_the_runtime_findings(tmp_path: Path) -> None:
     _copy_fixture(tmp_path, "rwkv7_time_mix.py")
     done = amplint_run(tmp_path, "trace", "rwkv7_time_mix.py:factory", "--op", "sigmoid", "--format", "json")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # findings, as `check` exits
     data = json.loads(done.stdout)
     assert [(f["code"], f["path"], f["line"], f["confidence"]) for f in data["findings"]] == [
         ("AMP101", "rwkv7_time_mix.py", 52, "confirmed")
