@@ -19,6 +19,7 @@ import random
 import re
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +45,15 @@ def model_types() -> list[str]:
                 if any(isinstance(getattr(transformers, c, None), type) for c in names):
                     types.add(model_type)
     return sorted(types)
+
+
+def _listed() -> list[str]:
+    """`model_types()` from another process: finding the classes imports every model's module,
+    which forked children would inherit, and their peak memory with it."""
+    code = f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import hf_coverage; "
+    code += "print(json.dumps(hf_coverage.model_types()))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return list(json.loads(done.stdout))
 
 
 def spec_for(model_type: str, scratch: Path, gpu: str | None = None) -> dict[str, Any]:
@@ -244,7 +254,7 @@ def main() -> int:
     import torch
     import transformers
 
-    types = args.types.split(",") if args.types else model_types()
+    types = args.types.split(",") if args.types else _listed()
     if args.sample:
         types = sorted(random.Random(args.seed).sample(types, min(args.sample, len(types))))
     rows = run(types, args.jobs, args.timeout)
