@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -612,3 +615,15 @@ def test_api_check_paths_honours_config(tmp_path: Path, monkeypatch: pytest.Monk
     pyproject(tmp_path, f'ignore = ["{HAZARD_CODE}"]\n')
     monkeypatch.chdir(tmp_path)
     assert amplint.check_paths(["pkg"]) == []
+
+
+def test_a_reader_that_leaves_early_ends_the_run_quietly() -> None:
+    # `amplint rule --all | head -1`: the reader is gone before amplint writes.
+    read, write_end = os.pipe()
+    os.close(read)
+    try:
+        command = [sys.executable, "-m", "amplint", "rule", "--all"]
+        done = subprocess.run(command, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert done.stderr == "" and done.returncode == 2
