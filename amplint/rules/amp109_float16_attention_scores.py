@@ -7,28 +7,23 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from amplint.rule import GraphFinding, RuntimeRule
-from amplint.runtime.chains import VIEWS, where
+from amplint.runtime.chains import where
+from amplint.runtime.value_walks import softmax_reading
 
 if TYPE_CHECKING:
-    from amplint.runtime.graph import DtypeGraph, DtypeNode
+    from amplint.runtime.graph import DtypeGraph
 
 IN_FLOAT16: Mapping[str, object] = MappingProxyType({"dtype": "float16"})
-_PRODUCTS = frozenset({"mm", "bmm", "baddbmm", "addmm", "matmul"})
-_SOFTMAX = frozenset({"_softmax", "softmax", "_safe_softmax", "log_softmax", "_log_softmax"})
-# Ops between the product and the softmax that neither bound the scores nor end the chain:
-# scaling, masking, bias, soft-capping's divide, and autocast's cast in front of softmax.
-_PASSING = VIEWS | {"mul", "div", "add", "sub", "masked_fill", "where", "_to_copy", "maximum", "minimum"}
-_REACH = 16
 
 
 class Float16AttentionScores(RuntimeRule):
     """
     ## What it does
-    Runs on a traced dtype graph (`amplint check --confirm`, `amplint trace`). Finds products
-    (`mm`, `bmm`, `baddbmm`) whose output is float16 and reaches a softmax through scaling, masking
-    and reshapes only: attention scores formed in float16, as eager attention forms them when a
-    model runs in float16, or when `amplint trace --gpu v100` traces the float16 run a GPU without
-    bfloat16 gets. Fused attention kernels (flash, memory-efficient, cuDNN) keep their scores in
+    Runs on a traced dtype graph (`amplint check --confirm`, `amplint trace`). Finds batched
+    products (`bmm`, `baddbmm`: `q @ k.transpose(-1, -2)` on 3-d or 4-d tensors) whose output is
+    float16 and that a softmax reads within a few ops (scaling, masking, reshapes): attention scores
+    formed in float16, as eager attention forms them when a model runs in float16, or when
+    `amplint trace --gpu v100` traces the float16 run a GPU without bfloat16 gets. Fused attention kernels (flash, memory-efficient, cuDNN) keep their scores in
     float32 and are not flagged.
 
     ## Why is this bad?
@@ -65,9 +60,10 @@ class Float16AttentionScores(RuntimeRule):
     def check_graph(cls, graph: DtypeGraph) -> Iterator[GraphFinding]:
         reported: set[tuple[str, int]] = set()
         for node in graph.nodes:
-            if node.op not in _PRODUCTS or node.dtype != "float16" or node.source is None:
+            # A batched product of two activations (a linear layer's is an `mm`) read by a softmax.
+            if node.op not in {"bmm", "baddbmm"} or node.dtype != "float16" or node.source is None:
                 continue
-            softmax = _softmax_reached(graph, node)
+            softmax = softmax_reading(graph, node)
             key = (node.source.path, node.source.line)
             if softmax is None or key in reported:
                 continue
@@ -80,23 +76,3 @@ class Float16AttentionScores(RuntimeRule):
                 help="use a fused attention kernel (scaled_dot_product_attention), or form the scores in "
                 "float32 (`torch.matmul(q.float(), k.float().transpose(-1, -2))`)",
             )
-
-
-def _softmax_reached(graph: DtypeGraph, product: DtypeNode) -> DtypeNode | None:
-    """The softmax the product's output reaches through passing ops only, if any."""
-    frontier, seen = [product], {product.id}
-    for _ in range(_REACH):
-        following = []
-        for node in frontier:
-            for consumer in graph.consumers(node):
-                if consumer.id in seen:
-                    continue
-                seen.add(consumer.id)
-                if consumer.op in _SOFTMAX:
-                    return consumer
-                if consumer.op in _PASSING:
-                    following.append(consumer)
-        if not following:
-            return None
-        frontier = following
-    return None

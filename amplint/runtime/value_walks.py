@@ -88,20 +88,23 @@ def upstream(graph: DtypeGraph, nodes: Iterable[DtypeNode]) -> set[int]:
 def attention_scores(graph: DtypeGraph, node: DtypeNode) -> bool:
     """A batched product (of two activations, as a linear layer is an `mm`) whose result a softmax
     reads within a few ops: attention scores."""
-    if node.op not in {"bmm", "baddbmm"}:
-        return False
+    return node.op in {"bmm", "baddbmm"} and softmax_reading(graph, node) is not None
+
+
+def softmax_reading(graph: DtypeGraph, node: DtypeNode) -> DtypeNode | None:
+    """The softmax that reads `node`'s result within a few ops (scaling, masking, casts), if any."""
     frontier, seen = [node], {node.id}
     for _ in range(_SCORES_REACH):
         following = []
         for current in frontier:
             for consumer in graph.consumers(current):
                 if consumer.op in _SOFTMAX:
-                    return True
+                    return consumer
                 if consumer.id not in seen:
                     seen.add(consumer.id)
                     following.append(consumer)
         frontier = following
-    return False
+    return None
 
 
 def fix_for(graph: DtypeGraph, node: DtypeNode) -> str:
