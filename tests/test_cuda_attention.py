@@ -1,7 +1,8 @@
 """Which attention kernel the emulation runs `scaled_dot_product_attention` on, and that the trace
 shows the dtypes of that kernel rather than of the math fallback.
 
-The expected backends follow the constraints in PyTorch's `sdp_utils.cpp` for an sm80+ GPU: flash
+The expected backends follow the constraints in PyTorch's `sdp_utils.cpp`, for an A100 unless a
+test names another GPU (`PER_GPU`): flash
 attention takes half inputs without a mask and with equal head sizes up to 256, and causal only
 for square attention; memory-efficient attention takes masks and float32 when head sizes are
 multiples of the GEMM alignment (8 for half, 4 for float32); everything else runs on the math path.
@@ -108,3 +109,30 @@ def test_cpu_autocast_is_not_rerouted() -> None:
     graph = trace(F.scaled_dot_product_attention, _qkv(dtype=torch.float32), device="cpu")
     assert graph.find("_scaled_dot_product_flash_attention_for_cpu")
     assert not graph.find("_scaled_dot_product_flash_attention")
+
+
+CUDNN = SDPBackend.CUDNN_ATTENTION
+F16, F32 = torch.float16, torch.float32
+PER_GPU = [
+    # (gpu, qkv, kwargs, autocast dtype, expected): what sdp_utils.cpp allows on each compute capability.
+    ("a100", _qkv(head=128), {"is_causal": True}, None, FLASH),
+    ("h100", _qkv(head=128), {"is_causal": True}, None, CUDNN),  # cuDNN first on sm90
+    ("h100", _qkv(head=256), {}, None, FLASH),  # cuDNN takes head sizes up to 128
+    ("h100", _qkv(head=60), {}, None, FLASH),  # ... in multiples of 8
+    ("h100", _qkv(), {"attn_mask": BOOL_MASK}, None, CUDNN),  # a mask that broadcasts is fine
+    ("v100", _qkv(dtype=F16), {}, None, EFFICIENT),  # no flash before sm80
+    ("v100", _qkv(), {}, None, MATH),  # bf16 is not native: no fused kernel takes it
+    ("t4", _qkv(dtype=F32), {}, BF16, MATH),  # bf16 autocast on a T4: math
+    ("t4", _qkv(dtype=F32), {}, F16, EFFICIENT),
+    ("t4", _qkv(head=6, dtype=F32), {}, None, EFFICIENT),  # float32 alignment is 1 before sm80
+    ("a100", _qkv(head=6, dtype=F32), {}, None, MATH),  # ... and 4 from sm80
+]
+
+
+@pytest.mark.parametrize(("gpu", "qkv", "kwargs", "autocast", "expected"), PER_GPU)
+def test_backend_choice_per_gpu(
+    gpu: str, qkv: tuple[torch.Tensor, ...], kwargs: dict, autocast: torch.dtype | None, expected: SDPBackend
+) -> None:
+    from amplint.runtime.gpu import GPUS
+
+    assert sdpa_backend(*qkv, **kwargs, autocast_dtype=autocast, gpu=GPUS[gpu]) == expected

@@ -205,8 +205,16 @@ def test_attention_backend_matches_the_gpu(
             q, k, k, mask, 0.0, kwargs.get("is_causal", False), enable_gqa=kwargs.get("enable_gqa", False)
         )
     )
-    ours = sdpa_backend(q, k, k, mask, **kwargs)
+    ours = sdpa_backend(q, k, k, mask, **kwargs, gpu=_this_gpu())
     # A GPU that prefers cuDNN attention picks it where flash would run; both keep the input dtype.
     assert (ours in _FUSED) == (real in _FUSED)
     if real in {SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION}:
         assert ours == real
+
+
+def _this_gpu():  # type: ignore[no-untyped-def]
+    """The emulated GPU with this device's compute capability (A100's rules for others)."""
+    from amplint.runtime.gpu import GPUS
+
+    capability = torch.cuda.get_device_capability()
+    return next((gpu for gpu in GPUS.values() if gpu.capability == capability), GPUS["a100"])

@@ -13,6 +13,7 @@ dtypes. Every node of the call is annotated with the kernel's name (``amplint_at
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -45,126 +46,115 @@ def _enabled(backend: SDPBackend) -> bool:
     }.get(backend, lambda: False)()
 
 
-def _heads_ok(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, enable_gqa: bool, same_kv: bool = True
-) -> bool:
-    # Batch sizes must match; head counts too, unless grouped-query attention divides them evenly
-    # (cuDNN lets the key and value head counts differ as well).
-    if not (query.shape[0] == key.shape[0] == value.shape[0]):
-        return False
-    q_heads, k_heads, v_heads = query.shape[1], key.shape[1], value.shape[1]
-    if q_heads == k_heads == v_heads:
-        return True
-    if not enable_gqa or k_heads <= 0 or v_heads <= 0:
-        return False
-    return q_heads % k_heads == 0 and q_heads % v_heads == 0 and (k_heads == v_heads or not same_kv)
+@dataclass(frozen=True)
+class _Call:
+    """One `scaled_dot_product_attention` call as the kernel chooser sees it; `dtype` is the one
+    dtype its inputs have (after autocast)."""
+
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    mask: torch.Tensor | None
+    is_causal: bool
+    enable_gqa: bool
+    dtype: torch.dtype
+
+    def heads_ok(self, same_kv: bool = True) -> bool:
+        # Batch sizes must match; head counts too, unless grouped-query attention divides them
+        # evenly (cuDNN lets the key and value head counts differ as well).
+        if not (self.query.shape[0] == self.key.shape[0] == self.value.shape[0]):
+            return False
+        q_heads, k_heads, v_heads = self.query.shape[1], self.key.shape[1], self.value.shape[1]
+        if q_heads == k_heads == v_heads:
+            return True
+        if not self.enable_gqa or k_heads <= 0 or v_heads <= 0:
+            return False
+        return q_heads % k_heads == 0 and q_heads % v_heads == 0 and (k_heads == v_heads or not same_kv)
+
+    def dense_ok(self, unit_head_exempt: bool) -> bool:
+        """What every fused kernel needs: 4-d inputs, non-empty sequences, a last dim of stride 1
+        (a head size of 1 is exempt for flash and cuDNN, by the query's) and a mask's too."""
+        tensors = (self.query, self.key, self.value)
+        strides_ok = all(t.stride(-1) == 1 for t in tensors) or (
+            unit_head_exempt and self.query.shape[-1] == 1
+        )
+        mask = self.mask
+        return (
+            all(t.dim() == 4 for t in tensors)
+            and self.query.shape[2] > 0
+            and self.key.shape[2] > 0
+            and strides_ok
+            and (mask is None or mask.stride(-1) == 1 or mask.shape[-1] == 1)
+        )
+
+    def low_precision_ok(self, gpu: Gpu) -> bool:
+        return self.dtype == torch.float16 or (self.dtype == torch.bfloat16 and gpu.native_bf16)
 
 
-def _dense_ok(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None,
-    unit_head_exempt: bool,
-) -> bool:
-    """What every fused kernel needs: 4-d inputs, non-empty sequences, a last dim of stride 1 (a
-    head size of 1 is exempt for flash and cuDNN, by the query's) and a mask's too."""
-    tensors = (query, key, value)
-    strides_ok = all(t.stride(-1) == 1 for t in tensors) or (unit_head_exempt and query.shape[-1] == 1)
-    return (
-        all(t.dim() == 4 for t in tensors)
-        and query.shape[2] > 0
-        and key.shape[2] > 0
-        and strides_ok
-        and (attn_mask is None or attn_mask.stride(-1) == 1 or attn_mask.shape[-1] == 1)
-    )
-
-
-def _low_precision_ok(dtype: torch.dtype, gpu: Gpu) -> bool:
-    return dtype == torch.float16 or (dtype == torch.bfloat16 and gpu.native_bf16)
-
-
-def _flash_ok(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None,
-    is_causal: bool,
-    enable_gqa: bool,
-    dtype: torch.dtype,
-    gpu: Gpu,
-) -> bool:
-    head = query.shape[-1]
+def _flash_ok(call: _Call, gpu: Gpu) -> bool:
+    head = call.query.shape[-1]
     return (
         gpu.capability >= (8, 0)
-        and attn_mask is None
-        and _low_precision_ok(dtype, gpu)
-        and key.shape[-1] == head == value.shape[-1]
+        and call.mask is None
+        and call.low_precision_ok(gpu)
+        and call.key.shape[-1] == head == call.value.shape[-1]
         and head <= 256
-        and not (is_causal and query.shape[-2] != key.shape[-2])
-        and _dense_ok(query, key, value, attn_mask, unit_head_exempt=True)
-        and _heads_ok(query, key, value, enable_gqa)
+        and not (call.is_causal and call.query.shape[-2] != call.key.shape[-2])
+        and call.dense_ok(unit_head_exempt=True)
+        and call.heads_ok()
     )
 
 
-def _efficient_ok(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None,
-    enable_gqa: bool,
-    dtype: torch.dtype,
-    gpu: Gpu,
-) -> bool:
-    if dtype not in (torch.float16, torch.float32) and not (dtype == torch.bfloat16 and gpu.native_bf16):
+def _efficient_ok(call: _Call, gpu: Gpu) -> bool:
+    if not (call.dtype == torch.float32 or call.low_precision_ok(gpu)):
         return False
     # The minimum GEMM alignment: 8 elements for half inputs; for float32, 4 where tensor cores
     # take it (sm80+) and 1 before.
-    alignment = 8 if dtype in _HALF else 4 if gpu.capability >= (8, 0) else 1
-    head, value_head = query.shape[-1], value.shape[-1]
+    alignment = 8 if call.dtype in _HALF else 4 if gpu.capability >= (8, 0) else 1
+    head, value_head = call.query.shape[-1], call.value.shape[-1]
     return (
         gpu.capability >= (5, 0)
-        and key.shape[-1] == head
+        and call.key.shape[-1] == head
         and head % alignment == 0
         and value_head % alignment == 0
-        and _dense_ok(query, key, value, attn_mask, unit_head_exempt=False)
-        and _heads_ok(query, key, value, enable_gqa)
+        and call.dense_ok(unit_head_exempt=False)
+        and call.heads_ok()
     )
 
 
-def _cudnn_mask_ok(attn_mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor) -> bool:
-    if attn_mask is None:
+def _cudnn_mask_ok(call: _Call) -> bool:
+    mask, query, key = call.mask, call.query, call.key
+    if mask is None:
         return True
-    if attn_mask.dim() == 2:
-        return attn_mask.shape[0] in (1, query.shape[2]) and attn_mask.shape[1] in (1, key.shape[2])
-    if attn_mask.dim() != 4:
+    if mask.dim() == 2:
+        return mask.shape[0] in (1, query.shape[2]) and mask.shape[1] in (1, key.shape[2])
+    if mask.dim() != 4:
         return False
     wanted = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
-    return all(size in (1, want) for size, want in zip(attn_mask.shape, wanted, strict=True))
+    return all(size in (1, want) for size, want in zip(mask.shape, wanted, strict=True))
 
 
-def _cudnn_ok(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None,
-    enable_gqa: bool,
-    dtype: torch.dtype,
-    gpu: Gpu,
-) -> bool:
-    heads = (query.shape[-1], key.shape[-1], value.shape[-1])
+def _cudnn_ok(call: _Call, gpu: Gpu) -> bool:
+    heads = (call.query.shape[-1], call.key.shape[-1], call.value.shape[-1])
     return (
         gpu.capability >= (8, 0)
-        and _low_precision_ok(dtype, gpu)
+        and call.low_precision_ok(gpu)
         and all(h <= 128 and h % 8 == 0 for h in heads)
-        and key.shape[2] != 1
-        and query.shape[0] <= 65535
-        and query.shape[1] <= 65535
-        and _cudnn_mask_ok(attn_mask, query, key)
+        and call.key.shape[2] != 1
+        and call.query.shape[0] <= 65535
+        and call.query.shape[1] <= 65535
+        and _cudnn_mask_ok(call)
         and not torch.are_deterministic_algorithms_enabled()
-        and _dense_ok(query, key, value, attn_mask, unit_head_exempt=True)
-        and _heads_ok(query, key, value, enable_gqa, same_kv=False)
+        and call.dense_ok(unit_head_exempt=True)
+        and call.heads_ok(same_kv=False)
     )
+
+
+_CHECKS = {
+    SDPBackend.FLASH_ATTENTION: _flash_ok,
+    SDPBackend.EFFICIENT_ATTENTION: _efficient_ok,
+    SDPBackend.CUDNN_ATTENTION: _cudnn_ok,
+}
 
 
 def _priority(gpu: Gpu) -> list[SDPBackend]:
@@ -204,17 +194,10 @@ def sdpa_backend(
             continue
         if backend == SDPBackend.MATH:
             return backend
-        if dtype is None:
+        check = _CHECKS.get(backend)
+        if dtype is None or check is None:
             continue
-        if backend == SDPBackend.FLASH_ATTENTION:
-            usable = _flash_ok(query, key, value, attn_mask, is_causal, enable_gqa, dtype, gpu)
-        elif backend == SDPBackend.EFFICIENT_ATTENTION:
-            usable = _efficient_ok(query, key, value, attn_mask, enable_gqa, dtype, gpu)
-        elif backend == SDPBackend.CUDNN_ATTENTION:
-            usable = _cudnn_ok(query, key, value, attn_mask, enable_gqa, dtype, gpu)
-        else:
-            usable = False
-        if usable:
+        if check(_Call(query, key, value, attn_mask, is_causal, enable_gqa, dtype), gpu):
             return backend
     return SDPBackend.MATH
 
