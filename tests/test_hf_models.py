@@ -125,6 +125,8 @@ def test_token_ids_follow_a_zipf_law() -> None:
         ("gpt_oss", "bmm"),  # a MoE router that asks for the compute capability
         ("cwm", "mm"),  # a cache that moves a scalar it made on the CPU to the GPU
         ("llava", "mm"),  # a cache made with torch.tensor([], device=...)
+        ("sew-d", "addmm"),  # `torch.tensor(k).type_as(x)`: a CPU constant given a fake CUDA tensor's type
+        ("rt_detr", "grid_sampler_2d"),  # indexing inside torch's own decomposition of grid_sample
     ],
 )
 def test_models_that_hit_an_emulation_gap_trace(tmp_path: Path, model_type: str, op: str) -> None:
@@ -342,3 +344,15 @@ def test_text_is_tokenized_by_the_tokenizer_beside_the_config(tmp_path: Path) ->
     assert (
         done.returncode == 2 and "--text needs the model's tokenizer saved beside the config" in done.stderr
     )
+
+
+def test_a_number_read_from_a_fake_cuda_tensor_is_a_value_question(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "import torch\n\n\ndef f(x):\n    return x * int(x.sum())\n\n\n"
+        "def factory():\n    return f, (torch.ones(3),)\n",
+        encoding="utf-8",
+    )
+    done = _amplint("trace", "m.py:factory", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "m.py:5" in done.stderr and "depends on tensor values" in done.stderr
+    assert "not linked" not in done.stderr

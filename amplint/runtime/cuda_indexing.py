@@ -514,6 +514,14 @@ def _on_cuda(obj: object) -> TypeGuard[torch.Tensor]:
 
 
 _NOT_LINKED = "not linked with support for cuda devices"
+# Tensor methods that return a Python number, and the conversion each makes of `item()`.
+_SCALARS: dict[Any, Callable[[Any], Any]] = {
+    torch.Tensor.__int__: int,
+    torch.Tensor.__float__: float,
+    torch.Tensor.__bool__: bool,
+    torch.Tensor.__index__: int,
+    torch.Tensor.item: lambda value: value,
+}
 _TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
 _FROM_DATA = frozenset({torch.tensor, torch.as_tensor})
 # Tensor methods whose aten op has another name.
@@ -589,6 +597,19 @@ class CudaIndexingMode(TorchFunctionMode):
         known = _constant_to_cuda(x, args, kwargs) if func is torch.Tensor.to else None
         if known is not None:
             return _moved(known, _pin_cuda(_to_device(args, kwargs)), _to_dtype(known, args, kwargs))
+        if func is torch.Tensor.type_as and len(args) > 1 and _on_cuda(args[1]):
+            # `torch.tensor(4).type_as(x)`: a CPU constant taking a fake CUDA tensor's device and dtype.
+            known = _constant_to_cuda(x, (x, args[1].device), {})
+            if known is not None:
+                return _moved(known, args[1].device, args[1].dtype)
+        if func in _SCALARS and _on_cuda(x):
+            # A Python number from a fake CUDA tensor: its value when the trace knows it, else the
+            # dispatcher's read, which says that the value is data-dependent.
+            value = _known_value(x)
+            if value is None:
+                return _SCALARS[func](aten._local_scalar_dense.default(x))
+            with _disable_current_modes():
+                return _SCALARS[func](value.item())
         # Fake CPU tensors moving to the fake GPU hit the same guard, so they count.
         movable = _on_cuda(x) or isinstance(x, FakeTensor)
         if func is torch.Tensor.cuda and movable:
