@@ -124,7 +124,8 @@ def _kept_blocks(fields: dict[str, Any], total: int, layers: int) -> list[int]:
 
 def _renumber(node: Any, fields: dict[str, Any], total: int, keep: list[int]) -> None:
     """Per-block lists keep the kept blocks' entries; lists of block indices are renumbered; a
-    period (`attn_layer_period`) longer than the stack shrinks to it."""
+    period (`attn_layer_period`) longer than the stack shrinks to it, where no per-block list
+    names the kinds."""
     position = {old: new for new, old in enumerate(keep)}
     for key, value in list(fields.items()):
         if not isinstance(value, (list, tuple)) or isinstance(value, str):
@@ -135,6 +136,8 @@ def _renumber(node: Any, fields: dict[str, Any], total: int, keep: list[int]) ->
             type(i) is int and 0 <= i < total for i in value
         ):
             setattr(node, key, type(value)(position[i] for i in value if i in position))
+    if any(isinstance(fields.get(key), (list, tuple)) for key in _PER_LAYER):
+        return  # the per-block list says which block is which; a period would contradict it
     for key, value in list(fields.items()):
         if key.endswith("_period") and type(value) is int and value > len(keep):
             setattr(node, key, len(keep))
