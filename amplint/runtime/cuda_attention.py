@@ -12,6 +12,7 @@ dtypes. Every node of the call is annotated with the kernel's name (``amplint_at
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -240,17 +241,9 @@ def _fused(
     )[0]
 
 
-def _arguments(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, bool, bool]:
-    return query, key, value, attn_mask, is_causal, enable_gqa
+# How `scaled_dot_product_attention`'s arguments bind, read off `_fused` (which takes them after the
+# backend): the chooser needs them by name whatever way the call passed them.
+_SIGNATURE = inspect.signature(_fused)
 
 
 class CudaAttentionMode(TorchFunctionMode):
@@ -271,7 +264,11 @@ class CudaAttentionMode(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is not F.scaled_dot_product_attention or not args or args[0].device.type != "cuda":
             return func(*args, **kwargs)
-        query, key, value, attn_mask, is_causal, enable_gqa = _arguments(*args, **kwargs)
+        bound = _SIGNATURE.bind(None, *args, **kwargs)
+        bound.apply_defaults()
+        call = bound.arguments
+        query, key, value, attn_mask = call["query"], call["key"], call["value"], call["attn_mask"]
+        is_causal, enable_gqa = call["is_causal"], call["enable_gqa"]
         autocast_dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
         backend = sdpa_backend(
             query, key, value, attn_mask, is_causal, enable_gqa, autocast_dtype=autocast_dtype, gpu=self.gpu
