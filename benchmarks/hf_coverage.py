@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -94,7 +93,6 @@ def _one(model_type: str, scratch: str, out: Any) -> None:
         row["result"] = "failed"
         text = f"{type(exc).__name__}: {exc}".strip()
         row["reason"] = text
-        row["where"] = "".join(traceback.format_exception(exc)[-3:])[-600:]
     row["seconds"] = round(time.perf_counter() - start, 2)
     row["peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     out.send(row)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from amplint.rule import GraphFinding, RuntimeRule
 from amplint.runtime.chains import where
+from amplint.runtime.graph import FLOATING
 
 if TYPE_CHECKING:
     from amplint.runtime.graph import DtypeGraph
@@ -33,7 +34,6 @@ _PRODUCTS = frozenset(
         "_scaled_dot_product_attention_math",
     }
 )
-_FLOATING = frozenset({"float64", "float32", "bfloat16", "float16"})
 
 
 class AutocastDtypeMixing(RuntimeRule):
@@ -78,7 +78,7 @@ class AutocastDtypeMixing(RuntimeRule):
         for node in graph.nodes:
             dtypes = {dtype for dtype in node.input_dtypes if dtype is not None}
             product = node.op in _PRODUCTS
-            mixed = len(dtypes & _FLOATING) > 1 if product else {"bfloat16", "float16"} <= dtypes
+            mixed = len(dtypes & FLOATING) > 1 if product else {"bfloat16", "float16"} <= dtypes
             if not mixed or node.source is None:
                 continue
             key = (node.source.path, node.source.line)
@@ -88,11 +88,11 @@ class AutocastDtypeMixing(RuntimeRule):
             producers = [graph.node(i) for i in node.inputs]
             origins = "; ".join(
                 dict.fromkeys(
-                    f"{p.dtype} from `{p.op}` at {where(p)}" for p in producers if p.dtype in _FLOATING
+                    f"{p.dtype} from `{p.op}` at {where(p)}" for p in producers if p.dtype in FLOATING
                 )
             )
             if product:
-                names = " and ".join(sorted(dtypes & _FLOATING))
+                names = " and ".join(sorted(dtypes & FLOATING))
                 message = (
                     f"`{node.op}` is given {names} operands ({origins}): it raises at run time on a "
                     "real device (a product needs one dtype)"

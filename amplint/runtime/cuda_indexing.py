@@ -522,7 +522,6 @@ _SCALARS: dict[Any, Callable[[Any], Any]] = {
     torch.Tensor.__index__: int,
     torch.Tensor.item: lambda value: value,
 }
-_TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
 _FROM_DATA = frozenset({torch.tensor, torch.as_tensor})
 # Tensor methods whose aten op has another name.
 _ATEN_NAMES = {

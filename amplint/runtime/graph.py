@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 FORMAT_VERSION = 1
+FLOATING = frozenset({"float64", "float32", "bfloat16", "float16"})  # the dtype names of floats
 
 # How a node's output dtype was decided.
 POLICIES = (

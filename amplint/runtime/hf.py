@@ -221,9 +221,8 @@ def tokenize(text: str, directory: Path, *, vocab: int) -> Any:
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
     except (OSError, ValueError, TypeError) as exc:
-        reason = " ".join(str(exc).split())[:400] or type(exc).__name__
         raise TargetError(
-            f"--text needs the model's tokenizer saved beside the config in {directory}: {reason}"
+            f"--text needs the model's tokenizer saved beside the config in {directory}: {_reason(exc)}"
         ) from None
     ids = tokenizer(text, return_tensors="pt")["input_ids"]
     if ids.numel() == 0:

@@ -34,12 +34,13 @@ from amplint.runtime.cuda_indexing import CudaIndexingMode
 from amplint.runtime.cuda_kernels import relaxed_meta
 from amplint.runtime.gpu import DEFAULT_GPU, GPUS
 from amplint.runtime.gpu import emulated as emulated_gpu
-from amplint.runtime.graph import DtypeGraph, DtypeNode, TraceError, ValueLimits, source_of
+from amplint.runtime.graph import FLOATING, DtypeGraph, DtypeNode, TraceError, ValueLimits, source_of
 from amplint.runtime.policy import classify
 from amplint.runtime.target import is_user_code, user_frame
 
 _CAST_OPS = frozenset({"_to_copy", "to", "convert_element_type", "_to_dtype"})
-_FLOATING = frozenset({"float64", "float32", "bfloat16", "float16"})
+# Where a tensor method's function object lives (`Tensor.to` is TensorBase's).
+_TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
 _CAST_METHODS = frozenset({"to", "float", "double", "half", "bfloat16", "type", "type_as"})
 
 
@@ -69,7 +70,7 @@ def autocast_enabled(device: str, dtype: torch.dtype, enabled: bool) -> Iterator
 
 def _op_name(func: Any) -> str:
     name = getattr(func, "__name__", None) or repr(func)
-    if getattr(func, "__objclass__", None) in (torch.Tensor, torch._C.TensorBase):
+    if getattr(func, "__objclass__", None) in _TENSOR_CLASSES:
         return f"Tensor.{name}"
     module = getattr(func, "__module__", None) or "torch"
     return f"{'torch' if module.startswith('torch._C') else module}.{name}"
@@ -83,9 +84,9 @@ class _CastTagMode(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         try:
-            if getattr(func, "__name__", None) in _CAST_METHODS and getattr(func, "__objclass__", None) in (
-                torch.Tensor,
-                torch._C.TensorBase,
+            if (
+                getattr(func, "__name__", None) in _CAST_METHODS
+                and getattr(func, "__objclass__", None) in _TENSOR_CLASSES
             ):
                 with fx_traceback.annotate({"amplint_user_cast": True}):
                     return func(*args, **kwargs)
@@ -444,8 +445,8 @@ def _dtype_graph(
                     source_dtype = nodes[ids[producers[0]]].dtype if producers else None
                     by_autocast = (
                         node_autocast
-                        and source_dtype in _FLOATING
-                        and dtype_name(out_dtype) in _FLOATING
+                        and source_dtype in FLOATING
+                        and dtype_name(out_dtype) in FLOATING
                         and source_dtype != dtype_name(out_dtype)
                     )
                     policy = "autocast_cast" if by_autocast else "inherited"
