@@ -122,7 +122,8 @@ def _parser() -> argparse.ArgumentParser:
         "causal LM, seq2seq LM, speech seq2seq, image classification, audio classification, the base "
         "model (seq2seq first for encoder-decoder configs). Inputs follow the model's main input: "
         "token ids drawn from a Zipf law over the vocabulary, pixel values, audio features or "
-        "waveforms, and decoder token ids for encoder-decoders; the key/value cache is off.",
+        "waveforms, and decoder token ids for encoder-decoders; the forward runs as `model(**inputs)` "
+        "does, key/value cache included (docs/runtime.md).",
     )
     hf.add_argument("--hf-config", metavar="CONFIG.json", help="trace the transformers model of a config")
     hf.add_argument("--task", choices=sorted(HF_TASKS), help="the head to build (default: see above)")
@@ -563,6 +564,7 @@ def _trace(args: argparse.Namespace) -> int:
         "--layers": args.layers,
         "--image-size": args.image_size,
         "--input-ids": args.input_ids,
+        "--text": args.text,
     }
     given = [flag for flag, value in hf_only.items() if value is not None]
     if args.target is not None and given:

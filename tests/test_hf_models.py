@@ -356,3 +356,12 @@ def test_a_number_read_from_a_fake_cuda_tensor_is_a_value_question(tmp_path: Pat
     assert done.returncode == 2
     assert "m.py:5" in done.stderr and "depends on tensor values" in done.stderr
     assert "not linked" not in done.stderr
+
+
+@pytest.mark.parametrize("flag", [("--layers", "2"), ("--text", "hello"), ("--task", "base")])
+def test_transformers_options_with_a_factory_target_are_refused(
+    tmp_path: Path, flag: tuple[str, str]
+) -> None:
+    (tmp_path / "m.py").write_text("def factory():\n    return None\n", encoding="utf-8")
+    done = _amplint("trace", "m.py:factory", *flag, cwd=tmp_path)
+    assert done.returncode == 2 and f"{flag[0]}: only for --hf-config" in done.stderr
