@@ -79,18 +79,43 @@ try:
     else:
         raise TypeError(f"main input {name!r} not built here")
 except Exception as exc:
-    print(json.dumps({"build": f"{type(exc).__name__}: {str(exc)[:200]}"}))
-    sys.exit(0)
-for dtype in ("bfloat16", "float16"):
+    model = inputs = None
+    out["tiny"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def run(model, inputs):
+    runs = {}
+    for dtype in ("bfloat16", "float16"):
+        try:
+            cast = {k: v.to(getattr(torch, dtype)) if v.is_floating_point() else v for k, v in inputs.items()}
+            with torch.no_grad():
+                result = model.to(getattr(torch, dtype))(**cast)
+            first = result.logits if getattr(result, "logits", None) is not None else result[0]
+            runs[dtype] = {"dtype": str(first.dtype), "shape": list(first.shape),
+                           "finite": bool(torch.isfinite(first).all())}
+        except Exception as exc:
+            runs[dtype] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    return runs
+
+
+if model is not None:
+    out.update(run(model, inputs))
+if model is None or all("error" in out[dtype] for dtype in ("bfloat16", "float16")):
+    # What `amplint trace --hf-config` builds: the default config with 2 layers per stack, the class
+    # its architectures or model type name, inputs shaped by the model's main input, no cache.
+    from amplint.runtime import hf
     try:
-        cast = {k: v.to(getattr(torch, dtype)) if v.is_floating_point() else v for k, v in inputs.items()}
-        with torch.no_grad():
-            result = model.to(getattr(torch, dtype))(**cast)
-        first = result.logits if getattr(result, "logits", None) is not None else result[0]
-        out[dtype] = {"dtype": str(first.dtype), "shape": list(first.shape),
-                      "finite": bool(torch.isfinite(first).all())}
+        config = transformers.AutoConfig.for_model(model_type)
+        hf.shrink(config, 2)
+        config.use_cache = False
+        _, cls = hf.model_class(config)
+        torch.manual_seed(0)
+        model = cls._from_config(config).eval()
+        inputs = hf.inputs(model, seq_len=16, batch_size=1)
     except Exception as exc:
-        out[dtype] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        print(json.dumps({"build": f"{type(exc).__name__}: {str(exc)[:200]}"}))
+        sys.exit(0)
+    out = {"default": True, **run(model, inputs)}
 print(json.dumps(out))
 """
 

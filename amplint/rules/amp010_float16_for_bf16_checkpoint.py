@@ -34,6 +34,8 @@ _GENERATION_TASKS = frozenset({"text-generation", "text2text-generation", "image
 # Classes that are loaded with `from_pretrained` but hold no weights to run.
 _NOT_A_MODEL = re.compile(r"(Tokenizer|TokenizerFast|Processor|FeatureExtractor|Scheduler|Config)$")
 _DTYPE_KEYWORDS = ("torch_dtype", "dtype")
+# A model used only through these is converted or published, never run: no activations to overflow.
+_CONVERSION = frozenset({"save_pretrained", "push_to_hub", "state_dict", "named_parameters", "parameters"})
 # A checkpoint published with float16 weights is meant to run in float16.
 _FLOAT16_VARIANT = frozenset({"fp16", "float16"})
 _MESSAGE = (
@@ -57,8 +59,9 @@ class Float16ForBf16Checkpoint(Rule):
     model (`*ForCausalLM`, a text-generation pipeline) or a checkpoint id of a bfloat16 family (Qwen,
     Llama, Mistral, Gemma, DeepSeek, T5, Flux, SD3, ...). Stable Diffusion 1/2/XL, BERT-style encoders,
     Whisper and CLIP, which run in float16 as a matter of course, tokenizers, a conditional choice
-    (`torch.float16 if fp16 else torch.float32`) and a checkpoint published with float16 weights
-    (`variant="fp16"`) are left alone.
+    (`torch.float16 if fp16 else torch.float32`), a checkpoint published with float16 weights
+    (`variant="fp16"`) and a model a function only converts (loads, merges, saves with
+    `save_pretrained`, never runs nor hands on) are left alone.
 
     ## Why is this bad?
     bfloat16 has float32's 8 exponent bits; float16 has 5, and its largest finite value is 65504.
@@ -204,7 +207,7 @@ def _check_nodes(
         if not isinstance(node, cst.Call):
             continue
         if _loader(ctx, node):
-            if _bf16_model(ctx, node, bindings):
+            if _bf16_model(ctx, node, bindings) and not _only_converted(ctx, node, nodes):
                 yield from _loader_findings(ctx, node, bindings, nodes)
         elif isinstance(node.func, cst.Attribute) and node.func.attr.value in {"half", "to", "type"}:
             float16 = ctx.facts.float16_setting(node)
@@ -216,6 +219,60 @@ def _check_nodes(
                 yield _finding(
                     ctx, node, f"a pretrained checkpoint cast to float16 with `{float16.spelled}`", float16
                 )
+
+
+def _only_converted(ctx: FileContext, call: cst.Call, nodes: list[cst.CSTNode]) -> bool:
+    """The loaded model never runs and never leaves the region: every name it is bound to (itself, or
+    what a method or wrapper made of it: `PeftModel.from_pretrained(base, ...)`,
+    `merged = model.merge_and_unload()`) is only saved or read for its weights
+    (`model.save_pretrained(out)`, `model.state_dict()`). A dtype conversion script: no activations."""
+    if ctx.function_of(call) is None:
+        return False  # a module's global is there to be imported and run elsewhere
+    parent = {id(child): node for node in nodes for child in node.children}
+    names: set[str] = set()
+    derived: set[int] = set()  # the assigned values that make a new name for the model
+    for node in nodes:
+        if not isinstance(node, cst.Assign) or not _reaches(ctx, node.value, call, names):
+            continue
+        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+            return False  # bound to an attribute or unpacked: it may run elsewhere
+        names.add(node.targets[0].target.value)
+        derived.add(id(node.value))
+    if not names:
+        return False
+    for node in nodes:
+        if not isinstance(node, cst.Name) or node.value not in names:
+            continue
+        above = parent.get(id(node))
+        if isinstance(above, cst.AssignTarget):
+            continue
+        if isinstance(above, cst.Attribute) and above.value is node:
+            used = parent.get(id(above))
+            if isinstance(used, cst.Call) and used.func is above and (
+                above.attr.value in _CONVERSION or id(used) in derived
+            ):
+                continue
+        elif isinstance(above, cst.Arg) and id(parent.get(id(above))) in derived:
+            continue
+        return False  # called, generated with, passed on, returned: it may run
+    return True
+
+
+def _reaches(ctx: FileContext, value: cst.BaseExpression, call: cst.Call, names: set[str]) -> bool:
+    """`value` is the loader call or one of `names`, through method calls and wrapper calls."""
+    current: cst.BaseExpression | None = value
+    for _ in range(16):
+        if current is call or (isinstance(current, cst.Name) and current.value in names):
+            return True
+        if isinstance(current, cst.Call):
+            func = current.func
+            if isinstance(func, cst.Attribute) and ctx.qualified(func) is None:
+                current = func.value
+            else:
+                current = next((arg.value for arg in current.args if arg.keyword is None), None)
+        else:
+            return False
+    return False
 
 
 def _bindings(nodes: list[cst.CSTNode]) -> dict[str, list[cst.BaseExpression]]:
