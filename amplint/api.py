@@ -13,7 +13,7 @@ from amplint.notebook import cell_sources, fix_notebook, is_notebook, lint_noteb
 from amplint.results import UNPARSABLE, FileResult, too_large, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
 from amplint.rules import rules_for
-from amplint.source import SourceError, WriteRefused, decode_source, display_path, read_source
+from amplint.source import SourceError, WriteRefused, decode_source, display_path, read_source, shown_lines
 from amplint.static.profile import CALLER, Profile, detect
 
 # libcst, the rules, the fixer and the process pool are imported where they are used: a run that
@@ -98,7 +98,7 @@ def run_check(
             run.diagnostics.append(problem)
     for path in found.files:
         display = display_path(path)
-        result = done.get(path)
+        result = done.pop(path, None)  # let each result go once reported: memory stays flat
         if result is None:
             from amplint.runner import lint_file
 
@@ -118,7 +118,8 @@ def run_check(
         run.errors.extend(result.internal_errors)
         run.warnings.extend(result.warnings)
         if result.source is not None and result.diagnostics:
-            run.sources[display] = result.source.text  # only reports with findings show snippets
+            # Only reports with findings show snippets, one line each: the run keeps those lines.
+            run.sources[display] = shown_lines(result.source.text, {d.line for d in result.diagnostics})
             if is_notebook(path):
                 run.sources.update(cell_sources(result.source, display))  # a finding in a cell shows its line
         run.diagnostics.extend(d for d in result.diagnostics if _keep(settings, d, path))

@@ -13,7 +13,8 @@ into the cells.
   put back verbatim. A cell whose cell magic does not run its body as Python (`%%bash`,
   `%%writefile`) is skipped whole.
 - A cell that does not parse even then is reported (AMP900 naming the cell) and left out; the other
-  cells are checked. A file that is not JSON, or not a notebook, is one AMP900 at the JSON position.
+  cells are checked. A cell that Python accepts and libcst cannot read is left out with a warning
+  naming it (no AMP900: the notebook is not broken). A file that is not JSON, or not a notebook, is one AMP900 at the JSON position.
 - Writing a fix replaces only the `source` value of each changed cell in the file's text: outputs,
   metadata, key order and every other byte stay as they were. The new source keeps its form (a list
   of lines or one string) and the file's indentation, line endings and escaping of non-ASCII.
@@ -296,10 +297,11 @@ class _Notebook:
         end_line = line + edit.end_line - edit.line
         return CellEdit(line, edit.column, end_line, edit.end_column, edit.content, cell.number)
 
-    def drop(self, diagnostic: Diagnostic, starts: list[int]) -> None:
-        """Leave out the cell of an AMP900 found on the module, and report it."""
+    def drop(self, diagnostic: Diagnostic, starts: list[int], *, report: bool = True) -> None:
+        """Leave out the cell of an AMP900 found on the module, and report it (`report`)."""
         cell, _ = self.locate(diagnostic.line, starts)
-        self.problems.append(self.place(diagnostic, starts))
+        if report:
+            self.problems.append(self.place(diagnostic, starts))
         cell.masked = None
 
     def rewrite(self, module: str) -> str:
@@ -462,18 +464,30 @@ def _notebook_error(source: SourceFile, display: str, error: NotebookError) -> F
 
 
 def _lint(notebook: _Notebook, rules: Sequence[type[Rule]], display: str, profile: Profile) -> FileResult:
-    """Check the module; a cell that Python accepts and libcst does not is reported and left out."""
+    """Check the module; a cell that Python accepts and libcst does not is left out with a warning
+    (the notebook is not broken: no AMP900, as for a `.py` file)."""
     from amplint.runner import lint_source
 
+    warnings: list[str] = []
     while True:
         starts = notebook.starts()
         result = lint_source(notebook.module(), rules, display, profile=profile)
-        broken = result.libcst_rejected or next((d for d in result.diagnostics if d.code == UNPARSABLE), None)
-        if broken is None:
+        broken = next((d for d in result.diagnostics if d.code == UNPARSABLE), None)
+        if broken is not None:
+            notebook.drop(broken, starts)
+        elif (rejected := result.libcst_rejected) is not None:
+            placed = notebook.place(rejected, starts)
+            reason = rejected.message.removeprefix("SyntaxError: ").splitlines()[0]
+            warnings.append(
+                f"{display}:cell {placed.extra[CELL]}:{placed.line}:{placed.column}: not checked: Python "
+                f"accepts it, but amplint's parser (libcst) does not ({reason})"
+            )
+            notebook.drop(rejected, starts, report=False)
+        else:
             break
-        notebook.drop(broken, starts)
     placed = [notebook.place(d, starts) for d in result.diagnostics]
     result.diagnostics = sort_diagnostics([*notebook.problems, *placed])
+    result.warnings = [*warnings, *result.warnings]
     result.source = notebook.source
     return result
 

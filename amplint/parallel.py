@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from amplint.config import Settings
 from amplint.diagnostics import Diagnostic
 from amplint.results import FileResult, too_large, unparsable_diagnostic, unreadable
-from amplint.source import SourceError, decode_source, display_path, read_bytes
+from amplint.source import SourceError, decode_source, display_path, read_bytes, shown_lines
 from amplint.static.profile import CALLER, Profile
 
 if TYPE_CHECKING:
@@ -104,6 +104,8 @@ def precheck(
     """Results for the files that can be settled here. Without `fix`: every file. With `fix`: only
     cache hits that carry no fix (the rest must go through the fixer, which does not trust the cache
     for a file it may edit)."""
+    from amplint.notebook import is_notebook
+
     done: dict[Path, FileResult] = {}
     tasks: list[_Task] = []
     if fix and cache is None:
@@ -140,6 +142,9 @@ def precheck(
             cache.store(task.key, result)
         if not result.diagnostics:
             result.source = None  # only a report's snippets read it: a clean file's text is not kept
+        elif result.source is not None and not is_notebook(task.path):  # a notebook's cells are read again
+            lines = {d.line for d in result.diagnostics}
+            result.source = replace(result.source, text=shown_lines(result.source.text, lines))
         done[task.path] = result
     return done
 

@@ -232,3 +232,9 @@ def _in_place(path: Path, data: bytes) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     Path(tmp).unlink()
+
+
+def shown_lines(text: str, lines: set[int]) -> str:
+    """`text` with every line but `lines` emptied: the same line numbers, a fraction of the bytes
+    (what a run keeps of a file with findings, for the one-line snippets of its report)."""
+    return "\n".join(line if number in lines else "" for number, line in enumerate(NEWLINE.split(text), 1))

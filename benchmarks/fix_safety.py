@@ -17,7 +17,9 @@ copy (transformers: its `models/`). Then, each in a fresh process with the copy 
   on token ids or pixels, on CPU in bfloat16 and in float16 (no autocast), in the original copy and
   in the fixed one; a model counts as broken when the original runs and the fixed one raises, or
   when the fixed output (logits, else the first output) has another dtype or shape, or is not
-  finite where the original's is.
+  finite where the original's is. A model that runs in neither dtype from the tiny config is built
+  as `amplint trace --hf-config` builds it instead: its default config with 2 layers per stack,
+  the class its `architectures` or model type names, inputs shaped by its main input, no cache.
 
 The table goes to stdout, and with `--output` into a Markdown file with the command that made it.
 """
@@ -108,7 +110,9 @@ if model is None or all("error" in out[dtype] for dtype in ("bfloat16", "float16
         config = transformers.AutoConfig.for_model(model_type)
         hf.shrink(config, 2)
         config.use_cache = False
-        _, cls = hf.model_class(config)
+        found, cls = hf.model_class(config)
+        if found == "causal-lm" and getattr(config, "is_decoder", None) is False:
+            config.is_decoder = True
         torch.manual_seed(0)
         model = cls._from_config(config).eval()
         inputs = hf.inputs(model, seq_len=16, batch_size=1)
@@ -140,6 +144,8 @@ def _forward(model_type: str, root: Path) -> dict[str, object]:
     except subprocess.TimeoutExpired:
         return {"build": "timed out"}
     lines = proc.stdout.strip().splitlines()
+    if proc.returncode < 0:  # the kernel's out-of-memory killer, most often
+        return {"build": f"the process was killed by signal {-proc.returncode}"}
     if proc.returncode != 0 or not lines:
         return {"build": (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]}
     return json.loads(lines[-1])
@@ -240,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             old, new = _forward(model_type, original), _forward(model_type, fixed)
             runs = "build" not in old and any("error" not in old[dtype] for dtype in ("bfloat16", "float16"))
             ran += runs
-            if not runs:  # does not build from a tiny config, or its forward raises before any fix
+            if not runs:  # builds from no config, or its forward raises before any fix
                 why = old.get("build") or old["bfloat16"].get("error")
                 unbuilt.append(f"{model_type}: {why}")
             why = _broken(old, new)
@@ -258,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(failed_imports)} | {ran} of {len(types)} | {len(broken)} |",
     ]
     notes = [f"- import: {item}" for item in failed_imports] + [f"- run: {item}" for item in broken]
-    notes += [f"- not run from a tiny config, so not compared: {item}" for item in unbuilt]
+    notes += [
+        f"- not run from a tiny config nor from its default one, so not compared: {item}" for item in unbuilt
+    ]
     lines += [""] * bool(notes) + notes
     text = "\n".join(lines) + "\n"
     print(text)

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from amplint.runtime.child import run_traced  # noqa: E402
-from amplint.runtime.hf import model_class, read_config, token_ids  # noqa: E402
+from amplint.runtime.hf import build, model_class, read_config, token_ids  # noqa: E402
 
 QWEN2_7B = {
     "architectures": ["Qwen2ForCausalLM"],
@@ -86,6 +86,27 @@ def test_every_head_gets_the_inputs_it_takes(
     assert ops[main_op] > 0 and ops["mm"] + ops["bmm"] + ops["addmm"] > 0
     # The products run in bfloat16 under autocast, whatever the head.
     assert {n.dtype for n in graph.nodes if n.op == "mm"} <= {"bfloat16"}
+
+
+def test_an_encoder_config_built_as_its_causal_lm_decodes(tmp_path: Path) -> None:
+    """Reformer's default config says `is_decoder=False`, which its causal LM head refuses."""
+    model, _, kwargs = build(
+        _config(tmp_path, {"model_type": "reformer"}), seq_len=64, batch_size=1, attn_implementation="eager"
+    )
+    assert type(model).__name__ == "ReformerModelWithLMHead" and model.config.is_decoder
+    assert set(kwargs) == {"input_ids"}
+
+
+def test_a_vision_tower_gets_patches_and_their_grid(tmp_path: Path) -> None:
+    """A Qwen2-VL-style tower whose main input is left at `input_ids` reads flattened patches."""
+    _, _, kwargs = build(
+        _config(tmp_path, {"model_type": "glm4v_vision"}),
+        seq_len=64,
+        batch_size=1,
+        attn_implementation="eager",
+    )
+    assert set(kwargs) == {"hidden_states", "grid_thw"}
+    assert kwargs["grid_thw"].tolist() == [[1, 8, 8]] and kwargs["hidden_states"].shape[0] == 64
 
 
 def test_architectures_in_the_config_pick_the_class_and_task_overrides(tmp_path: Path) -> None:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from amplint.diagnostics import Diagnostic, Severity
 from amplint.reporters import ReportSummary, applies, confidence_note, fix_counts
+from amplint.source import NEWLINE
 
 TAB_WIDTH = 4
 
@@ -24,7 +24,6 @@ _SEVERITY_STYLE = {
 
 # The line breaks Python's tokenizer (and so libcst's line numbers) knows; str.splitlines()
 # also splits on \f, \v, \x1c... which would shift every later line number.
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 class _Style:
@@ -89,7 +88,7 @@ def _source_line(sources: Mapping[str, str], path: str, line: int) -> str | None
     text = sources.get(path)
     if text is None or line < 1:
         return None
-    lines = _LINE_BREAK.split(text)
+    lines = NEWLINE.split(text)
     # A trailing newline yields an empty last element that is not a real line.
     if lines and lines[-1] == "" and text:
         lines.pop()
@@ -137,7 +136,7 @@ def _finding(
         out.append(f"{blank} {bar} {' ' * display_start}{style(carets, severity_style)}{note}")
         out.append(f"{blank} {bar}")
     if diagnostic.help:
-        help_lines = [_sanitize(part) for part in _LINE_BREAK.split(diagnostic.help)]
+        help_lines = [_sanitize(part) for part in NEWLINE.split(diagnostic.help)]
         label = f"{blank} {style('= help', _CYAN)}: "
         out.append(label + help_lines[0])
         indent = " " * (gutter_width + len(" = help: "))

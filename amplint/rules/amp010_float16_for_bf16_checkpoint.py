@@ -248,8 +248,10 @@ def _only_converted(ctx: FileContext, call: cst.Call, nodes: list[cst.CSTNode]) 
             continue
         if isinstance(above, cst.Attribute) and above.value is node:
             used = parent.get(id(above))
-            if isinstance(used, cst.Call) and used.func is above and (
-                above.attr.value in _CONVERSION or id(used) in derived
+            if (
+                isinstance(used, cst.Call)
+                and used.func is above
+                and (above.attr.value in _CONVERSION or id(used) in derived)
             ):
                 continue
         elif isinstance(above, cst.Arg) and id(parent.get(id(above))) in derived:

@@ -193,7 +193,9 @@ def build(
     import torch
 
     config = read_config(config_path, layers=layers)
-    _, cls = model_class(config, task)
+    found, cls = model_class(config, task)
+    if found == "causal-lm" and getattr(config, "is_decoder", None) is False:
+        config.is_decoder = True  # an encoder's config (BERT, Reformer) built as the causal LM it has
     try:
         with torch.device("meta"):
             model = cls._from_config(config, attn_implementation=attn_implementation)  # type: ignore[attr-defined]
@@ -349,7 +351,8 @@ def inputs(model: Any, *, seq_len: int, batch_size: int, image_size: int | None 
     main = getattr(model, "main_input_name", "input_ids")
     parameters = inspect.signature(model.forward).parameters
     kwargs: dict[str, Any] = {}
-    if main != "input_ids" and ("grid_thw" in parameters or "image_grid_thw" in parameters):
+    patch_grid = "grid_thw" in parameters or "image_grid_thw" in parameters
+    if patch_grid and (main != "input_ids" or "input_ids" not in parameters):  # a vision tower
         kwargs.update(_patches(config, parameters))
     elif main in ("pixel_values", "pixel_values_videos"):
         kwargs[main] = _pixels(config, batch_size, image_size, video=main == "pixel_values_videos")
