@@ -262,19 +262,33 @@ def _only_converted(ctx: FileContext, call: cst.Call, nodes: list[cst.CSTNode]) 
 
 def _reaches(ctx: FileContext, value: cst.BaseExpression, call: cst.Call, names: set[str]) -> bool:
     """`value` is the loader call or one of `names`, through method calls and wrapper calls."""
-    current: cst.BaseExpression | None = value
+    return any(
+        link is call or (isinstance(link, cst.Name) and link.value in names)
+        for link in _made_from(ctx, value, attributes=False)
+    )
+
+
+def _made_from(
+    ctx: FileContext, node: cst.BaseExpression, *, attributes: bool
+) -> Iterator[cst.BaseExpression]:
+    """`node`, then what it is made from: the object of a method call, the first positional argument
+    of a wrapper call (`get_peft_model(model, config)`) and, with `attributes`, the object of an
+    attribute or a subscript."""
+    current: cst.BaseExpression | None = node
     for _ in range(16):
-        if current is call or (isinstance(current, cst.Name) and current.value in names):
-            return True
+        if current is None:
+            return
+        yield current
         if isinstance(current, cst.Call):
             func = current.func
             if isinstance(func, cst.Attribute) and ctx.qualified(func) is None:
                 current = func.value
             else:
                 current = next((arg.value for arg in current.args if arg.keyword is None), None)
+        elif attributes and isinstance(current, (cst.Attribute, cst.Subscript)):
+            current = current.value
         else:
-            return False
-    return False
+            return
 
 
 def _bindings(nodes: list[cst.CSTNode]) -> dict[str, list[cst.BaseExpression]]:
@@ -296,26 +310,13 @@ def _derives_from_load(
 ) -> bool:
     """The value is a loaded bfloat16 model: a loader call, a name bound to one, or a method
     chain, attribute or wrapper call (`get_peft_model(model, config)`) on one."""
-    current: cst.BaseExpression | None = node
-    for _ in range(16):
-        if current is None:
-            return False
-        if _loader(ctx, current):
-            assert isinstance(current, cst.Call)
-            return _bf16_model(ctx, current, bindings)
-        name = dotted_name(current)
+    for link in _made_from(ctx, node, attributes=True):
+        if _loader(ctx, link):
+            assert isinstance(link, cst.Call)
+            return _bf16_model(ctx, link, bindings)
+        name = dotted_name(link)
         if name is not None and name in loaded:
             return True
-        if isinstance(current, cst.Call):
-            func = current.func
-            if isinstance(func, cst.Attribute) and ctx.qualified(func) is None:
-                current = func.value
-            else:
-                current = next((arg.value for arg in current.args if arg.keyword is None), None)
-        elif isinstance(current, (cst.Attribute, cst.Subscript)):
-            current = current.value
-        else:
-            return False
     return False
 
 
