@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from amplint import __version__
+from amplint.reporters import FORMATS
 from amplint.runtime.gpu import DEFAULT_GPU, GPUS
 from amplint.runtime.hf import TASKS as HF_TASKS
 from amplint.static.profile import PRECISIONS
@@ -46,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--ignore", action="append", metavar="CODES", help="rule codes or prefixes to disable")
     check.add_argument("--extend-exclude", action="append", metavar="PATTERNS", help="more paths to skip")
-    check.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text")
+    check.add_argument("--format", choices=FORMATS, default="text")
     check.add_argument("--output", "-o", type=Path, metavar="FILE", help="write the report to FILE")
     check.add_argument("--diff", action="store_true", help="show the fixes as a diff; write nothing")
     check.add_argument(
@@ -157,9 +158,9 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--param-dtype", choices=("bfloat16", "float16", "float32"), help="cast parameters")
     trace.add_argument(
         "--format",
-        choices=("text", "json", "sarif", "github"),
+        choices=FORMATS,
         default="text",
-        help="sarif and github report the runtime findings only",
+        help="text and json report the trace too; the other formats its findings only",
     )
     trace.add_argument("--output", "-o", type=Path, metavar="FILE", help="write the report to FILE")
     trace.add_argument("--op", metavar="PATTERN", help="only ops matching this glob (e.g. 'soft*')")
@@ -220,7 +221,7 @@ def _parser() -> argparse.ArgumentParser:
     lock.add_argument(
         "--lockfile", type=Path, metavar="FILE", help="default: amplint.lock beside the configuration"
     )
-    lock.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text")
+    lock.add_argument("--format", choices=FORMATS, default="text")
     lock.add_argument("--output", "-o", type=Path, metavar="FILE", help="write the report to FILE")
     lock.add_argument("--config", type=Path, metavar="FILE", help="pyproject.toml or amplint.toml to use")
     lock.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")

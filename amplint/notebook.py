@@ -476,10 +476,10 @@ def _lint(notebook: _Notebook, rules: Sequence[type[Rule]], display: str, profil
         if broken is not None:
             notebook.drop(broken, starts)
         elif (rejected := result.libcst_rejected) is not None:
-            placed = notebook.place(rejected, starts)
+            where = notebook.place(rejected, starts)
             reason = rejected.message.removeprefix("SyntaxError: ").splitlines()[0]
             warnings.append(
-                f"{display}:cell {placed.extra[CELL]}:{placed.line}:{placed.column}: not checked: Python "
+                f"{display}:cell {where.extra[CELL]}:{where.line}:{where.column}: not checked: Python "
                 f"accepts it, but amplint's parser (libcst) does not ({reason})"
             )
             notebook.drop(rejected, starts, report=False)

@@ -225,7 +225,7 @@ def test_text_statistics_table() -> None:
 
 
 def test_unknown_format_is_rejected() -> None:
-    assert FORMATS == ("text", "json", "sarif", "github")
+    assert FORMATS == ("text", "concise", "json", "json-lines", "sarif", "github", "gitlab", "junit")
     with pytest.raises(ValueError, match="unknown output format"):
         render("xml", [], sources={}, color=False)
 

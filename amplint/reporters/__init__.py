@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from amplint.diagnostics import Diagnostic, sort_diagnostics
 
-FORMATS = ("text", "json", "sarif", "github")
+FORMATS = ("text", "concise", "json", "json-lines", "sarif", "github", "gitlab", "junit")
 
 
 @dataclass(frozen=True)
@@ -67,17 +67,24 @@ def render(
 ) -> str:
     """Render `diagnostics` in `fmt` (one of FORMATS). `sources` maps a path to its decoded text (for
     a notebook, also each cell's `Diagnostic.location` to the cell's text), `color` and `statistics`
-    only affect the text format."""
+    only affect the text formats."""
     ordered = sort_diagnostics(list(diagnostics))
     # Imported here so that choosing one format never loads the others (SARIF loads the catalogue).
-    if fmt == "text":
+    if fmt in ("text", "concise"):
         from amplint.reporters import text
 
-        return text.render(ordered, sources=sources, color=color, statistics=statistics, summary=summary)
-    if fmt == "json":
+        return text.render(
+            ordered,
+            sources=sources,
+            color=color,
+            statistics=statistics,
+            summary=summary,
+            concise=fmt == "concise",
+        )
+    if fmt in ("json", "json-lines"):
         from amplint.reporters import json
 
-        return json.render(ordered, summary=summary)
+        return json.render(ordered, summary=summary) if fmt == "json" else json.render_lines(ordered)
     if fmt == "sarif":
         from amplint.reporters import sarif
 
@@ -86,4 +93,12 @@ def render(
         from amplint.reporters import github
 
         return github.render(ordered)
+    if fmt == "gitlab":
+        from amplint.reporters import gitlab
+
+        return gitlab.render(ordered)
+    if fmt == "junit":
+        from amplint.reporters import junit
+
+        return junit.render(ordered)
     raise ValueError(f"unknown output format {fmt!r}; expected one of {', '.join(FORMATS)}")

@@ -64,3 +64,10 @@ def render(diagnostics: Sequence[Diagnostic], *, summary: ReportSummary | None =
         "summary": summary_dict(diagnostics, summary),
     }
     return json.dumps(document, indent=2, ensure_ascii=False, default=json_default) + "\n"
+
+
+def render_lines(diagnostics: Sequence[Diagnostic]) -> str:
+    """JSON Lines: one diagnostic per line, as `render` gives them, for streaming consumers (`jq -c`)."""
+    return "".join(
+        json.dumps(diagnostic_dict(d), ensure_ascii=False, default=json_default) + "\n" for d in diagnostics
+    )

@@ -109,17 +109,24 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+def _severity_style(diagnostic: Diagnostic) -> str:
+    severity = _severity(diagnostic.severity)
+    return _SEVERITY_STYLE.get(severity, _BOLD) if severity is not None else _BOLD
+
+
+def _header(diagnostic: Diagnostic, style: _Style, summary: ReportSummary | None) -> str:
+    """`path:line:column: CODE [*] message`, the first line of a finding (all of it, concise)."""
+    fixable = f" {style('[*]', _CYAN)}" if applies(diagnostic, summary) else ""
+    return (
+        f"{style(_sanitize(diagnostic.location), _BOLD)}:{diagnostic.line}:{diagnostic.column}: "
+        f"{style(diagnostic.code, _severity_style(diagnostic))}{fixable} {_sanitize(diagnostic.message)}"
+    )
+
+
 def _finding(
     diagnostic: Diagnostic, sources: Mapping[str, str], style: _Style, summary: ReportSummary | None
 ) -> list[str]:
-    severity = _severity(diagnostic.severity)
-    severity_style = _SEVERITY_STYLE.get(severity, _BOLD) if severity is not None else _BOLD
-    fixable = f" {style('[*]', _CYAN)}" if applies(diagnostic, summary) else ""
-    header = (
-        f"{style(_sanitize(diagnostic.location), _BOLD)}:{diagnostic.line}:{diagnostic.column}: "
-        f"{style(diagnostic.code, severity_style)}{fixable} {_sanitize(diagnostic.message)}"
-    )
-    out = [header]
+    out = [_header(diagnostic, style, summary)]
     gutter_width = len(str(max(diagnostic.line, 1)))
     blank = " " * gutter_width
     source = _source_line(sources, diagnostic.location, diagnostic.line)
@@ -133,7 +140,7 @@ def _finding(
         bar = style("|", _GUTTER)
         out.append(f"{blank} {bar}")
         out.append(f"{style(str(diagnostic.line), _GUTTER)} {bar} {shown}".rstrip())
-        out.append(f"{blank} {bar} {' ' * display_start}{style(carets, severity_style)}{note}")
+        out.append(f"{blank} {bar} {' ' * display_start}{style(carets, _severity_style(diagnostic))}{note}")
         out.append(f"{blank} {bar}")
     if diagnostic.help:
         help_lines = [_sanitize(part) for part in NEWLINE.split(diagnostic.help)]
@@ -195,13 +202,18 @@ def render(
     color: bool,
     statistics: bool = False,
     summary: ReportSummary | None = None,
+    concise: bool = False,
 ) -> str:
+    """The findings with their source lines (with `concise`, one line each, as ruff's `concise`)."""
     style = _Style(color)
     lines: list[str] = []
     if statistics:
         lines.extend(_statistics(diagnostics))
         if diagnostics:
             lines.append("")
+    elif concise:
+        lines.extend(_header(diagnostic, style, summary) for diagnostic in diagnostics)
+        lines.append("")
     else:
         for diagnostic in diagnostics:
             lines.extend(_finding(diagnostic, sources, style, summary))
