@@ -13,7 +13,15 @@ from amplint.notebook import cell_sources, fix_notebook, is_notebook, lint_noteb
 from amplint.results import UNPARSABLE, FileResult, too_large, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
 from amplint.rules import rules_for
-from amplint.source import SourceError, WriteRefused, decode_source, display_path, read_source, shown_lines
+from amplint.source import (
+    SourceError,
+    SourceFile,
+    WriteRefused,
+    decode_source,
+    display_path,
+    read_source,
+    shown_lines,
+)
 from amplint.static.profile import CALLER, Profile, detect
 
 # libcst, the rules, the fixer and the process pool are imported where they are used: a run that
@@ -165,6 +173,115 @@ def _fix_file(
     run.applied.extend(outcome.applied)
     outcome.result.source = replace(source, text=outcome.new_text)
     return outcome.result
+
+
+STDIN = "-"
+
+
+def check_stdin(
+    raw: bytes,
+    filename: str | None,
+    settings: Settings,
+    *,
+    fix: bool = False,
+    diff: bool = False,
+    unsafe_fixes: bool = False,
+) -> tuple[CheckRun, bytes | None]:
+    """Check code read from standard input as an editor or a formatter hands it over: as the file
+    `filename` (its per-file ignores apply and reports name it; `-` without one), which need not
+    exist. With `fix`, also the fixed code as bytes in the input's encoding (the input itself when
+    nothing was fixed); `diff` adds the diff to the run. Nothing is written, nothing cached."""
+    path = Path(filename) if filename else Path(STDIN)
+    display = display_path(path) if filename else STDIN
+    run = CheckRun(files_checked=1)
+    if len(raw) > settings.max_file_size:
+        result = too_large(path, display, len(raw), settings.max_file_size)
+    else:
+        try:
+            source = decode_source(raw, path)
+        except SourceError as exc:
+            result = unreadable(path, display, exc)
+        else:
+            run.profile = settings.configured_profile or settings.with_torch(detect(_texts([(path, raw)])))
+            result = _check_text(
+                run, source, path, display, settings, fix=fix, diff=diff, unsafe=unsafe_fixes
+            )
+    run.errors.extend(result.internal_errors)
+    run.warnings.extend(result.warnings)
+    if result.source is not None and result.diagnostics:
+        run.sources[display] = result.source.text
+    run.diagnostics = sort_diagnostics([d for d in result.diagnostics if _keep(settings, d, path)])
+    if not fix:
+        return run, None
+    return run, raw if result.source is None or not run.fixed else result.source.encode(result.source.text)
+
+
+def _check_text(
+    run: CheckRun,
+    source: SourceFile,
+    path: Path,
+    display: str,
+    settings: Settings,
+    *,
+    fix: bool,
+    diff: bool,
+    unsafe: bool,
+) -> FileResult:
+    """Lint `source`; with `fix` fix it in memory (the result holds the fixed text and what remains),
+    with `diff` put the diff into `run` (the result is the code as it is)."""
+    from amplint.fixes import fix_source, unified_diff
+    from amplint.runner import lint_source
+
+    rules = rules_for(settings, path, run.profile)
+    lint, fixer = (lint_notebook, fix_notebook) if is_notebook(path) else (lint_source, fix_source)
+    if not (fix or diff):
+        return lint(source, rules, display, profile=run.profile)
+    outcome = fixer(source, rules, display, profile=run.profile, unsafe=unsafe)
+    run.errors.extend(outcome.errors)
+    if not outcome.changed:
+        return outcome.result
+    run.fixed, run.applied = outcome.fixed, outcome.applied
+    if diff:
+        run.diffs.append(unified_diff(display, source.text, outcome.new_text))
+        return lint(source, rules, display, profile=run.profile)
+    outcome.result.source = replace(source, text=outcome.new_text)
+    return outcome.result
+
+
+def add_noqa(run: CheckRun) -> tuple[int, list[str]]:
+    """Suppress every finding of `run` where it is: its codes join the `# noqa` of its line, in
+    each file (through the same careful write as `--fix`). How many lines changed, and what was
+    left alone, said for the user. Notebooks, files Python rejects and lines that cannot end in a
+    comment are left alone."""
+    from amplint.fixes import write_atomic
+    from amplint.suppression import with_noqa
+
+    by_file: dict[str, dict[int, set[str]]] = {}
+    for d in run.diagnostics:
+        if d.code != UNPARSABLE:
+            by_file.setdefault(d.path, {}).setdefault(d.line, set()).add(d.code)
+    changed, left = 0, []
+    for display, codes_by_line in by_file.items():
+        path = Path(display)
+        if is_notebook(path):
+            left.append(f"{display}: a notebook; add `# noqa` in its cells by hand")
+            continue
+        try:
+            source = read_source(path)
+            text, skipped = with_noqa(source.text, codes_by_line)
+            left += [
+                f"{display}:{n}: the line cannot end in a comment (a string or a backslash goes on)"
+                for n in skipped
+            ]
+            if text == source.text:
+                continue
+            compile(text, display, "exec")  # never write a file that no longer parses
+            write_atomic(source, text, was=source.text)
+        except (SourceError, WriteRefused, OSError, SyntaxError) as exc:
+            left.append(f"{display}: not changed: {exc}")
+            continue
+        changed += len(codes_by_line) - len(skipped)
+    return changed, left
 
 
 def check_paths(

@@ -50,7 +50,7 @@ _GITIGNORE = "# Automatically created by amplint.\n*\n"
 
 
 def cache_directory(settings: Settings) -> Path:
-    return settings.root / CACHE_DIR_NAME
+    return settings.cache_dir or settings.root / CACHE_DIR_NAME
 
 
 def _code_fingerprint() -> bytes:
@@ -197,7 +197,7 @@ class Cache:
     def _prepare(self) -> None:
         if self._prepared:
             return
-        self.directory.mkdir(exist_ok=True)
+        self.directory.mkdir(parents=True, exist_ok=True)
         for name, text in (("CACHEDIR.TAG", _CACHEDIR_TAG), (".gitignore", _GITIGNORE)):
             marker = self.directory / name
             if not marker.exists():
@@ -340,10 +340,22 @@ def _remove(directory: Path) -> bool:
     return True
 
 
+def _is_ours(tag: Path) -> bool:
+    try:
+        return tag.read_text(encoding="utf-8", errors="replace") == _CACHEDIR_TAG
+    except OSError:
+        return False
+
+
 def clean(directory: Path) -> str:
     """Remove a cache directory; what was done, for the user. Raises OSError when it cannot."""
     if not os.path.lexists(directory):
         return f"no cache at {directory}"
+    real_dir = directory.is_dir() and not directory.is_symlink()
+    ours = real_dir and _is_ours(directory / "CACHEDIR.TAG")
+    if not ours and directory.name != CACHE_DIR_NAME:
+        # `--cache-dir` can name any path: only a folder amplint made (its tag written) is removed.
+        raise OSError(f"{directory} is not a cache amplint made (no amplint CACHEDIR.TAG in it); not removed")
     if directory.is_symlink() or not directory.is_dir():
         directory.unlink()
     elif not _remove(directory):

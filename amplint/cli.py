@@ -40,7 +40,15 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     check = commands.add_parser("check", help="lint files and directories")
-    check.add_argument("paths", nargs="*", metavar="PATH", help="files or directories (default: .)")
+    check.add_argument(
+        "paths", nargs="*", metavar="PATH", help="files or directories (default: .); `-` reads standard input"
+    )
+    check.add_argument(
+        "--stdin-filename",
+        metavar="PATH",
+        help="the file the code on standard input is (its configuration and per-file ignores apply, "
+        "reports name it); with --fix the fixed code goes to stdout and the report to stderr",
+    )
     check.add_argument("--select", action="append", metavar="CODES", help="rule codes or prefixes to enable")
     check.add_argument(
         "--extend-select", action="append", metavar="CODES", help="rule codes to enable beside the selection"
@@ -58,11 +66,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--show-fixes", action="store_true", help="list the fixes --fix or --diff applied")
     check.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
+    check.add_argument(
+        "--add-noqa", action="store_true", help="add `# noqa: CODE` to the line of every finding; fix nothing"
+    )
+    check.add_argument(
+        "--baseline", type=Path, metavar="FILE", help="report only the findings that FILE does not record"
+    )
+    check.add_argument(
+        "--write-baseline", type=Path, metavar="FILE", help="record the current findings in FILE, then exit 0"
+    )
     check.add_argument("--config", type=Path, metavar="FILE", help="pyproject.toml or amplint.toml to use")
     check.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")
     check.add_argument("--statistics", action="store_true", help="count findings per rule")
     check.add_argument("--no-color", action="store_true", help="never colour the text output")
     check.add_argument("--no-cache", action="store_true", help="neither read nor write .amplint_cache/")
+    check.add_argument(
+        "--cache-dir", type=Path, metavar="DIR", help="the result cache's folder (default .amplint_cache/)"
+    )
     check.add_argument(
         "--precision",
         choices=PRECISIONS,
@@ -109,8 +129,12 @@ def _parser() -> argparse.ArgumentParser:
         help="worker processes (default: one per CPU when there is enough to check; 1: none)",
     )
 
+    commands.add_parser(
+        "server", help="run the language server on stdin/stdout, for editors (needs amplint[lsp])"
+    )
     clean = commands.add_parser("clean", help="remove the result cache (.amplint_cache/)")
     clean.add_argument("--config", type=Path, metavar="FILE", help="pyproject.toml or amplint.toml to use")
+    clean.add_argument("--cache-dir", type=Path, metavar="DIR", help="the cache folder to remove")
 
     trace = commands.add_parser("trace", help="trace a model under autocast and show each op's dtype")
     trace.add_argument(
@@ -255,6 +279,8 @@ def _run(argv: Sequence[str] | None) -> int:
         return _check(args)
     if args.command == "clean":
         return _clean(args)
+    if args.command == "server":
+        return _server()
     if args.command == "rule":
         return _rule(args, parser)
     if args.command == "trace":
@@ -277,7 +303,26 @@ def _check(args: argparse.Namespace) -> int:
 
     if args.fix and args.diff:
         return _error("--fix and --diff cannot be used together")
-    paths = [Path(p) for p in args.paths] or [Path(".")]
+    if args.add_noqa and (args.fix or args.diff):
+        return _error("--add-noqa suppresses findings and --fix/--diff fix them: give one")
+    if args.write_baseline is not None and (args.baseline is not None or args.add_noqa or args.fix):
+        return _error(
+            "--write-baseline records the findings as they are: not with --baseline, --add-noqa or --fix"
+        )
+    stdin = args.paths == ["-"] or (args.stdin_filename is not None and not args.paths)
+    if "-" in args.paths and not stdin:
+        return _error("`-` (standard input) cannot be checked together with other paths")
+    if args.stdin_filename is not None and not stdin:
+        return _error("--stdin-filename names the code on standard input: give `-` as the only path")
+    if stdin and (args.confirm or args.explain):
+        return _error(
+            f"{'--confirm' if args.confirm else '--explain'} reads files: it cannot check standard input"
+        )
+    if stdin:  # the configuration is found from the named file's folder, or its nearest existing parent
+        folder = Path(os.path.abspath(args.stdin_filename or "-")).parent
+        paths = [next(p for p in (folder, *folder.parents) if p.is_dir())]
+    else:
+        paths = [Path(p) for p in args.paths] or [Path(".")]
     missing = [str(p) for p in paths if not os.path.lexists(p)]
     if missing:
         return _error(f"path does not exist: {', '.join(missing)}")
@@ -291,6 +336,7 @@ def _check(args: argparse.Namespace) -> int:
             extend_exclude=args.extend_exclude,
             precision=args.precision,
             torch_version=args.torch_version,
+            cache_dir=args.cache_dir,
         )
     except ConfigError as exc:
         return _error(str(exc))
@@ -301,8 +347,20 @@ def _check(args: argparse.Namespace) -> int:
     if args.explain:
         return _explain(args.explain, paths, settings)
 
+    fixed_code: bytes | None = None
     try:
-        if args.confirm:
+        if stdin:
+            from amplint.api import check_stdin
+
+            run, fixed_code = check_stdin(
+                sys.stdin.buffer.read(),
+                args.stdin_filename,
+                settings,
+                fix=args.fix,
+                diff=args.diff,
+                unsafe_fixes=args.unsafe_fixes,
+            )
+        elif args.confirm:
             confirmed = _confirmed_run(paths, settings, args)
             if isinstance(confirmed, int):
                 return confirmed
@@ -327,8 +385,14 @@ def _check(args: argparse.Namespace) -> int:
         print(f"amplint: warning: {message}", file=sys.stderr)
     for message in run.errors:
         print(f"amplint: error: {message}", file=sys.stderr)
+    adopted = _adopt(args, run)
+    if adopted is not None:
+        return adopted
     if args.diff:
         sys.stdout.write("".join(run.diffs))
+        sys.stdout.flush()
+    if fixed_code is not None:  # standard input fixed: the code owns stdout, as for a formatter
+        sys.stdout.buffer.write(fixed_code)
         sys.stdout.flush()
     if args.show_fixes:
         verb = "fixed" if args.fix else "would fix"
@@ -356,8 +420,11 @@ def _check(args: argparse.Namespace) -> int:
         statistics=args.statistics,
         summary=summary,
     )
-    # The diff owns stdout so that it can be piped to `git apply`; the report goes to stderr.
-    written = _write_report(report, args.output, sys.stderr if args.diff else sys.stdout)
+    # The diff (or the fixed standard input) owns stdout so that it can be piped on; the report goes
+    # to stderr.
+    written = _write_report(
+        report, args.output, sys.stderr if args.diff or fixed_code is not None else sys.stdout
+    )
     if written is not None:
         return written
     if run.errors:
@@ -536,6 +603,42 @@ def _project_settings(args: argparse.Namespace) -> Settings | int:
         return _error(str(exc))
 
 
+def _adopt(args: argparse.Namespace, run: CheckRun) -> int | None:
+    """`--write-baseline`, `--add-noqa` (each ends the run: an exit code) and `--baseline` (leaves
+    out the recorded findings from `run`)."""
+    from amplint import baseline
+
+    try:
+        if args.write_baseline is not None:
+            count = baseline.write(args.write_baseline, run.diagnostics, run.sources)
+            print(f"amplint: recorded {count} findings in {args.write_baseline}", file=sys.stderr)
+            return EXIT_ERROR if run.errors else EXIT_CLEAN
+        if args.baseline is not None:
+            run.diagnostics, known = baseline.new_findings(args.baseline, run.diagnostics, run.sources)
+            if known:
+                print(f"amplint: {known} findings recorded in {args.baseline} left out", file=sys.stderr)
+    except baseline.BaselineError as exc:
+        return _error(str(exc))
+    if not args.add_noqa:
+        return None
+    from amplint.api import add_noqa
+
+    changed, left = add_noqa(run)
+    for message in left:
+        print(f"amplint: warning: {message}", file=sys.stderr)
+    print(f"amplint: added `# noqa` to {changed} line{'s' * (changed != 1)}", file=sys.stderr)
+    return EXIT_ERROR if run.errors else EXIT_CLEAN
+
+
+def _server() -> int:
+    if importlib.util.find_spec("pygls") is None:
+        return _error("the language server needs pygls: pip install 'amplint[lsp]'")
+    from amplint.lsp import serve
+
+    serve()
+    return EXIT_CLEAN
+
+
 def _clean(args: argparse.Namespace) -> int:
     from amplint.cache import cache_directory, clean
 
@@ -543,7 +646,7 @@ def _clean(args: argparse.Namespace) -> int:
     if isinstance(settings, int):
         return settings
     try:
-        print(clean(cache_directory(settings)))
+        print(clean(cache_directory(settings.with_overrides(cache_dir=args.cache_dir))))
     except OSError as exc:
         return _error(f"cannot remove the cache: {exc}")
     return EXIT_CLEAN
@@ -679,8 +782,11 @@ def _lock(args: argparse.Namespace) -> int:
 
 
 def _color(args: argparse.Namespace) -> bool:
-    """Colour for a text report that goes to a terminal, unless turned off."""
-    return args.output is None and sys.stdout.isatty() and not args.no_color and "NO_COLOR" not in os.environ
+    """Colour for a text report on stdout: on a terminal, or wherever `FORCE_COLOR` asks for it (a CI
+    log); never with `--no-color`, a non-empty `NO_COLOR` (no-color.org) or into a file."""
+    if args.output is not None or args.no_color or os.environ.get("NO_COLOR"):
+        return False
+    return bool(os.environ.get("FORCE_COLOR")) or sys.stdout.isatty()
 
 
 def _write_report(report: str, output: Path | None, stream: TextIO) -> int | None:

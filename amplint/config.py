@@ -63,6 +63,7 @@ _CODE_RE = re.compile(r"AMP[0-9]{0,3}")
 _CODES_EXPECTED = 'rule codes such as "AMP001" or prefixes such as "AMP0"'
 _PATTERNS_EXPECTED = 'gitignore-style patterns such as "build" or "tests/data/"'
 _KNOWN_KEYS = (
+    "cache-dir",
     "exclude",
     "extend-exclude",
     "extend-select",
@@ -175,6 +176,9 @@ class Settings:
     # Larger files are not parsed (an AMP900 says so): libcst needs hundreds of bytes of memory per
     # byte of source, and the largest hand-written modules are a few hundred kilobytes.
     max_file_size: int = 1_048_576
+    cache_dir: Path | None = (
+        None  # `cache-dir` (relative to `root`) or `--cache-dir`; None: root/.amplint_cache
+    )
     # `[tool.amplint.runtime]`, kept raw until the runtime pass defines its keys.
     runtime: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
@@ -246,9 +250,10 @@ class Settings:
         extend_exclude: Sequence[str] | None = None,
         precision: str | None = None,
         torch_version: str | None = None,
+        cache_dir: Path | None = None,
     ) -> Settings:
-        """Apply command-line flags: `--select`, `--exclude` and `--precision` replace the configured
-        values, `--extend-select`, `--ignore` and `--extend-exclude` add to them. Lists may be
+        """Apply command-line flags: `--select`, `--exclude`, `--precision` and `--cache-dir` replace
+        the configured values, `--extend-select`, `--ignore` and `--extend-exclude` add to them. Lists may be
         comma-separated."""
         changes: dict[str, Any] = {}
         new_ignore = self.ignore
@@ -275,6 +280,8 @@ class Settings:
             changes["precision"] = _validate_precision(precision, "--precision")
         if torch_version is not None:
             changes["torch_version"] = _validate_torch(torch_version, "--torch-version")
+        if cache_dir is not None:
+            changes["cache_dir"] = Path(os.path.abspath(cache_dir))  # relative to the cwd, as flags are
         return replace(self, **changes) if changes else self
 
 
@@ -354,6 +361,13 @@ def _settings_from_table(table: object, path: Path, section: str) -> Settings:
         changes["max_file_size"] = _validate_size(table["max-file-size"], f"{prefix}'max-file-size'")
     if "torch-version" in table:
         changes["torch_version"] = _validate_torch(table["torch-version"], f"{prefix}'torch-version'")
+    if "cache-dir" in table:
+        directory = table["cache-dir"]
+        if not isinstance(directory, str) or not directory.strip():
+            raise ConfigError(
+                f"{prefix}'cache-dir' must be a folder path as a string, got {_show(directory)}"
+            )
+        changes["cache_dir"] = Path(os.path.abspath(path.parent / directory))
     if "runtime" in table:
         runtime = table["runtime"]
         if not isinstance(runtime, dict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -89,6 +90,8 @@ class Runner:
                 "GITHUB_REPOSITORY": "amplint/example",
                 "GITHUB_EVENT_NAME": "pull_request",
                 "GITHUB_SHA": "0" * 40,
+                "GITHUB_SERVER_URL": "https://github.com",
+                "GITHUB_STEP_SUMMARY": str(self.runner_temp / "step-summary.md"),
                 "RUNNER_OS": "Linux",
                 "RUNNER_TEMP": str(self.runner_temp),
                 "NO_COLOR": "1",
@@ -111,7 +114,8 @@ class Runner:
 
 
 def _steps() -> list[dict[str, Any]]:
-    return load_action()["runs"]["steps"]
+    """The steps that run a script (the SARIF upload is another action's step)."""
+    return [step for step in load_action()["runs"]["steps"] if "run" in step]
 
 
 def _install_step() -> dict[str, Any]:
@@ -120,7 +124,17 @@ def _install_step() -> dict[str, Any]:
 
 
 def _check_step() -> dict[str, Any]:
-    (step,) = [step for step in _steps() if "amplint check" in step["run"]]
+    (step,) = [step for step in _steps() if "amplint check --format github" in step["run"]]
+    return step
+
+
+def _summary_step() -> dict[str, Any]:
+    (step,) = [step for step in _steps() if "--format markdown" in step["run"]]
+    return step
+
+
+def _sarif_step() -> dict[str, Any]:
+    (step,) = [step for step in _steps() if "--format sarif" in step["run"]]
     return step
 
 
@@ -141,8 +155,14 @@ def test_action_metadata() -> None:
     assert inputs["lock-check"]["default"] == "false"
     assert action["runs"]["using"] == "composite"
     assert [step["shell"] for step in _steps()] == ["bash"] * len(_steps())
-    # The tests below run every step: the install step, the check step, the lockfile check.
-    assert _steps() == [_install_step(), _check_step(), _lock_step()]
+    assert inputs["summary"]["default"] == "true" and inputs["sarif"]["default"] == "false"
+    # The tests below run every script step: install, check, summary, SARIF, the lockfile check.
+    assert _steps() == [_install_step(), _check_step(), _summary_step(), _sarif_step(), _lock_step()]
+    (upload,) = [step for step in action["runs"]["steps"] if "uses" in step]
+    assert upload["uses"].startswith("github/codeql-action/upload-sarif@")
+    assert upload["with"]["sarif_file"] == "${{ runner.temp }}/amplint.sarif"
+    assert upload["if"] == _sarif_step()["if"] == "${{ !cancelled() && inputs.sarif == 'true' }}"
+    assert _summary_step()["if"] == "${{ !cancelled() && inputs.summary == 'true' }}"
     # The lockfile check runs only when asked for, and also after a lint that found something.
     assert _lock_step()["if"] == "${{ !cancelled() && inputs.lock-check == 'true' }}"
     assert "amplint lock --check --format github" in _lock_step()["run"]
@@ -230,6 +250,27 @@ def test_check_step_several_paths_and_args(runner: Runner, workspace: Path) -> N
     result = runner.run_step(_check_step(), workspace, {"args": "--exit-zero"})
     assert result.returncode == 0
     assert HAZARD_CODE in result.stdout
+
+
+def test_summary_step_appends_every_finding_with_a_link(runner: Runner, workspace: Path) -> None:
+    summary = runner.runner_temp / "step-summary.md"
+    summary.write_text("earlier step\n", encoding="utf-8")
+    result = runner.run_step(_summary_step(), workspace)
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = summary.read_text(encoding="utf-8")
+    assert text.startswith("earlier step\n### amplint: 1 finding in 1 file\n")
+    link = (
+        f"[`bad.py:{HAZARD_LINE}`](https://github.com/amplint/example/blob/{'0' * 40}/bad.py#L{HAZARD_LINE})"
+    )
+    assert f"| {link} | {HAZARD_CODE} |" in text
+
+
+def test_sarif_step_writes_the_file_the_upload_reads(runner: Runner, workspace: Path) -> None:
+    result = runner.run_step(_sarif_step(), workspace, {"sarif": "true"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    log = json.loads((runner.runner_temp / "amplint.sarif").read_text(encoding="utf-8"))
+    (run,) = log["runs"]
+    assert [r["ruleId"] for r in run["results"]] == [HAZARD_CODE]
 
 
 def test_lock_step_runs_the_lockfile_check(runner: Runner, workspace: Path) -> None:

@@ -138,3 +138,18 @@ def test_concise_is_one_line_per_finding_then_the_summary(project: Path) -> None
     assert summary.startswith(f"Found {len(expected)} findings.")
     quiet = amplint_run(project, "check", ".", "--format", "concise", "--no-cache", "--quiet")
     assert quiet.stdout == findings + "\n"
+
+
+def test_markdown_summary_counts_links_and_escapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
+    piped = Diagnostic("AMP002", "half-precision-attention-scores", "a | b", "m.py", 3, 1, 3, 4)
+    text = render("markdown", [piped], sources={}, color=False)
+    assert "| AMP002 `half-precision-attention-scores` | 1 |" in text
+    assert "| `m.py:3` | AMP002 | a \\| b |" in text  # no link outside GitHub Actions
+    monkeypatch.setenv("GITHUB_REPOSITORY", "o/r")
+    monkeypatch.setenv("GITHUB_SHA", "abc")
+    many = [Diagnostic("AMP008", "x", "m", f"d/f{i}.py", 1, 1, 1, 2) for i in range(501)]
+    text = render("markdown", many, sources={}, color=False)
+    assert text.startswith("### amplint: 501 findings in 501 files\n")
+    assert "[`d/f0.py:1`](https://github.com/o/r/blob/abc/d/f0.py#L1)" in text
+    assert text.count("| AMP008 | m |") == 500 and "And 1 more, not listed here" in text

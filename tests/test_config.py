@@ -106,7 +106,7 @@ def test_unknown_key_names_the_key_and_the_known_ones(tmp_path: Path) -> None:
     message = str(info.value)
     assert message.startswith(f"{tmp_path / 'pyproject.toml'}: [tool.amplint] unknown key 'selct'")
     assert (
-        "known keys: exclude, extend-exclude, extend-select, ignore, max-file-size, per-file-ignores, precision, "
+        "known keys: cache-dir, exclude, extend-exclude, extend-select, ignore, max-file-size, per-file-ignores, precision, "
         "runtime, select, torch-version" in message
     )
     assert "did you mean 'select'?" in message

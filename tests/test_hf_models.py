@@ -20,6 +20,7 @@ transformers = pytest.importorskip("transformers")
 
 from amplint.runtime.child import run_traced  # noqa: E402
 from amplint.runtime.hf import build, model_class, read_config, token_ids  # noqa: E402
+from amplint.runtime.target import TargetError  # noqa: E402
 
 QWEN2_7B = {
     "architectures": ["Qwen2ForCausalLM"],
@@ -107,6 +108,41 @@ def test_a_vision_tower_gets_patches_and_their_grid(tmp_path: Path) -> None:
     )
     assert set(kwargs) == {"hidden_states", "grid_thw"}
     assert kwargs["grid_thw"].tolist() == [[1, 8, 8]] and kwargs["hidden_states"].shape[0] == 64
+
+
+def _inputs(tmp_path: Path, model_type: str) -> dict:
+    config = _config(tmp_path, {"model_type": model_type})
+    return build(config, layers=2, seq_len=64, batch_size=1, attn_implementation="eager")[2]
+
+
+def test_what_a_forward_cannot_run_without_is_given(tmp_path: Path) -> None:
+    # A tower left at the default `input_ids` gets its first required input.
+    assert set(_inputs(tmp_path, "idefics3_vision")) == {"pixel_values"}
+    # A Q-Former's queries, and the vision states its cross-attention layers read.
+    qformer = _inputs(tmp_path, "blip_2_qformer")
+    assert qformer["query_embeds"].shape == (1, 64, 768)
+    assert qformer["encoder_hidden_states"].shape == (1, 64, 1408)
+    # A required prompt; ids of the Q-Former's own vocabulary.
+    assert set(_inputs(tmp_path, "grounding-dino")) == {"pixel_values", "input_ids"}
+    blip = _inputs(tmp_path, "instructblip")
+    assert set(blip) == {"pixel_values", "qformer_input_ids"}
+    assert int(blip["qformer_input_ids"].max()) < 30522  # BERT's vocabulary, not OPT's
+    # Stacked mel frames (80 bins x 7), every frame valid.
+    audio = _inputs(tmp_path, "fun_asr_nano_encoder")
+    assert audio["input_features"].shape == (1, 64, 560)
+    assert audio["input_features_mask"].tolist() == [[1] * 64]
+    # A normalised box per token, top-left before bottom-right.
+    boxes = _inputs(tmp_path, "bros")["bbox"]
+    assert boxes.shape == (1, 64, 4) and boxes.min() >= 0 and boxes.max() <= 1
+    assert (boxes[..., 2] >= boxes[..., 0]).all() and (boxes[..., 3] >= boxes[..., 1]).all()
+
+
+def test_a_class_without_a_forward_is_refused(tmp_path: Path) -> None:
+    config = read_config(_config(tmp_path, {"model_type": "bark"}))
+    with pytest.raises(
+        TargetError, match=r"no model class for model type 'bark' \(BarkModel: no forward\(\)\)"
+    ):
+        model_class(config)
 
 
 def test_architectures_in_the_config_pick_the_class_and_task_overrides(tmp_path: Path) -> None:

@@ -54,7 +54,8 @@ def test_hooks_file_declares_amplint_hook() -> None:
     assert hook["entry"] == "amplint check"
     assert hook["language"] == "python"
     assert hook["types_or"] == ["python", "jupyter"]
-    assert hook["require_serial"] is False
+    # amplint has its own worker pool: several pools at once would oversubscribe the CPUs.
+    assert hook["require_serial"] is True
     # pass_filenames must stay on: the hook checks the files pre-commit hands it.
     assert hook.get("pass_filenames", True) is True
 

@@ -225,7 +225,17 @@ def test_text_statistics_table() -> None:
 
 
 def test_unknown_format_is_rejected() -> None:
-    assert FORMATS == ("text", "concise", "json", "json-lines", "sarif", "github", "gitlab", "junit")
+    assert FORMATS == (
+        "text",
+        "concise",
+        "json",
+        "json-lines",
+        "sarif",
+        "github",
+        "gitlab",
+        "junit",
+        "markdown",
+    )
     with pytest.raises(ValueError, match="unknown output format"):
         render("xml", [], sources={}, color=False)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from amplint.diagnostics import Diagnostic, sort_diagnostics
 
-FORMATS = ("text", "concise", "json", "json-lines", "sarif", "github", "gitlab", "junit")
+FORMATS = ("text", "concise", "json", "json-lines", "sarif", "github", "gitlab", "junit", "markdown")
 
 
 @dataclass(frozen=True)
@@ -101,4 +101,8 @@ def render(
         from amplint.reporters import junit
 
         return junit.render(ordered)
+    if fmt == "markdown":
+        from amplint.reporters import markdown
+
+        return markdown.render(ordered)
     raise ValueError(f"unknown output format {fmt!r}; expected one of {', '.join(FORMATS)}")

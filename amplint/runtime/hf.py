@@ -12,7 +12,7 @@ import inspect
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from amplint.runtime.target import TargetError, user_frame
 
@@ -148,14 +148,25 @@ def _renumber(node: Any, fields: dict[str, Any], total: int, keep: list[int]) ->
 
 def model_class(config: Any, task: str | None = None) -> tuple[str, type]:
     """The task and transformers class to build for `config`."""
+    import torch
     import transformers
     from transformers.models.auto import modeling_auto
 
     model_type = config.model_type
+    idle: set[str] = set()  # classes without a forward (Bark, a VQ-VAE): run by generate() or encode()
+
+    def runs(cls: Any) -> TypeGuard[type]:
+        if not isinstance(cls, type):
+            return False
+        if getattr(cls, "forward", None) is torch.nn.Module.forward:
+            idle.add(cls.__name__)
+            return False
+        return True
+
     if task is None:
         for name in getattr(config, "architectures", None) or ():
             cls = getattr(transformers, name, None)
-            if isinstance(cls, type):
+            if runs(cls):
                 return "architectures", cls
     order = (task,) if task else (_ENCODER_DECODER_ORDER if config.is_encoder_decoder else _ORDER)
     mappings = [(candidate, TASKS[candidate]) for candidate in order]
@@ -169,10 +180,11 @@ def model_class(config: Any, task: str | None = None) -> tuple[str, type]:
         if isinstance(name, (list, tuple)):
             name = name[0]
         cls = getattr(transformers, name, None) if name else None
-        if isinstance(cls, type):
+        if runs(cls):
             return candidate, cls
     wanted = f"no {task} head" if task else "no model class"
-    raise TargetError(f"transformers has {wanted} for model type {model_type!r}")
+    note = f" ({', '.join(sorted(idle))}: no forward())" if idle else ""
+    raise TargetError(f"transformers has {wanted} for model type {model_type!r}{note}")
 
 
 def build(
@@ -348,8 +360,17 @@ def inputs(model: Any, *, seq_len: int, batch_size: int, image_size: int | None 
     config = model.config
     text = _sub(config, "text_config", "decoder")
     vocab = getattr(text, "vocab_size", None) or getattr(config, "vocab_size", None) or 32
-    main = getattr(model, "main_input_name", "input_ids")
     parameters = inspect.signature(model.forward).parameters
+    required = [
+        name
+        for name, parameter in parameters.items()
+        if parameter.default is parameter.empty
+        and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+    ]
+    main = getattr(model, "main_input_name", "input_ids")
+    if main not in parameters and required:  # a tower left at the default `input_ids` (Idefics3's)
+        main = required[0]
+    width = getattr(config, "hidden_size", None)
     kwargs: dict[str, Any] = {}
     patch_grid = "grid_thw" in parameters or "image_grid_thw" in parameters
     if patch_grid and (main != "input_ids" or "input_ids" not in parameters):  # a vision tower
@@ -365,12 +386,20 @@ def inputs(model: Any, *, seq_len: int, batch_size: int, image_size: int | None 
         mel = getattr(audio, "num_mel_bins", None)
         positions = getattr(audio, "max_source_positions", None)
         if mel is not None and positions:  # Whisper: (batch, mel bins, exactly 2 frames per position)
-            kwargs[main] = torch.randn(batch_size, mel, 2 * positions)
+            frames = 2 * positions
+            kwargs[main] = torch.randn(batch_size, mel, frames)
         else:  # conformer encoders and Speech2Text: (batch, frames, features)
-            features = mel or (getattr(audio, "input_feat_per_channel", None) or 80) * (
-                getattr(audio, "input_channels", None) or 1
+            frames = seq_len
+            # `input_size`: the features of a frame where the config stacks mel frames (FunASR).
+            features = (
+                getattr(audio, "input_size", None)
+                or mel
+                or (getattr(audio, "input_feat_per_channel", None) or 80)
+                * (getattr(audio, "input_channels", None) or 1)
             )
-            kwargs[main] = torch.randn(batch_size, seq_len, features)
+            kwargs[main] = torch.randn(batch_size, frames, features)
+        if "input_features_mask" in parameters:  # every frame is audio, none is padding (1: valid)
+            kwargs["input_features_mask"] = torch.ones(batch_size, frames, dtype=torch.long)
     elif main == "input_values":
         audio = _sub(config, "audio_config", "encoder_config")
         mel, frames = getattr(audio, "num_mel_bins", None), getattr(audio, "max_length", None)
@@ -387,6 +416,10 @@ def inputs(model: Any, *, seq_len: int, batch_size: int, image_size: int | None 
                 else (batch_size, channels, seq_len * stride)
             )
             kwargs[main] = torch.randn(*shape)
+    elif main == "latents" and width:  # a codec's decoder: (batch, channels, frames), as convolutions read
+        kwargs[main] = torch.randn(batch_size, width, seq_len)
+    elif main.endswith("_embeds") and width:  # vectors of the model's width (a Q-Former's queries)
+        kwargs[main] = torch.randn(batch_size, seq_len, width)
     else:
         kwargs["input_ids"] = token_ids(vocab, (batch_size, seq_len))
         dual = getattr(config, "vision_config", None) is not None and not any(
@@ -396,7 +429,35 @@ def inputs(model: Any, *, seq_len: int, batch_size: int, image_size: int | None 
             kwargs["pixel_values"] = _pixels(config, batch_size, image_size)
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:
         kwargs["decoder_input_ids"] = token_ids(vocab, (batch_size, seq_len), seed=1)
+    for name in required:  # what the forward cannot run without besides its main input
+        if name in kwargs:
+            continue
+        if name == "input_ids":  # the prompt of a vision-language model (BLIP-2, Grounding DINO)
+            kwargs[name] = token_ids(vocab, (batch_size, seq_len))
+        elif name.endswith("_input_ids"):  # ids of a sub-model's own vocabulary (InstructBLIP's Q-Former)
+            sub = getattr(config, name.removesuffix("input_ids") + "config", None)
+            if sub_vocab := getattr(sub, "vocab_size", None):
+                kwargs[name] = token_ids(sub_vocab, (batch_size, seq_len))
+    attended = getattr(config, "encoder_hidden_size", None)
+    if attended and "encoder_hidden_states" in parameters and "encoder_hidden_states" not in kwargs:
+        # A cross-attending stack whose config names the width of what it attends to (BLIP-2's
+        # Q-Former over the vision tower's output) cannot run its cross-attention layers without it.
+        kwargs["encoder_hidden_states"] = torch.randn(batch_size, seq_len, attended)
+    if "bbox" in parameters and not hasattr(config, "max_2d_position_embeddings"):
+        # A layout model reads a box per token. Where the config embeds integer coordinates
+        # (`max_2d_position_embeddings`) families read different scales (LayoutLM a 0..1000 grid,
+        # UDOP [0, 1]), so their own default stands; Bros has none and reads [0, 1].
+        kwargs["bbox"] = _boxes(batch_size, seq_len)
     return kwargs
+
+
+def _boxes(batch_size: int, seq_len: int) -> Any:
+    """A box (x0, y0, x1, y1) per token, normalised to [0, 1], top-left before bottom-right."""
+    import torch
+
+    generator = torch.Generator().manual_seed(4)
+    xs, ys = (torch.rand(batch_size, seq_len, 2, generator=generator).sort(-1).values for _ in range(2))
+    return torch.stack([xs[..., 0], ys[..., 0], xs[..., 1], ys[..., 1]], dim=-1)
 
 
 def materialize_buffers(model: Any) -> None:
