@@ -41,7 +41,7 @@ def with_noqa(text: str, codes_by_line: dict[int, set[str]]) -> tuple[str, list[
         ending = line[len(body) :]
         existing = list(_LINE_NOQA.finditer(body))
         if existing and existing[-1].group("codes") is None:
-            continue  # a bare `# noqa` already covers every code
+            continue  # a bare noqa comment covers every code already
         if existing:
             match = existing[-1]
             present = {c.upper() for c in _CODE.findall(match.group("codes"))}
