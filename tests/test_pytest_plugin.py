@@ -1,0 +1,70 @@
+"""The pytest plugin, as a team uses it: a test in their own suite checks the model's traced dtypes
+against the committed `amplint.lock`, in a real pytest run in a subprocess."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from support import amplint_run, write
+
+MODEL = """\
+import torch
+
+
+class Head(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.proj(x){cast}
+
+
+def factory():
+    torch.manual_seed(0)
+    return Head(), (torch.randn(2, 8),)
+"""
+
+USER_TEST = """\
+def test_dtype_contract(amplint_lock):
+    amplint_lock.check("model.py:factory")
+"""
+
+
+def _pytest(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_contract.py"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_the_fixture_passes_on_the_locked_model_and_fails_naming_the_change(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", "[tool.amplint]\n")
+    write(tmp_path / "model.py", MODEL.format(cast=""))
+    write(tmp_path / "test_contract.py", USER_TEST)
+    locked = amplint_run(tmp_path, "lock", "model.py:factory")
+    assert locked.returncode == 0, locked.stderr
+    assert (tmp_path / "amplint.lock").is_file()
+    passed = _pytest(tmp_path)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "1 passed" in passed.stdout
+    # A float32 upcast added to the model's output: the contract the lock records is broken.
+    write(tmp_path / "model.py", MODEL.format(cast=".float()"))
+    failed = _pytest(tmp_path)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "amplint: amplint.lock differs from the trace" in failed.stdout
+    assert "model.py:10:" in failed.stdout  # the line of the model where the dtype changed
+
+
+def test_a_missing_lock_fails_with_what_to_do(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", "[tool.amplint]\n")
+    write(tmp_path / "model.py", MODEL.format(cast=""))
+    write(tmp_path / "test_contract.py", USER_TEST)
+    failed = _pytest(tmp_path)
+    assert failed.returncode == 1
+    assert "amplint.lock does not exist: write it with `amplint lock` and commit it" in failed.stdout
