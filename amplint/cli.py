@@ -184,7 +184,7 @@ def _parser() -> argparse.ArgumentParser:
         "--format",
         choices=FORMATS,
         default="text",
-        help="text and json report the trace too; the other formats its findings only",
+        help="text, json and html report the trace too; the other formats its findings only",
     )
     trace.add_argument("--output", "-o", type=Path, metavar="FILE", help="write the report to FILE")
     trace.add_argument("--op", metavar="PATTERN", help="only ops matching this glob (e.g. 'soft*')")
@@ -727,13 +727,20 @@ def _trace(args: argparse.Namespace) -> int:
     nodes = select(graph, op=args.op, module=args.module, changed_dtype=args.changed_dtype)
     # `trace` applies no fix (`check --confirm --fix` does): the findings are shown without one.
     findings = graph_findings(graph, args.target or args.hf_config, fixes=False)
+    sources: dict[str, str] = {}
+    _read_sources(findings, sources)
     if args.format == "json":
         report = render_json(graph, nodes, findings)
+    elif args.format == "html":
+        import json
+
+        from amplint.reporters.html import render_trace
+
+        document = json.loads(render_json(graph, nodes, findings))
+        report = render_trace(document, findings, sources=sources, target=args.target or args.hf_config)
     else:
         from amplint.reporters import render
 
-        sources: dict[str, str] = {}
-        _read_sources(findings, sources)
         if args.format != "text":
             report = render(args.format, findings, sources=sources, color=False)
         else:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from amplint.diagnostics import Diagnostic, sort_diagnostics
 
-FORMATS = ("text", "concise", "json", "json-lines", "sarif", "github", "gitlab", "junit", "markdown")
+FORMATS = ("text", "concise", "json", "json-lines", "sarif", "github", "gitlab", "junit", "markdown", "html")
 
 
 @dataclass(frozen=True)
@@ -105,4 +105,8 @@ def render(
         from amplint.reporters import markdown
 
         return markdown.render(ordered)
+    if fmt == "html":
+        from amplint.reporters import html
+
+        return html.render(ordered, sources=sources)
     raise ValueError(f"unknown output format {fmt!r}; expected one of {', '.join(FORMATS)}")

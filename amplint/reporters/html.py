@@ -1,0 +1,233 @@
+"""One self-contained HTML page (no scripts, no network): the static findings (`check --format
+html`), or a trace (`trace --format html`): its findings, the model's modules as a collapsible tree
+with every op coloured by the dtype it ran in (autocast's casts and the upcasts marked) and, after
+`--values`, a chart per layer of the headroom left below the dtype's largest value and of the share
+of values that underflowed."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from amplint.diagnostics import Diagnostic
+from amplint.source import NEWLINE
+
+_STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:80em;color:#1d1d1f;padding:0 1em}
+h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em}code,pre,.op{font-family:ui-monospace,monospace}
+.finding{border-left:4px solid #d97706;background:#fffbeb;padding:.5em .8em;margin:.6em 0}
+.finding.error{border-color:#dc2626;background:#fef2f2}.finding.info{border-color:#2563eb;background:#eff6ff}
+.finding pre{background:#fff;padding:.4em;margin:.4em 0;overflow-x:auto}.where{color:#555}
+details{margin-left:1em}summary{cursor:pointer}.ops{margin:.2em 0 .4em 1.2em;padding:0;list-style:none}
+.op{display:inline-block;padding:0 .4em;border-radius:3px;margin:1px 0}
+.float32,.float64{background:#dbeafe}.bfloat16{background:#fed7aa}.float16{background:#fecaca}
+.other{background:#e5e7eb}.cast{outline:2px dashed #7c3aed}.upcast{outline:2px solid #059669}
+.legend span{margin-right:1em}table{border-collapse:collapse}td,th{padding:.2em .6em;text-align:left}
+"""
+_HALF = ("bfloat16", "float16")
+_KNOWN = ("float32", "float64", "bfloat16", "float16")
+
+
+def _page(title: str, body: list[str]) -> str:
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
+
+
+def _source_line(sources: Mapping[str, str], path: str, line: int) -> str | None:
+    lines = NEWLINE.split(sources.get(path, ""))
+    return lines[line - 1] if 0 < line <= len(lines) and lines[line - 1].strip() else None
+
+
+def _findings(diagnostics: Sequence[Diagnostic], sources: Mapping[str, str]) -> list[str]:
+    out = []
+    for d in diagnostics:
+        severity = getattr(d.severity, "value", str(d.severity))
+        parts = [
+            f'<div class="finding {escape(severity)}" id="{escape(d.code)}-{d.line}">',
+            f"<b>{escape(d.code)}</b> <code>{escape(d.name)}</code> "
+            f'<span class="where">{escape(d.location)}:{d.line}:{d.column}</span>',
+            f"<div>{escape(d.message)}</div>",
+        ]
+        line = _source_line(sources, d.location, d.line)
+        if line is not None:
+            parts.append(f"<pre>{d.line:>5} | {escape(line)}</pre>")
+        if d.help:
+            parts.append(f"<div>help: {escape(d.help)}</div>")
+        if d.fix is not None:
+            parts.append(f"<div>fix ({escape(d.fix.applicability)}): {escape(d.fix.description)}</div>")
+        out.append("".join(parts) + "</div>")
+    return out
+
+
+def render(diagnostics: Sequence[Diagnostic], *, sources: Mapping[str, str]) -> str:
+    """The static report: every finding with its line, grouped by file."""
+    count = len(diagnostics)
+    body = [f"<h1>amplint: {count} finding{'s' * (count != 1)}</h1>"]
+    by_file: dict[str, list[Diagnostic]] = defaultdict(list)
+    for d in diagnostics:
+        by_file[d.path].append(d)
+    for path, found in by_file.items():
+        body.append(f"<details open><summary><b>{escape(path)}</b> ({len(found)})</summary>")
+        body += _findings(found, sources)
+        body.append("</details>")
+    if not diagnostics:
+        body.append("<p>All checks passed.</p>")
+    return _page("amplint", body)
+
+
+def _dtype_class(dtype: str) -> str:
+    return dtype if dtype in _KNOWN else "other"
+
+
+def _op(node: dict[str, Any], by_id: Mapping[int, dict[str, Any]]) -> str:
+    dtype = str(node.get("dtype"))
+    classes = ["op", _dtype_class(dtype)]
+    note = ""
+    if node.get("policy") == "autocast_cast":
+        classes.append("cast")
+        before = [str(by_id[i].get("dtype")) for i in node.get("inputs", []) if i in by_id]
+        note = f" autocast cast {escape(before[0]) if before else '?'}→{escape(dtype)}"
+    elif dtype in ("float32", "float64") and any(
+        str(by_id[i].get("dtype")) in _HALF for i in node.get("inputs", []) if i in by_id
+    ):
+        classes.append("upcast")
+        note = " upcast"
+    source = node.get("source") or {}
+    where = (
+        f" {escape(str(source.get('path', '')).rsplit('/', 1)[-1])}:{source.get('line')}" if source else ""
+    )
+    shape = "x".join(str(s) for s in node.get("shape") or [])
+    title = escape(f"{node.get('op')} {dtype} [{shape}]{where}")
+    return f'<li><span class="{" ".join(classes)}" title="{title}">{escape(str(node.get("op")))} {escape(dtype)}</span>{note}<span class="where">{where}</span></li>'
+
+
+def _tree(nodes: list[dict[str, Any]], by_id: Mapping[int, dict[str, Any]]) -> list[str]:
+    """The modules as nested <details>, each listing the ops that ran in it, in order."""
+    tree: dict[str, Any] = {}
+    for node in nodes:
+        branch = tree
+        for part in str(node.get("module") or "(model)").split("."):
+            branch = branch.setdefault(part, {})
+        branch.setdefault("\0ops", []).append(node)
+    out: list[str] = []
+
+    def walk(name: str, branch: dict[str, Any], depth: int) -> None:
+        ops = branch.get("\0ops", [])
+        dtypes = sorted({str(n.get("dtype")) for n in ops})
+        out.append(
+            f"<details{' open' * (depth < 1)}><summary><code>{escape(name)}</code> "
+            f'<span class="where">{len(ops)} ops {escape(", ".join(dtypes))}</span></summary>'
+        )
+        if ops:
+            out.append('<ul class="ops">' + "".join(_op(n, by_id) for n in ops) + "</ul>")
+        for child, sub in branch.items():
+            if child != "\0ops":
+                walk(child, sub, depth + 1)
+        out.append("</details>")
+
+    for name, branch in tree.items():
+        walk(name, branch, 0)
+    return out
+
+
+def _layer(module: str) -> str:
+    """The layer a module belongs to: up to its first numbered part (`model.layers.3`)."""
+    match = re.match(r"(.*?\.\d+)(\.|$)", module)
+    return match.group(1) if match else module or "(model)"
+
+
+def _chart(title: str, rows: list[tuple[str, float]], limit: float, unit: str) -> str:
+    """Horizontal bars on an inline SVG, one per layer, with the limit drawn as a red line."""
+    width, bar, left = 700, 16, 220
+    height = bar * len(rows) + 30
+    scale = (width - left - 70) / max([limit, *(v for _, v in rows)])
+    parts = [
+        f'<h3>{escape(title)}</h3><svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="{escape(title)}">'
+    ]
+    for i, (label, value) in enumerate(rows):
+        y = 10 + i * bar
+        parts.append(
+            f'<text x="{left - 6}" y="{y + 12}" text-anchor="end" font-size="11">{escape(label[-32:])}</text>'
+        )
+        parts.append(
+            f'<rect x="{left}" y="{y + 2}" width="{max(value * scale, 1):.1f}" height="{bar - 4}" fill="#f59e0b"><title>{escape(label)}: {value:.3g} {unit}</title></rect>'
+        )
+    x = left + limit * scale
+    parts.append(
+        f'<line x1="{x:.1f}" y1="4" x2="{x:.1f}" y2="{height - 14}" stroke="#dc2626" stroke-width="2"/>'
+    )
+    parts.append(
+        f'<text x="{x:.1f}" y="{height - 2}" font-size="11" fill="#dc2626" text-anchor="middle">limit {limit:.3g} {unit}</text></svg>'
+    )
+    return "".join(parts)
+
+
+def _values(data: dict[str, Any], nodes: list[dict[str, Any]]) -> list[str]:
+    values = data.get("values") or {}
+    stats = values.get("nodes") or {}
+    if not stats:
+        return []
+    headroom: dict[str, float] = {}
+    underflow: dict[str, float] = defaultdict(float)
+    for node in nodes:
+        entry = stats.get(str(node["id"]))
+        if not entry or node.get("policy") == "input":
+            continue
+        layer = _layer(str(node.get("module") or ""))
+        if entry.get("headroom") is not None and math.isfinite(entry["headroom"]):
+            headroom[layer] = min(headroom.get(layer, math.inf), max(float(entry["headroom"]), 0.0))
+        underflow[layer] = max(underflow[layer], float(entry.get("underflow") or 0.0))
+    limits = values.get("limits") or {}
+    return [
+        "<h2>Values</h2>",
+        _chart(
+            "Headroom per layer: bits between the largest magnitude and the dtype's largest value "
+            "(a bar short of the line is close to overflow)",
+            list(headroom.items()),
+            float(limits.get("headroom_bits", 2.0)),
+            "bits",
+        ),
+        _chart(
+            "Share of values that underflowed to zero, per layer (a bar past the line loses precision)",
+            [(layer, 100 * share) for layer, share in underflow.items()],
+            100 * float(limits.get("underflow_fraction", 0.01)),
+            "%",
+        ),
+    ]
+
+
+def render_trace(
+    data: dict[str, Any], findings: Sequence[Diagnostic], *, sources: Mapping[str, str], target: str
+) -> str:
+    """The trace page, from `trace --format json`'s document."""
+    nodes = [n for n in data.get("nodes", []) if n.get("policy") != "input"]
+    by_id = {int(n["id"]): n for n in data.get("nodes", [])}
+    summary = data.get("summary") or {}
+    per_dtype = ", ".join(f"{escape(k)} {v}" for k, v in (summary.get("ops_per_dtype") or {}).items())
+    setting = (
+        f"{escape(str(data.get('dtype')))} autocast on {escape(str(data.get('device')))}"
+        f"{' (emulated ' + escape(str(data.get('gpu'))) + ')' if data.get('emulated') else ''}, "
+        f"torch {escape(str(data.get('torch_version')))}"
+    )
+    body = [
+        f"<h1>amplint trace: <code>{escape(target)}</code></h1>",
+        f"<p>{setting}. {summary.get('ops', len(nodes))} ops ({per_dtype}); "
+        f"{summary.get('autocast_casts', 0)} autocast casts.</p>",
+        '<p class="legend"><span class="op float32">float32</span><span class="op bfloat16">bfloat16</span>'
+        '<span class="op float16">float16</span><span class="op other">other</span>'
+        '<span class="op cast">autocast cast</span><span class="op upcast">upcast to float32</span></p>',
+        f"<h2>Findings ({len(findings)})</h2>",
+        *(_findings(findings, sources) or ["<p>None.</p>"]),
+        *_values(data, nodes),
+        "<h2>Modules</h2>",
+        *_tree(nodes, by_id),
+    ]
+    return _page(f"amplint trace {target}", body)
