@@ -235,6 +235,7 @@ def test_unknown_format_is_rejected() -> None:
         "gitlab",
         "junit",
         "markdown",
+        "html",
     )
     with pytest.raises(ValueError, match="unknown output format"):
         render("xml", [], sources={}, color=False)
