@@ -10,6 +10,7 @@ from amplint.config import Settings, load_settings
 from amplint.diagnostics import Diagnostic, sort_diagnostics
 from amplint.discovery import discover
 from amplint.notebook import cell_sources, fix_notebook, is_notebook, lint_notebook, lint_notebook_file
+from amplint.progress import Progress
 from amplint.results import UNPARSABLE, FileResult, too_large, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
 from amplint.rules import rules_for
@@ -82,13 +83,17 @@ def run_check(
     unsafe_fixes: bool = False,
     cache: bool = False,
     jobs: int | None = 1,
+    progress: Progress | None = None,
 ) -> CheckRun:
     """Check `paths`. `fix`/`diff` apply or show the safe fixes (the unsafe ones too with
     `unsafe_fixes`); `cache`: use `.amplint_cache/` (read-only with `diff`); `jobs`: worker processes,
-    None to decide from the CPUs and the amount of work (see `amplint/parallel.py`)."""
+    None to decide from the CPUs and the amount of work (see `amplint/parallel.py`); `progress`:
+    told of every file settled."""
     from amplint.parallel import precheck
 
     found = discover(paths, settings)
+    if progress is not None:
+        progress.total = len(found.files)
     # The profile comes first: every check and every cache key depends on it.
     # Streamed: each file is read, scanned and let go, so that the run holds no file's bytes.
     profile = project_profile(settings, found.files)
@@ -99,7 +104,15 @@ def run_check(
 
         store = Cache(cache_directory(settings), settings, readonly=diff, profile=profile)
     # Cache hits, and (without fix/diff) every file checked in-process or in a pool.
-    done = precheck(found.files, settings, cache=store, fix=fix or diff, jobs=jobs, profile=profile)
+    done = precheck(
+        found.files,
+        settings,
+        cache=store,
+        fix=fix or diff,
+        jobs=jobs,
+        profile=profile,
+        progress=progress.advance if progress is not None else None,
+    )
     for path, message in found.problems:
         problem = unparsable_diagnostic(display_path(path), message)
         if _keep(settings, problem, path):
@@ -122,6 +135,8 @@ def run_check(
             )
             if store is not None:
                 store.store_checked(path, display, result)
+            if progress is not None:
+                progress.advance()
         run.files_checked += 1
         run.errors.extend(result.internal_errors)
         run.warnings.extend(result.warnings)

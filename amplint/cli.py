@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from amplint import __version__
+from amplint.progress import Progress
 from amplint.reporters import FORMATS
 from amplint.runtime.gpu import DEFAULT_GPU, GPUS
 from amplint.runtime.hf import TASKS as HF_TASKS
@@ -366,15 +367,17 @@ def _check(args: argparse.Namespace) -> int:
                 return confirmed
             run = confirmed
         else:
-            run = run_check(
-                paths,
-                settings,
-                fix=args.fix,
-                diff=args.diff,
-                unsafe_fixes=args.unsafe_fixes,
-                cache=not args.no_cache,
-                jobs=args.jobs,
-            )
+            with Progress("checking files", 0, quiet=args.quiet) as progress:
+                run = run_check(
+                    paths,
+                    settings,
+                    fix=args.fix,
+                    diff=args.diff,
+                    unsafe_fixes=args.unsafe_fixes,
+                    cache=not args.no_cache,
+                    jobs=args.jobs,
+                    progress=progress,
+                )
     except Exception as exc:  # a bug in amplint, not in the user's code
         import traceback
 
@@ -719,7 +722,8 @@ def _trace(args: argparse.Namespace) -> int:
             except TraceError as exc:  # a ReplayError too
                 return _error(str(exc))
         else:
-            graph = trace_in_child(spec, args.timeout)
+            with Progress(f"tracing {args.target or args.hf_config}"):
+                graph = trace_in_child(spec, args.timeout)
     except (TargetError, ChildError) as exc:
         return _error(str(exc))
     if saved is not None and graph.values is not None:

@@ -16,7 +16,7 @@ itself, and the parent imports neither libcst nor multiprocessing unless it has 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -100,10 +100,11 @@ def precheck(
     fix: bool = False,
     jobs: int | None = None,
     profile: Profile = CALLER,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[Path, FileResult]:
     """Results for the files that can be settled here. Without `fix`: every file. With `fix`: only
     cache hits that carry no fix (the rest must go through the fixer, which does not trust the cache
-    for a file it may edit)."""
+    for a file it may edit). `progress` is told how many more files are settled, as they are."""
     from amplint.notebook import is_notebook
 
     done: dict[Path, FileResult] = {}
@@ -125,10 +126,12 @@ def precheck(
                 continue
         if not fix:
             tasks.append(_Task(path, display, len(raw), key))
+    tell = progress or (lambda count: None)
+    tell(len(done))
     if not tasks:
         return done
     workers = _workers(jobs, tasks)
-    results = _run_pool(tasks, settings, profile, workers) if workers > 1 else {}
+    results = _run_pool(tasks, settings, profile, workers, tell) if workers > 1 else {}
     for index, task in enumerate(tasks):
         result = results.get(index)
         if result is None:
@@ -138,6 +141,7 @@ def precheck(
                 if isinstance(raw, SourceError)
                 else check_bytes(task.path, task.display, raw, settings, profile)
             )
+            tell(1)
         if cache is not None and task.key is not None and _unchanged(cache, task):
             cache.store(task.key, result)
         if not result.diagnostics:
@@ -216,7 +220,7 @@ def _check_batch(batch: list[tuple[int, str, str]]) -> list[_Outcome]:
 
 
 def _run_pool(
-    tasks: Sequence[_Task], settings: Settings, profile: Profile, workers: int
+    tasks: Sequence[_Task], settings: Settings, profile: Profile, workers: int, tell: Callable[[int], None]
 ) -> dict[int, FileResult]:
     """Check the tasks in worker processes. When a worker dies (a crash in a parser, a kill by a
     signal), the files it had not reported are checked again one at a time in a fresh worker, and
@@ -224,10 +228,10 @@ def _run_pool(
     never a lost run. A batch that failed otherwise (a result that would not pickle) is left out,
     and so checked again in this process, where a real bug raises as it would without the pool."""
     results: dict[int, FileResult] = {}
-    broken = _pool_round(tasks, _batches(tasks, workers), settings, profile, workers, results)
+    broken = _pool_round(tasks, _batches(tasks, workers), settings, profile, workers, results, tell)
     while broken:
         # One worker, one file at a time: the first file left unreported is the one it died on.
-        broken = _pool_round(tasks, [[index] for index in broken], settings, profile, 1, results)
+        broken = _pool_round(tasks, [[index] for index in broken], settings, profile, 1, results, tell)
         if broken:
             index = broken.pop(0)
             task = tasks[index]
@@ -247,6 +251,7 @@ def _pool_round(
     profile: Profile,
     workers: int,
     results: dict[int, FileResult],
+    tell: Callable[[int], None],
 ) -> list[int]:
     """Check `batches` in a pool of `workers`, adding to `results`; the task indices that a dead
     worker left unreported, in order (the first is where a one-worker pool died)."""
@@ -285,6 +290,7 @@ def _pool_round(
                 raw = _bytes_of(task) if has_source and diagnostics else None
                 source = decode_source(raw, task.path) if isinstance(raw, bytes) else None
                 results[index] = FileResult(task.path, task.display, source, diagnostics, errors, warnings)
+            tell(len(outcomes))
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
     return broken

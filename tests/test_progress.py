@@ -1,0 +1,54 @@
+"""Progress on a terminal, nothing elsewhere: a check whose stderr is a pseudo-terminal draws its
+progress line and clears it; piped, or with --quiet, it prints none."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+from support import HAZARD, write
+
+
+def _stderr_on_a_terminal(cwd: Path, *args: str) -> bytes:
+    main, secondary = pty.openpty()
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "amplint", *args],
+            cwd=cwd,
+            stdout=subprocess.DEVNULL,
+            stderr=secondary,
+            timeout=120,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+        os.close(secondary)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # the terminal is closed once everything is read
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(main)
+
+
+def test_a_check_shows_progress_only_on_a_terminal(tmp_path: Path) -> None:
+    for i in range(30):
+        write(tmp_path / f"m{i}.py", HAZARD)
+    shown = _stderr_on_a_terminal(tmp_path, "check", ".", "--no-cache")
+    assert b"checking files" in shown and shown.endswith(b"\r\x1b[2K")  # drawn, then cleared
+    quiet = _stderr_on_a_terminal(tmp_path, "check", ".", "--no-cache", "--quiet")
+    assert b"checking files" not in quiet
+    piped = subprocess.run(
+        [sys.executable, "-m", "amplint", "check", ".", "--no-cache"],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+    )
+    assert b"checking files" not in piped.stderr and b"\x1b" not in piped.stderr
