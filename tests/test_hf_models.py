@@ -75,6 +75,7 @@ def _amplint(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
         ("clip", "CLIPForImageClassification", "convolution"),
         ("bert", "BertLMHeadModel", "embedding"),
         ("wav2vec2", "Wav2Vec2ForSequenceClassification", "convolution"),  # a raw waveform
+        ("speech-encoder-decoder", "SpeechEncoderDecoderModel", "convolution"),  # its encoder's waveform
     ],
 )
 def test_every_head_gets_the_inputs_it_takes(
@@ -110,6 +111,57 @@ def test_a_vision_tower_gets_patches_and_their_grid(tmp_path: Path) -> None:
     assert kwargs["grid_thw"].tolist() == [[1, 8, 8]] and kwargs["hidden_states"].shape[0] == 64
 
 
+@pytest.mark.parametrize(
+    ("model_type", "shapes"),
+    [
+        # a codec's waveform has channels; its semantic encoder (w2v-BERT) reads stacked mel frames
+        ("neucodec", {"input_values": (1, 1, 64 * 480), "input_features": (1, 64, 160)}),
+        # a padding indicator (zeros) over the series, and the frequency class
+        ("timesfm", {"past_values": (1, 512), "past_values_padding": (1, 512), "freq": (1, 1)}),
+        # NaFlex patches, the grid they came from, and a mask over them (ones)
+        (
+            "siglip2_vision_model",
+            {"pixel_values": (1, 256, 768), "spatial_shapes": (1, 2), "pixel_attention_mask": (1, 256)},
+        ),
+        # text and image in one stream; the text no longer than its 40 positions
+        ("vilt", {"input_ids": (1, 40), "pixel_values": (1, 3, 384, 384)}),
+        # SAM3 segments what a text prompt names
+        ("sam3", {"pixel_values": (1, 3, 1008, 1008), "input_ids": (1, 32)}),
+        # the encoder's input of an encoder-decoder that takes `inputs`
+        ("speech-encoder-decoder", {"input_values": (1, 64 * 320), "decoder_input_ids": (1, 64)}),
+        ("pix2struct", {"flattened_patches": (1, 64, 2 + 768), "decoder_input_ids": (1, 64)}),
+        ("pocket_tts_audio_tokenizer_decoder", {"latents": (1, 512, 64)}),  # (batch, hidden, frames)
+        ("smolvlm_vision", {"pixel_values": (1, 3, 224, 224)}),  # a tower left at `input_ids`
+    ],
+)
+def test_inputs_the_forward_requires_or_reads_are_made(
+    tmp_path: Path, model_type: str, shapes: dict[str, tuple[int, ...]]
+) -> None:
+    _, _, kwargs = build(
+        _config(tmp_path, {"model_type": model_type}),
+        layers=2,
+        seq_len=64,
+        batch_size=1,
+        attn_implementation="eager",
+    )
+    assert {name: tuple(value.shape) for name, value in kwargs.items()} == shapes
+    if model_type == "timesfm":  # nothing padded, the high-frequency class
+        assert not kwargs["past_values_padding"].any() and not kwargs["freq"].any()
+    if model_type == "siglip2_vision_model":  # one 16 x 16 image, every patch valid
+        assert kwargs["spatial_shapes"].tolist() == [[16, 16]] and kwargs["pixel_attention_mask"].all()
+    if model_type == "pix2struct":  # each patch's row and column, from 1, then its values
+        assert kwargs["flattened_patches"][0, :, :2].tolist() == [
+            [r, c] for r in range(1, 9) for c in range(1, 9)
+        ]
+
+
+def test_a_model_class_without_a_forward_is_said_so() -> None:
+    """Qwen2.5-Omni's only class joins its thinker, talker and vocoder in `generate`."""
+    config = transformers.AutoConfig.for_model("qwen2_5_omni")
+    with pytest.raises(TargetError, match="Qwen2_5OmniForConditionalGeneration only generates"):
+        model_class(config)
+
+
 def _inputs(tmp_path: Path, model_type: str) -> dict:
     config = _config(tmp_path, {"model_type": model_type})
     return build(config, layers=2, seq_len=64, batch_size=1, attn_implementation="eager")[2]
@@ -139,9 +191,7 @@ def test_what_a_forward_cannot_run_without_is_given(tmp_path: Path) -> None:
 
 def test_a_class_without_a_forward_is_refused(tmp_path: Path) -> None:
     config = read_config(_config(tmp_path, {"model_type": "bark"}))
-    with pytest.raises(
-        TargetError, match=r"no model class for model type 'bark' \(BarkModel: no forward\(\)\)"
-    ):
+    with pytest.raises(TargetError, match=r"no model class that has a forward \(BarkModel only generates\)"):
         model_class(config)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -148,25 +149,14 @@ def _renumber(node: Any, fields: dict[str, Any], total: int, keep: list[int]) ->
 
 def model_class(config: Any, task: str | None = None) -> tuple[str, type]:
     """The task and transformers class to build for `config`."""
-    import torch
     import transformers
     from transformers.models.auto import modeling_auto
 
     model_type = config.model_type
-    idle: set[str] = set()  # classes without a forward (Bark, a VQ-VAE): run by generate() or encode()
-
-    def runs(cls: Any) -> TypeGuard[type]:
-        if not isinstance(cls, type):
-            return False
-        if getattr(cls, "forward", None) is torch.nn.Module.forward:
-            idle.add(cls.__name__)
-            return False
-        return True
-
     if task is None:
         for name in getattr(config, "architectures", None) or ():
             cls = getattr(transformers, name, None)
-            if runs(cls):
+            if _runs(cls):
                 return "architectures", cls
     order = (task,) if task else (_ENCODER_DECODER_ORDER if config.is_encoder_decoder else _ORDER)
     mappings = [(candidate, TASKS[candidate]) for candidate in order]
@@ -175,16 +165,30 @@ def model_class(config: Any, task: str | None = None) -> tuple[str, type]:
             n for n in dir(modeling_auto) if n.startswith("MODEL_FOR_") and n.endswith("_MAPPING_NAMES")
         )
         mappings += [(n.removeprefix("MODEL_FOR_").removesuffix("_MAPPING_NAMES").lower(), n) for n in others]
+    only_generate = None
     for candidate, mapping in mappings:
         name = getattr(modeling_auto, mapping).get(model_type)
         if isinstance(name, (list, tuple)):
             name = name[0]
         cls = getattr(transformers, name, None) if name else None
-        if runs(cls):
+        if _runs(cls):
             return candidate, cls
+        only_generate = name if isinstance(cls, type) else only_generate
     wanted = f"no {task} head" if task else "no model class"
-    note = f" ({', '.join(sorted(idle))}: no forward())" if idle else ""
-    raise TargetError(f"transformers has {wanted} for model type {model_type!r}{note}")
+    if only_generate:
+        wanted += f" that has a forward ({only_generate} only generates)"
+    raise TargetError(f"transformers has {wanted} for model type {model_type!r}")
+
+
+def _runs(cls: Any) -> TypeGuard[type]:
+    """Whether `cls` is a model class with a forward: a composite that only generates (Qwen2.5-Omni
+    joins its thinker, talker and vocoder in `generate`) keeps nn.Module's, which raises."""
+    import torch
+
+    # Read without the class's attribute hooks: a class whose backend is missing raises on any other.
+    return (
+        isinstance(cls, type) and inspect.getattr_static(cls, "forward", None) is not torch.nn.Module.forward
+    )
 
 
 def build(
@@ -297,6 +301,22 @@ def _sub(config: Any, *names: str) -> Any:
     return config
 
 
+def _configs(config: Any) -> Iterator[Any]:
+    """The config and its sub-configs, depth first."""
+    from transformers import PretrainedConfig
+
+    yield config
+    for sub in vars(config).values():
+        if isinstance(sub, PretrainedConfig):
+            yield from _configs(sub)
+
+
+def _find(config: Any, key: str) -> Any:
+    """`key` of the config, else of the first sub-config that sets it (a codec's `hop_length` is
+    on its acoustic model's config)."""
+    return next((value for sub in _configs(config) if (value := getattr(sub, key, None)) is not None), None)
+
+
 def _size(value: Any, given: int | None) -> tuple[int, int]:
     if given is not None:
         return given, given
@@ -313,10 +333,12 @@ def _pixels(config: Any, batch_size: int, image_size: int | None, video: bool = 
     """Images (batch, channels, height, width); a video model's clips have frames after the batch."""
     import torch
 
-    vision = _sub(config, "vision_config", "backbone_config", "encoder")
+    vision = _sub(config, "vision_config", "image_config", "backbone_config", "encoder")
     channels = getattr(vision, "num_channels", None) or 3
-    height, width = _size(getattr(vision, "image_size", None), image_size)
-    frames = getattr(vision, "num_frames", None)
+    # TVP: the side its visual prompt pads to, and its clips' length, are on the model's config.
+    side = getattr(vision, "image_size", None) or getattr(config, "max_img_size", None)
+    height, width = _size(side, image_size)
+    frames = getattr(vision, "num_frames", None) or getattr(config, "num_frames", None)
     if video or frames:
         return torch.randn(batch_size, frames or 8, channels, height, width)
     return torch.randn(batch_size, channels, height, width)
@@ -342,6 +364,75 @@ def _patches(config: Any, parameters: Any) -> dict[str, Any]:
     }
 
 
+def _spatial_patches(config: Any, batch_size: int) -> dict[str, Any]:
+    """Inputs of a vision tower that takes a batch of flattened patch sequences and the grid each
+    came from (SigLIP2's NaFlex): a square image that fills its `num_patches`."""
+    import torch
+
+    vision = _sub(config, "vision_config")
+    size = getattr(vision, "patch_size", None) or 16
+    channels = getattr(vision, "num_channels", None) or 3
+    side = math.isqrt(getattr(vision, "num_patches", None) or 256)
+    return {
+        "pixel_values": torch.randn(batch_size, side * side, channels * size * size),
+        "spatial_shapes": torch.tensor([[side, side]] * batch_size),
+    }
+
+
+def _flattened_patches(config: Any, batch_size: int, seq_len: int) -> Any:
+    """Pix2Struct's patches: each row holds its patch's row and column (numbered from 1, as its
+    processor does) and then its values; a square grid of about `seq_len` patches."""
+    import torch
+
+    vision = _sub(config, "vision_config")
+    side = max(1, math.isqrt(seq_len))
+    rows, columns = torch.meshgrid(torch.arange(1, side + 1), torch.arange(1, side + 1), indexing="ij")
+    places = torch.stack([rows.flatten(), columns.flatten()], dim=-1).float().expand(batch_size, -1, -1)
+    values = torch.randn(batch_size, side * side, vision.patch_embed_hidden_size)
+    return torch.cat([places, values], dim=-1)
+
+
+def _features(config: Any, batch_size: int, seq_len: int) -> tuple[Any, tuple[int, int]]:
+    """Audio features and the (batch, frames) of their mask."""
+    import torch
+
+    audio = _sub(config, "audio_config", "encoder_config", "encoder")
+    mel = getattr(audio, "num_mel_bins", None)
+    positions = getattr(audio, "max_source_positions", None)
+    if mel is not None and positions:  # Whisper: (batch, mel bins, exactly 2 frames per position)
+        return torch.randn(batch_size, mel, 2 * positions), (batch_size, 2 * positions)
+    # conformer encoders, Speech2Text, w2v-BERT (two mel frames stacked, also a codec's semantic
+    # encoder) and FunASR (`input_size`: seven stacked): (batch, frames, features)
+    features = (
+        getattr(audio, "input_size", None)
+        or mel
+        or _find(audio, "feature_projection_input_dim")
+        or (getattr(audio, "input_feat_per_channel", None) or 80)
+        * (getattr(audio, "input_channels", None) or 1)
+    )
+    return torch.randn(batch_size, seq_len, features), (batch_size, seq_len)
+
+
+def _waveform(config: Any, batch_size: int, seq_len: int) -> Any:
+    """Raw audio, one sample per stride of the encoder: (batch, samples) for a feature encoder
+    (wav2vec2), (batch, channels, samples) for a codec, whose strided convolutions (its
+    `downsampling_ratios`) read channels; a spectrogram transformer's (batch, frames, mel bins)."""
+    import torch
+
+    audio = _sub(config, "audio_config", "encoder_config", "encoder")
+    mel, frames = getattr(audio, "num_mel_bins", None), getattr(audio, "max_length", None)
+    if mel and frames:
+        return torch.randn(batch_size, frames, mel)
+    ratios = _find(audio, "downsampling_ratios") or _find(audio, "upsampling_ratios")
+    stride = _find(audio, "hop_length") or math.prod(ratios or getattr(audio, "conv_stride", None) or (320,))
+    channels = getattr(audio, "audio_channels", None) or (
+        (getattr(audio, "channels", None) or 1) if ratios else None
+    )
+    if channels is None:
+        return torch.randn(batch_size, seq_len * stride)
+    return torch.randn(batch_size, channels, seq_len * stride)
+
+
 def token_ids(vocab: int, shape: tuple[int, ...], seed: int = 0) -> Any:
     """Token ids drawn from a Zipf law over the vocabulary (rank r has weight 1/(r+1)), as text
     tokens are: a few ids are frequent, most are rare. Never all one id."""
@@ -353,102 +444,160 @@ def token_ids(vocab: int, shape: tuple[int, ...], seed: int = 0) -> Any:
     return torch.multinomial(weights, count, replacement=True, generator=generator).reshape(shape)
 
 
+class _Inputs:
+    """Tensors for forward parameters, made by name and shaped by the config, with the
+    (batch, positions) of each sequence made, for a mask over it."""
+
+    def __init__(self, config: Any, *, seq_len: int, batch_size: int, image_size: int | None) -> None:
+        self.config, self.seq_len, self.batch_size, self.image_size = config, seq_len, batch_size, image_size
+        self.text = _sub(config, "text_config", "decoder")
+        self.vocab = getattr(self.text, "vocab_size", None) or getattr(config, "vocab_size", None) or 32
+        # A text no longer than the text model has positions for (ViLT and SAM3 have 40 and 32).
+        limit = getattr(self.text, "max_position_embeddings", None)
+        self.length = min(seq_len, limit) if type(limit) is int and limit > 0 else seq_len
+        self.kwargs: dict[str, Any] = {}
+        self.positions: dict[str, tuple[int, ...]] = {}
+
+    def add(self, name: str) -> bool:
+        """Make the input `name`; False for a name it does not know."""
+        import torch
+
+        config, batch, length = self.config, self.batch_size, self.seq_len
+        hidden = getattr(self.text, "hidden_size", None) or getattr(config, "hidden_size", None)
+        # a prompt of the length the config gives (OneFormer's task: `task_inputs`, `task_seq_len`)
+        prompt = (
+            getattr(config, name.removesuffix("inputs") + "seq_len", None)
+            if name.endswith("_inputs")
+            else None
+        )
+        positions: tuple[int, ...] | None = None
+        if name in ("pixel_values", "pixel_values_videos") or name.endswith("_pixel_values"):
+            value = _pixels(config, batch, self.image_size, video=name == "pixel_values_videos")
+        elif name == "input_ids":
+            value = token_ids(self.vocab, (batch, self.length))
+            positions = (batch, self.length)
+        elif type(prompt) is int:
+            value = token_ids(self.vocab, (batch, prompt))
+        elif name == "input_features":
+            value, positions = _features(config, batch, length)
+        elif name == "input_values":
+            value = _waveform(config, batch, length)
+        elif name == "past_values":  # a time series: (batch, context), then channels where it has several
+            context = getattr(config, "context_length", None) or length
+            channels = getattr(config, "num_input_channels", None)
+            value = torch.randn(batch, context) if channels is None else torch.randn(batch, context, channels)
+            positions = (batch, context)
+        elif name.endswith("_embeds") and hidden:  # vectors of the model's width (a Q-Former's queries)
+            value, positions = torch.randn(batch, length, hidden), (batch, length)
+        elif name.endswith("_input_ids"):  # ids of a sub-model's own vocabulary (InstructBLIP's Q-Former)
+            sub_vocab = getattr(
+                getattr(config, name.removesuffix("input_ids") + "config", None), "vocab_size", None
+            )
+            if not sub_vocab:
+                return False
+            value, positions = token_ids(sub_vocab, (batch, self.length)), (batch, self.length)
+        elif name == "latents" and hidden:  # what an audio codec's decoder decodes: (batch, hidden, frames)
+            value, positions = torch.randn(batch, hidden, length), (batch, length)
+        elif name == "flattened_patches":
+            value = _flattened_patches(config, batch, length)
+        elif name == "freq":  # TimesFM's frequency class: 0 (high), what its forecaster uses when not told
+            value = torch.zeros(batch, 1, dtype=torch.long)
+        elif name.endswith(("_mask", "_padding")):
+            # A mask over a sequence made, every position valid: ones; a padding indicator: zeros.
+            stem = name.removesuffix("_mask").removesuffix("_padding").removesuffix("_attention")
+            over = next((k for k in self.positions if k == stem or k.startswith(stem + "_")), None)
+            if over is None:
+                return False
+            value = (torch.zeros if name.endswith("_padding") else torch.ones)(
+                self.positions[over], dtype=torch.long
+            )
+        else:
+            return False
+        self.kwargs[name] = value
+        if positions is not None:
+            self.positions[name] = positions
+        return True
+
+
+def _required(parameters: Any) -> list[str]:
+    """The forward's parameters that have no default."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [name for name, p in parameters.items() if p.default is p.empty and p.kind in kinds]
+
+
+def _main_inputs(model: Any, parameters: Any) -> list[str]:
+    """The inputs the model names as its main ones. An encoder-decoder that takes `inputs` reads
+    its encoder's; a tower whose class keeps its parent model's main input name (a vision tower
+    left at `input_ids`) reads the first input its forward requires."""
+    main = getattr(model, "main_input_name", "input_ids")
+    names = [main] if isinstance(main, str) else list(main)
+    encoder: str = getattr(getattr(model, "encoder", None), "main_input_name", "")
+    if names == ["inputs"] and encoder in parameters:
+        return [encoder]
+    return names if names[0] in parameters else _required(parameters)[:1] or names
+
+
+def _placeholders(config: Any, *kinds: str) -> bool:
+    """Whether the config (or a sub-config) names a token that stands for an image (or another
+    kind) in the text, where the model splices that input in."""
+    keys = [f"{kind}_token_{suffix}" for kind in kinds for suffix in ("id", "index")]
+    return any(hasattr(sub, key) for sub in _configs(config) for key in keys)
+
+
 def inputs(model: Any, *, seq_len: int, batch_size: int, image_size: int | None = None) -> dict[str, Any]:
-    """Keyword inputs for `model.forward`, shaped by its main input and its config."""
+    """Keyword inputs for `model.forward`: its main input, the other inputs its forward requires,
+    and a second modality it reads beside the main one, shaped by its config."""
     import torch
 
     config = model.config
-    text = _sub(config, "text_config", "decoder")
-    vocab = getattr(text, "vocab_size", None) or getattr(config, "vocab_size", None) or 32
     parameters = inspect.signature(model.forward).parameters
-    required = [
-        name
-        for name, parameter in parameters.items()
-        if parameter.default is parameter.empty
-        and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
-    ]
-    main = getattr(model, "main_input_name", "input_ids")
-    if main not in parameters and required:  # a tower left at the default `input_ids` (Idefics3's)
-        main = required[0]
-    width = getattr(config, "hidden_size", None)
-    kwargs: dict[str, Any] = {}
+    main = _main_inputs(model, parameters)
+    made = _Inputs(config, seq_len=seq_len, batch_size=batch_size, image_size=image_size)
     patch_grid = "grid_thw" in parameters or "image_grid_thw" in parameters
-    if patch_grid and (main != "input_ids" or "input_ids" not in parameters):  # a vision tower
-        kwargs.update(_patches(config, parameters))
-    elif main in ("pixel_values", "pixel_values_videos"):
-        kwargs[main] = _pixels(config, batch_size, image_size, video=main == "pixel_values_videos")
-    elif main == "past_values":  # a time-series model: (batch, context, channels)
-        context = getattr(config, "context_length", None) or seq_len
-        channels = getattr(config, "num_input_channels", None) or 1
-        kwargs[main] = torch.randn(batch_size, context, channels)
-    elif main == "input_features":
-        audio = _sub(config, "audio_config", "encoder_config", "encoder")
-        mel = getattr(audio, "num_mel_bins", None)
-        positions = getattr(audio, "max_source_positions", None)
-        if mel is not None and positions:  # Whisper: (batch, mel bins, exactly 2 frames per position)
-            frames = 2 * positions
-            kwargs[main] = torch.randn(batch_size, mel, frames)
-        else:  # conformer encoders and Speech2Text: (batch, frames, features)
-            frames = seq_len
-            # `input_size`: the features of a frame where the config stacks mel frames (FunASR).
-            features = (
-                getattr(audio, "input_size", None)
-                or mel
-                or (getattr(audio, "input_feat_per_channel", None) or 80)
-                * (getattr(audio, "input_channels", None) or 1)
-            )
-            kwargs[main] = torch.randn(batch_size, frames, features)
-        if "input_features_mask" in parameters:  # every frame is audio, none is padding (1: valid)
-            kwargs["input_features_mask"] = torch.ones(batch_size, frames, dtype=torch.long)
-    elif main == "input_values":
-        audio = _sub(config, "audio_config", "encoder_config")
-        mel, frames = getattr(audio, "num_mel_bins", None), getattr(audio, "max_length", None)
-        if mel and frames:  # a spectrogram transformer: (batch, frames, mel bins)
-            kwargs[main] = torch.randn(batch_size, frames, mel)
-        else:  # a waveform, one sample per stride of the feature encoder; codecs take channels
-            stride = getattr(audio, "hop_length", None) or math.prod(
-                getattr(audio, "conv_stride", None) or (320,)
-            )
-            channels = getattr(audio, "audio_channels", None)
-            shape = (
-                (batch_size, seq_len * stride)
-                if channels is None
-                else (batch_size, channels, seq_len * stride)
-            )
-            kwargs[main] = torch.randn(*shape)
-    elif main == "latents" and width:  # a codec's decoder: (batch, channels, frames), as convolutions read
-        kwargs[main] = torch.randn(batch_size, width, seq_len)
-    elif main.endswith("_embeds") and width:  # vectors of the model's width (a Q-Former's queries)
-        kwargs[main] = torch.randn(batch_size, seq_len, width)
+    if patch_grid and (main[0] != "input_ids" or "input_ids" not in parameters):  # a vision tower
+        made.kwargs.update(_patches(config, parameters))
+    elif "spatial_shapes" in parameters and main[0] == "pixel_values":
+        made.kwargs.update(_spatial_patches(config, batch_size))
+        made.positions["pixel_values"] = tuple(made.kwargs["pixel_values"].shape[:2])
     else:
-        kwargs["input_ids"] = token_ids(vocab, (batch_size, seq_len))
-        dual = getattr(config, "vision_config", None) is not None and not any(
-            hasattr(config, key) for key in ("image_token_id", "image_token_index")
-        )
-        if dual and "pixel_values" in parameters:  # a dual encoder (CLIP-like) reads both
-            kwargs["pixel_values"] = _pixels(config, batch_size, image_size)
+        known = [name for name in main if made.add(name)]
+        declared = getattr(model, "main_input_name", None)
+        if not known and isinstance(declared, str):  # an input it does not know: the one the class names
+            made.add(declared)
+        if not made.kwargs:  # else token ids, as most models read
+            made.add("input_ids")
+    # A model that reads a second modality beside its main one and does not splice it into the
+    # text at placeholder tokens (a CLIP-like dual encoder, ViLT, TVP; SAM3's text prompt) reads both.
+    towers = ("vision_config", "image_config", "backbone_config")
+    images = any(_sub(config, key) is not config for key in towers) or hasattr(config, "image_size")
+    if (
+        main == ["input_ids"]
+        and "pixel_values" in parameters
+        and images
+        and not _placeholders(config, "image")
+    ):
+        made.add("pixel_values")
+    text = _sub(config, "text_config") is not config and not _placeholders(config, "image", "video")
+    if main[0].startswith("pixel_values") and "input_ids" in parameters and text:
+        made.add("input_ids")
+    for name in _required(parameters):
+        if name not in made.kwargs:
+            made.add(name)
+    if "input_features" in made.kwargs and "input_features_mask" in parameters:
+        made.add("input_features_mask")  # audio encoders count frames from it, optional or not
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:
-        kwargs["decoder_input_ids"] = token_ids(vocab, (batch_size, seq_len), seed=1)
-    for name in required:  # what the forward cannot run without besides its main input
-        if name in kwargs:
-            continue
-        if name == "input_ids":  # the prompt of a vision-language model (BLIP-2, Grounding DINO)
-            kwargs[name] = token_ids(vocab, (batch_size, seq_len))
-        elif name.endswith("_input_ids"):  # ids of a sub-model's own vocabulary (InstructBLIP's Q-Former)
-            sub = getattr(config, name.removesuffix("input_ids") + "config", None)
-            if sub_vocab := getattr(sub, "vocab_size", None):
-                kwargs[name] = token_ids(sub_vocab, (batch_size, seq_len))
+        made.kwargs["decoder_input_ids"] = token_ids(made.vocab, (batch_size, seq_len), seed=1)
     attended = getattr(config, "encoder_hidden_size", None)
-    if attended and "encoder_hidden_states" in parameters and "encoder_hidden_states" not in kwargs:
+    if attended and "encoder_hidden_states" in parameters and "encoder_hidden_states" not in made.kwargs:
         # A cross-attending stack whose config names the width of what it attends to (BLIP-2's
         # Q-Former over the vision tower's output) cannot run its cross-attention layers without it.
-        kwargs["encoder_hidden_states"] = torch.randn(batch_size, seq_len, attended)
+        made.kwargs["encoder_hidden_states"] = torch.randn(batch_size, seq_len, attended)
     if "bbox" in parameters and not hasattr(config, "max_2d_position_embeddings"):
         # A layout model reads a box per token. Where the config embeds integer coordinates
         # (`max_2d_position_embeddings`) families read different scales (LayoutLM a 0..1000 grid,
         # UDOP [0, 1]), so their own default stands; Bros has none and reads [0, 1].
-        kwargs["bbox"] = _boxes(batch_size, seq_len)
-    return kwargs
+        made.kwargs["bbox"] = _boxes(batch_size, seq_len)
+    return made.kwargs
 
 
 def _boxes(batch_size: int, seq_len: int) -> Any:
