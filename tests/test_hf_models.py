@@ -115,7 +115,14 @@ def test_a_vision_tower_gets_patches_and_their_grid(tmp_path: Path) -> None:
     ("model_type", "shapes"),
     [
         # a codec's waveform has channels; its semantic encoder (w2v-BERT) reads stacked mel frames
-        ("neucodec", {"input_values": (1, 1, 64 * 480), "input_features": (1, 64, 160)}),
+        (
+            "neucodec",
+            {
+                "input_values": (1, 1, 64 * 480),
+                "input_features": (1, 64, 160),
+                "input_features_mask": (1, 64),
+            },
+        ),
         # a padding indicator (zeros) over the series, and the frequency class
         ("timesfm", {"past_values": (1, 512), "past_values_padding": (1, 512), "freq": (1, 1)}),
         # NaFlex patches, the grid they came from, and a mask over them (ones)
