@@ -1,4 +1,4 @@
-"""Rule documentation as users read it: `amplint rule CODE`, `amplint rule --all`, the README table."""
+"""Rule documentation as users read it: `amplint rule CODE`, `amplint rule --all`, the table of docs/rules.md."""
 
 from __future__ import annotations
 

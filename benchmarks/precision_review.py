@@ -804,7 +804,7 @@ def render_report(
     add("")
     add(
         "Files and lines count the `.py` files of the checked folder. † marks the projects amplint's "
-        'rules were developed against (README, "Measured on real code"); the held-out rows below '
+        "rules were developed against (docs/measured.md); the held-out rows below "
         'leave them out. "By rule" gives `AMP`-less codes.'
     )
     unparsable = sum(1 for f in findings if f["code"] in NOT_SAMPLED)

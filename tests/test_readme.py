@@ -1,4 +1,5 @@
-"""The README is the first thing a user runs: its commands, rule table and JSON schema stay true."""
+"""The README is the first thing a user runs: its commands stay true; so do the rule table and the
+JSON schema that the docs show."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from amplint.docs import TABLE_END, TABLE_START, rule_table
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+RULES = (ROOT / "docs" / "rules.md").read_text(encoding="utf-8")
+FORMATS = (ROOT / "docs" / "formats.md").read_text(encoding="utf-8")
 
 
 def _first_code_block() -> list[str]:
@@ -34,15 +37,15 @@ def test_ci_runs_the_readme_test_command_verbatim() -> None:
 
 
 def test_rule_table_is_generated_from_the_catalogue() -> None:
-    start = README.index(TABLE_START) + len(TABLE_START)
-    end = README.index(TABLE_END)
-    assert README[start:end].strip() == rule_table(markdown=True), (
-        "README rule table is stale: regenerate it with `amplint rule --all --format markdown`"
+    start = RULES.index(TABLE_START) + len(TABLE_START)
+    end = RULES.index(TABLE_END)
+    assert RULES[start:end].strip() == rule_table(markdown=True), (
+        "docs/rules.md's table is stale: regenerate it with `amplint rule --all --format markdown`"
     )
 
 
 def test_documented_json_keys_match_the_data_model() -> None:
-    block = re.search(r"```json\n(.*?)```", README, re.S)
+    block = re.search(r"```json\n(.*?)```", FORMATS, re.S)
     assert block is not None
     text = re.sub(r"^  ", "", block.group(1), flags=re.M)
     documented = json.loads(text)["diagnostics"][0]
@@ -52,3 +55,16 @@ def test_documented_json_keys_match_the_data_model() -> None:
     assert set(documented) == set(real)
     assert set(documented["fix"]) == set(real["fix"])
     assert set(documented["fix"]["edits"][0]) == set(real["fix"]["edits"][0])
+
+
+def test_readme_front_page_is_short_and_its_links_resolve() -> None:
+    assert README.count("\n") <= 200
+    first_screen = README.splitlines()[:40]
+    assert all(command in first_screen for command in _first_code_block())
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README):
+        if not target.startswith("http"):
+            assert (ROOT / target).exists(), target
+    for page in (ROOT / "docs").glob("*.md"):
+        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+            if not target.startswith("http"):
+                assert (page.parent / target).exists(), f"{page.name}: {target}"
