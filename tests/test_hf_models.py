@@ -202,6 +202,44 @@ def test_a_class_without_a_forward_is_refused(tmp_path: Path) -> None:
         model_class(config)
 
 
+@pytest.mark.parametrize(
+    ("model_type", "main", "shape"),
+    [
+        ("dac", "input_values", (1, 1, 64 * 512)),  # a codec's extractor gives the channel axis
+        ("muse_spark_audio", "input_values", (1, 21120)),  # padded by its extractor, to a multiple of 96
+        ("glmasr_encoder", "input_features", (1, 128, 64)),  # its input layer convolves over mel bins
+        ("gemma4_audio", "input_features", (1, 64, 128)),  # mel bins its extractor names, not its config
+        ("wav2vec2-bert", "input_features", (1, 64, 160)),  # two frames stacked per feature vector
+        ("owlvit", "input_ids", (1, 16)),  # as many tokens as the text tower has positions
+        ("efficientloftr", "pixel_values", (1, 2, 3, 224, 224)),  # a keypoint matcher's image pair
+        ("perceiver", "pixel_values", (1, 3, 56, 56)),  # images, though its config counts frames
+        ("sam2", "pixel_values", (1, 3, 1024, 1024)),  # the size its vision backbone names
+        ("timesfm2_5", "past_values", (1, 16384)),  # a univariate series has no channel axis
+        ("sam3_lite_text_text_model", "input_ids", (1, 64)),  # a text tower under an image base class
+    ],
+)
+def test_inputs_are_laid_out_as_the_model_takes_them(
+    tmp_path: Path, model_type: str, main: str, shape: tuple[int, ...]
+) -> None:
+    _, _, kwargs = build(
+        _config(tmp_path, {"model_type": model_type}),
+        layers=2,
+        seq_len=64,
+        batch_size=1,
+        attn_implementation="eager",
+    )
+    assert tuple(kwargs[main].shape) == shape
+
+
+def test_a_shrunk_backbone_hands_out_as_many_feature_maps(tmp_path: Path) -> None:
+    """ZoeDepth's neck reads blocks 6, 12, 18 and 24 of 24: 2 layers keep 4, one per feature map."""
+    backbone = read_config(_config(tmp_path, {"model_type": "zoedepth"}), layers=2).backbone_config
+    assert backbone.num_hidden_layers == 4 and backbone.out_indices == [1, 2, 3, 4]
+    assert backbone.out_features == backbone.stage_names[1:]
+    dinov2 = read_config(_config(tmp_path, {"model_type": "dinov2"}), layers=2)
+    assert dinov2.num_hidden_layers == 2 and dinov2.out_features == ["stage2"]
+
+
 def test_architectures_in_the_config_pick_the_class_and_task_overrides(tmp_path: Path) -> None:
     config = _config(tmp_path, {"model_type": "bert", "architectures": ["BertForSequenceClassification"]})
     assert model_class(read_config(config))[1] is transformers.BertForSequenceClassification

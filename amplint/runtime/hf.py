@@ -110,9 +110,10 @@ def shrink(config: Any, layers: int) -> None:
 
 
 def _kept_blocks(fields: dict[str, Any], total: int, layers: int) -> list[int]:
-    """Which of `total` blocks to keep: the first `layers`, and the first of each kind a per-block
-    list (`layer_types`) names."""
-    keep = set(range(layers))
+    """Which of `total` blocks to keep: the first `layers` (at least one per feature map a backbone
+    hands out: a neck reads as many as the full backbone gives), and the first of each kind a
+    per-block list (`layer_types`) names."""
+    keep = set(range(max(layers, sum(1 for stage in _out_stages(fields, total) if stage))))
     for key in _PER_LAYER:
         kinds = fields.get(key)
         if isinstance(kinds, (list, tuple)) and len(kinds) == total:
@@ -123,13 +124,27 @@ def _kept_blocks(fields: dict[str, Any], total: int, layers: int) -> list[int]:
     return sorted(keep)
 
 
+def _out_stages(fields: dict[str, Any], total: int) -> list[int]:
+    """The stages a backbone of `total` blocks hands out (0: its stem, i: block i - 1's output)."""
+    stages, out = fields.get("stage_names"), fields.get("_out_indices")
+    if not (isinstance(stages, list) and len(stages) == total + 1 and isinstance(out, list)):
+        return []
+    return [i % len(stages) for i in out]
+
+
 def _renumber(node: Any, fields: dict[str, Any], total: int, keep: list[int]) -> None:
     """Per-block lists keep the kept blocks' entries; lists of block indices are renumbered; a
     period (`attn_layer_period`) longer than the stack shrinks to it, where no per-block list
     names the kinds."""
     position = {old: new for new, old in enumerate(keep)}
+    out = _out_stages(fields, total)
+    if out:  # a backbone's stages: the stem, then one per block; the kept ones keep their names
+        node.stage_names = fields["stage_names"][:1] + [fields["stage_names"][i + 1] for i in keep]
+        # Its feature maps come from the last kept blocks, in order; the stem stays the stem.
+        last = iter(range(len(keep) + 1 - sum(1 for stage in out if stage), len(keep) + 1))
+        node.out_indices = [stage and next(last) for stage in out]
     for key, value in list(fields.items()):
-        if not isinstance(value, (list, tuple)) or isinstance(value, str):
+        if not isinstance(value, (list, tuple)) or (out and key in ("_out_indices", "_out_features")):
             continue
         if len(value) == total and key not in _INDEX_LISTS:
             setattr(node, key, type(value)(value[i] for i in keep))
@@ -329,17 +344,21 @@ def _size(value: Any, given: int | None) -> tuple[int, int]:
     return DEFAULT_IMAGE_SIZE, DEFAULT_IMAGE_SIZE
 
 
-def _pixels(config: Any, batch_size: int, image_size: int | None, video: bool = False) -> Any:
-    """Images (batch, channels, height, width); a video model's clips have frames after the batch."""
+def _pixels(
+    config: Any, batch_size: int, image_size: int | None, video: bool = False, still: bool = False
+) -> Any:
+    """Images (batch, channels, height, width); a video model's clips have frames after the batch
+    (`video`, or frames counted in the config of a model not `still`)."""
     import torch
 
     vision = _sub(config, "vision_config", "image_config", "backbone_config", "encoder")
     channels = getattr(vision, "num_channels", None) or 3
-    # TVP: the side its visual prompt pads to, and its clips' length, are on the model's config.
-    side = getattr(vision, "image_size", None) or getattr(config, "max_img_size", None)
+    # TVP: the side its visual prompt pads to, and its clips' length, are on the model's config;
+    # SAM 2 keeps its image size in the vision tower's backbone.
+    side = _find(vision, "image_size") or getattr(config, "max_img_size", None)
     height, width = _size(side, image_size)
     frames = getattr(vision, "num_frames", None) or getattr(config, "num_frames", None)
-    if video or frames:
+    if video or (frames and not still):
         return torch.randn(batch_size, frames or 8, channels, height, width)
     return torch.randn(batch_size, channels, height, width)
 
@@ -392,25 +411,51 @@ def _flattened_patches(config: Any, batch_size: int, seq_len: int) -> Any:
     return torch.cat([places, values], dim=-1)
 
 
-def _features(config: Any, batch_size: int, seq_len: int) -> tuple[Any, tuple[int, int]]:
+def _features(model: Any, batch_size: int, seq_len: int) -> tuple[Any, tuple[int, int]]:
     """Audio features and the (batch, frames) of their mask."""
     import torch
 
+    config = model.config
     audio = _sub(config, "audio_config", "encoder_config", "encoder")
-    mel = getattr(audio, "num_mel_bins", None)
-    positions = getattr(audio, "max_source_positions", None)
-    if mel is not None and positions:  # Whisper: (batch, mel bins, exactly 2 frames per position)
-        return torch.randn(batch_size, mel, 2 * positions), (batch_size, 2 * positions)
+    mel = _find(audio, "num_mel_bins")
+    weighted = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Linear)
+    first = next((m for m in model.modules() if isinstance(m, weighted)), None)  # its input layer
+    if mel is not None and isinstance(first, torch.nn.Conv1d) and first.in_channels == mel:
+        # The input layer convolves over mel bins (Whisper): (batch, mel bins, frames), exactly 2
+        # frames per position where the positions are learned.
+        positions = getattr(audio, "max_source_positions", None)
+        frames = 2 * positions if positions else seq_len
+        return torch.randn(batch_size, mel, frames), (batch_size, frames)
     # conformer encoders, Speech2Text, w2v-BERT (two mel frames stacked, also a codec's semantic
     # encoder) and FunASR (`input_size`: seven stacked): (batch, frames, features)
+    per_channel = getattr(audio, "input_feat_per_channel", None)  # Speech2Text
     features = (
         getattr(audio, "input_size", None)
-        or mel
         or _find(audio, "feature_projection_input_dim")
-        or (getattr(audio, "input_feat_per_channel", None) or 80)
-        * (getattr(audio, "input_channels", None) or 1)
+        or mel
+        or (per_channel and per_channel * (getattr(audio, "input_channels", None) or 1))
+        or getattr(_feature_extractor(config), "feature_size", None)  # Gemma 4's names no mel bins
+        or 80
     )
     return torch.randn(batch_size, seq_len, features), (batch_size, seq_len)
+
+
+def _feature_extractor(config: Any) -> Any:
+    """The feature extractor of the config's model type with its default settings, else of a model
+    type of the same transformers module (`pe_audio_encoder` is `pe_audio`'s); None when there is
+    none, or it needs a package that is not installed."""
+    from transformers.models.auto import feature_extraction_auto as auto
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    names = auto.FEATURE_EXTRACTOR_MAPPING_NAMES
+    module = type(config).__module__.split(".")[-2]
+    name = names.get(config.model_type) or next(
+        (n for t, n in names.items() if model_type_to_module_name(t) == module), None
+    )
+    try:
+        return auto.feature_extractor_class_from_name(name)() if name else None
+    except ImportError:
+        return None
 
 
 def _waveform(config: Any, batch_size: int, seq_len: int) -> Any:
@@ -428,9 +473,17 @@ def _waveform(config: Any, batch_size: int, seq_len: int) -> Any:
     channels = getattr(audio, "audio_channels", None) or (
         (getattr(audio, "channels", None) or 1) if ratios else None
     )
-    if channels is None:
-        return torch.randn(batch_size, seq_len * stride)
-    return torch.randn(batch_size, channels, seq_len * stride)
+    samples = seq_len * stride
+    if channels is not None:
+        return torch.randn(batch_size, channels, samples)
+    # Nothing in the config says whether the waveform has a channel axis, or what length the model
+    # needs (a multiple of its frame): the model's own feature extractor lays it out and pads it.
+    extractor = _feature_extractor(config)
+    if extractor is None or not hasattr(extractor, "sampling_rate"):
+        return torch.randn(batch_size, samples)
+    waves = [torch.randn(samples).numpy() for _ in range(batch_size)]
+    extracted = extractor(waves, sampling_rate=extractor.sampling_rate, return_tensors="pt")
+    return extracted["input_values"] if "input_values" in extracted else torch.randn(batch_size, samples)
 
 
 def token_ids(vocab: int, shape: tuple[int, ...], seed: int = 0) -> Any:
@@ -448,8 +501,10 @@ class _Inputs:
     """Tensors for forward parameters, made by name and shaped by the config, with the
     (batch, positions) of each sequence made, for a mask over it."""
 
-    def __init__(self, config: Any, *, seq_len: int, batch_size: int, image_size: int | None) -> None:
-        self.config, self.seq_len, self.batch_size, self.image_size = config, seq_len, batch_size, image_size
+    def __init__(self, model: Any, *, seq_len: int, batch_size: int, image_size: int | None) -> None:
+        config = model.config
+        self.model, self.config = model, config
+        self.seq_len, self.batch_size, self.image_size = seq_len, batch_size, image_size
         self.text = _sub(config, "text_config", "decoder")
         self.vocab = getattr(self.text, "vocab_size", None) or getattr(config, "vocab_size", None) or 32
         # A text no longer than the text model has positions for (ViLT and SAM3 have 40 and 32).
@@ -472,14 +527,24 @@ class _Inputs:
         )
         positions: tuple[int, ...] | None = None
         if name in ("pixel_values", "pixel_values_videos") or name.endswith("_pixel_values"):
-            value = _pixels(config, batch, self.image_size, video=name == "pixel_values_videos")
+            from transformers.models.auto import modeling_auto as auto
+
+            # An image classifier takes images where its config counts frames for other heads
+            # (Perceiver); a keypoint matcher takes a pair of images.
+            classifiers = auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES.get(config.model_type, ())
+            still = type(self.model).__name__ in (
+                (classifiers,) if isinstance(classifiers, str) else classifiers
+            )
+            value = _pixels(config, batch, self.image_size, video=name == "pixel_values_videos", still=still)
+            if config.model_type in auto.MODEL_FOR_KEYPOINT_MATCHING_MAPPING_NAMES:
+                value = torch.stack((value, torch.randn_like(value)), dim=1)
         elif name == "input_ids":
             value = token_ids(self.vocab, (batch, self.length))
             positions = (batch, self.length)
         elif type(prompt) is int:
             value = token_ids(self.vocab, (batch, prompt))
         elif name == "input_features":
-            value, positions = _features(config, batch, length)
+            value, positions = _features(self.model, batch, length)
         elif name == "input_values":
             value = _waveform(config, batch, length)
         elif name == "past_values":  # a time series: (batch, context), then channels where it has several
@@ -534,7 +599,12 @@ def _main_inputs(model: Any, parameters: Any) -> list[str]:
     encoder: str = getattr(getattr(model, "encoder", None), "main_input_name", "")
     if names == ["inputs"] and encoder in parameters:
         return [encoder]
-    return names if names[0] in parameters else _required(parameters)[:1] or names
+    if names == ["inputs"] and "pixel_values" in parameters:  # Perceiver's `inputs` of any modality, named
+        return ["pixel_values"]
+    if names[0] in parameters:
+        return names
+    # A text tower under an image base class (SAM3's) takes token ids, whatever the class says.
+    return _required(parameters)[:1] or (["input_ids"] if "input_ids" in parameters else names)
 
 
 def _placeholders(config: Any, *kinds: str) -> bool:
@@ -552,7 +622,7 @@ def inputs(model: Any, *, seq_len: int, batch_size: int, image_size: int | None 
     config = model.config
     parameters = inspect.signature(model.forward).parameters
     main = _main_inputs(model, parameters)
-    made = _Inputs(config, seq_len=seq_len, batch_size=batch_size, image_size=image_size)
+    made = _Inputs(model, seq_len=seq_len, batch_size=batch_size, image_size=image_size)
     patch_grid = "grid_thw" in parameters or "image_grid_thw" in parameters
     if patch_grid and (main[0] != "input_ids" or "input_ids" not in parameters):  # a vision tower
         made.kwargs.update(_patches(config, parameters))
