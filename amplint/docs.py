@@ -43,7 +43,7 @@ def rule_table(*, markdown: bool) -> str:
         )
     rows = ["| Code | Name | What it flags | Fix | Default |", "| --- | --- | --- | --- | --- |"]
     rows += [
-        f'| <a id="{rule.code.lower()}-{rule.name}"></a>{rule.code} | `{rule.name}` | {rule.summary} | '
+        f'| <a id="{rule.code.lower()}-{rule.name}"></a>[{rule.code}](rules/{rule.code}.md) | `{rule.name}` | {rule.summary} | '
         f"{_fix_cell(rule)} | {_default(rule)} |"
         for rule in rules
     ]

@@ -68,3 +68,16 @@ def test_readme_front_page_is_short_and_its_links_resolve() -> None:
         for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
             if not target.startswith("http"):
                 assert (page.parent / target).exists(), f"{page.name}: {target}"
+
+
+def test_every_rule_has_its_page_as_amplint_rule_prints_it() -> None:
+    from amplint.docs import rule_page
+    from amplint.rules import all_rules
+
+    pages = {page.stem for page in (ROOT / "docs" / "rules").glob("*.md")}
+    assert pages == {rule.code for rule in all_rules()}
+    for rule in all_rules():
+        text = (ROOT / "docs" / "rules" / f"{rule.code}.md").read_text(encoding="utf-8")
+        assert text == rule_page(rule) + "\n", (
+            f"regenerate it: amplint rule {rule.code} > docs/rules/{rule.code}.md"
+        )

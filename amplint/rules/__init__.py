@@ -12,7 +12,7 @@ from amplint.results import UNPARSABLE
 from amplint.rule import Rule
 from amplint.static.profile import CALLER, Profile
 
-RULES_URL = "https://github.com/amplint/amplint/blob/main/docs/rules.md"
+RULES_URL = "https://github.com/amplint/amplint/blob/main/docs/rules"
 
 
 @cache
@@ -64,5 +64,5 @@ def rule_by_code(code: str) -> type[Rule] | None:
 
 
 def help_uri(rule: type[Rule]) -> str:
-    """Where a rule is documented: its row in the rule table of docs/rules.md."""
-    return f"{RULES_URL}#{rule.code.lower()}-{rule.name}"
+    """Where a rule is documented: its page, docs/rules/CODE.md (what `amplint rule CODE` prints)."""
+    return f"{RULES_URL}/{rule.code}.md"
