@@ -62,6 +62,11 @@ def _amplint(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
     )
 
 
+def _inputs(tmp_path: Path, model_type: str) -> dict:
+    config = _config(tmp_path, {"model_type": model_type})
+    return build(config, layers=2, seq_len=64, batch_size=1, attn_implementation="eager")[2]
+
+
 # --- heads and inputs ---------------------------------------------------------------------------
 
 
@@ -144,13 +149,7 @@ def test_a_vision_tower_gets_patches_and_their_grid(tmp_path: Path) -> None:
 def test_inputs_the_forward_requires_or_reads_are_made(
     tmp_path: Path, model_type: str, shapes: dict[str, tuple[int, ...]]
 ) -> None:
-    _, _, kwargs = build(
-        _config(tmp_path, {"model_type": model_type}),
-        layers=2,
-        seq_len=64,
-        batch_size=1,
-        attn_implementation="eager",
-    )
+    kwargs = _inputs(tmp_path, model_type)
     assert {name: tuple(value.shape) for name, value in kwargs.items()} == shapes
     if model_type == "timesfm":  # nothing padded, the high-frequency class
         assert not kwargs["past_values_padding"].any() and not kwargs["freq"].any()
@@ -167,11 +166,6 @@ def test_a_model_class_without_a_forward_is_said_so() -> None:
     config = transformers.AutoConfig.for_model("qwen2_5_omni")
     with pytest.raises(TargetError, match="Qwen2_5OmniForConditionalGeneration only generates"):
         model_class(config)
-
-
-def _inputs(tmp_path: Path, model_type: str) -> dict:
-    config = _config(tmp_path, {"model_type": model_type})
-    return build(config, layers=2, seq_len=64, batch_size=1, attn_implementation="eager")[2]
 
 
 def test_what_a_forward_cannot_run_without_is_given(tmp_path: Path) -> None:
@@ -221,13 +215,7 @@ def test_a_class_without_a_forward_is_refused(tmp_path: Path) -> None:
 def test_inputs_are_laid_out_as_the_model_takes_them(
     tmp_path: Path, model_type: str, main: str, shape: tuple[int, ...]
 ) -> None:
-    _, _, kwargs = build(
-        _config(tmp_path, {"model_type": model_type}),
-        layers=2,
-        seq_len=64,
-        batch_size=1,
-        attn_implementation="eager",
-    )
+    kwargs = _inputs(tmp_path, model_type)
     assert tuple(kwargs[main].shape) == shape
 
 
