@@ -180,7 +180,7 @@ def model_class(config: Any, task: str | None = None) -> tuple[str, type]:
             n for n in dir(modeling_auto) if n.startswith("MODEL_FOR_") and n.endswith("_MAPPING_NAMES")
         )
         mappings += [(n.removeprefix("MODEL_FOR_").removesuffix("_MAPPING_NAMES").lower(), n) for n in others]
-    only_generate = None
+    only_generate: type | None = None
     for candidate, mapping in mappings:
         name = getattr(modeling_auto, mapping).get(model_type)
         if isinstance(name, (list, tuple)):
@@ -188,11 +188,19 @@ def model_class(config: Any, task: str | None = None) -> tuple[str, type]:
         cls = getattr(transformers, name, None) if name else None
         if _runs(cls):
             return candidate, cls
-        only_generate = name if isinstance(cls, type) else only_generate
+        only_generate = cls if isinstance(cls, type) else only_generate
     wanted = f"no {task} head" if task else "no model class"
-    if only_generate:
-        wanted += f" that has a forward ({only_generate} only generates)"
+    if only_generate is not None:
+        wanted += f" that has a forward ({_defined(only_generate)} only generates)"
     raise TargetError(f"transformers has {wanted} for model type {model_type!r}")
+
+
+def _defined(cls: type) -> str:
+    """`Name at file:line`, where the class is defined: the line of the model a message points at."""
+    try:
+        return f"{cls.__name__} at {inspect.getsourcefile(cls)}:{inspect.getsourcelines(cls)[1]}"
+    except (OSError, TypeError):
+        return cls.__name__
 
 
 def _runs(cls: Any) -> TypeGuard[type]:
