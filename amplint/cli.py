@@ -341,6 +341,7 @@ def _check(args: argparse.Namespace) -> int:
         )
     except ConfigError as exc:
         return _error(str(exc))
+    _warn_settings(settings)
     if settings.runtime and (problem := _runtime_problem(settings)) is not None:
         return _error(problem)
     if args.show_settings:
@@ -439,9 +440,12 @@ def _check(args: argparse.Namespace) -> int:
 
 def _runtime_problem(settings: Settings) -> str | None:
     """What is wrong with `[tool.amplint.runtime]`, checked whether or not this run traces: a wrong
-    key or value there is found when it is written, not on the first `--confirm`."""
-    from amplint.runtime.target import TargetError, target_specs, trace_timeout
+    value there is found when it is written, not on the first `--confirm` (an unknown key is a
+    warning)."""
+    from amplint.runtime.target import TargetError, target_specs, trace_timeout, unknown_keys
 
+    for message in unknown_keys(settings.runtime):
+        print(f"amplint: warning: {settings.config_path}: {message}", file=sys.stderr)
     try:
         target_specs(settings.runtime, None, settings.root)
         trace_timeout(settings.runtime, None)
@@ -601,9 +605,16 @@ def _project_settings(args: argparse.Namespace) -> Settings | int:
     if args.config is not None and not args.config.is_file():
         return _error(f"config file does not exist: {args.config}")
     try:
-        return load_settings([Path(".")], args.config)
+        settings = load_settings([Path(".")], args.config)
     except ConfigError as exc:
         return _error(str(exc))
+    _warn_settings(settings)
+    return settings
+
+
+def _warn_settings(settings: Settings) -> None:
+    for message in settings.warnings:
+        print(f"amplint: warning: {message}", file=sys.stderr)
 
 
 def _adopt(args: argparse.Namespace, run: CheckRun) -> int | None:

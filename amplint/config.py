@@ -181,6 +181,8 @@ class Settings:
     )
     # `[tool.amplint.runtime]`, kept raw until the runtime pass defines its keys.
     runtime: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # What the configuration holds that amplint does not know (unknown keys), said, never fatal.
+    warnings: tuple[str, ...] = field(default=(), compare=False, hash=False)
 
     def __post_init__(self) -> None:
         # Lexical absolute path: symlinked checkouts keep the path the user sees.
@@ -328,12 +330,13 @@ def _settings_from_table(table: object, path: Path, section: str) -> Settings:
     prefix = f"{path}: {section}"
     if not isinstance(table, dict):
         raise ConfigError(f"{prefix.rstrip()} must be a table, got {_show(table)}")
+    warnings = []
     for key in table:
-        if key not in _KNOWN_KEYS:
-            message = f"{prefix}unknown key {key!r} (known keys: {', '.join(_KNOWN_KEYS)})"
+        if key not in _KNOWN_KEYS:  # a warning, not an error: a newer amplint's key must not stop this one
+            message = f"{prefix}unknown key {key!r} ignored (known keys: {', '.join(_KNOWN_KEYS)})"
             close = difflib.get_close_matches(key.replace("_", "-").lower(), _KNOWN_KEYS, n=1)
-            raise ConfigError(message + (f"; did you mean {close[0]!r}?" if close else ""))
-    changes: dict[str, Any] = {"root": path.parent, "config_path": path}
+            warnings.append(message + (f"; did you mean {close[0]!r}?" if close else ""))
+    changes: dict[str, Any] = {"root": path.parent, "config_path": path, "warnings": tuple(warnings)}
     if "select" in table:
         changes["select"] = validate_codes(table["select"], f"{prefix}'select'")
     if "extend-select" in table:

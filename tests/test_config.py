@@ -100,21 +100,32 @@ def test_invalid_toml_names_the_file(tmp_path: Path) -> None:
 # --- validation ------------------------------------------------------------------------------------
 
 
-def test_unknown_key_names_the_key_and_the_known_ones(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError) as info:
-        _load_table(tmp_path, "selct = ['AMP001']\n")
-    message = str(info.value)
-    assert message.startswith(f"{tmp_path / 'pyproject.toml'}: [tool.amplint] unknown key 'selct'")
+def test_unknown_key_is_a_warning_naming_the_key_and_the_known_ones(tmp_path: Path) -> None:
+    settings = _load_table(tmp_path, "selct = ['AMP001']\n")
+    (message,) = settings.warnings
+    assert message.startswith(f"{tmp_path / 'pyproject.toml'}: [tool.amplint] unknown key 'selct' ignored")
     assert (
         "known keys: cache-dir, exclude, extend-exclude, extend-select, ignore, max-file-size, per-file-ignores, precision, "
         "runtime, select, torch-version" in message
     )
     assert "did you mean 'select'?" in message
+    assert settings.select == Settings().select  # ignored: the defaults stand
 
 
 def test_underscore_key_suggests_dashes(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="did you mean 'per-file-ignores'"):
-        _load_table(tmp_path, "per_file_ignores = {}\n")
+    assert "did you mean 'per-file-ignores'" in _load_table(tmp_path, "per_file_ignores = {}\n").warnings[0]
+
+
+def test_an_unknown_key_warns_and_the_run_goes_on(tmp_path: Path) -> None:
+    write(
+        tmp_path / "pyproject.toml",
+        "[tool.amplint]\nselct = ['AMP001']\n[tool.amplint.runtime]\nseq-len = -5\n",
+    )
+    write(tmp_path / "m.py", "x = 1\n")
+    proc = amplint_run(tmp_path, "check", ".")
+    assert proc.returncode == 0, proc.stderr
+    assert "amplint: warning: " in proc.stderr and "unknown key 'selct' ignored" in proc.stderr
+    assert "[tool.amplint.runtime] unknown key 'seq-len' ignored" in proc.stderr
 
 
 @pytest.mark.parametrize(
@@ -283,7 +294,6 @@ def test_is_excluded_relative_to_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyP
     ("table", "message"),
     [
         ("targets = 3", "'targets' must be a list of FILE.py:FACTORY strings or tables"),
-        ("seq-len = -5", "has unknown key(s) 'seq-len'"),
         (
             'targets = [{ target = "m.py:f", dtype = "float8" }]',
             "'dtype' must be one of 'bfloat16', 'float16'",

@@ -108,14 +108,26 @@ _DEFAULTS: dict[str, object] = {
 }
 
 
+def unknown_keys(runtime: dict[str, Any]) -> list[str]:
+    """What `[tool.amplint.runtime]` (and each of its target tables) holds that amplint does not
+    read, said as warnings: ignored, never fatal, as for `[tool.amplint]`."""
+    where = "[tool.amplint.runtime]"
+    said = [
+        f"{where} unknown key {key!r} ignored"
+        for key in sorted(set(runtime) - {"targets", "timeout", *_CHOICES, *LIMITS})
+    ]
+    for entry in runtime.get("targets", []) if isinstance(runtime.get("targets"), list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("target"), str):
+            extra = sorted(set(entry) - {"target", "weights", *_CHOICES, *LIMITS})
+            said += [f"{where} target {entry['target']!r}: unknown key {key!r} ignored" for key in extra]
+    return said
+
+
 def target_specs(runtime: dict[str, Any], targets: list[str] | None, root: Path) -> list[dict[str, Any]]:
     """The trace specs for `amplint check --confirm`: the `--target` values when given, else the
     `targets` of `[tool.amplint.runtime]` (each a string or a table with its own settings); the
     table's own keys are the defaults. A relative file path is relative to `root` (the config's)."""
     where = "[tool.amplint.runtime]"
-    unknown = sorted(set(runtime) - {"targets", "timeout", *_CHOICES, *LIMITS})
-    if unknown:
-        raise TargetError(f"{where} has unknown key(s) {', '.join(map(repr, unknown))}")
     defaults = {key: _choice(runtime, key, _DEFAULTS[key], where) for key in _CHOICES}
     limits = value_limits(runtime, where)
     entries: list[object] = list(targets) if targets else runtime.get("targets", [])
@@ -126,9 +138,6 @@ def target_specs(runtime: dict[str, Any], targets: list[str] | None, root: Path)
         table = {"target": entry} if isinstance(entry, str) else entry
         if not isinstance(table, dict) or not isinstance(table.get("target"), str):
             raise TargetError(f"{where} target {entry!r} must be a string or a table with a 'target' key")
-        extra = sorted(set(table) - {"target", "weights", *_CHOICES, *LIMITS})
-        if extra:
-            raise TargetError(f"{where} target {table['target']!r} has unknown key(s) {', '.join(extra)}")
         named = f"{where} target {table['target']!r}"
         settings = {key: _choice(table, key, defaults[key], named) for key in _CHOICES}
         weights = table.get("weights")
