@@ -511,3 +511,14 @@ def test_transformers_options_with_a_factory_target_are_refused(
     (tmp_path / "m.py").write_text("def factory():\n    return None\n", encoding="utf-8")
     done = _amplint("trace", "m.py:factory", *flag, cwd=tmp_path)
     assert done.returncode == 2 and f"{flag[0]}: only for --hf-config" in done.stderr
+
+
+def test_a_check_on_input_values_is_skipped_and_noted(tmp_path: Path) -> None:
+    """SigLIP2 checks its patch grid with `torch_compilable_check` on a tensor: fake tensors hold no
+    values, the check cannot change a dtype, so it is skipped and the note names the model's line."""
+    graph = run_traced(_spec(_config(tmp_path, {"model_type": "siglip2_vision_model"})))
+    assert (
+        Counter(node.op for node in graph.nodes)["bmm"] + Counter(node.op for node in graph.nodes)["mm"] > 0
+    )
+    (note,) = [n for n in graph.notes if n.startswith("checks on input values skipped")]
+    assert "modeling_siglip2.py:" in note

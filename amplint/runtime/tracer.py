@@ -290,6 +290,8 @@ def trace(
         stack.enter_context(fx_traceback.preserve_node_meta())
         running: list[str] = []  # a forward that raises leaves its module's path here
         stack.enter_context(_module_paths(model, running))
+        unchecked: list[str] = []  # where a check on tensor values was skipped
+        stack.enter_context(_value_checks_skipped(unchecked))
         stack.enter_context(autocast_enabled(device, dtype, autocast))
         stack.enter_context(_autocast_blocks(device))
         stack.enter_context(CudaIndexingMode())
@@ -309,6 +311,9 @@ def trace(
         emulated=emulated,
     )
     graph.gpu = gpu if emulated else None
+    if unchecked:
+        places = ", ".join(dict.fromkeys(unchecked))
+        graph.notes.append(f"checks on input values skipped (the trace's tensors hold no values): {places}")
     if measure or values:
         real_inputs = _real_inputs(model, call_args, param_dtype)
         if real_inputs is None:
@@ -325,6 +330,42 @@ def trace(
 
                 replay_values(graph, graph_module, fx_nodes, real_inputs, limits, max_memory)
     return graph
+
+
+@contextmanager
+def _value_checks_skipped(places: list[str]) -> Iterator[None]:
+    """`torch._check_tensor_all*` on a fake tensor (transformers' `torch_compilable_check` on an
+    input's values: shapes that must fit, indices in range) cannot be decided without values, and
+    does not change a dtype: it is skipped and its place noted. Checks on Python values still run."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    real_with, real_all = torch._check_tensor_all_with, torch._check_tensor_all
+
+    def where() -> str:
+        frames = traceback.extract_stack()[:-2]
+        user = next(
+            (f for f in reversed(frames) if "/torch/" not in f.filename and "import_utils" not in f.filename),
+            None,
+        )
+        return f"{user.filename}:{user.lineno}" if user else "?"
+
+    def check_with(error_type: Any, cond: Any, message: Any = None) -> None:
+        if isinstance(cond, FakeTensor):
+            places.append(where())
+            return
+        real_with(error_type, cond, message)
+
+    def check_all(cond: Any, message: Any = None) -> None:
+        if isinstance(cond, FakeTensor):
+            places.append(where())
+            return
+        real_all(cond, message)
+
+    with (
+        mock.patch.object(torch, "_check_tensor_all_with", check_with),
+        mock.patch.object(torch, "_check_tensor_all", check_all),
+    ):
+        yield
 
 
 def _traceable(output: Any) -> Any:
