@@ -155,35 +155,53 @@ def run_check(
 def _fix_file(
     run: CheckRun, path: Path, rules: list[type[Rule]], display: str, *, write: bool, unsafe: bool, limit: int
 ) -> FileResult:
-    from amplint.fixes import fix_source, unified_diff, write_atomic
-    from amplint.runner import lint_source
-
-    fix, lint = (fix_notebook, lint_notebook) if is_notebook(path) else (fix_source, lint_source)
     try:
         if path.stat().st_size > limit:
             return too_large(path, display, path.stat().st_size, limit)
         source = read_source(path)
     except SourceError as exc:
         return unreadable(path, display, exc)
+    return _fixed(run, source, path, rules, display, unsafe=unsafe, diff=not write, write=write)
+
+
+def _fixed(
+    run: CheckRun,
+    source: SourceFile,
+    path: Path,
+    rules: list[type[Rule]],
+    display: str,
+    *,
+    unsafe: bool,
+    diff: bool,
+    write: bool,
+) -> FileResult:
+    """Fix `source` (the unsafe fixes too with `unsafe`). With `diff` the diff goes into `run` and
+    the result is the code as it is; else the fixed text stands (written to the file with `write`,
+    where a refused write leaves the code as it is) and the result holds it and what remains."""
+    from amplint.fixes import fix_source, unified_diff, write_atomic
+    from amplint.runner import lint_source
+
+    fix, lint = (fix_notebook, lint_notebook) if is_notebook(path) else (fix_source, lint_source)
     profile = run.profile
     outcome = fix(source, rules, display, profile=profile, unsafe=unsafe)
     run.errors.extend(outcome.errors)
     if not outcome.changed:
         return outcome.result
-    if not write:
+    if diff:
         run.fixed += outcome.fixed
         run.applied.extend(outcome.applied)
         run.diffs.append(unified_diff(display, source.text, outcome.new_text))
         # Report what is there now, not what the fixed text would contain.
         return lint(source, rules, display, profile=profile)
-    try:
-        write_atomic(source, outcome.new_text, was=source.text)
-    except WriteRefused as exc:  # the file is left as it was, and its findings with it
-        run.warnings.append(f"{display}: {exc}")
-        return lint(source, rules, display, profile=profile)
-    except OSError as exc:
-        run.errors.append(f"{display}: could not write the fix: {exc}")
-        return lint(source, rules, display, profile=profile)
+    if write:
+        try:
+            write_atomic(source, outcome.new_text, was=source.text)
+        except WriteRefused as exc:  # the file is left as it was, and its findings with it
+            run.warnings.append(f"{display}: {exc}")
+            return lint(source, rules, display, profile=profile)
+        except OSError as exc:
+            run.errors.append(f"{display}: could not write the fix: {exc}")
+            return lint(source, rules, display, profile=profile)
     run.fixed += outcome.fixed  # counted once written: the summary says what the files now hold
     run.applied.extend(outcome.applied)
     outcome.result.source = replace(source, text=outcome.new_text)
@@ -244,23 +262,12 @@ def _check_text(
 ) -> FileResult:
     """Lint `source`; with `fix` fix it in memory (the result holds the fixed text and what remains),
     with `diff` put the diff into `run` (the result is the code as it is)."""
-    from amplint.fixes import fix_source, unified_diff
     from amplint.runner import lint_source
 
     rules = rules_for(settings, path, run.profile)
-    lint, fixer = (lint_notebook, fix_notebook) if is_notebook(path) else (lint_source, fix_source)
-    if not (fix or diff):
-        return lint(source, rules, display, profile=run.profile)
-    outcome = fixer(source, rules, display, profile=run.profile, unsafe=unsafe)
-    run.errors.extend(outcome.errors)
-    if not outcome.changed:
-        return outcome.result
-    run.fixed, run.applied = outcome.fixed, outcome.applied
-    if diff:
-        run.diffs.append(unified_diff(display, source.text, outcome.new_text))
-        return lint(source, rules, display, profile=run.profile)
-    outcome.result.source = replace(source, text=outcome.new_text)
-    return outcome.result
+    if fix or diff:
+        return _fixed(run, source, path, rules, display, unsafe=unsafe, diff=diff, write=False)
+    return (lint_notebook if is_notebook(path) else lint_source)(source, rules, display, profile=run.profile)
 
 
 def add_noqa(run: CheckRun) -> tuple[int, list[str]]:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from amplint.diagnostics import Diagnostic
-from amplint.source import NEWLINE
+from amplint.source import source_line
 
 _VERSION = 1
 _FIELDS = ("code", "path", "fingerprint", "count")
@@ -25,14 +25,8 @@ class BaselineError(Exception):
     """A baseline file that cannot be read or written; the message names it."""
 
 
-def _line(sources: Mapping[str, str], diagnostic: Diagnostic) -> str:
-    text = sources.get(diagnostic.location, "")
-    lines = NEWLINE.split(text)
-    return lines[diagnostic.line - 1] if 0 < diagnostic.line <= len(lines) else ""
-
-
 def _key(sources: Mapping[str, str], diagnostic: Diagnostic) -> tuple[str, str, str]:
-    content = " ".join(_line(sources, diagnostic).split())
+    content = " ".join((source_line(sources.get(diagnostic.location), diagnostic.line) or "").split())
     fingerprint = hashlib.sha256(f"{diagnostic.code}\0{content}".encode()).hexdigest()[:16]
     return diagnostic.code, Path(diagnostic.location).as_posix(), fingerprint
 

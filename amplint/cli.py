@@ -742,8 +742,9 @@ def _trace(args: argparse.Namespace) -> int:
     nodes = select(graph, op=args.op, module=args.module, changed_dtype=args.changed_dtype)
     # `trace` applies no fix (`check --confirm --fix` does): the findings are shown without one.
     findings = graph_findings(graph, args.target or args.hf_config, fixes=False)
-    sources: dict[str, str] = {}
-    _read_sources(findings, sources)
+    sources: dict[str, str] = {}  # the lines the findings show, read unless the JSON holds no snippets
+    if args.format != "json":
+        _read_sources(findings, sources)
     if args.format == "json":
         report = render_json(graph, nodes, findings)
     elif args.format == "html":

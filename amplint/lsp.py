@@ -18,7 +18,7 @@ from pygls.uris import to_fs_path
 
 from amplint import __version__
 from amplint.api import CheckRun, check_stdin
-from amplint.config import ConfigError, Settings, load_settings
+from amplint.config import ConfigError, load_settings
 from amplint.diagnostics import SAFE, UNSAFE, Diagnostic, Edit, Severity
 from amplint.source import NEWLINE, SourceError, decode_source
 
@@ -65,10 +65,6 @@ class AmplintServer(LanguageServer):
         super().__init__("amplint", __version__)
         self.checked: dict[str, _Found] = {}  # per document: what its last check found
 
-    def settings_for(self, path: Path) -> Settings:
-        folder = next((p for p in (path.parent, *path.parents) if p.is_dir()), Path.cwd())
-        return load_settings([folder], None)
-
     def check(self, uri: str, *, fix: bool = False) -> tuple[CheckRun, str | None] | None:
         """The run over the document's text as the editor holds it, and with `fix` the fixed text;
         None when it cannot be checked (the reason is shown to the user)."""
@@ -82,7 +78,8 @@ class AmplintServer(LanguageServer):
         except (SyntaxError, LookupError):
             raw = text.encode("utf-8")
         try:
-            run, fixed = check_stdin(raw, str(path), self.settings_for(path), fix=fix)
+            # The file need not exist: its configuration is searched for from its folder upward.
+            run, fixed = check_stdin(raw, str(path), load_settings([path]), fix=fix)
         except ConfigError as exc:
             self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=str(exc)))
             return None

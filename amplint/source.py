@@ -238,3 +238,18 @@ def shown_lines(text: str, lines: set[int]) -> str:
     """`text` with every line but `lines` emptied: the same line numbers, a fraction of the bytes
     (what a run keeps of a file with findings, for the one-line snippets of its report)."""
     return "\n".join(line if number in lines else "" for number, line in enumerate(NEWLINE.split(text), 1))
+
+
+def source_line(text: str | None, line: int) -> str | None:
+    """Line `line` (1-based) of `text`, without its line end, for a report's snippet; "" just past
+    the last line (a span may point there, e.g. at a missing final newline), None where there is no
+    such line or no text."""
+    if text is None or line < 1:
+        return None
+    lines = NEWLINE.split(text)
+    # A trailing newline yields an empty last element that is not a real line.
+    if lines and lines[-1] == "" and text:
+        lines.pop()
+    if line > len(lines):
+        return "" if line == len(lines) + 1 else None
+    return lines[line - 1]

@@ -14,7 +14,7 @@ from html import escape
 from typing import Any
 
 from amplint.diagnostics import Diagnostic
-from amplint.source import NEWLINE
+from amplint.source import source_line
 
 _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:80em;color:#1d1d1f;padding:0 1em}
@@ -41,11 +41,6 @@ def _page(title: str, body: list[str]) -> str:
     )
 
 
-def _source_line(sources: Mapping[str, str], path: str, line: int) -> str | None:
-    lines = NEWLINE.split(sources.get(path, ""))
-    return lines[line - 1] if 0 < line <= len(lines) and lines[line - 1].strip() else None
-
-
 def _findings(diagnostics: Sequence[Diagnostic], sources: Mapping[str, str]) -> list[str]:
     out = []
     for d in diagnostics:
@@ -56,8 +51,8 @@ def _findings(diagnostics: Sequence[Diagnostic], sources: Mapping[str, str]) -> 
             f'<span class="where">{escape(d.location)}:{d.line}:{d.column}</span>',
             f"<div>{escape(d.message)}</div>",
         ]
-        line = _source_line(sources, d.location, d.line)
-        if line is not None:
+        line = source_line(sources.get(d.location), d.line)
+        if line and line.strip():
             parts.append(f"<pre>{d.line:>5} | {escape(line)}</pre>")
         if d.help:
             parts.append(f"<div>help: {escape(d.help)}</div>")

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from amplint.diagnostics import Diagnostic, Severity
 from amplint.reporters import ReportSummary, applies, confidence_note, fix_counts
-from amplint.source import NEWLINE
+from amplint.source import NEWLINE, source_line
 
 TAB_WIDTH = 4
 
@@ -84,20 +84,6 @@ def _layout(line: str, start: int, end: int) -> tuple[str, int, int]:
     return "".join(parts), display_start, display_end
 
 
-def _source_line(sources: Mapping[str, str], path: str, line: int) -> str | None:
-    text = sources.get(path)
-    if text is None or line < 1:
-        return None
-    lines = NEWLINE.split(text)
-    # A trailing newline yields an empty last element that is not a real line.
-    if lines and lines[-1] == "" and text:
-        lines.pop()
-    if line > len(lines):
-        # A span may point just past the last line (e.g. a missing final newline); show it empty.
-        return "" if line == len(lines) + 1 else None
-    return lines[line - 1]
-
-
 def _severity(value: object) -> Severity | None:
     try:
         return Severity(value)
@@ -129,7 +115,7 @@ def _finding(
     out = [_header(diagnostic, style, summary)]
     gutter_width = len(str(max(diagnostic.line, 1)))
     blank = " " * gutter_width
-    source = _source_line(sources, diagnostic.location, diagnostic.line)
+    source = source_line(sources.get(diagnostic.location), diagnostic.line)
     if source is not None:
         start = max(diagnostic.column, 1) - 1
         multiline = diagnostic.end_line > diagnostic.line
