@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from amplint.config import Settings, load_settings
+from amplint.config import Settings, load_settings, nearest_settings
 from amplint.diagnostics import Diagnostic, sort_diagnostics
 from amplint.discovery import discover
 from amplint.notebook import cell_sources, fix_notebook, is_notebook, lint_notebook, lint_notebook_file
@@ -89,15 +89,58 @@ def run_check(
     `unsafe_fixes`); `cache`: use `.amplint_cache/` (read-only with `diff`); `jobs`: worker processes,
     None to decide from the CPUs and the amount of work (see `amplint/parallel.py`); `progress`:
     told of every file settled."""
-    from amplint.parallel import precheck
-
     found = discover(paths, settings)
     if progress is not None:
         progress.total = len(found.files)
+    run = CheckRun()
+    for path, message in found.problems:
+        problem = unparsable_diagnostic(display_path(path), message)
+        if _keep(settings, problem, path):
+            run.diagnostics.append(problem)
+    # Each file is checked under the nearest configuration above it: one group per configuration.
+    settings_of = nearest_settings(settings)
+    groups: dict[int, tuple[Settings, list[Path]]] = {}
+    for path in found.files:
+        own = settings_of(path)
+        if own is settings or not own.is_excluded(path, is_dir=False):
+            groups.setdefault(id(own), (own, []))[1].append(path)
+        elif progress is not None:
+            progress.advance()
+    for own, files in groups.values():
+        _check_files(
+            run,
+            files,
+            own,
+            fix=fix,
+            diff=diff,
+            unsafe_fixes=unsafe_fixes,
+            cache=cache,
+            jobs=jobs,
+            progress=progress,
+        )
+    run.diagnostics = sort_diagnostics(run.diagnostics)
+    return run
+
+
+def _check_files(
+    run: CheckRun,
+    files: list[Path],
+    settings: Settings,
+    *,
+    fix: bool,
+    diff: bool,
+    unsafe_fixes: bool,
+    cache: bool,
+    jobs: int | None,
+    progress: Progress | None,
+) -> None:
+    """Check `files`, all under the one configuration `settings`, into `run`."""
+    from amplint.parallel import precheck
+
     # The profile comes first: every check and every cache key depends on it.
     # Streamed: each file is read, scanned and let go, so that the run holds no file's bytes.
-    profile = project_profile(settings, found.files)
-    run = CheckRun(profile=profile)
+    profile = project_profile(settings, files)
+    run.profile = profile
     store = None
     if cache:
         from amplint.cache import Cache, cache_directory
@@ -105,7 +148,7 @@ def run_check(
         store = Cache(cache_directory(settings), settings, readonly=diff, profile=profile)
     # Cache hits, and (without fix/diff) every file checked in-process or in a pool.
     done = precheck(
-        found.files,
+        files,
         settings,
         cache=store,
         fix=fix or diff,
@@ -113,11 +156,7 @@ def run_check(
         profile=profile,
         progress=progress.advance if progress is not None else None,
     )
-    for path, message in found.problems:
-        problem = unparsable_diagnostic(display_path(path), message)
-        if _keep(settings, problem, path):
-            run.diagnostics.append(problem)
-    for path in found.files:
+    for path in files:
         display = display_path(path)
         result = done.pop(path, None)  # let each result go once reported: memory stays flat
         if result is None:
@@ -146,10 +185,8 @@ def run_check(
             if is_notebook(path):
                 run.sources.update(cell_sources(result.source, display))  # a finding in a cell shows its line
         run.diagnostics.extend(d for d in result.diagnostics if _keep(settings, d, path))
-    run.diagnostics = sort_diagnostics(run.diagnostics)
     if store is not None and store.warning is not None:
         run.warnings.append(store.warning)
-    return run
 
 
 def _fix_file(

@@ -102,8 +102,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--show-settings",
-        action="store_true",
-        help="print the resolved settings and precision profile, then exit without checking",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="PATH",
+        help="print the settings (for PATH: the settings that file or folder gets) with where each came "
+        "from, and the precision profile, then exit without checking",
     )
     check.add_argument(
         "--confirm",
@@ -322,6 +326,8 @@ def _check(args: argparse.Namespace) -> int:
     if stdin:  # the configuration is found from the named file's folder, or its nearest existing parent
         folder = Path(os.path.abspath(args.stdin_filename or "-")).parent
         paths = [next(p for p in (folder, *folder.parents) if p.is_dir())]
+    elif args.show_settings not in (True, False):  # the settings of one file or folder: its nearest
+        paths = [Path(args.show_settings)]
     else:
         paths = [Path(p) for p in args.paths] or [Path(".")]
     missing = [str(p) for p in paths if not os.path.lexists(p)]
@@ -454,18 +460,38 @@ def _runtime_problem(settings: Settings) -> str | None:
     return None
 
 
+_SHOWN_KEYS = (
+    "select",
+    "extend_select",
+    "ignore",
+    "per_file_ignores",
+    "exclude",
+    "extend_exclude",
+    "precision",
+    "torch_version",
+    "max_file_size",
+    "cache_dir",
+)
+
+
 def _show_settings(paths: list[Path], settings: Settings) -> int:
     """`check --show-settings`: what a check of `paths` would run with, the precision profile
     included (detected from the files it would check, as the check does), without checking."""
     from amplint.api import project_profile
+    from amplint.cache import cache_directory
     from amplint.discovery import discover
     from amplint.rules import selected_rules
 
     found = discover(paths, settings)
     profile = project_profile(settings, found.files)
     rules = [rule.code for rule in selected_rules(settings, profile)]
+    chain = [
+        path for path in dict.fromkeys(origin for _, origin in settings.origins) if path.endswith(".toml")
+    ]
+    extended = [path for path in chain if path != str(settings.config_path)]
     lines = [
-        f"config file: {settings.config_path or 'none (defaults)'}",
+        f"config file: {settings.config_path or 'none (defaults)'}"
+        + (f" (extends {', '.join(extended)})" if extended else ""),
         f"root: {settings.root}",
         f"files: {len(found.files)}",
         f"select: {', '.join(settings.select)}",
@@ -478,8 +504,12 @@ def _show_settings(paths: list[Path], settings: Settings) -> int:
         f"extend-exclude: {', '.join(settings.extend_exclude) or '-'}",
         f"precision: {settings.precision}",
         f"torch-version: {settings.torch_version or 'any (none declared)'}",
+        f"max-file-size: {settings.max_file_size}",
+        f"cache-dir: {cache_directory(settings)}",
         f"profile: {profile.describe()}",
         *(f"  {path}:{line}: {what}" for path, line, what in profile.evidence),
+        "from:",
+        *(f"  {key.replace('_', '-')}: {settings.origin(key)}" for key in _SHOWN_KEYS),
     ]
     print("\n".join(lines))
     return EXIT_CLEAN

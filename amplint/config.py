@@ -1,7 +1,10 @@
-"""Settings from `[tool.amplint]` in `pyproject.toml` (or the top level of another TOML file).
+"""Settings from `[tool.amplint]` in `pyproject.toml`, or the top level of `amplint.toml` /
+`.amplint.toml` (or of any TOML file given with `--config`).
 
-All path patterns (`exclude`, `extend-exclude`, `per-file-ignores`) are gitignore-style and anchored at
-`Settings.root`, the directory of the configuration file.
+Each checked file gets the nearest configuration above it, as in ruff; `extend = "../pyproject.toml"`
+reads another configuration first and lets this one's keys override it. All path patterns
+(`exclude`, `extend-exclude`, `per-file-ignores`) are gitignore-style and anchored at `Settings.root`,
+the directory of the configuration file in use (inherited patterns too, as if written there).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import difflib
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -30,6 +33,7 @@ __all__ = [
     "Settings",
     "find_config",
     "load_settings",
+    "nearest_settings",
     "validate_codes",
 ]
 
@@ -65,6 +69,7 @@ _PATTERNS_EXPECTED = 'gitignore-style patterns such as "build" or "tests/data/"'
 _KNOWN_KEYS = (
     "cache-dir",
     "exclude",
+    "extend",
     "extend-exclude",
     "extend-select",
     "ignore",
@@ -183,6 +188,12 @@ class Settings:
     runtime: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     # What the configuration holds that amplint does not know (unknown keys), said, never fatal.
     warnings: tuple[str, ...] = field(default=(), compare=False, hash=False)
+    # Where each key that is not a default came from: a configuration file or a command-line flag.
+    origins: tuple[tuple[str, str], ...] = field(default=(), compare=False, hash=False)
+    # Found, not given with --config: a file below a nearer configuration gets that one instead
+    # (`nearest_settings`), with the command line's flags (`overrides`) applied to it as well.
+    nearest: bool = False
+    overrides: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         # Lexical absolute path: symlinked checkouts keep the path the user sees.
@@ -284,7 +295,30 @@ class Settings:
             changes["torch_version"] = _validate_torch(torch_version, "--torch-version")
         if cache_dir is not None:
             changes["cache_dir"] = Path(os.path.abspath(cache_dir))  # relative to the cwd, as flags are
-        return replace(self, **changes) if changes else self
+        given = {
+            "select": select,
+            "extend_select": extend_select,
+            "ignore": ignore,
+            "exclude": exclude,
+            "extend_exclude": extend_exclude,
+            "precision": precision,
+            "torch_version": torch_version,
+            "cache_dir": None if cache_dir is None else changes["cache_dir"],
+        }
+        flags = tuple(
+            (key, tuple(_split(value)) if isinstance(value, (list, tuple)) else value)
+            for key, value in given.items()
+            if value is not None
+        )
+        if not changes and not flags:
+            return self
+        origins = dict(self.origins)
+        origins.update((key, "--" + key.replace("_", "-")) for key in changes)
+        return replace(self, **changes, origins=tuple(origins.items()), overrides=(*self.overrides, *flags))
+
+    def origin(self, key: str) -> str:
+        """Where the value of `key` (a field name) came from: a file, a flag, or "default"."""
+        return dict(self.origins).get(key, "default")
 
 
 def _split(values: Sequence[str]) -> list[str]:
@@ -311,26 +345,68 @@ def _amplint_table(data: Mapping[str, Any]) -> object | None:
     return tool.get("amplint") if isinstance(tool, dict) else None
 
 
-def find_config(start: Path) -> Path | None:
-    """The first `pyproject.toml` with a `[tool.amplint]` table in `start` or a parent directory.
+# Looked for in each directory, in this order (as ruff: its own files before pyproject.toml).
+CONFIG_NAMES = (".amplint.toml", "amplint.toml", "pyproject.toml")
 
-    Files without the table are skipped; one that is not valid TOML raises ConfigError.
+
+def _config_in(directory: Path) -> Path | None:
+    """The configuration file of `directory`: `.amplint.toml`, `amplint.toml`, or a `pyproject.toml`
+    with a `[tool.amplint]` table; None when it has none."""
+    for name in CONFIG_NAMES:
+        candidate = directory / name
+        if candidate.is_file() and (
+            name != "pyproject.toml" or _amplint_table(_read_toml(candidate)) is not None
+        ):
+            return candidate
+    return None
+
+
+def find_config(start: Path) -> Path | None:
+    """The configuration file in `start` or its nearest parent directory that has one.
+
+    A `pyproject.toml` without `[tool.amplint]` is skipped; one that is not valid TOML raises
+    ConfigError.
     """
     directory = Path(os.path.abspath(start))
     if not directory.is_dir() and directory.exists():
         directory = directory.parent
     for candidate_dir in (directory, *directory.parents):
-        candidate = candidate_dir / "pyproject.toml"
-        if candidate.is_file() and _amplint_table(_read_toml(candidate)) is not None:
-            return candidate
+        found = _config_in(candidate_dir)
+        if found is not None:
+            return found
     return None
 
 
-def _settings_from_table(table: object, path: Path, section: str) -> Settings:
+def _load_file(path: Path, chain: tuple[Path, ...] = ()) -> Settings:
+    """The settings `path` holds, after those of the file it extends (if any)."""
+    if path in chain:
+        cycle = " -> ".join(str(p) for p in (*chain, path))
+        raise ConfigError(f"{chain[-1]}: 'extend' makes a cycle: {cycle}")
+    if not path.is_file():
+        where = f"{chain[-1]}: 'extend' names" if chain else "config file"
+        raise ConfigError(f"{where} {path}, which does not exist")
+    data = _read_toml(path)
+    if path.name != "pyproject.toml":
+        return _settings_from_table(data, path, "", (*chain, path))
+    table = _amplint_table(data)
+    if table is None:
+        raise ConfigError(f"{path}: no [tool.amplint] table")
+    return _settings_from_table(table, path, "[tool.amplint] ", (*chain, path))
+
+
+def _settings_from_table(table: object, path: Path, section: str, chain: tuple[Path, ...]) -> Settings:
     prefix = f"{path}: {section}"
     if not isinstance(table, dict):
         raise ConfigError(f"{prefix.rstrip()} must be a table, got {_show(table)}")
-    warnings = []
+    base = Settings()
+    if "extend" in table:
+        target = table["extend"]
+        if not isinstance(target, str) or not target.strip():
+            raise ConfigError(
+                f"{prefix}'extend' must be the path of a configuration file, got {_show(target)}"
+            )
+        base = _load_file(Path(os.path.abspath(path.parent / os.path.expanduser(target))), chain)
+    warnings = list(base.warnings)
     for key in table:
         if key not in _KNOWN_KEYS:  # a warning, not an error: a newer amplint's key must not stop this one
             message = f"{prefix}unknown key {key!r} ignored (known keys: {', '.join(_KNOWN_KEYS)})"
@@ -339,14 +415,16 @@ def _settings_from_table(table: object, path: Path, section: str) -> Settings:
     changes: dict[str, Any] = {"root": path.parent, "config_path": path, "warnings": tuple(warnings)}
     if "select" in table:
         changes["select"] = validate_codes(table["select"], f"{prefix}'select'")
-    if "extend-select" in table:
-        changes["extend_select"] = validate_codes(table["extend-select"], f"{prefix}'extend-select'")
+    if "extend-select" in table:  # extends what the base selects
+        added = validate_codes(table["extend-select"], f"{prefix}'extend-select'")
+        changes["extend_select"] = (*base.extend_select, *added)
     if "ignore" in table:
         changes["ignore"] = validate_codes(table["ignore"], f"{prefix}'ignore'")
     if "exclude" in table:
         changes["exclude"] = _validate_patterns(table["exclude"], f"{prefix}'exclude'")
     if "extend-exclude" in table:
-        changes["extend_exclude"] = _validate_patterns(table["extend-exclude"], f"{prefix}'extend-exclude'")
+        added = _validate_patterns(table["extend-exclude"], f"{prefix}'extend-exclude'")
+        changes["extend_exclude"] = (*base.extend_exclude, *added)
     if "per-file-ignores" in table:
         per_file = table["per-file-ignores"]
         if not isinstance(per_file, dict):
@@ -375,8 +453,10 @@ def _settings_from_table(table: object, path: Path, section: str) -> Settings:
         runtime = table["runtime"]
         if not isinstance(runtime, dict):
             raise ConfigError(f"{prefix}'runtime' must be a table, got {_show(runtime)}")
-        changes["runtime"] = runtime
-    return Settings(**changes)
+        changes["runtime"] = {**base.runtime, **runtime}
+    origins = dict(base.origins)
+    origins.update((key, str(path)) for key in changes if key not in ("root", "config_path", "warnings"))
+    return replace(base, **changes, origins=tuple(origins.items()))
 
 
 def _common_directory(paths: Sequence[Path], cwd: Path) -> Path:
@@ -393,9 +473,10 @@ def load_settings(
     """Settings for linting `paths` (relative to `cwd`, default the process cwd).
 
     With `config_file`: a `pyproject.toml` must hold `[tool.amplint]`; any other TOML file holds the
-    settings at its top level. Without: the nearest `pyproject.toml` with `[tool.amplint]` above the
-    common directory of `paths`; defaults (anchored at `cwd`) when there is none. Without
-    `torch-version`, the torch requirement the nearest `pyproject.toml` declares stands for it.
+    settings at its top level; it applies to every file. Without: the nearest configuration above the
+    common directory of `paths` (defaults anchored at `cwd` when there is none), and a file below a
+    nearer one gets that one (`nearest_settings`). Without `torch-version`, the torch requirement the
+    nearest `pyproject.toml` declares stands for it.
     """
     cwd = Path(os.path.abspath(cwd if cwd is not None else Path.cwd()))
     start = _common_directory(paths, cwd)
@@ -403,19 +484,35 @@ def load_settings(
         path = Path(os.path.abspath(cwd / config_file))
         if not path.is_file():
             raise ConfigError(f"{config_file}: config file not found")
-        data = _read_toml(path)
-        if path.name != "pyproject.toml":
-            return _declared_torch(_settings_from_table(data, path, ""), start)
-        table = _amplint_table(data)
-        if table is None:
-            raise ConfigError(f"{path}: no [tool.amplint] table")
-        return _declared_torch(_settings_from_table(table, path, "[tool.amplint] "), start)
+        return _declared_torch(_load_file(path), start)
     found = find_config(start)
-    if found is None:
-        return _declared_torch(Settings(root=cwd), start)
-    return _declared_torch(
-        _settings_from_table(_amplint_table(_read_toml(found)), found, "[tool.amplint] "), start
-    )
+    settings = Settings(root=cwd) if found is None else _load_file(found)
+    return _declared_torch(replace(settings, nearest=True), start)
+
+
+def nearest_settings(settings: Settings) -> Callable[[Path], Settings]:
+    """The settings of each file under a run's `settings`: those of the nearest configuration above
+    the file (found once per folder), with the run's command-line flags over them. Settings given
+    with `--config` (or built by hand) apply to every file."""
+    if not settings.nearest:
+        return lambda path: settings
+    folders: dict[str, Settings] = {}
+    loaded: dict[Path, Settings] = {} if settings.config_path is None else {settings.config_path: settings}
+
+    def settings_of(path: Path) -> Settings:
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder not in folders:
+            found = find_config(Path(folder))
+            if found is None:
+                folders[folder] = settings
+            else:
+                if found not in loaded:
+                    own = _declared_torch(replace(_load_file(found), nearest=True), found.parent)
+                    loaded[found] = own.with_overrides(**dict(settings.overrides))
+                folders[folder] = loaded[found]
+        return folders[folder]
+
+    return settings_of
 
 
 def _declared_torch(settings: Settings, start: Path) -> Settings:
@@ -427,5 +524,8 @@ def _declared_torch(settings: Settings, start: Path) -> Settings:
         candidate = directory / "pyproject.toml"
         if candidate.is_file():
             declared = _torch_dependency(_read_toml(candidate))
-            return replace(settings, torch_version=declared) if declared else settings
+            if not declared:
+                return settings
+            origins = (*settings.origins, ("torch_version", f"{candidate} [project] dependencies"))
+            return replace(settings, torch_version=declared, origins=origins)
     return settings

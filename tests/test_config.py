@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,7 @@ def test_unknown_key_is_a_warning_naming_the_key_and_the_known_ones(tmp_path: Pa
     (message,) = settings.warnings
     assert message.startswith(f"{tmp_path / 'pyproject.toml'}: [tool.amplint] unknown key 'selct' ignored")
     assert (
-        "known keys: cache-dir, exclude, extend-exclude, extend-select, ignore, max-file-size, per-file-ignores, precision, "
+        "known keys: cache-dir, exclude, extend, extend-exclude, extend-select, ignore, max-file-size, per-file-ignores, precision, "
         "runtime, select, torch-version" in message
     )
     assert "did you mean 'select'?" in message
@@ -309,3 +310,111 @@ def test_a_wrong_runtime_table_stops_a_plain_check(tmp_path: Path, table: str, m
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"amplint: error: {config}: [tool.amplint.runtime]")
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --- the nearest configuration per file, `extend`, --show-settings PATH -----------------------------
+
+_SAMPLER = (Path(__file__).parents[1] / "fixtures" / "sampling.py").read_text()  # one AMP013 (opt-in)
+
+
+def _monorepo(tmp_path: Path) -> None:
+    """A root configuration that turns AMP013 on, and a package whose `amplint.toml` extends it."""
+    write(
+        tmp_path / "pyproject.toml",
+        '[tool.amplint]\nextend-select = ["AMP013"]\n\n[tool.amplint.per-file-ignores]\n"tests/*" = ["AMP013"]\n',
+    )
+    write(tmp_path / "pkg_a" / "sample.py", _SAMPLER)
+    write(tmp_path / "pkg_b" / "sample.py", _SAMPLER)
+    write(tmp_path / "pkg_b" / "tests" / "sample.py", _SAMPLER)
+    write(tmp_path / "pkg_c" / "sample.py", _SAMPLER)
+
+
+def _flagged(proc_stdout: str) -> list[str]:
+    return sorted(line.split(":")[0] for line in proc_stdout.splitlines() if " AMP0" in line)
+
+
+def test_each_file_gets_the_nearest_configuration(tmp_path: Path) -> None:
+    _monorepo(tmp_path)
+    # pkg_b's own file inherits the root's selection and per-file ignores (anchored at pkg_b) and
+    # adds nothing; pkg_c's pyproject.toml stands alone, so AMP013 (opt-in) is off there.
+    write(tmp_path / "pkg_b" / "amplint.toml", 'extend = "../pyproject.toml"\n')
+    write(tmp_path / "pkg_c" / "pyproject.toml", '[tool.amplint]\nselect = ["AMP"]\n')
+    proc = amplint_run(tmp_path, "check", "--no-cache", "--format", "concise", ".")
+    assert proc.returncode == 1, proc.stderr
+    assert _flagged(proc.stdout) == ["pkg_a/sample.py", "pkg_b/sample.py"]
+    # Run from inside the package: the same configuration, found the same way.
+    inside = amplint_run(tmp_path / "pkg_b", "check", "--no-cache", "--format", "concise")
+    assert _flagged(inside.stdout) == ["sample.py"]
+    # A flag applies under every configuration; --config makes one configuration apply to all.
+    flagged = amplint_run(tmp_path, "check", "--no-cache", "--ignore", "AMP013", ".")
+    assert flagged.returncode == 0, flagged.stdout
+    one = amplint_run(tmp_path, "check", "--no-cache", "--format", "concise", "--config", "pyproject.toml", ".")
+    # ... its "tests/*" is anchored at the root, where there is no tests/ folder.
+    expected = ["pkg_a/sample.py", "pkg_b/sample.py", "pkg_b/tests/sample.py", "pkg_c/sample.py"]
+    assert _flagged(one.stdout) == expected
+
+
+def test_a_nested_configuration_excludes_its_own_files(tmp_path: Path) -> None:
+    _monorepo(tmp_path)
+    write(tmp_path / "pkg_a" / ".amplint.toml", 'extend = "../pyproject.toml"\nextend-exclude = ["sample.py"]\n')
+    proc = amplint_run(tmp_path, "check", "--no-cache", "--format", "json", ".")
+    report = json.loads(proc.stdout)
+    assert sorted(d["path"] for d in report["diagnostics"]) == [
+        "pkg_b/sample.py",
+        "pkg_b/tests/sample.py",  # the root's "tests/*" is anchored at the root
+        "pkg_c/sample.py",
+    ]
+    assert report["summary"]["files_checked"] == 3
+
+
+def test_extend_overrides_and_chains(tmp_path: Path) -> None:
+    base = write(tmp_path / "base.toml", 'ignore = ["AMP003"]\nextend-select = ["AMP013"]\nprecision = "bf16"\n')
+    middle = write(tmp_path / "mid" / "amplint.toml", 'extend = "../base.toml"\nextend-select = ["AMP002"]\n')
+    leaf = write(
+        tmp_path / "mid" / "leaf" / "pyproject.toml",
+        '[tool.amplint]\nextend = "../amplint.toml"\nprecision = "fp16"\n',
+    )
+    settings = load_settings([leaf.parent])
+    assert settings.config_path == leaf and settings.root == leaf.parent
+    assert settings.ignore == ("AMP003",)
+    assert settings.extend_select == ("AMP013", "AMP002")  # extend-select adds along the chain
+    assert settings.precision == "fp16"
+    assert settings.origin("ignore") == str(base)
+    assert settings.origin("extend_select") == str(middle)
+    assert settings.origin("precision") == str(leaf)
+    assert settings.origin("select") == "default"
+
+
+def test_extend_errors_name_the_file(tmp_path: Path) -> None:
+    write(tmp_path / "a" / "amplint.toml", 'extend = "../b/amplint.toml"\n')
+    write(tmp_path / "b" / "amplint.toml", 'extend = "../a/amplint.toml"\n')
+    with pytest.raises(ConfigError, match="'extend' makes a cycle"):
+        load_settings([tmp_path / "a"])
+    write(tmp_path / "c" / "amplint.toml", 'extend = "missing.toml"\n')
+    with pytest.raises(ConfigError, match=r"c/amplint.toml: 'extend' names .*missing.toml, which does not exist"):
+        load_settings([tmp_path / "c"])
+    write(tmp_path / "d" / "amplint.toml", "extend = 3\n")
+    proc = amplint_run(tmp_path / "d", "check", ".")
+    assert proc.returncode == 2
+    assert "'extend' must be the path of a configuration file, got 3" in proc.stderr
+
+
+def test_show_settings_for_a_file_says_where_each_setting_came_from(tmp_path: Path) -> None:
+    _monorepo(tmp_path)
+    own = write(tmp_path / "pkg_b" / "amplint.toml", 'extend = "../pyproject.toml"\nprecision = "fp16"\n')
+    proc = amplint_run(tmp_path, "check", "--show-settings", "pkg_b/tests/sample.py", "--ignore", "AMP002")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert f"config file: {own} (extends {tmp_path / 'pyproject.toml'})" in lines
+    assert f"root: {tmp_path / 'pkg_b'}" in lines
+    assert "files: 1" in lines
+    assert "profile: float16 only (configured)" in lines
+    origins = lines[lines.index("from:") + 1 :]
+    assert f"  extend-select: {tmp_path / 'pyproject.toml'}" in origins
+    assert f"  per-file-ignores: {tmp_path / 'pyproject.toml'}" in origins
+    assert f"  precision: {own}" in origins
+    assert "  ignore: --ignore" in origins
+    assert "  select: default" in origins
+    root = amplint_run(tmp_path, "check", "--show-settings", "pkg_a/sample.py").stdout.splitlines()
+    assert f"config file: {tmp_path / 'pyproject.toml'}" in root
+    assert "precision: auto" in root
