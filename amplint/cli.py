@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from amplint import __version__
-from amplint.progress import Progress
-from amplint.reporters import FORMATS
+from amplint.pipeline.progress import Progress
+from amplint.report import FORMATS
 from amplint.runtime.gpu import DEFAULT_GPU, GPUS
 from amplint.runtime.hf import TASKS as HF_TASKS
 from amplint.static.profile import PRECISIONS
 
 if TYPE_CHECKING:
-    from amplint.api import CheckRun
     from amplint.config import Settings
     from amplint.diagnostics import Diagnostic
+    from amplint.pipeline.check import CheckRun
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -302,9 +302,9 @@ def _error(message: str) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from amplint.api import run_check
     from amplint.config import ConfigError, load_settings
-    from amplint.reporters import ReportSummary, render
+    from amplint.pipeline.check import run_check
+    from amplint.report import ReportSummary, render
 
     if args.fix and args.diff:
         return _error("--fix and --diff cannot be used together")
@@ -323,6 +323,8 @@ def _check(args: argparse.Namespace) -> int:
         return _error(
             f"{'--confirm' if args.confirm else '--explain'} reads files: it cannot check standard input"
         )
+    if stdin and args.add_noqa:
+        return _error("--add-noqa edits files: it cannot suppress findings in standard input")
     if stdin:  # the configuration is found from the named file's folder, or its nearest existing parent
         folder = Path(os.path.abspath(args.stdin_filename or "-")).parent
         paths = [next(p for p in (folder, *folder.parents) if p.is_dir())]
@@ -358,7 +360,7 @@ def _check(args: argparse.Namespace) -> int:
     fixed_code: bytes | None = None
     try:
         if stdin:
-            from amplint.api import check_stdin
+            from amplint.pipeline.check import check_stdin
 
             run, fixed_code = check_stdin(
                 sys.stdin.buffer.read(),
@@ -477,9 +479,9 @@ _SHOWN_KEYS = (
 def _show_settings(paths: list[Path], settings: Settings) -> int:
     """`check --show-settings`: what a check of `paths` would run with, the precision profile
     included (detected from the files it would check, as the check does), without checking."""
-    from amplint.api import project_profile
-    from amplint.cache import cache_directory
-    from amplint.discovery import discover
+    from amplint.pipeline.cache import cache_directory
+    from amplint.pipeline.check import project_profile
+    from amplint.pipeline.discovery import discover
     from amplint.rules import selected_rules
 
     found = discover(paths, settings)
@@ -517,8 +519,8 @@ def _show_settings(paths: list[Path], settings: Settings) -> int:
 
 def _explain(target: str, paths: list[Path], settings: Settings) -> int:
     """`check --explain FILE:LINE`: the engine's facts on one line, under the project's profile."""
-    from amplint.api import project_profile
-    from amplint.discovery import discover
+    from amplint.pipeline.check import project_profile
+    from amplint.pipeline.discovery import discover
     from amplint.static.explain import ExplainError, explain
 
     profile = project_profile(settings, discover(paths, settings).files)
@@ -535,9 +537,9 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
     this one only needs to know that torch is there, not to import it."""
     if importlib.util.find_spec("torch") is None:
         return _error("--confirm traces the model and needs torch: pip install 'amplint[runtime]'")
-    from amplint.api import run_check
-    from amplint.confirm import Traced, confirm, finding_lines
     from amplint.diagnostics import Confidence
+    from amplint.fixing.confirm import Traced, confirm, finding_lines
+    from amplint.pipeline.check import run_check
     from amplint.runtime.child import ChildError, trace_in_child
     from amplint.runtime.target import TargetError, target_specs, trace_timeout
 
@@ -569,13 +571,13 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
 
     try:  # the first trace comes before any fix is written: a bad target leaves the files alone
         if args.fix:
-            from amplint.verify import fix_and_verify
+            from amplint.pipeline.verify import fix_and_verify
 
             run, outcomes = fix_and_verify(paths, settings, trace, jobs=args.jobs)
             for outcome in outcomes:
                 print(f"amplint: fix {outcome}", file=sys.stderr)
         elif args.diff:
-            from amplint.verify import preview
+            from amplint.pipeline.verify import preview
 
             run = preview(paths, settings, trace, jobs=args.jobs)
         else:
@@ -650,7 +652,7 @@ def _warn_settings(settings: Settings) -> None:
 def _adopt(args: argparse.Namespace, run: CheckRun) -> int | None:
     """`--write-baseline`, `--add-noqa` (each ends the run: an exit code) and `--baseline` (leaves
     out the recorded findings from `run`)."""
-    from amplint import baseline
+    from amplint.pipeline import baseline
 
     try:
         if args.write_baseline is not None:
@@ -665,7 +667,7 @@ def _adopt(args: argparse.Namespace, run: CheckRun) -> int | None:
         return _error(str(exc))
     if not args.add_noqa:
         return None
-    from amplint.api import add_noqa
+    from amplint.pipeline.check import add_noqa
 
     changed, left = add_noqa(run)
     for message in left:
@@ -677,14 +679,14 @@ def _adopt(args: argparse.Namespace, run: CheckRun) -> int | None:
 def _server() -> int:
     if importlib.util.find_spec("pygls") is None:
         return _error("the language server needs pygls: pip install 'amplint[lsp]'")
-    from amplint.lsp import serve
+    from amplint.integrations.lsp import serve
 
     serve()
     return EXIT_CLEAN
 
 
 def _clean(args: argparse.Namespace) -> int:
-    from amplint.cache import cache_directory, clean
+    from amplint.pipeline.cache import cache_directory, clean
 
     settings = _project_settings(args)
     if isinstance(settings, int):
@@ -697,7 +699,7 @@ def _clean(args: argparse.Namespace) -> int:
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from amplint.confirm import graph_findings
+    from amplint.fixing.confirm import graph_findings
     from amplint.runtime.report import render_json, render_text, select
 
     if importlib.util.find_spec("torch") is None:
@@ -780,12 +782,12 @@ def _trace(args: argparse.Namespace) -> int:
     elif args.format == "html":
         import json
 
-        from amplint.reporters.html import render_trace
+        from amplint.report.html import render_trace
 
         document = json.loads(render_json(graph, nodes, findings))
         report = render_trace(document, findings, sources=sources, target=args.target or args.hf_config)
     else:
-        from amplint.reporters import render
+        from amplint.report import render
 
         if args.format != "text":
             report = render(args.format, findings, sources=sources, color=False)
@@ -802,8 +804,8 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _lock(args: argparse.Namespace) -> int:
-    from amplint.lock import LockError, Mode, lock_path, run_lock
-    from amplint.reporters import ReportSummary, render
+    from amplint.lock.command import LockError, Mode, lock_path, run_lock
+    from amplint.report import ReportSummary, render
 
     if args.check and args.update:
         return _error("--check writes nothing and --update writes: give one of them")

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
-# The `extra` keys that place a finding in a Jupyter notebook (set by amplint/notebook.py): the cell,
+# The `extra` keys that place a finding in a Jupyter notebook (set by amplint/pipeline/notebook.py): the cell,
 # numbered as ruff does (1-based, counting every cell of the notebook, markdown cells included), with
 # `line` and `column` then counting inside that cell; and the line of the .ipynb file itself that holds
 # the finding's first line, for the formats that can only point at lines of the file.

@@ -10,7 +10,7 @@ from amplint.diagnostics import Diagnostic, Severity
 from amplint.source import SourceError, SourceFile
 
 # AMP900 (`amplint/rules/amp900_unparsable_file.py`), spelled out here so that this module does not
-# import the rule (and libcst with it); tests/test_cache.py checks that the two agree.
+# import the rule (and libcst with it); tests/pipeline/test_cache.py checks that the two agree.
 UNPARSABLE = "AMP900"
 UNPARSABLE_NAME = "unparsable-file"
 UNPARSABLE_SEVERITY = Severity.ERROR

@@ -81,7 +81,7 @@ class Bad:
     fixed: str | None = None
     expect: tuple[Expected, ...] = ()
     # Python run after the code (and after the fixed code) that sets `out`: the example executes
-    # in bfloat16, float16 and float32 under tests/test_example_numerics.py.
+    # in bfloat16, float16 and float32 under tests/rules/test_example_numerics.py.
     run: str | None = None
 
 

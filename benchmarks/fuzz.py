@@ -7,7 +7,7 @@ Each round takes a real Python file (by default the excerpts of public code in
 and tokens), and checks it with every static rule and with `--fix --unsafe-fixes`: nothing may
 raise, no rule may report an internal error, and the fixed text must parse wherever the mutated text
 did. It also loads random `[tool.amplint]` tables: each must give settings or a ConfigError, never
-another exception. A failure prints the seed and the mutated text and exits 1. `tests/test_fuzz.py`
+another exception. A failure prints the seed and the mutated text and exits 1. `tests/pipeline/test_fuzz.py`
 runs a short fixed-seed round of the same in CI.
 """
 
@@ -88,9 +88,9 @@ def _parses(text: str) -> bool:
 
 def check_text(text: str) -> str | None:
     """What went wrong checking and fixing `text` with every static rule, or None."""
-    from amplint.fixes import fix_source
+    from amplint.fixing.edits import fix_source
     from amplint.rules import all_rules
-    from amplint.runner import lint_text
+    from amplint.rules.runner import lint_text
     from amplint.source import decode_source
 
     rules = [rule for rule in all_rules() if not rule.runtime_only]

@@ -87,7 +87,7 @@ def _tensors(output: Any) -> list[torch.Tensor]:
 
 
 def amplint_values(factory: Callable[[], tuple[nn.Module, tuple[Any, ...]]]) -> str:
-    from amplint.confirm import graph_findings
+    from amplint.fixing.confirm import graph_findings
     from amplint.runtime import replay
 
     model, args = factory()

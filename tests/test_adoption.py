@@ -8,7 +8,7 @@ from pathlib import Path
 
 from support import HAZARD, HAZARD_CODE, HAZARD_LINE, amplint_run, write
 
-from amplint.suppression import with_noqa
+from amplint.rules.suppression import with_noqa
 
 
 def _codes(cwd: Path, *args: str) -> list[tuple[str, str, int]]:

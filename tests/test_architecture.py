@@ -102,3 +102,51 @@ def test_static_imports_nothing_above_it() -> None:
     for name, targets in _imports().items():
         if name.startswith("amplint.static"):
             assert all(t.startswith(allowed) for t in targets), (name, targets)
+
+
+# The floors of ARCHITECTURE.md's picture, lowest first: a package imports only floors below its own.
+FLOORS = (
+    ("amplint.diagnostics", "amplint.source", "amplint.gitignore"),
+    ("amplint.static", "amplint.results"),
+    ("amplint.rule", "amplint.config"),
+    ("amplint.runtime",),
+    ("amplint.rules",),
+    ("amplint.fixing", "amplint.report", "amplint.docs"),
+    ("amplint.lock", "amplint.pipeline"),
+    ("amplint.api", "amplint.integrations"),
+    ("amplint.cli", "amplint"),
+    ("amplint.__main__",),
+)
+# The one arrow back up: AMP110 compares a trace with the lockfile, so it reads the lockfile's data
+# modules, whose package also holds the `amplint lock` command that runs the rules.
+BACK_UP = {
+    ("amplint.rules.amp110_dtype_change", "amplint.lock.file"),
+    ("amplint.rules.amp110_dtype_change", "amplint.lock.diff"),
+}
+
+
+def _floor(module: str) -> int:
+    package = ".".join(module.split(".")[:2])
+    return next(level for level, names in enumerate(FLOORS) if package in names)
+
+
+def test_packages_import_only_floors_below() -> None:
+    upward = sorted(
+        (name, target)
+        for name, targets in _imports().items()
+        for target in targets
+        if _floor(target) >= _floor(name) and name.split(".")[:2] != target.split(".")[:2]
+    )
+    assert set(upward) == BACK_UP
+
+
+def test_at_most_twelve_loose_modules() -> None:
+    loose = sorted(path.name for path in ROOT.glob("*.py"))
+    assert len(loose) <= 12, loose
+
+
+def test_median_rule_module_is_under_200_lines() -> None:
+    sizes = sorted(
+        len(path.read_text("utf-8").splitlines()) for path in (ROOT / "rules").glob("amp[0-9]*.py")
+    )
+    assert sizes[len(sizes) // 2] < 200, sizes

@@ -348,7 +348,9 @@ def test_each_file_gets_the_nearest_configuration(tmp_path: Path) -> None:
     # A flag applies under every configuration; --config makes one configuration apply to all.
     flagged = amplint_run(tmp_path, "check", "--no-cache", "--ignore", "AMP013", ".")
     assert flagged.returncode == 0, flagged.stdout
-    one = amplint_run(tmp_path, "check", "--no-cache", "--format", "concise", "--config", "pyproject.toml", ".")
+    one = amplint_run(
+        tmp_path, "check", "--no-cache", "--format", "concise", "--config", "pyproject.toml", "."
+    )
     # ... its "tests/*" is anchored at the root, where there is no tests/ folder.
     expected = ["pkg_a/sample.py", "pkg_b/sample.py", "pkg_b/tests/sample.py", "pkg_c/sample.py"]
     assert _flagged(one.stdout) == expected
@@ -356,7 +358,9 @@ def test_each_file_gets_the_nearest_configuration(tmp_path: Path) -> None:
 
 def test_a_nested_configuration_excludes_its_own_files(tmp_path: Path) -> None:
     _monorepo(tmp_path)
-    write(tmp_path / "pkg_a" / ".amplint.toml", 'extend = "../pyproject.toml"\nextend-exclude = ["sample.py"]\n')
+    write(
+        tmp_path / "pkg_a" / ".amplint.toml", 'extend = "../pyproject.toml"\nextend-exclude = ["sample.py"]\n'
+    )
     proc = amplint_run(tmp_path, "check", "--no-cache", "--format", "json", ".")
     report = json.loads(proc.stdout)
     assert sorted(d["path"] for d in report["diagnostics"]) == [
@@ -368,7 +372,9 @@ def test_a_nested_configuration_excludes_its_own_files(tmp_path: Path) -> None:
 
 
 def test_extend_overrides_and_chains(tmp_path: Path) -> None:
-    base = write(tmp_path / "base.toml", 'ignore = ["AMP003"]\nextend-select = ["AMP013"]\nprecision = "bf16"\n')
+    base = write(
+        tmp_path / "base.toml", 'ignore = ["AMP003"]\nextend-select = ["AMP013"]\nprecision = "bf16"\n'
+    )
     middle = write(tmp_path / "mid" / "amplint.toml", 'extend = "../base.toml"\nextend-select = ["AMP002"]\n')
     leaf = write(
         tmp_path / "mid" / "leaf" / "pyproject.toml",
@@ -391,7 +397,9 @@ def test_extend_errors_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="'extend' makes a cycle"):
         load_settings([tmp_path / "a"])
     write(tmp_path / "c" / "amplint.toml", 'extend = "missing.toml"\n')
-    with pytest.raises(ConfigError, match=r"c/amplint.toml: 'extend' names .*missing.toml, which does not exist"):
+    with pytest.raises(
+        ConfigError, match=r"c/amplint.toml: 'extend' names .*missing.toml, which does not exist"
+    ):
         load_settings([tmp_path / "c"])
     write(tmp_path / "d" / "amplint.toml", "extend = 3\n")
     proc = amplint_run(tmp_path / "d", "check", ".")

@@ -72,6 +72,17 @@ def test_stdin_mixed_with_paths_is_a_usage_error(tmp_path: Path) -> None:
         assert proc.returncode == 2 and proc.stderr.decode().count("\n") == 1, proc.stderr
 
 
+def test_stdin_with_add_noqa_is_refused_and_the_file_on_disk_is_left_alone(tmp_path: Path) -> None:
+    path = write(tmp_path / "m.py", HAZARD)
+    proc = _amplint(tmp_path, "check", "-", "--stdin-filename", "m.py", "--add-noqa", stdin=HAZARD.encode())
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.decode()
+        == "amplint: error: --add-noqa edits files: it cannot suppress findings in standard input\n"
+    )
+    assert path.read_text() == HAZARD
+
+
 def test_cache_dir_moves_the_cache_and_clean_removes_only_a_cache(tmp_path: Path) -> None:
     write(tmp_path / "m.py", HAZARD)
     proc = amplint_run(tmp_path, "check", ".", "--cache-dir", "build/lint-cache")

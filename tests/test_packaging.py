@@ -35,6 +35,6 @@ def test_build_makes_a_complete_sdist_and_wheel(tmp_path: Path) -> None:
     assert "amplint/py.typed" in files and any(n.endswith("licenses/LICENSE") for n in files)
     assert "amplint/rules/examples/AMP001.toml" in files
     assert (
-        "amplint = amplint.pytest_plugin" in entry_points
-        and "AMP = amplint.flake8_plugin:Plugin" in entry_points
+        "amplint = amplint.integrations.pytest_plugin" in entry_points
+        and "AMP = amplint.integrations.flake8_plugin:Plugin" in entry_points
     )

@@ -1,4 +1,9 @@
-"""The rule catalogue: every module in this package named `ampNNN_*` defines one rule."""
+"""The rule catalogue: every module in this package named `ampNNN_*` defines one rule (its examples
+are data in `examples/AMPNNN.toml`); `runner` runs the selected rules over one file and
+`suppression` reads `# noqa`. A rule imports the static engine (`amplint.static`), the runtime
+graph (`amplint.runtime`) and the rule base (`amplint.rule`), never another rule. The one arrow
+back up: AMP110 reads the lockfile's data modules (`amplint.lock.file`, `amplint.lock.diff`),
+whose package also holds the `amplint lock` command that runs these rules."""
 
 from __future__ import annotations
 

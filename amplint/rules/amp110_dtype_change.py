@@ -6,8 +6,8 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from amplint.lockdiff import OpChange, Region, TargetDiff
-from amplint.lockfile import MATMULS, Op
+from amplint.lock.diff import OpChange, Region, TargetDiff
+from amplint.lock.file import MATMULS, Op
 from amplint.rule import GraphFinding, RuntimeRule
 from amplint.runtime.chains import HALF, LOSSY, VIEWS, where
 

@@ -9,11 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import cast
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
-from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from amplint.source import NEWLINE, LineIndex, python_ast
 from amplint.static.dtypes import DtypeFacts, Step
@@ -157,38 +155,47 @@ class FileContext:
         return found
 
     def _function_positions(self, function: cst.FunctionDef) -> Mapping[cst.CSTNode, CodeRange] | None:
-        """Positions of the nodes in one function, rendered alone from the line of its `def` and its
-        indentation. Used only when the rendering is the file's text at that spot, which makes the
-        positions exact; None otherwise (the caller falls back to the whole statement)."""
+        """Positions of the nodes in one function, rendered alone as a module and shifted to the line
+        of its `def` and its indentation. Used only when every line rendered is the file's line at
+        that spot less the indentation, which makes the shift exact (a multi-line string's own lines
+        do not move with the indentation: such a function falls back); None otherwise (the caller
+        falls back to the whole statement)."""
         if function in self._function_position_cache:
             return self._function_position_cache[function]
-        positions: Mapping[cst.CSTNode, CodeRange] | None = None
+        positions: dict[cst.CSTNode, CodeRange] | None = None
         layout = self._def_lines
         where = layout[1].get(function) if layout is not None else None
         if layout is not None and where is not None:
             lines = layout[0]
             def_line, indent = where
-            try:
-                # The lines the function renders before its `def`: comments, decorators and what
-                # lies between them.
-                before = len(function.leading_lines) + len(function.lines_after_decorators)
-                before += sum(len(NEWLINE.findall(self.code(d))) for d in function.decorators)
-                start = def_line - before
-                provider = PositionProvider()
-                state = PositionProvidingCodegenState(
-                    default_indent=self.module.default_indent,
-                    default_newline=self.module.default_newline,
-                    provider=provider,
-                    indent_tokens=[indent] if indent else [],
-                    line=start,
-                )
-                function._codegen(state)
-                rendered = "".join(state.tokens)
-                begin = lines.offset(start, 1) if start >= 1 else -1
-                if begin >= 0 and lines.text.startswith(rendered, begin):
-                    positions = cast(Mapping[cst.CSTNode, CodeRange], provider._computed)
-            except Exception:  # libcst internals changed: the whole statement still works
-                positions = None
+            # The lines the function renders before its `def`: comments, decorators and what lies
+            # between them.
+            before = len(function.leading_lines) + len(function.lines_after_decorators)
+            before += sum(len(NEWLINE.findall(self.code(d))) for d in function.decorators)
+            start = def_line - before
+            alone = self.module.with_changes(body=[function], header=[], footer=[])
+            code = alone.code_for_node(function)
+            rendered = code.splitlines()
+            begin = lines.offset(start, 1) if start >= 1 else -1
+            # At most the rendered text with the indentation and a two-character newline per line.
+            span = len(code) + (len(indent) + 2) * len(rendered)
+            original = (
+                (self.text or "")[begin : begin + span].splitlines()[: len(rendered)] if begin >= 0 else []
+            )
+            if len(original) == len(rendered) and all(
+                (mine == f"{indent}{line}" if line.strip() else not mine.strip())
+                for mine, line in zip(original, rendered, strict=True)
+            ):
+                shift = len(indent)
+                positions = {
+                    node: CodeRange(
+                        CodePosition(span.start.line + start - 1, span.start.column + shift),
+                        CodePosition(span.end.line + start - 1, span.end.column + shift),
+                    )
+                    for node, span in MetadataWrapper(alone, unsafe_skip_copy=True)
+                    .resolve(PositionProvider)
+                    .items()
+                }
         self._function_position_cache[function] = positions
         return positions
 

@@ -204,6 +204,12 @@ def detect(texts: Iterable[tuple[str, str]]) -> Profile:
 # A file none of these words occurs in sets no precision: most files are ruled out by a few substring
 # searches, which run at memory speed.
 _WORDS = ("float16", "bf16", "fp16", "half", "autocast", "GradScaler", "precision")
+_WORD_BYTES = tuple(word.encode() for word in _WORDS)
+
+
+def may_set_precision(raw: bytes) -> bool:
+    """Whether a file's bytes hold a word the scan looks for: the others need no decoding for it."""
+    return any(word in raw for word in _WORD_BYTES)
 
 # What hides code from the scan: docstrings (any triple-quoted string) from a search for their
 # delimiters, with a `#` skipping the rest of its line so that a quote in a comment opens nothing;

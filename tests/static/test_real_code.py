@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from amplint.api import rules_for
 from amplint.config import Settings
+from amplint.pipeline.check import rules_for
 from amplint.rules import all_rules
-from amplint.runner import lint_text
+from amplint.rules.runner import lint_text
 from amplint.static.profile import detect
 
 DATA = Path(__file__).parent / "data" / "real"

@@ -1,0 +1,143 @@
+"""Applying fixes: text edits to a fixpoint, a unified diff, and an atomic write that never leaves
+a half-written or unparsable file."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from amplint.diagnostics import Diagnostic, Edit
+from amplint.rule import Rule
+from amplint.rules.runner import FileResult, lint_source
+from amplint.source import LineIndex, SourceFile, replace_file
+from amplint.static.profile import CALLER, Profile
+
+# Fixes can overlap (two findings in one expression); each round applies those that do not, then
+# re-lints. A handful of rounds reaches a fixpoint on real code.
+MAX_ROUNDS = 10
+
+
+class FixError(Exception):
+    pass
+
+
+def apply_edits(text: str, edits: Iterable[Edit]) -> tuple[str, int]:
+    """Apply non-overlapping edits (later ones that overlap an earlier one are skipped).
+    Returns the new text and how many edits were applied."""
+    index = LineIndex(text)
+    spans = sorted(
+        {(index.offset(e.line, e.column), index.offset(e.end_line, e.end_column), e.content) for e in edits}
+    )
+    pieces: list[str] = []
+    cursor = 0
+    applied = 0
+    for start, end, content in spans:
+        if start < cursor:
+            continue
+        pieces.append(text[cursor:start])
+        pieces.append(content)
+        cursor = end
+        applied += 1
+    pieces.append(text[cursor:])
+    return "".join(pieces), applied
+
+
+def _fix_edits(diagnostics: Sequence[Diagnostic], unsafe: bool) -> list[tuple[Diagnostic, tuple[Edit, ...]]]:
+    return [(d, d.fix.edits) for d in diagnostics if d.fix is not None and d.fix.applies(unsafe)]
+
+
+def _non_overlapping(
+    candidates: list[tuple[Diagnostic, tuple[Edit, ...]]],
+) -> tuple[list[Diagnostic], list[Edit]]:
+    """Whole fixes whose replacements do not overlap one another (insertions such as
+    `import torch` at the same spot are shared): the findings they fix, and their edits."""
+    fixes: list[Diagnostic] = []
+    chosen: list[Edit] = []
+    taken: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    for diagnostic, edits in candidates:
+        ranges = [((e.line, e.column), (e.end_line, e.end_column)) for e in edits if e not in chosen]
+        if any(start < t_end and t_start < end for start, end in ranges for t_start, t_end in taken):
+            continue
+        fixes.append(diagnostic)
+        chosen.extend(e for e in edits if e not in chosen)
+        taken.extend(r for r in ranges if r[0] != r[1])
+    return fixes, chosen
+
+
+@dataclass
+class FixOutcome:
+    result: FileResult
+    new_text: str
+    fixed: int = 0
+    errors: list[str] = field(default_factory=list)
+    applied: list[Diagnostic] = field(
+        default_factory=list
+    )  # the fixes written, each as reported in its round
+
+    @property
+    def changed(self) -> bool:
+        return self.result.source is not None and self.new_text != self.result.source.text
+
+
+def fix_source(
+    source: SourceFile,
+    rules: Sequence[type[Rule]],
+    display: str,
+    *,
+    profile: Profile = CALLER,
+    unsafe: bool = False,
+) -> FixOutcome:
+    """Lint, apply every fix that applies cleanly (safe ones; unsafe ones too with `unsafe`), and
+    repeat until nothing is left to fix. `FixOutcome.applied` are the fixes written, in order."""
+    text = source.text
+    result = lint_source(source, rules, display, profile=profile)
+    applied: list[Diagnostic] = []
+    for _ in range(MAX_ROUNDS):
+        candidates = _fix_edits(result.diagnostics, unsafe)
+        if not candidates:
+            break
+        chosen, edits = _non_overlapping(candidates)
+        new_text, _ = apply_edits(text, edits)
+        if new_text == text:
+            break
+        try:
+            cst.parse_module(new_text)
+        except cst.ParserSyntaxError as exc:
+            outcome = FixOutcome(result, text, len(applied), applied=applied)
+            outcome.errors.append(
+                f"{display}: a fix produced invalid code ({exc.message}); file left unchanged"
+            )
+            return outcome
+        applied.extend(chosen)
+        text = new_text
+        result = lint_source(
+            SourceFile(source.path, text, source.encoding, source.bom, source.newline),
+            rules,
+            display,
+            profile=profile,
+        )
+    result.source = source
+    return FixOutcome(result, text, len(applied), applied=applied)
+
+
+def unified_diff(display: str, old: str, new: str) -> str:
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        f"a/{display.lstrip('/')}",
+        f"b/{display.lstrip('/')}",
+    )
+    return "".join(
+        line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n" for line in lines
+    )
+
+
+def write_atomic(source: SourceFile, new_text: str, *, was: str | None = None) -> None:
+    """Replace the file with `new_text` (`source.replace_file`): mode, owner, group, hard links,
+    encoding, BOM and line endings (already in `new_text`) are kept. With `was` (the text the fix
+    was made from), only if the file still holds it and may be written (else WriteRefused)."""
+    expected = source.encode(was) if was is not None else None
+    replace_file(source.path, source.encode(new_text), expected=expected)

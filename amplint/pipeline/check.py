@@ -1,0 +1,350 @@
+"""The check run, shared by the command line and the Python API: discover, lint (or fix), filter."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from amplint.config import Settings, nearest_settings
+from amplint.diagnostics import Diagnostic, sort_diagnostics
+from amplint.pipeline.discovery import discover
+from amplint.pipeline.notebook import (
+    cell_sources,
+    fix_notebook,
+    is_notebook,
+    lint_notebook,
+    lint_notebook_file,
+)
+from amplint.pipeline.progress import Progress
+from amplint.results import UNPARSABLE, FileResult, too_large, unparsable_diagnostic, unreadable
+from amplint.rule import Rule
+from amplint.rules import rules_for
+from amplint.source import (
+    SourceError,
+    SourceFile,
+    WriteRefused,
+    decode_source,
+    display_path,
+    read_source,
+    shown_lines,
+)
+from amplint.static.profile import CALLER, Profile, detect, may_set_precision
+
+# libcst, the rules, the fixer and the process pool are imported where they are used: a run that
+# the cache answers never loads them.
+
+
+@dataclass
+class CheckRun:
+    diagnostics: list[Diagnostic] = field(default_factory=list)  # what remains, sorted
+    sources: dict[str, str] = field(default_factory=dict)  # display path -> text, for snippets
+    files_checked: int = 0
+    fixed: int = 0
+    applied: list[Diagnostic] = field(default_factory=list)  # the fixes written (or diffed), in order
+    diffs: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # internal errors: the run exits 2
+    warnings: list[str] = field(default_factory=list)  # worth saying, not failing for (the cache)
+    profile: Profile = CALLER  # the precision profile every file was checked under
+
+
+def project_profile(settings: Settings, files: Sequence[Path]) -> Profile:
+    """The precision profile of a run: `precision` from the settings, or detected from the checked
+    files, read one at a time as the scan asks for them."""
+    from amplint.pipeline.pool import read_files
+
+    return settings.configured_profile or settings.with_torch(detect(_texts(read_files(files))))
+
+
+def _texts(contents: Iterable[tuple[Path, bytes | SourceError]]) -> Iterator[tuple[str, str]]:
+    """(display path, text) of each file, decoded only when `detect` asks for it (it stops early) and
+    the bytes hold a word it looks for (most files do not: the check decodes them once, this scan
+    never). The scan looks for ASCII words, so a lenient UTF-8 decode does for a file in another
+    encoding; a notebook's text is its code cells, each under the name reports give it."""
+    for path, raw in contents:
+        if isinstance(raw, SourceError) or b"\0" in raw[:8192] or not may_set_precision(raw):
+            continue  # unreadable or binary (its AMP900 is all there is to say), or no precision word
+        display = display_path(path)
+        if not is_notebook(path):
+            yield display, raw.decode("utf-8", errors="replace")
+            continue
+        try:
+            yield from cell_sources(decode_source(raw, path), display).items()
+        except SourceError:
+            continue
+
+
+def _keep(settings: Settings, diagnostic: Diagnostic, path: Path) -> bool:
+    # A file that could not be checked is always reported unless ignored by name.
+    if diagnostic.code == UNPARSABLE:
+        return UNPARSABLE not in settings.ignore and not settings.is_ignored_for(UNPARSABLE, path)
+    return True
+
+
+def run_check(
+    paths: Sequence[Path],
+    settings: Settings,
+    *,
+    fix: bool = False,
+    diff: bool = False,
+    unsafe_fixes: bool = False,
+    cache: bool = False,
+    jobs: int | None = 1,
+    progress: Progress | None = None,
+) -> CheckRun:
+    """Check `paths`. `fix`/`diff` apply or show the safe fixes (the unsafe ones too with
+    `unsafe_fixes`); `cache`: use `.amplint_cache/` (read-only with `diff`); `jobs`: worker processes,
+    None to decide from the CPUs and the amount of work (see `amplint/pipeline/pool.py`); `progress`:
+    told of every file settled."""
+    found = discover(paths, settings)
+    if progress is not None:
+        progress.total = len(found.files)
+    run = CheckRun()
+    for path, message in found.problems:
+        problem = unparsable_diagnostic(display_path(path), message)
+        if _keep(settings, problem, path):
+            run.diagnostics.append(problem)
+    # Each file is checked under the nearest configuration above it: one group per configuration.
+    settings_of = nearest_settings(settings)
+    groups: dict[int, tuple[Settings, list[Path]]] = {}
+    for path in found.files:
+        own = settings_of(path)
+        if own is settings or not own.is_excluded(path, is_dir=False):
+            groups.setdefault(id(own), (own, []))[1].append(path)
+        elif progress is not None:
+            progress.advance()
+    for own, files in groups.values():
+        _check_files(
+            run,
+            files,
+            own,
+            fix=fix,
+            diff=diff,
+            unsafe_fixes=unsafe_fixes,
+            cache=cache,
+            jobs=jobs,
+            progress=progress,
+        )
+    run.diagnostics = sort_diagnostics(run.diagnostics)
+    return run
+
+
+def _check_files(
+    run: CheckRun,
+    files: list[Path],
+    settings: Settings,
+    *,
+    fix: bool,
+    diff: bool,
+    unsafe_fixes: bool,
+    cache: bool,
+    jobs: int | None,
+    progress: Progress | None,
+) -> None:
+    """Check `files`, all under the one configuration `settings`, into `run`."""
+    from amplint.pipeline.pool import precheck
+
+    # The profile comes first: every check and every cache key depends on it.
+    # Streamed: each file is read, scanned and let go, so that the run holds no file's bytes.
+    profile = project_profile(settings, files)
+    run.profile = profile
+    store = None
+    if cache:
+        from amplint.pipeline.cache import Cache, cache_directory
+
+        store = Cache(cache_directory(settings), settings, readonly=diff, profile=profile)
+    # Cache hits, and (without fix/diff) every file checked in-process or in a pool.
+    done = precheck(
+        files,
+        settings,
+        cache=store,
+        fix=fix or diff,
+        jobs=jobs,
+        profile=profile,
+        progress=progress.advance if progress is not None else None,
+    )
+    for path in files:
+        display = display_path(path)
+        result = done.pop(path, None)  # let each result go once reported: memory stays flat
+        if result is None:
+            from amplint.rules.runner import lint_file
+
+            rules = rules_for(settings, path, profile)
+            result = (
+                _fix_file(
+                    run, path, rules, display, write=fix, unsafe=unsafe_fixes, limit=settings.max_file_size
+                )
+                if fix or diff
+                else (lint_notebook_file if is_notebook(path) else lint_file)(
+                    path, rules, display, profile=profile
+                )
+            )
+            if store is not None:
+                store.store_checked(path, display, result)
+            if progress is not None:
+                progress.advance()
+        run.files_checked += 1
+        run.errors.extend(result.internal_errors)
+        run.warnings.extend(result.warnings)
+        if result.source is not None and result.diagnostics:
+            # Only reports with findings show snippets, one line each: the run keeps those lines.
+            run.sources[display] = shown_lines(result.source.text, {d.line for d in result.diagnostics})
+            if is_notebook(path):
+                run.sources.update(cell_sources(result.source, display))  # a finding in a cell shows its line
+        run.diagnostics.extend(d for d in result.diagnostics if _keep(settings, d, path))
+    if store is not None and store.warning is not None:
+        run.warnings.append(store.warning)
+
+
+def _fix_file(
+    run: CheckRun, path: Path, rules: list[type[Rule]], display: str, *, write: bool, unsafe: bool, limit: int
+) -> FileResult:
+    try:
+        if path.stat().st_size > limit:
+            return too_large(path, display, path.stat().st_size, limit)
+        source = read_source(path)
+    except SourceError as exc:
+        return unreadable(path, display, exc)
+    return _fixed(run, source, path, rules, display, unsafe=unsafe, diff=not write, write=write)
+
+
+def _fixed(
+    run: CheckRun,
+    source: SourceFile,
+    path: Path,
+    rules: list[type[Rule]],
+    display: str,
+    *,
+    unsafe: bool,
+    diff: bool,
+    write: bool,
+) -> FileResult:
+    """Fix `source` (the unsafe fixes too with `unsafe`). With `diff` the diff goes into `run` and
+    the result is the code as it is; else the fixed text stands (written to the file with `write`,
+    where a refused write leaves the code as it is) and the result holds it and what remains."""
+    from amplint.fixing.edits import fix_source, unified_diff, write_atomic
+    from amplint.rules.runner import lint_source
+
+    fix, lint = (fix_notebook, lint_notebook) if is_notebook(path) else (fix_source, lint_source)
+    profile = run.profile
+    outcome = fix(source, rules, display, profile=profile, unsafe=unsafe)
+    run.errors.extend(outcome.errors)
+    if not outcome.changed:
+        return outcome.result
+    if diff:
+        run.fixed += outcome.fixed
+        run.applied.extend(outcome.applied)
+        run.diffs.append(unified_diff(display, source.text, outcome.new_text))
+        # Report what is there now, not what the fixed text would contain.
+        return lint(source, rules, display, profile=profile)
+    if write:
+        try:
+            write_atomic(source, outcome.new_text, was=source.text)
+        except WriteRefused as exc:  # the file is left as it was, and its findings with it
+            run.warnings.append(f"{display}: {exc}")
+            return lint(source, rules, display, profile=profile)
+        except OSError as exc:
+            run.errors.append(f"{display}: could not write the fix: {exc}")
+            return lint(source, rules, display, profile=profile)
+    run.fixed += outcome.fixed  # counted once written: the summary says what the files now hold
+    run.applied.extend(outcome.applied)
+    outcome.result.source = replace(source, text=outcome.new_text)
+    return outcome.result
+
+
+STDIN = "-"
+
+
+def check_stdin(
+    raw: bytes,
+    filename: str | None,
+    settings: Settings,
+    *,
+    fix: bool = False,
+    diff: bool = False,
+    unsafe_fixes: bool = False,
+) -> tuple[CheckRun, bytes | None]:
+    """Check code read from standard input as an editor or a formatter hands it over: as the file
+    `filename` (its per-file ignores apply and reports name it; `-` without one), which need not
+    exist. With `fix`, also the fixed code as bytes in the input's encoding (the input itself when
+    nothing was fixed); `diff` adds the diff to the run. Nothing is written, nothing cached."""
+    path = Path(filename) if filename else Path(STDIN)
+    display = display_path(path) if filename else STDIN
+    run = CheckRun(files_checked=1)
+    if len(raw) > settings.max_file_size:
+        result = too_large(path, display, len(raw), settings.max_file_size)
+    else:
+        try:
+            source = decode_source(raw, path)
+        except SourceError as exc:
+            result = unreadable(path, display, exc)
+        else:
+            run.profile = settings.configured_profile or settings.with_torch(detect(_texts([(path, raw)])))
+            result = _check_text(
+                run, source, path, display, settings, fix=fix, diff=diff, unsafe=unsafe_fixes
+            )
+    run.errors.extend(result.internal_errors)
+    run.warnings.extend(result.warnings)
+    if result.source is not None and result.diagnostics:
+        run.sources[display] = result.source.text
+    run.diagnostics = sort_diagnostics([d for d in result.diagnostics if _keep(settings, d, path)])
+    if not fix:
+        return run, None
+    return run, raw if result.source is None or not run.fixed else result.source.encode(result.source.text)
+
+
+def _check_text(
+    run: CheckRun,
+    source: SourceFile,
+    path: Path,
+    display: str,
+    settings: Settings,
+    *,
+    fix: bool,
+    diff: bool,
+    unsafe: bool,
+) -> FileResult:
+    """Lint `source`; with `fix` fix it in memory (the result holds the fixed text and what remains),
+    with `diff` put the diff into `run` (the result is the code as it is)."""
+    from amplint.rules.runner import lint_source
+
+    rules = rules_for(settings, path, run.profile)
+    if fix or diff:
+        return _fixed(run, source, path, rules, display, unsafe=unsafe, diff=diff, write=False)
+    return (lint_notebook if is_notebook(path) else lint_source)(source, rules, display, profile=run.profile)
+
+
+def add_noqa(run: CheckRun) -> tuple[int, list[str]]:
+    """Suppress every finding of `run` where it is: its codes join the `# noqa` of its line, in
+    each file (through the same careful write as `--fix`). How many lines changed, and what was
+    left alone, said for the user. Notebooks, files Python rejects and lines that cannot end in a
+    comment are left alone."""
+    from amplint.fixing.edits import write_atomic
+    from amplint.rules.suppression import with_noqa
+
+    by_file: dict[str, dict[int, set[str]]] = {}
+    for d in run.diagnostics:
+        if d.code != UNPARSABLE:
+            by_file.setdefault(d.path, {}).setdefault(d.line, set()).add(d.code)
+    changed, left = 0, []
+    for display, codes_by_line in by_file.items():
+        path = Path(display)
+        if is_notebook(path):
+            left.append(f"{display}: a notebook; add `# noqa` in its cells by hand")
+            continue
+        try:
+            source = read_source(path)
+            text, skipped = with_noqa(source.text, codes_by_line)
+            left += [
+                f"{display}:{n}: the line cannot end in a comment (a string or a backslash goes on)"
+                for n in skipped
+            ]
+            if text == source.text:
+                continue
+            compile(text, display, "exec")  # never write a file that no longer parses
+            write_atomic(source, text, was=source.text)
+        except (SourceError, WriteRefused, OSError, SyntaxError) as exc:
+            left.append(f"{display}: not changed: {exc}")
+            continue
+        changed += len(codes_by_line) - len(skipped)
+    return changed, left

@@ -1,0 +1,262 @@
+"""The static pass over one file: read, pre-scan, parse, run the rules, turn findings into diagnostics."""
+
+from __future__ import annotations
+
+import ast
+import re
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+import libcst as cst
+
+from amplint.diagnostics import SAFE, Diagnostic, Edit, Fix, sort_diagnostics
+from amplint.results import UNPARSABLE, FileResult, unparsable_diagnostic, unreadable
+from amplint.rule import Rule
+from amplint.rules.suppression import file_is_exempt, line_suppresses
+from amplint.source import (
+    LineIndex,
+    SourceError,
+    SourceFile,
+    decode_source,
+    display_path,
+    python_ast,
+    python_compiles,
+    read_source,
+)
+from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.profile import CALLER, Profile
+from amplint.static.regions import region_marks, skip_bodies
+
+__all__ = [
+    "UNPARSABLE",
+    "FileResult",
+    "lint_file",
+    "lint_source",
+    "lint_text",
+    "unparsable_diagnostic",
+    "unreadable",
+]
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def lint_file(
+    path: Path, rules: Sequence[type[Rule]], display: str | None = None, *, profile: Profile = CALLER
+) -> FileResult:
+    display = display if display is not None else display_path(path)
+    try:
+        source = read_source(path)
+    except SourceError as exc:
+        return unreadable(path, display, exc)
+    return lint_source(source, rules, display, profile=profile)
+
+
+def lint_text(
+    text: str, rules: Sequence[type[Rule]], path: str = "<string>", *, profile: Profile = CALLER
+) -> FileResult:
+    """Lint source text. `profile`: the half dtypes the code runs in; by default both (library code
+    runs in whatever dtype its caller picks), as for a project where nothing sets one."""
+    source = decode_source(text.encode("utf-8"), Path(path))
+    return lint_source(source, rules, path, profile=profile)
+
+
+def lint_source(
+    source: SourceFile, rules: Sequence[type[Rule]], display: str, *, profile: Profile = CALLER
+) -> FileResult:
+    result = FileResult(source.path, display, source)
+    text = source.text
+    if file_is_exempt(text):
+        return result
+    words = frozenset(_WORD.findall(text)) if rules else frozenset()
+    active = [rule for rule in rules if not rule.triggers or rule.triggers & words]
+    # Python's own (fast, C) parser decides whether the file is broken: AMP900 exactly where it
+    # refuses the file, whatever libcst, which accepts some of those, makes of it.
+    tree = _python_tree(text, display, tree=bool(active))
+    if isinstance(tree, Diagnostic):
+        result.diagnostics.append(tree)
+        return result
+    if not active or tree is None:
+        return result
+    marks = region_marks(active)
+    parsed = (skip_bodies(text, *marks, tree=tree) if marks is not None else None) or text
+    try:
+        module = cst.parse_module(parsed)
+    except cst.ParserSyntaxError as exc:
+        # Python accepted it: the file is not broken, only beyond libcst; not checked, and said so.
+        first = exc.message.splitlines()[0] if exc.message else "syntax"
+        result.libcst_rejected = unparsable_diagnostic(
+            display, f"SyntaxError: {exc.message}", exc.raw_line, exc.raw_column + 1
+        )
+        result.warnings.append(
+            f"{display}:{exc.raw_line}:{exc.raw_column + 1}: not checked: Python accepts it, but "
+            f"amplint's parser (libcst) does not ({first})"
+        )
+        return result
+    except RecursionError:
+        result.diagnostics.append(
+            unparsable_diagnostic(display, f"{_TOO_DEEP} to parse; the file was not checked")
+        )
+        return result
+    except MemoryError:
+        result.diagnostics.append(unparsable_diagnostic(display, _OUT_OF_MEMORY))
+        return result
+    ctx = FileContext(source.path, module, words, parsed, profile=profile)
+    lines = LineIndex(text)
+    too_deep: list[str] = []
+    for rule in active:
+        try:
+            diagnostics = [_diagnostic(ctx, rule, finding, display, lines) for finding in rule().check(ctx)]
+        except RecursionError:
+            too_deep.append(rule.code)  # one file's shape, not a bug: the other rules and files go on
+            continue
+        except MemoryError:
+            result.diagnostics = [unparsable_diagnostic(display, _OUT_OF_MEMORY)]
+            return result
+        except Exception:
+            # The innermost frames say where; a deep recursion's thousand frames would say nothing more.
+            trace = traceback.format_exc(limit=-_TRACE_FRAMES)
+            result.internal_errors.append(f"{rule.code} crashed on {display}:\n{trace}")
+            continue
+        result.diagnostics.extend(
+            d for d in diagnostics if not line_suppresses(lines.line_text(d.line), d.code)
+        )
+    if too_deep:
+        message = (
+            f"{_TOO_DEEP} for {', '.join(too_deep)}; the rest of the file was checked by the other rules"
+        )
+        result.diagnostics.append(unparsable_diagnostic(display, message))
+    result.diagnostics = sort_diagnostics(result.diagnostics)
+    return result
+
+
+_TOO_DEEP = "nesting too deep (RecursionError)"
+_OUT_OF_MEMORY = "out of memory while checking it (lower max-file-size?); the file was not checked"
+_TRACE_FRAMES = 12
+
+
+def _python_tree(text: str, display: str, *, tree: bool = True) -> ast.Module | Diagnostic | None:
+    """Python's own parse of the file (None without `tree`: only compiled), or the AMP900
+    diagnostic saying why it rejects it: exactly where `compile(text, path, "exec")` raises."""
+    try:
+        if not tree:
+            python_compiles(text, display)
+            return None
+        return python_ast(text, display, compiled=True)
+    except SyntaxError as exc:
+        return unparsable_diagnostic(display, f"SyntaxError: {exc.msg}", exc.lineno or 1, exc.offset or 1)
+    except ValueError as exc:
+        return unparsable_diagnostic(display, f"SyntaxError: {exc}")
+    except RecursionError:
+        return unparsable_diagnostic(
+            display, f"{_TOO_DEEP} for Python's own parser; the file was not checked"
+        )
+    except MemoryError:
+        return unparsable_diagnostic(display, "too large for Python's own parser; the file was not checked")
+
+
+def _compile_error(text: str, display: str) -> Diagnostic | None:
+    """The AMP900 diagnostic for text that Python rejects, else None."""
+    error = _python_tree(text, display, tree=False)
+    return error if isinstance(error, Diagnostic) else None
+
+
+def _diagnostic(
+    ctx: FileContext, rule: type[Rule], finding: Finding, display: str, lines: LineIndex
+) -> Diagnostic:
+    where = ctx.position(finding.node)
+    return Diagnostic(
+        code=rule.code,
+        name=rule.name,
+        message=finding.message,
+        path=display,
+        line=where.start.line,
+        column=where.start.column + 1,
+        end_line=where.end.line,
+        end_column=where.end.column + 1,
+        severity=rule.severity,
+        fix=render_fix(ctx, finding.fix, lines, rule.fix_applicability) if finding.fix else None,
+        help=finding.help,
+        extra=dict(finding.extra) | _evidence(ctx, finding),
+    )
+
+
+def _evidence(ctx: FileContext, finding: Finding) -> dict[str, object]:
+    """The finding's dtype evidence as `extra["why"]`: 1-based line and column, and what happened."""
+    steps = []
+    for step in finding.evidence:
+        where = ctx.position(step.node).start
+        steps.append({"line": where.line, "column": where.column + 1, "message": step.text})
+    return {"why": steps} if steps else {}
+
+
+def render_fix(ctx: FileContext, plan: FixPlan, lines: LineIndex, applicability: str = SAFE) -> Fix | None:
+    """A rule's fix as text edits at the file's lines and columns; None where the replacement cannot
+    be laid out in the file's own indentation."""
+    edits = []
+    for old, new in plan.replacements:
+        where = ctx.position(old)
+        # Positions exclude a node's own parentheses, so render the replacement without them too.
+        if getattr(old, "lpar", None) and getattr(new, "lpar", None):
+            new = new.with_changes(lpar=[], rpar=[])
+            old = old.with_changes(lpar=[], rpar=[])
+        start = lines.offset(where.start.line, where.start.column + 1)
+        end = lines.offset(where.end.line, where.end.column + 1)
+        content = _render(ctx, old, new, lines.text[start:end], lines.line_text(where.start.line))
+        if content is None:
+            return None
+        edits.append(
+            Edit(where.start.line, where.start.column + 1, where.end.line, where.end.column + 1, content)
+        )
+    if plan.needs_torch_import:
+        line = _import_line(ctx)
+        edits.append(Edit(line, 1, line, 1, f"import torch{ctx.module.default_newline}"))
+    return Fix(plan.description, tuple(sorted(edits)), plan.applicability or applicability)
+
+
+def _render(
+    ctx: FileContext, old: cst.CSTNode, new: cst.CSTNode, original: str, first_line: str
+) -> str | None:
+    """The code for `new` as it must appear in the file. A node rendered on its own lacks the
+    indentation of the block around it on continuation lines; find the indentation that turns the
+    old node's rendering into the file's text, and apply it to the new one. None if none does."""
+    rendered_old = ctx.code(old)
+    if rendered_old == original:
+        return ctx.code(new)
+    newline = ctx.module.default_newline
+    whitespace = first_line[: len(first_line) - len(first_line.lstrip())]
+    for width in range(len(whitespace), 0, -1):
+        indent = whitespace[:width]
+        for blank_lines_too in (False, True):
+            if _indent(rendered_old, indent, newline, blank_lines_too) == original:
+                return _indent(ctx.code(new), indent, newline, blank_lines_too)
+    return None
+
+
+def _indent(code: str, indent: str, newline: str, blank_lines_too: bool) -> str:
+    first, *rest = code.split(newline)
+    return newline.join([first, *(indent + line if line or blank_lines_too else line for line in rest)])
+
+
+def _import_line(ctx: FileContext) -> int:
+    """Where `import torch` goes: before the first import, else after the docstring and
+    `from __future__` imports."""
+    body = ctx.module.body
+    fallback: cst.BaseStatement | None = None
+    for index, statement in enumerate(body):
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        is_docstring = (
+            index == 0 and isinstance(small, cst.Expr) and isinstance(small.value, cst.SimpleString)
+        )
+        is_future = isinstance(small, cst.ImportFrom) and _is_future(small)
+        if isinstance(small, (cst.Import, cst.ImportFrom)) and not is_future:
+            return ctx.position(statement).start.line
+        if fallback is None and not is_docstring and not is_future:
+            fallback = statement
+    if fallback is not None:
+        return ctx.position(fallback).start.line
+    return len(ctx.module.code.splitlines()) + 1
+
+
+def _is_future(node: cst.ImportFrom) -> bool:
+    return isinstance(node.module, cst.Name) and node.module.value == "__future__"

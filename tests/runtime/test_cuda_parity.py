@@ -1,0 +1,220 @@
+"""The trace against a real run of the same model under autocast.
+
+A trace must give every op the dtype that the same model run eagerly under `torch.autocast`, with
+real weights, gives it. The real run is recorded by a dispatch mode that sees each aten op with
+its real output, independent of make_fx and of amplint's graph building. On CPU autocast this runs
+everywhere. For CUDA it needs a GPU: the emulated trace (fake `cuda:0` tensors, as on a CPU-only
+build) is compared with real CUDA autocast; without a GPU those tests are skipped, and say so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sysconfig
+import traceback
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from torch.nn.attention import SDPBackend  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+from amplint.runtime import DtypeGraph, trace  # noqa: E402
+from amplint.runtime.cuda_attention import sdpa_backend  # noqa: E402
+
+NEEDS_GPU = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU to compare the emulation with real autocast"
+)
+DEVICES = ["cpu", pytest.param("cuda", marks=NEEDS_GPU)]
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+_NOT_USER = (
+    os.path.dirname(torch.__file__) + os.sep,
+    str(Path(__file__).resolve().parents[2] / "amplint") + os.sep,
+    sysconfig.get_paths()["stdlib"] + os.sep,
+    __file__,
+)
+_FUSED = {SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION}
+# The fused kernels a GPU may pick; the emulation models flash and memory-efficient attention.
+_FLOATING = {"float16", "bfloat16", "float32", "float64"}
+_ATTENTION = {
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+}
+
+Key = tuple[str, int]  # (source path, line)
+
+
+class _Recorder(TorchDispatchMode):
+    """Every aten op of a real run: name, first output dtype, the user's source line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: dict[Key, list[tuple[str, str | None]]] = defaultdict(list)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        first = out[0] if isinstance(out, (tuple, list)) and out else out
+        dtype = str(first.dtype).removeprefix("torch.") if isinstance(first, torch.Tensor) else None
+        user = [f for f in traceback.extract_stack() if not f.filename.startswith(_NOT_USER)]
+        if user:
+            self.ops[(user[-1].filename, user[-1].lineno or 0)].append((func.overloadpacket.__name__, dtype))
+        return out
+
+
+def _by_line(graph: DtypeGraph) -> dict[Key, list[tuple[str, str | None]]]:
+    lines: dict[Key, list[tuple[str, str | None]]] = defaultdict(list)
+    for node in graph.nodes:
+        if node.policy != "input" and node.op != "getitem" and node.source is not None:
+            lines[(node.source.path, node.source.line)].append((node.op, node.dtype))
+    return lines
+
+
+def _comparable(ops: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
+    # On a line that calls fused attention, the mask preparation around the kernel differs between
+    # backends; the kernel's own output dtype is what counts.
+    attention = [(op, dtype) for op, dtype in ops if op in _ATTENTION]
+    return [("attention", attention[0][1])] if attention else ops
+
+
+def _real_run(model: Any, args: tuple, kwargs: dict, dtype: torch.dtype, device: str) -> dict[Key, list]:
+    recorder = _Recorder()
+    with torch.no_grad(), torch.autocast(device, dtype=dtype), recorder:
+        model(*args, **kwargs)
+    return recorder.ops
+
+
+def _traced(
+    model: Any, args: tuple, kwargs: dict, dtype: torch.dtype, device: str, monkeypatch: pytest.MonkeyPatch
+) -> DtypeGraph:
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.cuda, "is_available", lambda: False)  # trace as a CPU-only build does
+        graph = trace(model, args, kwargs, device=device, dtype=dtype)
+    assert graph.emulated == (device == "cuda")
+    return graph
+
+
+def _on(device: str, model: torch.nn.Module, args: tuple) -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    model = model.to(device)
+    for parameter in model.parameters():
+        torch.nn.init.normal_(parameter, std=0.02)
+    return model.eval(), tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def _compare(
+    model: Any, args: tuple, kwargs: dict, dtype: torch.dtype, device: str, monkeypatch: pytest.MonkeyPatch
+) -> int:
+    traced = _by_line(_traced(model, args, kwargs, dtype, device, monkeypatch))
+    emulated = {k: _comparable(v) for k, v in traced.items()}
+    real = {k: _comparable(v) for k, v in _real_run(model, args, kwargs, dtype, device).items()}
+    # Value-dependent shortcuts (transformers' mask checks) run only in one of the two, and only
+    # ever on integer and boolean bookkeeping.
+    for key in emulated.keys() ^ real.keys():
+        assert not [op for op in emulated.get(key, real.get(key, [])) if op[1] in _FLOATING], key
+    mismatched = {k: (emulated[k], real[k]) for k in real.keys() & emulated.keys() if emulated[k] != real[k]}
+    assert not mismatched, json.dumps({f"{p}:{line}": v for (p, line), v in mismatched.items()}, indent=1)
+    return sum(len(v) for v in real.values())
+
+
+def _fixture(name: str) -> Callable[[], tuple]:
+    spec = importlib.util.spec_from_file_location(name, FIXTURES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.factory
+
+
+FIXTURE_NAMES = ["rwkv7_time_mix", "rwkv7_time_mix_softplus", "qwen2_eager_attention", "vit_attention"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fixture_dtypes_match_a_real_run(
+    name: str, dtype: torch.dtype, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, args = _on(device, *_fixture(name)())
+    assert _compare(model, args, {}, dtype, device, monkeypatch) > 10
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("model_type", ["qwen2", "llama"])
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_transformers_dtypes_match_a_real_run(
+    model_type: str, attention: str, dtype: torch.dtype, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model(
+        model_type,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=512,
+    )
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attention)
+    model, _ = _on(device, model, ())
+    input_ids = torch.randint(0, 512, (1, 32), device=device)
+    # A padded position makes the eager run build the attention mask as the trace always does
+    # (transformers skips it in eager runs when it can prove it is all-causal).
+    attention_mask = torch.ones(1, 32, dtype=torch.long, device=device)
+    attention_mask[0, 0] = 0
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": False}
+    assert _compare(model, (), inputs, dtype, device, monkeypatch) > 100
+
+
+ATTENTION_CALLS = [
+    ((2, 4, 16, 64), (2, 4, 16, 64), {}),
+    ((2, 4, 16, 64), (2, 4, 16, 64), {"is_causal": True}),
+    ((2, 4, 1, 64), (2, 4, 16, 64), {"is_causal": True}),
+    ((2, 4, 16, 64), (2, 4, 16, 64), {"mask": True}),
+    ((2, 8, 16, 64), (2, 2, 16, 64), {"enable_gqa": True}),
+    ((2, 4, 16, 260), (2, 4, 16, 260), {}),
+    ((2, 4, 16, 264), (2, 4, 16, 264), {}),
+    ((2, 4, 16, 60), (2, 4, 16, 60), {}),
+]
+
+
+@NEEDS_GPU
+@pytest.mark.parametrize(("q_shape", "kv_shape", "options"), ATTENTION_CALLS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_attention_backend_matches_the_gpu(
+    q_shape: tuple, kv_shape: tuple, options: dict, dtype: torch.dtype
+) -> None:
+    q = torch.randn(q_shape, device="cuda", dtype=dtype)
+    k = torch.randn(kv_shape, device="cuda", dtype=dtype)
+    mask = (
+        torch.ones(q_shape[2], kv_shape[2], device="cuda", dtype=torch.bool) if options.get("mask") else None
+    )
+    kwargs = {k: v for k, v in options.items() if k != "mask"}
+    real = SDPBackend(
+        torch._fused_sdp_choice(
+            q, k, k, mask, 0.0, kwargs.get("is_causal", False), enable_gqa=kwargs.get("enable_gqa", False)
+        )
+    )
+    ours = sdpa_backend(q, k, k, mask, **kwargs, gpu=_this_gpu())
+    # A GPU that prefers cuDNN attention picks it where flash would run; both keep the input dtype.
+    assert (ours in _FUSED) == (real in _FUSED)
+    if real in {SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION}:
+        assert ours == real
+
+
+def _this_gpu():  # type: ignore[no-untyped-def]
+    """The emulated GPU with this device's compute capability (A100's rules for others)."""
+    from amplint.runtime.gpu import GPUS
+
+    capability = torch.cuda.get_device_capability()
+    return next((gpu for gpu in GPUS.values() if gpu.capability == capability), GPUS["a100"])

@@ -1,0 +1,193 @@
+"""Skipping function bodies before parsing: lines stay where they were, what rules read across
+functions stays, and findings are the same as when the whole file is parsed."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+import amplint.rules.runner
+from amplint.rules import all_rules, rule_by_code
+from amplint.rules.runner import lint_text
+from amplint.static.regions import region_marks, skip_bodies
+
+RULES = [rule for rule in all_rules() if rule.code != "AMP900" and not rule.runtime_only]
+
+MODULE = """\
+import torch
+
+EPS = 1e-12
+
+
+class Attention(torch.nn.Module):
+    scale = 0.125
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.proj = torch.nn.Linear(dim, dim)
+
+    def forward(self, q, k):
+        scores = q @ k.transpose(-1, -2)
+        return self._normalise(scores)
+
+    def _normalise(self, scores):
+        return scores.softmax(-1)
+
+    @property
+    def width(self):
+        return self.proj.out_features
+
+
+def unrelated(x):
+    y = x + 1
+    return y * 2
+
+
+def guarded(x):
+    return x / (x.sum() + EPS)
+
+
+def one_line(x): return x + 1
+"""
+
+
+def _marks(*codes: str) -> tuple[frozenset[str], re.Pattern[str] | None]:
+    rules = [rule_by_code(code) for code in codes]
+    marks = region_marks([rule for rule in rules if rule is not None])
+    assert marks is not None
+    return marks
+
+
+def test_blanks_bodies_without_marks_and_keeps_every_line_in_place() -> None:
+    skipped = skip_bodies(MODULE, *_marks("AMP003"))
+    assert skipped is not None
+    original, reduced = MODULE.splitlines(), skipped.splitlines()
+    assert len(original) == len(reduced)
+    for before, after in zip(original, reduced, strict=True):
+        assert after in {before, ""} or after.strip() == "pass"
+    kept = "\n".join(reduced)
+    # The softmax's body, and `forward`, which calls it by name (rules judge parameters by callers).
+    assert "return scores.softmax(-1)" in kept
+    assert "return self._normalise(scores)" in kept
+    # Bodies with nothing to flag are gone; signatures, class attributes and headers stay.
+    assert "y = x + 1" not in kept
+    assert "return self.proj.out_features" not in kept
+    # `__init__` stays: the dtype-facts engine reads what `self.proj` is there.
+    assert "self.proj = torch.nn.Linear(dim, dim)" in kept
+    assert "    def __init__(self, dim, eps=1e-6):" in kept
+    assert "    scale = 0.125" in kept
+    assert "    @property" in kept
+    # A body on the header's line cannot be blanked without the header.
+    assert "def one_line(x): return x + 1" in kept
+    compile(skipped, "<skipped>", "exec")
+
+
+def test_bodies_of_called_helpers_are_kept() -> None:
+    # The engine reads a helper's return value: scores built in `_scores` reach the softmax.
+    text = (
+        "class Attention:\n"
+        "    def forward(self, q, k):\n"
+        "        return self._scores(q, k).softmax(-1)\n\n"
+        "    def _scores(self, q, k):\n"
+        "        return self._product(q, k) * 0.1\n\n"
+        "    def _product(self, q, k):\n"
+        "        return q @ k.transpose(-1, -2)\n\n"
+        "    def unrelated(self, x):\n"
+        "        return x + 1\n"
+    )
+    skipped = skip_bodies(text, *_marks("AMP003"))
+    assert skipped is not None
+    assert "return self._product(q, k) * 0.1" in skipped
+    assert "return q @ k.transpose(-1, -2)" in skipped
+    assert "return x + 1" not in skipped
+
+
+def test_body_reading_a_module_constant_is_kept() -> None:
+    skipped = skip_bodies(MODULE, *_marks("AMP003"))
+    assert skipped is not None
+    assert "return x / (x.sum() + EPS)" in skipped
+
+
+def test_pattern_marks_a_body() -> None:
+    # AMP004's `-65504` has no word of its own: the pattern finds it.
+    text = "def mask(s, m):\n    return s.where(m, -65504)\n\n\ndef other(x):\n    return x\n"
+    skipped = skip_bodies(text, *_marks("AMP004"))
+    assert skipped is not None
+    assert "-65504" in skipped
+    assert "return x\n" not in skipped
+
+
+def test_decorated_first_statement_and_line_endings() -> None:
+    text = (
+        "import functools\r\n\r\ndef outer(f):\r\n    @functools.wraps(f)\r\n    def inner(*a):\r\n"
+        "        return f(*a)\r\n    return inner\r\n\r\ndef soft(x):\r\n    return x.softmax(-1)\r\n"
+    )
+    skipped = skip_bodies(text, *_marks("AMP003"))
+    assert skipped is not None
+    assert skipped.count("\r\n") == text.count("\r\n")
+    assert "\n" not in skipped.replace("\r\n", "")
+    assert "    pass\r\n" in skipped
+    assert "@functools.wraps" not in skipped
+    compile(skipped, "<skipped>", "exec")
+
+
+def test_nothing_to_skip_or_not_python() -> None:
+    assert skip_bodies("def f(x):\n    return x.softmax(-1)\n", *_marks("AMP003")) is None
+    assert skip_bodies("x = 1\n", *_marks("AMP003")) is None
+    assert skip_bodies("def f(:\n    pass\n", *_marks("AMP003")) is None
+
+
+def test_a_rule_that_reads_every_body_turns_skipping_off() -> None:
+    whole = [rule for rule in RULES if rule.region_words is None]
+    assert whole, "some rules read whole files"
+    assert region_marks([*RULES[:1], whole[0]]) is None
+
+
+def _lint(text: str, skipping: bool, monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
+    with monkeypatch.context() as patch:
+        if not skipping:
+            patch.setattr(amplint.rules.runner, "skip_bodies", lambda *args, **kwargs: None)
+        result = lint_text(text, RULES)
+    assert not result.internal_errors
+    return [
+        (d.code, d.line, d.column, d.end_line, d.end_column, d.message, d.fix) for d in result.diagnostics
+    ]
+
+
+EXAMPLES = [example.code for rule in RULES for example in (*rule.bad, *rule.good)]
+
+
+@pytest.mark.parametrize("index", range(len(EXAMPLES)))
+def test_examples_give_the_same_findings_skipped_or_whole(index: int, monkeypatch) -> None:
+    # Each example with an unrelated class after it, so that there is always a body to skip.
+    text = EXAMPLES[index] + "\n\nclass Padding:\n    def method(self, x):\n        return x + 1\n"
+    assert _lint(text, True, monkeypatch) == _lint(text, False, monkeypatch)
+
+
+def _transformers_models() -> Path | None:
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "models"
+
+
+# Files on which every active rule marks its bodies, so that skipping happens.
+MODELS = ["llama", "bert", "qwen2", "whisper", "t5", "opt", "bart", "mistral"]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_transformers_models_give_the_same_findings(name: str, monkeypatch) -> None:
+    models = _transformers_models()
+    if models is None:
+        pytest.skip("transformers is not installed (it is in the test extra)")
+    text = (models / name / f"modeling_{name}.py").read_text(encoding="utf-8")
+    words = frozenset(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
+    active = [rule for rule in RULES if rule.triggers & words]
+    marks = region_marks(active)
+    assert marks is not None
+    skipped = skip_bodies(text, *marks)
+    assert skipped is not None and len(skipped) < len(text)
+    assert _lint(text, True, monkeypatch) == _lint(text, False, monkeypatch)
