@@ -15,7 +15,7 @@ from amplint.static.context import FileContext, Finding, FixPlan
 from amplint.static.dtypes import Step
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.imports import dotted_name
-from amplint.static.patterns import argument, lineage, matmul_operands
+from amplint.static.patterns import SourceText, argument, lineage, matmul_operands
 from amplint.static.scopes import Scope, walk
 
 # A forward that asks for the autocast state (and casts by it), or whose products are float8 scaled
@@ -37,14 +37,6 @@ _CONVOLUTIONS = frozenset(
 # `torch.autograd.grad` alone is not: it differentiates the graph forward recorded, whose dtypes are fixed.
 _RECOMPUTE = frozenset({"torch.enable_grad"})
 _CASTS = frozenset({"to", "type", "type_as", "float", "double", "half", "bfloat16"})
-
-
-class _Text(cst.Name):
-    """Source text as a node: the code a fix puts in place of a decorator's expression, when it adds
-    a decorator on the line below (libcst has no node for "these lines")."""
-
-    def _validate(self) -> None:
-        pass
 
 
 @dataclass(frozen=True)
@@ -368,7 +360,7 @@ def _insert_below(
     indent = indents.get(method)
     if "\n" in code or "\r" in code or indent is None:
         return None
-    return innermost.decorator, _Text(f"{code}{ctx.module.default_newline}{indent}@{ctx.code(added)}")
+    return innermost.decorator, SourceText(f"{code}{ctx.module.default_newline}{indent}@{ctx.code(added)}")
 
 
 def _autocast_sensitive(

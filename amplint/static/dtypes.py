@@ -29,6 +29,7 @@ import libcst as cst
 
 from amplint.static import constants, ops
 from amplint.static.autocast import autocast_call, autocast_settings
+from amplint.static.flow import names_read
 from amplint.static.imports import dotted_name
 from amplint.static.ops import BF16, F16, F32, F64, HALF
 from amplint.static.scopes import named_params, suite_body, walk
@@ -72,6 +73,8 @@ class Fact:
     number: float | None = None
     items: tuple[Fact, ...] | None = None
     module: str | None = None  # the constructor of a submodule (`Linear`)
+    # An autocast context object (`ctx = torch.autocast(...)`): the states inside `with ctx:`.
+    context: frozenset[Autocast] | None = None
 
     @property
     def may_be_half(self) -> bool:
@@ -89,11 +92,14 @@ class Fact:
     def half_names(self) -> str:
         return "/".join(_SHORT[d] for d in (BF16, F16) if d in self.dtypes)
 
+    def names(self) -> str:
+        """`float32/bf16`: the dtypes it can have, or `unknown`."""
+        return "/".join(_SHORT[d] for d in ops.FLOATS if d in self.dtypes) or "unknown"
+
     def explain(self) -> str:
         """`bf16/fp16 here: ...` in one line, the evidence in source order."""
-        names = "/".join(_SHORT[d] for d in ops.FLOATS if d in self.dtypes) or "unknown"
         steps = "; ".join(step.text for step in self.why)
-        return f"{names} here" + (f": {steps}" if steps else "")
+        return f"{self.names()} here" + (f": {steps}" if steps else "")
 
 
 UNKNOWN_FACT = Fact(UNKNOWN)
@@ -106,7 +112,13 @@ _MAX_DEPTH = 3  # calls of the file's own functions followed inside each other
 
 def join(facts: Iterable[Fact]) -> Fact:
     """What a value holds when it may come from any of `facts` (branches, call sites)."""
-    facts = [fact for fact in facts if fact.kind != UNKNOWN] or list(facts)
+    facts = list(facts)
+    if any(fact.context is not None for fact in facts):
+        # An autocast context on some paths (`autocast(...) if amp else nullcontext()`): entering
+        # what the others hold leaves the autocast state as it was.
+        states = (fact.context if fact.context is not None else {_KEEP} for fact in facts)
+        return Fact(OTHER, context=frozenset().union(*states))
+    facts = [fact for fact in facts if fact.kind != UNKNOWN] or facts
     if not facts:
         return UNKNOWN_FACT
     first = facts[0]
@@ -185,6 +197,8 @@ class Autocast:
 
 
 OFF = Autocast(None)
+# In a joined autocast context: the paths that enter another context manager, which keeps the state.
+_KEEP = Autocast(None, "unchanged")
 
 
 @dataclass(frozen=True)
@@ -269,6 +283,49 @@ class DtypeFacts:
             node = next((n for n in self.nodes_on(self.line(node)) if n in self._states), node)
         return self._states.get(node, self._default_entry())
 
+    def computed_under(self, expr: cst.BaseExpression) -> frozenset[Autocast]:
+        """The autocast states the value of `expr` was computed under: where it stands, and where
+        each value it derives from in its function was bound (`loss = out.loss` after
+        `with torch.autocast(...): out = model(x)`)."""
+        return frozenset().union(*(self.autocast_at(value) for value in self._derived(expr)))
+
+    def mentions_dtype(self, expr: cst.BaseExpression) -> bool:
+        """Whether the value of `expr` follows a dtype: some part of it, or of a value it derives
+        from in its function, names one (`enabled=dtype == torch.float16`, `args.amp != "bf16"`)."""
+        return any(
+            self.dtype_value(node).kind == DTYPE
+            for value in self._derived(expr)
+            for node in walk(value)
+            if isinstance(node, cst.BaseExpression)
+        )
+
+    def _derived(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """`expr` and the values bound, in its function, to the names it reads, transitively."""
+        scope = self.scope_of(expr)
+        bound: dict[str, list[cst.BaseExpression]] = {}
+        for node in walk(scope) if scope is not None else ():
+            targets: list[cst.BaseExpression] = []
+            value: cst.BaseExpression | None = None
+            if isinstance(node, cst.Assign):
+                targets, value = [target.target for target in node.targets], node.value
+            elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.NamedExpr)):
+                targets, value = [node.target], node.value
+            if value is None or self.scope_of(value) is not scope:
+                continue
+            for target in targets:
+                for bound_name in walk(target):
+                    if isinstance(bound_name, cst.Name):
+                        bound.setdefault(bound_name.value, []).append(value)
+        found, todo, seen = [expr], list(names_read(expr)), set()
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                values = bound.get(name, [])
+                found.extend(values)
+                todo.extend(read for value in values for read in names_read(value))
+        return found
+
     def under_cuda_autocast(self, node: cst.CSTNode) -> bool:
         """Whether `node` surely runs under an enabled CUDA autocast region of this file."""
         states = self.autocast_at(node)
@@ -308,7 +365,7 @@ class DtypeFacts:
         fact = self.dtype_value(expr)
         if F16 not in fact.dtypes:
             return None
-        return Float16(expr, _shorten(self.ctx.code(expr)), False, fact.dtypes == {F16}, fact.why)
+        return Float16(expr, shorten(self.ctx.code(expr)), False, fact.dtypes == {F16}, fact.why)
 
     def _guard_skips(self, test: cst.BaseExpression) -> frozenset[str] | None:
         """The dtypes for which a dtype test (`x.dtype == torch.float16`, `dtype not in (torch.float32,
@@ -367,7 +424,7 @@ class DtypeFacts:
             dtypes = {state.dtype for state in states if state.device and state.dtype}
             if F16 not in dtypes:
                 return None
-            spelled = _shorten(self.ctx.code(node))
+            spelled = shorten(self.ctx.code(node))
             names = "/".join(_SHORT[d] for d in ops.FLOATS if d in dtypes)
             when = " where enabled" if OFF in states else ""
             step = Step(node, f"`{spelled}` autocasts to {names}{when}")
@@ -389,7 +446,7 @@ class DtypeFacts:
                 continue
             fact = self.dtype_value(arg.value)
             if F16 in fact.dtypes:
-                code = _shorten(self.ctx.code(arg.value))
+                code = shorten(self.ctx.code(arg.value))
                 spelled = f"{keyword}={code}" if keyword is not None else code
                 spelled = f".{method}({spelled})" if method in ("to", "type") else spelled
                 names = "/".join(_SHORT[d] for d in ops.FLOATS if d in fact.dtypes)
@@ -760,10 +817,9 @@ class DtypeFacts:
         elif isinstance(node, cst.With):
             states = frame.autocast
             for item in node.items:
-                self._expr(item.item, frame)
-                decided = self._autocast_of(item.item, frame)
-                if decided is not None:
-                    states = decided
+                context = self._expr(item.item, frame).context
+                if context is not None:  # `with torch.autocast(...)`, or `with ctx:` bound to one
+                    states = (context - {_KEEP}) | (states if _KEEP in context else frozenset())
                 if item.asname is not None:
                     self._bind(item.asname.name, UNKNOWN_FACT, None, frame)
             inner = replace(frame, autocast=states)
@@ -1144,6 +1200,9 @@ class DtypeFacts:
     def _call(self, node: cst.Call, frame: _Frame) -> Fact:
         func = node.func
         args = [self._expr(arg.value, frame) for arg in node.args]
+        context = self._autocast_of(node, frame, lambda arg: self._facts.get(arg, UNKNOWN_FACT))
+        if context is not None:
+            return Fact(OTHER, context=context)
         qualified = self.ctx.qualified(func)
         keywords = {arg.keyword.value: fact for arg, fact in zip(node.args, args, strict=True) if arg.keyword}
         positional = [
@@ -1410,7 +1469,9 @@ class DtypeFacts:
         dtypes: frozenset[str] = frozenset({dtype}) if dtype else frozenset()
         if dtype_arg is not None and not dtypes:
             fact = dtype_of(dtype_arg) if dtype_of is not None else UNKNOWN_FACT
-            dtypes = (fact if fact.kind != UNKNOWN else self._expr(dtype_arg, frame)).dtypes & HALF
+            fact = fact if fact.kind != UNKNOWN else self._expr(dtype_arg, frame)
+            # `dtype=torch.float32` written in the code: the ops autocast lowers run in float32.
+            dtypes = fact.dtypes & (HALF if fact.caller else HALF | {F32})
         if not dtypes:
             dtypes = frozenset(self.profile.half) or frozenset({F16})
         enabled_arg = next((a.value for a in call.args if a.keyword and a.keyword.value == "enabled"), None)
@@ -1486,7 +1547,8 @@ _PIPELINES = frozenset({"transformers.pipeline"})
 _ON_GPU = "the branch of `torch.cuda.is_available()` a GPU takes"
 
 
-def _shorten(code: str, limit: int = 60) -> str:
+def shorten(code: str, limit: int = 60) -> str:
+    """Code on one line for a message, cut to `limit` characters."""
     code = " ".join(code.split())
     return code if len(code) <= limit else code[: limit - 3] + "..."
 

@@ -211,3 +211,109 @@ def test_number_literals_of_any_size_and_spelling() -> None:
     # Sympy's tests hold integer literals past float's range; a hex index is an index all the same.
     ctx = facts_on("import torch\n\ndef f(x):\n    y = x[0x1] * 1" + "0" * 400 + "\n    return y\n")
     assert dict(ctx.facts.explain_line(4))["y"].kind == "tensor"
+
+
+# An autocast context held by a variable or a `self` attribute is entered by `with ctx:`; a context
+# that may be another manager (`nullcontext()`) leaves the state as it was on that path.
+CONTEXTS = """\
+import contextlib
+import torch
+
+class Trainer:
+    def __init__(self, cfg):
+        if cfg.autocast:
+            self.ctx = torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+        else:
+            self.ctx = contextlib.nullcontext()
+
+    def step(self, q, k):
+        with self.ctx:
+            scores = q @ k
+        return scores
+
+def script(q, k, amp):
+    ctx = torch.autocast("cuda", dtype=torch.float16) if amp else contextlib.nullcontext()
+    with ctx:
+        scores = q @ k
+    plain = torch.autocast("cuda", dtype=torch.bfloat16)
+    with plain:
+        out = torch.matmul(q, k)
+    return scores, out
+"""
+
+
+_CALLER_STATES = {(None, None, False), ("cuda", "bfloat16", False), ("cuda", "float16", False)}
+
+
+def _states(code: str, line: int) -> set[tuple[str | None, str | None, bool]]:
+    ctx = facts_on(code)
+    node = ctx.facts.nodes_on(line)[0]
+    return {(s.device, s.dtype, s.where is not None) for s in ctx.facts.autocast_at(node)}
+
+
+def test_an_autocast_context_in_a_variable_or_attribute_is_entered_by_with() -> None:
+    # The attribute: bf16 where it holds the autocast, the caller's states where it holds nullcontext.
+    assert _states(CONTEXTS, 13) == {("cuda", "bfloat16", True), *_CALLER_STATES}
+    assert fact(CONTEXTS, 13, "scores").dtypes == CALLER
+    # A conditional expression: fp16 autocast, or the caller's states.
+    assert _states(CONTEXTS, 19) == {("cuda", "float16", True), *_CALLER_STATES}
+    # A plain variable: only its region.
+    assert _states(CONTEXTS, 22) == {("cuda", "bfloat16", True)}
+    assert fact(CONTEXTS, 22, "out").dtypes == {"bfloat16"}
+
+
+LOSS = """\
+import torch
+
+def train(model, x, optimizer, scaler, amp_dtype, args):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = model(x)
+    loss = out.loss
+    plain = model(x).loss
+    enabled = args.amp != "bf16"
+    scaler_on = amp_dtype == torch.float16
+    flag = args.amp
+    return loss, plain, enabled, scaler_on, flag
+"""
+
+
+def _expression(ctx: FileContext, line: int, code: str) -> cst.BaseExpression:
+    return next(node for node in ctx.facts.nodes_on(line) if ctx.code(node) == code)
+
+
+def test_a_value_is_computed_under_the_regions_of_what_it_derives_from() -> None:
+    ctx = facts_on(LOSS)
+    loss = _expression(ctx, 11, "loss")
+    # `loss` is bound outside the region, from `out`, which the region computed.
+    assert {(s.dtype, s.where is not None) for s in ctx.facts.computed_under(loss)} >= {("bfloat16", True)}
+    plain = _expression(ctx, 11, "plain")
+    assert all(s.where is None for s in ctx.facts.computed_under(plain))
+
+
+def test_a_value_that_follows_a_dtype_is_told_from_a_flag() -> None:
+    ctx = facts_on(LOSS)
+    assert ctx.facts.mentions_dtype(_expression(ctx, 11, "enabled"))  # compares with "bf16"
+    assert ctx.facts.mentions_dtype(_expression(ctx, 11, "scaler_on"))  # compares with torch.float16
+    assert not ctx.facts.mentions_dtype(_expression(ctx, 11, "flag"))
+
+
+def test_an_autocast_to_float32_runs_its_lowered_ops_in_float32() -> None:
+    # nemo's graph_transducer.py: a helper returns `autocast(dtype=torch.float32)` or nullcontext().
+    code = """\
+import contextlib
+import torch
+
+def force_float32_context():
+    if torch.is_autocast_enabled():
+        return torch.amp.autocast("cuda", dtype=torch.float32)
+    return contextlib.nullcontext()
+
+def loss(q, k):
+    with force_float32_context():
+        scores = q @ k
+    with torch.autocast("cuda", dtype=torch.float32):
+        plain = q @ k
+    return scores, plain
+"""
+    assert _states(code, 11) == {("cuda", "float32", True), *_CALLER_STATES}
+    assert fact(code, 13, "plain").dtypes == {"float32"}

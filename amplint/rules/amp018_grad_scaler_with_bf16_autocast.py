@@ -1,0 +1,192 @@
+"""AMP018: a GradScaler scaling a loss that bfloat16 autocast computed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from amplint.rule import Rule
+from amplint.static.context import FileContext, Finding
+from amplint.static.dtypes import Autocast, Step, shorten
+from amplint.static.ops import BF16
+from amplint.static.patterns import argument, method_call
+from amplint.static.scopes import suite_body, walk
+
+# torch's loss scalers, with the position of `enabled` in each signature.
+_SCALERS = {
+    "torch.amp.GradScaler": 5,
+    "torch.amp.grad_scaler.GradScaler": 5,
+    "torch.GradScaler": 5,
+    "torch.cuda.amp.GradScaler": 4,
+    "torch.cuda.amp.grad_scaler.GradScaler": 4,
+    "torch.cpu.amp.GradScaler": 4,
+    "torch.cpu.amp.grad_scaler.GradScaler": 4,
+    "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler": 5,
+    "torch.distributed.fsdp.ShardedGradScaler": 5,
+}
+_MESSAGE = (
+    "`{scale}` scales a loss computed under bfloat16 autocast ({where}): bfloat16 has float32's "
+    "exponent range, so its gradients do not underflow and loss scaling has nothing to do; the "
+    "GradScaler (line {line}) still multiplies the loss, unscales and checks every gradient for "
+    "inf/NaN each step, and skips a step whenever its growing scale overflows"
+)
+_HELP = (
+    "drop the scaler for bfloat16 (`loss.backward()`, `optimizer.step()`), or create it enabled only "
+    'for float16: `torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)`'
+)
+
+# Where a scaler lives: (the function or module, name) for a variable, (the class, name) for `self.<name>`.
+_Key = tuple[cst.CSTNode, str]
+
+
+class GradScalerWithBf16Autocast(Rule):
+    """
+    ## What it does
+    Flags `scaler.scale(loss)` where `scaler` is a `torch.amp.GradScaler` (or
+    `torch.cuda.amp.GradScaler`, `ShardedGradScaler`) that the file creates, and the dtype-facts
+    engine says every autocast region of the file that `loss` was computed under is bfloat16
+    (`torch.autocast("cuda", dtype=torch.bfloat16)`, entered directly or through a variable or a
+    `self` attribute holding it). A region whose dtype is chosen at run time (a `dtype` variable
+    that may be float16) is not flagged, nor is a scaler created with `enabled=False` or with an
+    `enabled=` that follows the dtype (`enabled=dtype == torch.float16`).
+
+    ## Why is this bad?
+    Loss scaling exists for float16, whose 5 exponent bits flush gradients below 6e-8 to zero.
+    bfloat16 has float32's 8 exponent bits: its gradients do not underflow, so a scaler has nothing
+    to protect. It still costs a multiplication, an unscale and an inf/NaN check of every gradient
+    on every step, and its scale keeps doubling every 2000 clean steps until the scaled gradients
+    overflow, when it skips that optimizer step without a word. On a model whose parameters are
+    themselves bfloat16, `unscale_` raises (`_amp_foreach_non_finite_check_and_unscale_cuda not
+    implemented for 'BFloat16'`).
+
+    ## Example
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = criterion(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    ```
+
+    ## Fix
+    ```python
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+    ```
+    or, where the same loop also runs in float16, create the scaler with
+    `enabled=amp_dtype == torch.float16`. The edit spans the scaler's creation and every use, so
+    amplint does not make it.
+
+    ## References
+    - "fix: remove the unused GradScaler from SAETrainer":
+      https://github.com/decoderesearch/SAELens/pull/723
+    - "do not scale gradient in bf16 mode": https://github.com/huggingface/accelerate/pull/1036,
+      https://github.com/huggingface/transformers/pull/21428
+    - PyTorch AMP docs, gradient scaling: https://pytorch.org/docs/stable/amp.html#gradient-scaling
+    """
+
+    code = "AMP018"
+    name = "grad-scaler-with-bf16-autocast"
+    summary = "GradScaler scaling a loss computed under bfloat16 autocast (bf16 needs no loss scaling)"
+    triggers = frozenset({"GradScaler", "ShardedGradScaler"})
+    # The scaler's creation, the autocast region (or the context object's creation) and `.scale(`.
+    region_words = frozenset({"GradScaler", "ShardedGradScaler", "autocast", "scale"})
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        classes = _classes(ctx)
+        scalers = _scalers(ctx, classes)
+        if not scalers:
+            return
+        for call in ctx.index.calls:
+            receiver = method_call(ctx, call, frozenset({"scale"}))
+            key = _key(ctx, classes, receiver, call) if receiver is not None else None
+            built = scalers.get(key) if key is not None else None
+            loss = argument(call, 0, "outputs")
+            if built is None or loss is None or any(_may_be_off(ctx, scaler) for scaler in built):
+                continue
+            regions = [
+                s for s in ctx.facts.computed_under(loss) if s.device is not None and s.where is not None
+            ]
+            if regions and all(state.dtype == BF16 for state in regions):
+                yield _finding(ctx, call, built[0], regions)
+
+
+def _classes(ctx: FileContext) -> dict[cst.FunctionDef, cst.ClassDef]:
+    return {
+        method: klass
+        for klass in ctx.module.body
+        if isinstance(klass, cst.ClassDef)
+        for method in suite_body(klass.body)
+        if isinstance(method, cst.FunctionDef)
+    }
+
+
+def _key(
+    ctx: FileContext,
+    classes: dict[cst.FunctionDef, cst.ClassDef],
+    target: cst.BaseExpression,
+    at: cst.CSTNode,
+) -> _Key | None:
+    scope = ctx.facts.scope_of(at) or ctx.module
+    function = scope if isinstance(scope, cst.FunctionDef) else None
+    if isinstance(target, cst.Name):
+        return (scope, target.value)
+    if (
+        isinstance(target, cst.Attribute)
+        and isinstance(target.value, cst.Name)
+        and target.value.value == "self"
+        and function in classes
+    ):
+        return (classes[function], target.attr.value)
+    return None
+
+
+def _scalers(ctx: FileContext, classes: dict[cst.FunctionDef, cst.ClassDef]) -> dict[_Key, list[cst.Call]]:
+    """The GradScalers the file creates, by where they are bound (`scaler = GradScaler()`,
+    `self.scaler = GradScaler() if amp else None`). A module-level scaler is also each function's."""
+    found: dict[_Key, list[cst.Call]] = {}
+    for node in walk(ctx.module):
+        if isinstance(node, cst.Assign):
+            targets, value = [target.target for target in node.targets], node.value
+        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        built = [c for c in walk(value) if isinstance(c, cst.Call) and ctx.qualified(c.func) in _SCALERS]
+        for target in targets if built else ():
+            key = _key(ctx, classes, target, node)
+            if key is not None:
+                found.setdefault(key, []).extend(built)
+    module_level = {name: built for (scope, name), built in found.items() if scope is ctx.module}
+    for function in (scope.node for scope in ctx.scopes if isinstance(scope.node, cst.FunctionDef)):
+        for name, built in module_level.items():
+            found.setdefault((function, name), built)
+    return found
+
+
+def _may_be_off(ctx: FileContext, scaler: cst.Call) -> bool:
+    """A scaler that may be off: `enabled=False`, an `enabled=` that follows the dtype, or keywords
+    passed as `**kwargs` (which may hold either)."""
+    if any(arg.star == "**" for arg in scaler.args):
+        return True
+    enabled = argument(scaler, _SCALERS[ctx.qualified(scaler.func) or ""], "enabled")
+    if enabled is None:
+        return False
+    return (isinstance(enabled, cst.Name) and enabled.value == "False") or ctx.facts.mentions_dtype(enabled)
+
+
+def _finding(ctx: FileContext, call: cst.Call, scaler: cst.Call, regions: list[Autocast]) -> Finding:
+    places = sorted({state.where for state in regions if state.where is not None}, key=ctx.facts.line)
+    where = "line " + ", ".join(str(ctx.facts.line(place)) for place in places)
+    message = _MESSAGE.format(scale=shorten(ctx.code(call)), where=where, line=ctx.facts.line(scaler))
+    evidence = (
+        *(Step(place, "bfloat16 autocast") for place in places),
+        Step(scaler, "the GradScaler is created here"),
+    )
+    return Finding(call, message, help=_HELP, evidence=evidence)
