@@ -211,6 +211,7 @@ def may_set_precision(raw: bytes) -> bool:
     """Whether a file's bytes hold a word the scan looks for: the others need no decoding for it."""
     return any(word in raw for word in _WORD_BYTES)
 
+
 # What hides code from the scan: docstrings (any triple-quoted string) from a search for their
 # delimiters, with a `#` skipping the rest of its line so that a quote in a comment opens nothing;
 # then, on the line of a match only, comments and strings (a message that mentions `.half()` sets
