@@ -196,12 +196,18 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--module", metavar="PATTERN", help="only ops in modules matching this glob")
     trace.add_argument("--changed-dtype", action="store_true", help="only casts and ops that change dtype")
     trace.add_argument(
+        "--backward",
+        action="store_true",
+        help="trace the backward pass of a loss too (cross-entropy on random labels for a language "
+        "model of --hf-config, else the sum of the outputs) and show each parameter's gradient",
+    )
+    trace.add_argument(
         "--measure",
         action="store_true",
         help="replay the graph on the factory's inputs and weights to measure the error of late upcasts",
     )
     values = trace.add_argument_group(
-        "values replay", "run every op on real tensors and against float64 (AMP105-AMP108)"
+        "values replay", "run every op on real tensors and against float64 (AMP105-AMP108, AMP111)"
     )
     values.add_argument(
         "--values", action="store_true", help="replay on the factory's inputs and weights, against float64"
@@ -221,6 +227,18 @@ def _parser() -> argparse.ArgumentParser:
         "--error-threshold", type=float, metavar="E", help="AMP108: output error that asks (default 0.01)"
     )
     values.add_argument("--error-top", type=_count, metavar="N", help="AMP108: ops to name (default 3)")
+    values.add_argument(
+        "--lr",
+        type=float,
+        metavar="LR",
+        help="AMP111: the learning rate of the Adam steps checked (default 1e-4)",
+    )
+    values.add_argument(
+        "--lost-update-fraction",
+        type=float,
+        metavar="F",
+        help="AMP111: the share of a parameter's elements whose updates may round away (default 0.1)",
+    )
     values.add_argument(
         "--max-memory",
         type=float,
@@ -752,6 +770,7 @@ def _trace(args: argparse.Namespace) -> int:
         "param_dtype": args.param_dtype if saved is None else saved.param_dtype,
         "measure": args.measure,
         "values": args.values,
+        "backward": args.backward,
         "weights": None if args.weights is None else str(args.weights.resolve()),
         "limits": limits,
         "max_memory": None if args.max_memory is None else int(args.max_memory * 1024**3),

@@ -122,12 +122,14 @@ def _judge(diagnostic: Diagnostic, lines: list[tuple[str, DtypeGraph, _Lines]]) 
 
 
 def graph_findings(graph: DtypeGraph, target: str, *, fixes: bool = True) -> list[Diagnostic]:
-    """The findings of the runtime-only rules on one graph; with `fixes`, the edits that fix them
-    (each reads and parses its source file)."""
+    """The findings of the runtime-only rules on one graph's forward pass (a backward traced with it
+    is reported, not judged); with `fixes`, the edits that fix them (each reads and parses its
+    source file)."""
+    forward = graph.forward()
     found = (
         runtime_diagnostic(rule, finding, target, fixes=fixes)
         for rule in runtime_rules()
-        for finding in rule.check_graph(graph)
+        for finding in rule.check_graph(forward)
     )
     return [diagnostic for diagnostic in found if diagnostic is not None]
 

@@ -33,6 +33,7 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
     from amplint.runtime.target import TargetError, call_factory, load_factory
     from amplint.runtime.tracer import TraceError, trace
 
+    labels = None
     if spec.get("hf_config"):
         from amplint.runtime.hf import build
 
@@ -47,6 +48,10 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
             input_ids=spec.get("input_ids"),
             text=spec.get("text"),
         )
+        if spec.get("backward"):
+            from amplint.runtime.hf import labels as random_labels
+
+            labels = random_labels(model, kwargs)
     else:
         factory = load_factory(spec["target"])
         try:
@@ -93,6 +98,8 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         "limits": ValueLimits(**spec["limits"]) if values and spec.get("limits") else None,
         "max_memory": spec.get("max_memory"),
         "gpu": gpu.key,
+        "backward": spec.get("backward", False),
+        "labels": labels,
         **settings,
     }
     try:

@@ -34,8 +34,11 @@ class Replay(torch.fx.Interpreter):
     def call(self, n: torch.fx.Node, args: Any, kwargs: Any) -> Any:
         """The node's op applied to `args` and `kwargs`, on CPU."""
         args, kwargs = pytree.tree_map(on_cpu, (args, kwargs))
-        target = _CPU_STANDINS.get(n.target, cast(Callable[..., Any], n.target))
-        return target(*args, **kwargs)
+        standin = _CPU_STANDINS.get(n.target)
+        if standin is None:
+            return cast(Callable[..., Any], n.target)(*args, **kwargs)
+        # The traced views after a fused kernel rely on the memory layout it writes.
+        return _laid_out(standin(*args, **kwargs), n.meta.get("val"))
 
     def converted(
         self,
@@ -99,8 +102,7 @@ def _math_attention(
     output = aten._scaled_dot_product_attention_math.default(
         query.to(inner), key.to(inner), value.to(inner), mask, dropout_p, is_causal, scale=scale
     )[0]
-    # The fused kernels write (batch, seq, heads, dim) in memory, which the traced views rely on.
-    return output.to(query.dtype).transpose(1, 2).contiguous().transpose(1, 2)
+    return output.to(query.dtype)
 
 
 def _flash(
@@ -114,7 +116,7 @@ def _flash(
     scale: float | None = None,
 ) -> tuple[Any, ...]:
     output = _math_attention(query, key, value, None, dropout_p, is_causal, scale)
-    return (output, *([None] * 8))  # the statistics a backward pass would read: never replayed
+    return (output, *([None] * 8))  # the statistics the fused backward reads: its stand-in recomputes
 
 
 def _efficient(
@@ -131,6 +133,89 @@ def _efficient(
     return (_math_attention(query, key, value, attn_bias, dropout_p, is_causal, scale), None, None, None)
 
 
+def _cudnn(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_bias: torch.Tensor | None,
+    compute_log_sumexp: bool,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    return_debug_mask: bool = False,
+    *,
+    scale: float | None = None,
+) -> tuple[Any, ...]:
+    return (_math_attention(query, key, value, attn_bias, dropout_p, is_causal, scale), *([None] * 8))
+
+
+def _attention_gradients(
+    grad_out: torch.Tensor,
+    inputs: tuple[torch.Tensor, ...],
+    mask: torch.Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+) -> tuple[torch.Tensor, ...]:
+    """What a fused kernel's backward computes: the gradients of `inputs` (query, key, value and,
+    when it is among them, the additive mask) through the math it runs forward, in float32 for half
+    inputs, each written back in its input's dtype."""
+    leaves = tuple(t.detach().requires_grad_() for t in inputs)
+    query, key, value = leaves[:3]
+    bias = leaves[3] if len(leaves) > 3 else mask
+    with torch.enable_grad():
+        output = _math_attention(query, key, value, bias, dropout_p, is_causal, scale)
+        return torch.autograd.grad(output, leaves, grad_out.to(output.dtype))
+
+
+def _flash_backward(
+    grad_out: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *rest: Any,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, ...]:
+    # After `out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k`: what the math needs.
+    dropout_p, is_causal = rest[6], rest[7]
+    return _attention_gradients(grad_out, (query, key, value), None, dropout_p, is_causal, scale)
+
+
+def _efficient_backward(
+    grad_out: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_bias: torch.Tensor | None,
+    out: torch.Tensor,
+    logsumexp: Any,
+    philox_seed: Any,
+    philox_offset: Any,
+    dropout_p: float,
+    grad_input_mask: list[bool],
+    is_causal: bool = False,
+    *,
+    scale: float | None = None,
+) -> tuple[Any, ...]:
+    wants_bias = attn_bias is not None and attn_bias.is_floating_point() and grad_input_mask[3]
+    inputs = (query, key, value, *((attn_bias,) if wants_bias and attn_bias is not None else ()))
+    grads = _attention_gradients(grad_out, inputs, attn_bias, dropout_p, is_causal, scale)
+    return (*grads[:3], grads[3] if wants_bias else None)
+
+
+def _cudnn_backward(
+    grad_out: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *rest: Any,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, ...]:
+    # After `out, logsumexp, philox_seed, philox_offset`: the mask, then after `cum_seq_q,
+    # cum_seq_k, max_q, max_k` the dropout and causality.
+    attn_bias, dropout_p, is_causal = rest[4], rest[9], rest[10]
+    return _attention_gradients(grad_out, (query, key, value), attn_bias, dropout_p, is_causal, scale)
+
+
 def _softmax(value: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
     # CUDA's softmax reads half and writes float32 in one kernel; CPU's needs the input upcast first.
     return aten._softmax.default(value.float() if half_to_float else value, dim, False)
@@ -143,9 +228,27 @@ def _log_softmax(value: torch.Tensor, dim: int, half_to_float: bool) -> torch.Te
 _CPU_STANDINS: dict[Any, Callable[..., Any]] = {
     aten._scaled_dot_product_flash_attention.default: _flash,
     aten._scaled_dot_product_efficient_attention.default: _efficient,
+    aten._scaled_dot_product_cudnn_attention.default: _cudnn,
+    aten._scaled_dot_product_flash_attention_backward.default: _flash_backward,
+    aten._scaled_dot_product_efficient_attention_backward.default: _efficient_backward,
+    aten._scaled_dot_product_cudnn_attention_backward.default: _cudnn_backward,
     aten._softmax.default: _softmax,
     aten._log_softmax.default: _log_softmax,
 }
+
+
+def _laid_out(result: Any, traced: Any) -> Any:
+    """`result` with each tensor in the strides of the traced value it stands for."""
+    if isinstance(result, tuple) and isinstance(traced, (tuple, list)) and len(result) == len(traced):
+        return tuple(_laid_out(value, like) for value, like in zip(result, traced, strict=True))
+    if (
+        isinstance(result, torch.Tensor)
+        and isinstance(traced, torch.Tensor)
+        and result.shape == traced.shape
+        and result.stride() != traced.stride()
+    ):
+        return torch.empty_strided(traced.shape, traced.stride(), dtype=result.dtype).copy_(result)
+    return result
 
 
 def first_tensor(value: Any) -> Any:

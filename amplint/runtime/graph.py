@@ -1,7 +1,8 @@
 """The dtype graph: what the runtime tracer hands to rules and reports. Plain data, no torch.
 
-Each node is one aten op of the traced forward pass, with the dtype it produced, the dtypes it
-read, the autocast policy that decided its dtype, the user's source line and the module it ran in.
+Each node is one aten op of the traced forward pass (and, for `amplint trace --backward`, of the
+backward pass after it), with the dtype it produced, the dtypes it read, the autocast policy that
+decided its dtype, the user's source line and the module it ran in.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,11 @@ POLICIES = (
     "explicit_cast",  # the user's `.float()` / `.to(dtype)`
     "autocast_cast",  # a cast autocast inserted in front of a listed op
     "input",  # a placeholder: a parameter, buffer or argument
+    # A backward op that casts a gradient to the dtype its forward value had (the gradient of a cast:
+    # a float32 parameter's gradient leaves the bfloat16 matmul that read the parameter this way).
+    "autograd_cast",
 )
+LOSS_MODULE = "(loss)"  # the module of the loss's ops (`--backward`), which no module of the model runs
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,9 @@ class DtypeNode:
     # For the ops of a `scaled_dot_product_attention` call: the kernel the GPU runs it on
     # ("flash", "efficient", "cudnn", or "math": torch's decomposition).
     attention: str | None = None
+    # "backward" for the ops autograd ran (their source and module are those of the forward op they
+    # differentiate); placeholders, the forward and the loss are "forward".
+    phase: str = "forward"
 
 
 @dataclass
@@ -77,15 +85,53 @@ class NodeValues:
 
 
 @dataclass
+class Magnitudes:
+    """How many elements of a tensor lie in each binade: `exponents[e]` counts the finite non-zero
+    elements with 2^e <= |x| < 2^(e+1). Enough to say, for any power of two, how many lie below it,
+    which is what rounding to a float format and a power-of-two loss scale decide."""
+
+    exponents: dict[int, int]
+    zeros: int
+    nonfinite: int
+
+    @property
+    def nonzero(self) -> int:
+        return sum(self.exponents.values())
+
+    @property
+    def count(self) -> int:
+        return self.nonzero + self.zeros + self.nonfinite
+
+    def below(self, exponent: int) -> int:
+        """Finite non-zero elements smaller than 2^exponent in magnitude."""
+        return sum(n for e, n in self.exponents.items() if e < exponent)
+
+    def __add__(self, other: Magnitudes) -> Magnitudes:
+        exponents = dict(self.exponents)
+        for e, n in other.exponents.items():
+            exponents[e] = exponents.get(e, 0) + n
+        return Magnitudes(exponents, self.zeros + other.zeros, self.nonfinite + other.nonfinite)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Magnitudes:
+        exponents = {int(e): n for e, n in data["exponents"].items()}
+        return cls(exponents=exponents, zeros=data["zeros"], nonfinite=data["nonfinite"])
+
+
+@dataclass
 class ValueLimits:
     """When the value rules speak: within `headroom_bits` of the dtype's largest value (AMP106), at
     least `underflow_fraction` of non-zero values flushed to zero (AMP107), an output whose relative
-    error exceeds `error_threshold`, and the `error_top` ops that contribute most to it (AMP108)."""
+    error exceeds `error_threshold`, and the `error_top` ops that contribute most to it (AMP108); a
+    parameter whose Adam update at learning rate `lr` rounds away in at least
+    `lost_update_fraction` of its elements (AMP111)."""
 
     headroom_bits: float = 2.0
     underflow_fraction: float = 0.01
     error_threshold: float = 0.01
     error_top: int = 3
+    lr: float = 1e-4
+    lost_update_fraction: float = 0.1
 
 
 @dataclass
@@ -99,6 +145,11 @@ class Values:
     stopped: str | None = None  # what it raised
     notes: list[str] = field(default_factory=list)  # e.g. a NaN in the float64 reference: a model bug
     peak_bytes: int | None = None  # the largest resident set of the process during the replay
+    # The magnitudes of each trainable bfloat16 or float16 parameter (by its placeholder's node id),
+    # and of each parameter's gradient in the float64 reference (by the gradient's node id): the
+    # gradient without any rounding, which a loss-scaled float16 run tries to keep.
+    weights: dict[int, Magnitudes] = field(default_factory=dict)
+    gradients: dict[int, Magnitudes] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Values:
@@ -110,6 +161,8 @@ class Values:
             stopped=data.get("stopped"),
             notes=data.get("notes", []),
             peak_bytes=data.get("peak_bytes"),
+            weights={int(k): Magnitudes.from_dict(v) for k, v in data.get("weights", {}).items()},
+            gradients={int(k): Magnitudes.from_dict(v) for k, v in data.get("gradients", {}).items()},
         )
 
 
@@ -136,6 +189,13 @@ class DtypeGraph:
     # why there are none when they were asked for.
     values: Values | None = None
     values_note: str | None = None
+    # The trainable parameters of a traced module, by name (`model.layers.0.mlp.up_proj.weight`):
+    # the node id of each one's placeholder.
+    parameters: dict[str, int] = field(default_factory=dict)
+    # For `--backward`: the loss differentiated, in words, and each parameter's gradient: the node
+    # that produced it (a parameter the loss does not reach has none).
+    loss: str | None = None
+    gradients: dict[str, int] = field(default_factory=dict)
 
     def node(self, node_id: int) -> DtypeNode:
         return self.nodes[node_id]
@@ -166,10 +226,10 @@ class DtypeGraph:
         ]
 
     def summary(self) -> dict[str, Any]:
-        ops = [n for n in self.nodes if n.policy != "input"]
+        ops = [n for n in self.nodes if n.policy != "input" and n.phase == "forward"]
         per_dtype = Counter(n.dtype for n in ops if n.dtype is not None and n.policy not in _CASTS)
         casts = Counter(f"{n.input_dtypes[0]}->{n.dtype}" for n in ops if n.policy == "autocast_cast")
-        return {
+        summary: dict[str, Any] = {
             "ops": len(ops),
             "ops_per_dtype": dict(sorted(per_dtype.items())),
             "autocast_casts": sum(casts.values()),
@@ -177,6 +237,15 @@ class DtypeGraph:
             "explicit_casts": sum(1 for n in ops if n.policy == "explicit_cast"),
             "fp32_islands": [n.id for n in self.fp32_islands()],
         }
+        backward = [n for n in self.nodes if n.phase == "backward"]
+        if backward:
+            per_dtype = Counter(
+                n.dtype for n in backward if n.dtype is not None and n.policy != "autograd_cast"
+            )
+            summary["backward_ops"] = len(backward)
+            summary["backward_ops_per_dtype"] = dict(sorted(per_dtype.items()))
+            summary["autograd_casts"] = sum(1 for n in backward if n.policy == "autograd_cast")
+        return summary
 
     def fp32_islands(self) -> list[DtypeNode]:
         """Ops computing in float32 inside a low-precision autocast region: an fp32-policy op fed
@@ -187,9 +256,33 @@ class DtypeGraph:
             n
             for n in self.nodes
             if n.dtype == "float32"
+            and n.phase == "forward"
             and n.policy in {"fp32", "fp32_set_opt_dtype", "inherited", "promote"}
             and any(self.nodes[i].policy in _CASTS for i in n.inputs)
         ]
+
+    def forward(self) -> DtypeGraph:
+        """The model's forward pass alone, which the rules read: the graph itself when no backward
+        was traced, else a copy without the loss, the backward and their values. The model's nodes
+        come first, so their ids stay the same."""
+        end = next(
+            (n.id for n in self.nodes if n.phase == "backward" or n.module == LOSS_MODULE), len(self.nodes)
+        )
+        if end == len(self.nodes):
+            return self
+        kept = self.nodes[:end]
+        ids = {node.id for node in kept}
+        values = self.values
+        if values is not None:
+            values = replace(
+                values,
+                nodes={i: v for i, v in values.nodes.items() if i in ids},
+                outputs=[i for i in values.outputs if i in ids],
+                stopped_at=values.stopped_at if values.stopped_at in ids else None,
+                stopped=values.stopped if values.stopped_at in ids else None,
+                gradients={},
+            )
+        return replace(self, nodes=kept, values=values, gradients={})
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -212,6 +305,9 @@ class DtypeGraph:
         fields = {k: data[k] for k in ("device", "dtype", "autocast", "param_dtype", "torch_version")}
         measured = {int(key): value for key, value in data.get("measured", {}).items()}
         return cls(
+            parameters=data.get("parameters", {}),
+            loss=data.get("loss"),
+            gradients=data.get("gradients", {}),
             nodes=nodes,
             emulated=data.get("emulated", False),
             gpu=data.get("gpu"),

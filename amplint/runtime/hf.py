@@ -255,6 +255,21 @@ def build(
     return model, (), kwargs
 
 
+def labels(model: Any, kwargs: dict[str, Any]) -> Any:
+    """Random next-token labels for a language model's loss (`amplint trace --backward`): one per
+    token its logits cover (the decoder's for an encoder-decoder), drawn uniformly from the
+    vocabulary of its output embedding; None for a model without one (a classifier, an encoder)."""
+    import torch
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    tokens = kwargs.get("decoder_input_ids", kwargs.get("input_ids"))
+    if not isinstance(weight, torch.Tensor) or not isinstance(tokens, torch.Tensor):
+        return None
+    generator = torch.Generator().manual_seed(2)
+    return torch.randint(weight.shape[0], tuple(tokens.shape), generator=generator)
+
+
 def tokenize(text: str, directory: Path, *, vocab: int) -> Any:
     """`text` as token ids, by the tokenizer saved in `directory` (a model's directory)."""
     import transformers

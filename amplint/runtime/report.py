@@ -9,7 +9,9 @@ from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
 from amplint.diagnostics import Diagnostic
-from amplint.runtime.graph import DtypeGraph, DtypeNode, NodeValues
+from amplint.runtime.chains import VIEWS
+from amplint.runtime.formats import FLOAT16_TINIEST, LossScale, grad_scaler, loss_scale
+from amplint.runtime.graph import DtypeGraph, DtypeNode, Magnitudes, NodeValues
 
 
 def select(
@@ -52,7 +54,9 @@ def render_text(graph: DtypeGraph, nodes: list[DtypeNode]) -> str:
     if graph.emulated:
         mode += f" (emulated on fake cuda:0 as {_gpu_name(graph.gpu)})"
     values = graph.values
-    rows = [("id", "op", "dtypes", "policy", "source", "module", *(_VALUE_COLUMNS if values else ()))]
+    backward = graph.loss is not None
+    phase = ("phase",) if backward else ()
+    rows = [("id", "op", "dtypes", "policy", *phase, "source", "module", *(_VALUE_COLUMNS if values else ()))]
     for node in nodes:
         inputs = ",".join(d or "-" for d in node.input_dtypes) or "-"
         row: tuple[str, ...] = (
@@ -60,6 +64,7 @@ def render_text(graph: DtypeGraph, nodes: list[DtypeNode]) -> str:
             node.op,
             f"{inputs} -> {node.dtype or '-'}",
             node.policy,
+            *((node.phase,) if backward else ()),
             _where(node),
             node.module or "",
         )
@@ -81,7 +86,17 @@ def render_text(graph: DtypeGraph, nodes: list[DtypeNode]) -> str:
         f"{summary['autocast_casts']} casts inserted by autocast, {summary['explicit_casts']} explicit casts",
         f"{len(summary['fp32_islands'])} float32 islands inside the low-precision region",
     ]
+    if backward:
+        per_dtype = ", ".join(
+            f"{count} {dtype}" for dtype, count in summary["backward_ops_per_dtype"].items()
+        )
+        lines += [
+            f"{summary['backward_ops']} backward ops: {per_dtype}",
+            f"{summary['autograd_casts']} casts of a gradient to the dtype its forward value had",
+        ]
     lines += _attention_lines(graph)
+    if backward:
+        lines += _gradient_lines(graph)
     if graph.values_note:
         lines.append(f"values: not replayed: {graph.values_note}")
     if values is not None:
@@ -119,6 +134,68 @@ def _attention_lines(graph: DtypeGraph) -> list[str]:
             what = f"{kernel} (`{fused.op}`, {','.join(d or '-' for d in fused.input_dtypes[:3])} -> {fused.dtype})"
         lines.append(f"attention at {where or 'an unknown line'}: {what}")
     return lines
+
+
+def _gradient_lines(graph: DtypeGraph) -> list[str]:
+    """The table of every trainable parameter's gradient: its dtype and shape, and the op that
+    computed it (before the cast back to the parameter's dtype); with values, how much of it
+    float16 flushes without loss scaling, and the loss scale that float16 needs overall."""
+    values = graph.values
+    found = values.gradients if values is not None else {}
+    columns = _GRADIENT_VALUE_COLUMNS if found else ()
+    rows = [("parameter", "dtype", "shape", "gradient", "computed by", *columns)]
+    for name, placeholder in graph.parameters.items():
+        parameter = graph.nodes[placeholder]
+        shape = "x".join(map(str, parameter.shape or ())) or "scalar"
+        node_id = graph.gradients.get(name)
+        if node_id is None:
+            blank = ("",) * (1 + len(columns))
+            rows.append((name, parameter.dtype or "-", shape, "none: the loss does not reach it", *blank))
+            continue
+        gradient = graph.nodes[node_id]
+        computing = gradient
+        while computing.inputs and (computing.policy == "autograd_cast" or computing.op in VIEWS):
+            computing = graph.nodes[computing.inputs[0]]
+        row: tuple[str, ...] = (
+            name,
+            parameter.dtype or "-",
+            shape,
+            gradient.dtype or "-",
+            f"{computing.op} ({computing.dtype})",
+        )
+        magnitudes = found.get(node_id)
+        if columns:  # a gradient the replay did not reach (it stopped) has blank cells
+            blank = ("",) * len(columns)
+            row += _gradient_cells(loss_scale(magnitudes), magnitudes) if magnitudes else blank
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["", f"gradients of {graph.loss}:"]
+    lines += [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    if found:
+        total = loss_scale(sum(found.values(), Magnitudes({}, 0, 0)))
+        lines += [
+            "",
+            f"float16 without loss scaling (the float64 gradients of this one batch): "
+            f"{total.flushed:.2%} of the {total.counts.nonzero:,} non-zero gradient elements flush to zero "
+            f"(below 2^{FLOAT16_TINIEST}), {total.subnormal:.2%} lie below the normal range (2^-14)",
+            f"float16 loss scaling: {grad_scaler(total)}",
+        ]
+    return lines
+
+
+# zero: share of the gradient's elements that are exactly zero; flushed and subnormal: shares of its
+# non-zero elements below float16's smallest subnormal (2^-24) and smallest normal (2^-14);
+# float16 scales: the loss scales (powers of two) that keep all but 0.1% from flushing and none
+# from overflowing.
+_GRADIENT_VALUE_COLUMNS = ("zero", "flushed", "subnormal", "float16 scales")
+
+
+def _gradient_cells(scale: LossScale, magnitudes: Magnitudes) -> tuple[str, ...]:
+    zero = magnitudes.zeros / max(magnitudes.count, 1)
+    scales = "-" if scale.lowest is None else f"2^{scale.lowest}..2^{scale.highest}"
+    return (f"{zero:.1%}", f"{scale.flushed:.2%}", f"{scale.subnormal:.2%}", scales)
 
 
 # absmax: largest finite magnitude; headroom: bits to the dtype's largest value; inf/nan and

@@ -97,6 +97,8 @@ LIMITS: dict[str, tuple[str, type, float, float | None]] = {
     "underflow-fraction": ("underflow_fraction", float, 0.0, 1.0),
     "error-threshold": ("error_threshold", float, 0.0, None),
     "error-top": ("error_top", int, 1, None),
+    "lr": ("lr", float, 1e-12, None),
+    "lost-update-fraction": ("lost_update_fraction", float, 0.0, 1.0),
 }
 _DEFAULTS: dict[str, object] = {
     "device": "cuda",

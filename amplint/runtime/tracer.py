@@ -28,13 +28,22 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.proxy import TracerBase
 from torch.utils import _pytree as pytree
 
+from amplint.runtime.backward import PHASE, backward_graph, loss_of
 from amplint.runtime.cpu_replay import first_tensor
 from amplint.runtime.cuda_attention import CudaAttentionMode
 from amplint.runtime.cuda_indexing import CudaIndexingMode
 from amplint.runtime.cuda_kernels import relaxed_meta
 from amplint.runtime.gpu import DEFAULT_GPU, GPUS
 from amplint.runtime.gpu import emulated as emulated_gpu
-from amplint.runtime.graph import FLOATING, DtypeGraph, DtypeNode, TraceError, ValueLimits, source_of
+from amplint.runtime.graph import (
+    FLOATING,
+    LOSS_MODULE,
+    DtypeGraph,
+    DtypeNode,
+    TraceError,
+    ValueLimits,
+    source_of,
+)
 from amplint.runtime.policy import classify
 from amplint.runtime.target import is_user_code, user_frame
 
@@ -238,6 +247,8 @@ def trace(
     limits: ValueLimits | None = None,
     max_memory: int | None = None,
     gpu: str = DEFAULT_GPU,
+    backward: bool = False,
+    labels: torch.Tensor | None = None,
 ) -> DtypeGraph:
     """Trace `fn_or_module(*args, **kwargs)` and return the dtype of every op it ran.
 
@@ -250,7 +261,11 @@ def trace(
     `values`: replay every op on the real inputs and weights and against float64 (see
     `amplint.runtime.values`; `limits` for the rules that read it, `max_memory` in bytes). `gpu`:
     the GPU emulated without one (`amplint.runtime.gpu.GPUS`): what `torch.cuda` answers about the
-    device, and which attention kernel `scaled_dot_product_attention` runs."""
+    device, and which attention kernel `scaled_dot_product_attention` runs. `backward`: trace the
+    backward pass of a loss too (`amplint.runtime.backward`): cross-entropy of the output's logits
+    against `labels` (class indices, one per row of logits) when given and they fit, else the sum of
+    the outputs with alternating signs; the graph's `gradients` name the node of each trainable
+    parameter's gradient."""
     if device not in {"cuda", "cpu"}:
         raise ValueError(f"device must be 'cuda' or 'cpu', not {device!r}")
     fake_device = "cuda:0" if device == "cuda" else "cpu"
@@ -261,6 +276,12 @@ def trace(
     # A model run in `param_dtype` gets its floating-point inputs in that dtype too (`model.half()`
     # is fed half activations); integer inputs (token ids) stay as they are.
     fake_args = pytree.tree_map(lambda v: _fake(v, mode, fake_device, param_dtype), call_args)
+    trainable = {} if model is None else _trainable(model)
+    losses: list[str] = []  # what the backward differentiates, in words
+    if backward and not trainable:
+        raise TraceError(
+            f"--backward needs a model with trainable floating-point parameters; {_defined_at(fn_or_module)} has none"
+        )
     if model is not None:
         state = {
             name: _fake(tensor, mode, fake_device, param_dtype)
@@ -272,6 +293,20 @@ def trace(
             return _traceable(torch.func.functional_call(model, state, positional, keywords))
 
         traced_inputs: tuple[Any, ...] = (state, fake_args)
+        if backward:
+            # The labels are an input like the others, so that the values replay has them.
+            fake_labels = () if labels is None else (_fake(labels, mode, fake_device, None),)
+
+            def run_with_loss(state: dict[str, torch.Tensor], inputs: Any, *labels: Any) -> Any:
+                positional, keywords = inputs
+                output = torch.func.functional_call(model, state, positional, keywords)
+                with fx_traceback.annotate({"amplint_module": LOSS_MODULE}):
+                    loss, described = loss_of(output, labels[0] if labels else None)
+                losses.append(described)
+                return loss, _traceable(output)
+
+            run = run_with_loss
+            traced_inputs = (state, fake_args, *fake_labels)
     else:
         function = fn_or_module
 
@@ -300,8 +335,16 @@ def trace(
         stack.enter_context(_CastTagMode())
         try:
             graph_module = make_fx(run, tracing_mode="fake", record_stack_traces=True)(*traced_inputs)
+        except TraceError:
+            raise
         except Exception as exc:
             raise TraceError(_explain(exc, running[-1] if running else None, fn_or_module)) from exc
+    gradients: dict[str, torch.fx.Node] = {}
+    if backward:
+        with relaxed_meta() if emulated else contextlib.nullcontext():
+            graph_module, gradients = backward_graph(
+                graph_module, pytree.tree_leaves(traced_inputs), trainable
+            )
     graph, fx_nodes = _dtype_graph(
         graph_module,
         device=device,
@@ -311,11 +354,20 @@ def trace(
         emulated=emulated,
     )
     graph.gpu = gpu if emulated else None
+    # The placeholders come in the order of the traced inputs' leaves, the model's state first.
+    placeholders = [i for i, fx_node in enumerate(fx_nodes) if fx_node.op == "placeholder"]
+    graph.parameters = {name: placeholders[index] for name, index in trainable.items()}
+    if backward:
+        position = {fx_node: i for i, fx_node in enumerate(fx_nodes)}
+        graph.loss = losses[0]
+        graph.gradients = {name: position[fx_node] for name, fx_node in gradients.items()}
     if unchecked:
         places = ", ".join(dict.fromkeys(unchecked))
         graph.notes.append(f"checks on input values skipped (the trace's tensors hold no values): {places}")
     if measure or values:
         real_inputs = _real_inputs(model, call_args, param_dtype)
+        if backward and labels is not None and real_inputs is not None:
+            real_inputs = (*real_inputs, labels)
         if real_inputs is None:
             note = "the model has no weights to replay with (built on the meta device: give --weights FILE)"
             graph.measure_note = note if measure else None
@@ -366,6 +418,16 @@ def _value_checks_skipped(places: list[str]) -> Iterator[None]:
         mock.patch.object(torch, "_check_tensor_all", check_all),
     ):
         yield
+
+
+def _trainable(model: nn.Module) -> dict[str, int]:
+    """The model's trainable floating-point parameters, by name: their position among its
+    parameters and buffers, as the trace takes them."""
+    return {
+        name: index
+        for index, (name, parameter) in enumerate(model.named_parameters())
+        if parameter.requires_grad and parameter.is_floating_point()
+    }
 
 
 def _traceable(output: Any) -> Any:
@@ -473,24 +535,32 @@ def _dtype_graph(
             packet = getattr(target_op, "overloadpacket", target_op)
             op = getattr(packet, "__name__", str(target_op))
             target = str(target_op)
-            # Inside a user's autocast block, that block's state decides (see _autocast_blocks).
+            # Inside a user's autocast block, that block's state decides (see _autocast_blocks);
+            # the backward runs without autocast.
+            backward = custom.get(PHASE) == "backward"
             block = custom.get("amplint_autocast")
-            node_autocast = autocast if block is None else block != "off"
+            node_autocast = not backward and (autocast if block is None else block != "off")
             node_dtype = getattr(torch, block) if block not in (None, "off") else dtype
             if op in _CAST_OPS:
                 if custom.get("amplint_user_cast"):
                     policy = "explicit_cast"
                 else:
                     # Autocast only ever casts one floating dtype to another; torch's own code
-                    # casts masks and indices too, and those are no autocast casts.
+                    # casts masks and indices too, and those are no autocast casts. In the backward
+                    # such a cast is the gradient of one.
                     source_dtype = nodes[ids[producers[0]]].dtype if producers else None
-                    by_autocast = (
-                        node_autocast
-                        and source_dtype in FLOATING
+                    floating = (
+                        source_dtype in FLOATING
                         and dtype_name(out_dtype) in FLOATING
                         and source_dtype != dtype_name(out_dtype)
                     )
-                    policy = "autocast_cast" if by_autocast else "inherited"
+                    policy = (
+                        "autograd_cast"
+                        if floating and backward
+                        else "autocast_cast"
+                        if floating and node_autocast
+                        else "inherited"
+                    )
             elif isinstance(target_op, torch._ops.OpOverload):
                 casts = [nodes[ids[p]].dtype for p in producers if nodes[ids[p]].policy == "autocast_cast"]
                 policy = classify(
@@ -513,10 +583,14 @@ def _dtype_graph(
                 input_dtypes=[nodes[ids[p]].dtype for p in producers],
                 shape=list(value.shape) if isinstance(value, torch.Tensor) else None,
                 policy=policy,
-                source=source_of(fx_node.meta.get("stack_trace")),
+                # The loss is amplint's code: no line of the model computes it.
+                source=None
+                if custom.get("amplint_module") == LOSS_MODULE
+                else source_of(fx_node.meta.get("stack_trace")),
                 module=custom.get("amplint_module"),
                 inputs=[ids[p] for p in producers],
                 attention=custom.get("amplint_attention"),
+                phase="backward" if custom.get(PHASE) == "backward" else "forward",
             )
         )
     graph = DtypeGraph(

@@ -9,7 +9,9 @@ dtypes from the reference's inputs rounded to the dtypes it reads (its local err
 shows when everything before it was exact up to its own dtypes, which is its own rounding plus how
 much it amplifies the rounding of its inputs, as `1 - x` does near 1). The statistics are stored on
 the graph as `amplint.runtime.graph.Values`; the rules AMP105-AMP108 read them. Each value is freed
-after its last use, so memory holds the weights and the activations still to be read.
+after its last use, so memory holds the weights and the activations still to be read. The binades of
+half-precision parameters (AMP111) and, for a traced backward, of each parameter's float64 gradient
+(what float16 loss scaling must hold) are counted too.
 """
 
 from __future__ import annotations
@@ -25,7 +27,15 @@ from torch.utils import _pytree as pytree
 
 from amplint.runtime.chains import VIEWS, at, where
 from amplint.runtime.cpu_replay import Replay, first_tensor, relative_errors
-from amplint.runtime.graph import DtypeGraph, NodeValues, TraceError, ValueLimits, Values, source_of
+from amplint.runtime.graph import (
+    DtypeGraph,
+    Magnitudes,
+    NodeValues,
+    TraceError,
+    ValueLimits,
+    Values,
+    source_of,
+)
 
 __all__ = ["ReplayError", "replay_values"]
 
@@ -72,6 +82,8 @@ def replay_values(
             values.stopped = f"{type(stop.error).__name__}: {str(stop.error).strip()[:300]}"
     values.nodes = replayer.stats
     values.notes = replayer.notes
+    values.weights = replayer.weights
+    values.gradients = replayer.gradients
     values.peak_bytes = _peak_rss()
     graph.values = values
 
@@ -96,6 +108,10 @@ class _ValuesReplay(Replay):
         self.notes: list[str] = []
         self._reference_nan: set[torch.fx.Node] = set()  # nodes whose reference holds a NaN
         self._model_nan = False
+        self._parameters = set(graph.parameters.values())
+        self._gradients = set(graph.gradients.values())
+        self.weights: dict[int, Magnitudes] = {}
+        self.gradients: dict[int, Magnitudes] = {}
 
     def run_node(self, n: torch.fx.Node) -> Any:
         if n.op == "placeholder":
@@ -105,6 +121,8 @@ class _ValuesReplay(Replay):
                 stats = self.stats[self.ids[n]] = _input_stats(value)
                 if stats.nan:
                     self._reference_nan.add(n)
+                if self.ids[n] in self._parameters and value.dtype in _HALF:  # for AMP111
+                    self.weights[self.ids[n]] = magnitudes(value)
             return result
         if n.op != "call_function":
             return super().run_node(n)
@@ -135,6 +153,8 @@ class _ValuesReplay(Replay):
                 stats = _stats(traced, ref, traced if _exact(n) else self._local(n, rng))
             self.stats[self.ids[n]] = stats
             self._check_reference(n, stats)
+            if self.ids[n] in self._gradients:
+                self.gradients[self.ids[n]] = magnitudes(ref)
         for done in self.user_to_last_uses.get(n, ()):
             self.reference.pop(done, None)
         return result
@@ -165,6 +185,39 @@ class _ValuesReplay(Replay):
         if node is None:
             return f"`{n.name}`"
         return f"`{node.op}` at {where(node)}" + (f" (in {node.module})" if node.module else "")
+
+
+_HALF = (torch.bfloat16, torch.float16)
+# Elements counted at a time: a copy of a whole embedding matrix would be gigabytes.
+_CHUNK = 1 << 24
+# Each format's bits, read as integers: the integer type of its width, its mantissa's bits, the
+# largest exponent field (inf and NaN) and the exponent bias.
+_LAYOUTS = {
+    torch.float16: (torch.int16, 10, 0x1F, 15),
+    torch.bfloat16: (torch.int16, 7, 0xFF, 127),
+    torch.float32: (torch.int32, 23, 0xFF, 127),
+    torch.float64: (torch.int64, 52, 0x7FF, 1023),
+}
+
+
+def magnitudes(value: torch.Tensor) -> Magnitudes:
+    """How many elements of `value` lie in each binade (see `Magnitudes`), from the exponent field
+    of each element's bits: one pass over a weight, where `frexp` would take several."""
+    kind, mantissa, top, bias = _LAYOUTS[value.dtype]
+    counts = torch.zeros(top + 1, dtype=torch.int64)
+    subnormal: list[torch.Tensor] = []
+    for chunk in value.detach().reshape(-1).split(_CHUNK):
+        field = (chunk.contiguous().view(kind) >> mantissa) & top
+        here = torch.bincount(field.to(torch.uint8 if top <= 0xFF else torch.int32), minlength=top + 1)
+        counts += here
+        if here[0]:  # zeros, or values below the normal range, whose binade is their leading bit's
+            tiny = chunk[(field == 0) & (chunk != 0)]
+            subnormal.append(torch.frexp(tiny.to(torch.float64)).exponent - 1)
+    found = {e - bias: n for e, n in enumerate(counts.tolist()) if n and 0 < e < top}
+    for binade in torch.cat(subnormal).tolist() if subnormal else ():
+        found[binade] = found.get(binade, 0) + 1
+    zeros = int(counts[0]) - sum(t.numel() for t in subnormal)
+    return Magnitudes(exponents=dict(sorted(found.items())), zeros=zeros, nonfinite=int(counts[top]))
 
 
 def _floating(value: Any) -> bool:
