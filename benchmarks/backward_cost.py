@@ -22,17 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-QWEN2_7B = {
-    "model_type": "qwen2",
-    "hidden_size": 3584,
-    "intermediate_size": 18944,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 28,
-    "num_key_value_heads": 4,
-    "vocab_size": 152064,
-    "max_position_embeddings": 32768,
-    "tie_word_embeddings": False,
-}
+from trace_speed import QWEN2_7B  # the same config as the forward-only timings (this folder is on sys.path)
+
 MODEL_TYPES = (
     "llama",
     "mistral",
