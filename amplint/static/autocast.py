@@ -24,7 +24,15 @@ AUTOCAST = frozenset(
 )
 # The dtype each autocast defaults to when the call names none.
 _DEFAULT_DTYPE = {"cuda": "float16", "cpu": "bfloat16"}
-_HALF_DTYPES = {"float16": "float16", "half": "float16", "bfloat16": "bfloat16"}
+# The dtypes an autocast call may name: a float32 one is CUDA autocast computing in float32 (its
+# "low" dtype), which CPU autocast refuses and disables itself for.
+_AUTOCAST_DTYPES = {
+    "float16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "float32": "float32",
+    "float": "float32",
+}
 
 
 def autocast_call(ctx: FileContext, node: cst.CSTNode) -> bool:
@@ -50,7 +58,8 @@ def _literal(node: cst.BaseExpression | None) -> str | None:
 
 
 def autocast_settings(ctx: FileContext, call: cst.Call) -> tuple[str | None, str | None, bool]:
-    """`(device, dtype, enabled)` that an autocast call sets; None where not literal."""
+    """`(device, dtype, enabled)` that an autocast call sets; None where not literal. CPU autocast
+    to float32 is off: torch warns and disables it."""
     qualified = ctx.qualified(call.func) or ""
     device: str | None
     if qualified not in AUTOCAST:  # a wrapper: its keywords only
@@ -69,6 +78,8 @@ def autocast_settings(ctx: FileContext, call: cst.Call) -> tuple[str | None, str
         dtype = _DEFAULT_DTYPE.get(device or "")
     else:
         name = dtype_arg.attr.value if isinstance(dtype_arg, cst.Attribute) else _literal(dtype_arg)
-        dtype = _HALF_DTYPES.get(name or "")
+        dtype = _AUTOCAST_DTYPES.get(name or "")
     enabled = not (isinstance(enabled_arg, cst.Name) and enabled_arg.value == "False")
+    if dtype == "float32" and device == "cpu":
+        enabled = False
     return device, dtype, enabled

@@ -249,6 +249,8 @@ class DtypeFacts:
         self._params: dict[cst.FunctionDef, dict[str, Fact]] = {}
         self._entry: dict[cst.FunctionDef, frozenset[Autocast]] = {}
         self._attributes: dict[tuple[str, str], Fact] = {}
+        self._reading: set[tuple[str, str]] = set()  # attributes whose `__init__` value is being read
+        self._built: dict[cst.FunctionDef, bool] = {}  # methods that run only while a module is built
         self._returns: dict[tuple[cst.FunctionDef, tuple[Fact, ...]], Fact] = {}
         self._active: set[cst.FunctionDef] = set()
         self._framework: str | None = None
@@ -571,11 +573,16 @@ class DtypeFacts:
         cached = self._entry.get(function)
         if cached is not None:
             return cached
-        states = self._default_entry()
+        # A module is built before it runs: its `__init__` runs outside the caller's autocast.
+        states = frozenset({OFF}) if function.name.value == "__init__" else self._default_entry()
         sites = self._sites(function)
         if sites:
             collected: set[Autocast] = set()
-            for call, _ in sites:
+            for call, scope in sites:
+                if scope not in self._done and not (
+                    isinstance(scope, cst.FunctionDef) and scope in self._active
+                ):
+                    self._analyse(scope)  # the caller's own autocast state at the call
                 collected |= self._states.get(call, self._default_entry())
             states = frozenset(collected)
         for decorator in function.decorators:
@@ -612,11 +619,20 @@ class DtypeFacts:
         sites = self._sites(function)
         if sites:
             positional = [p.name.value for p in params[1 if method else 0 :]]
+            # `dim: int` holds a number whatever the calls pass (`self.dim`, set from a config, is
+            # no tensor): the calls tell its value, not its kind.
+            numbers = {
+                p.name.value
+                for p in params
+                if p.annotation is not None
+                and self.ctx.code(p.annotation.annotation) in ("int", "float", "bool")
+            }
             for name in positional + [p.name.value for p in function.params.kwonly_params]:
                 passed = [self._argument_fact(call, scope, positional, name) for call, scope in sites]
                 if all(fact is not None for fact in passed):
-                    facts = [fact for fact in passed if fact is not None]
-                    env[name] = join(facts)
+                    fact = join([fact for fact in passed if fact is not None])
+                    if name not in numbers or fact.kind in (SCALAR, INTEGER):
+                        env[name] = fact
         return env
 
     def _param_default(self, function: cst.FunctionDef, param: cst.Param, upcast: bool) -> Fact:
@@ -632,6 +648,13 @@ class DtypeFacts:
                 return default
         if annotation and "Tensor" not in annotation and annotation not in ("Any", "object"):
             return _OTHER if annotation != "float" else _SCALAR
+        if name == "device" or name.endswith("_device"):
+            return _OTHER  # `x.to(device)` moves, it does not cast
+        if any(
+            (self.ctx.qualified(_called(d.decorator)) or "").startswith("triton.")
+            for d in function.decorators
+        ):
+            return UNKNOWN_FACT  # a Triton kernel's arguments are pointers and blocks, not torch tensors
         if upcast:
             return Fact(TENSOR, frozenset({F32}), (Step(param, "cast to float32 by `custom_fwd`"),))
         if self._inherited_hook(function):
@@ -852,7 +875,10 @@ class DtypeFacts:
         elif isinstance(node, cst.Return) and node.value is not None:
             frame.returns.append(self._expr(node.value, frame))
         elif isinstance(node, cst.Expr):
-            self._expr(node.value, frame)
+            fact = self._expr(node.value, frame)
+            for converted, module in self._converted_in_place(node.value, fact):
+                key = converted.value if isinstance(converted, cst.Name) else f"self.{converted.attr.value}"
+                frame.env[key] = module
 
     def _bind(
         self, target: cst.BaseExpression, fact: Fact, value: cst.BaseExpression | None, frame: _Frame
@@ -1030,10 +1056,21 @@ class DtypeFacts:
         return constants.finfo(dtype, name) if dtype is not None else None
 
     def _self_attribute(self, name: str, node: cst.CSTNode, frame: _Frame) -> Fact:
+        converted = frame.env.get(f"self.{name}")  # `self.model.half()` earlier in this function
+        if converted is not None:
+            return converted
         cls = self._class_name(frame)
+        if (cls, name) in self._reading:
+            return UNKNOWN_FACT  # `self.inv_freq = self._scale(self.inv_freq)`: a cycle sees nothing
+        built = self._built_buffer(cls, name, node)
+        if built is not None:
+            return built
         if (cls, name) not in self._attributes:
-            self._attributes[(cls, name)] = UNKNOWN_FACT  # a cycle sees nothing
-            self._attributes[(cls, name)] = self._init_attribute(cls, name, node)
+            self._reading.add((cls, name))
+            try:
+                self._attributes[(cls, name)] = self._init_attribute(cls, name, node)
+            finally:
+                self._reading.discard((cls, name))
         fact = self._attributes[(cls, name)]
         return (
             fact
@@ -1061,7 +1098,8 @@ class DtypeFacts:
         frame = _Frame(dict(self._parameters(init)), frozenset({OFF}))
         frame.env["__class__"] = Fact(OTHER, module=cls)
         found: list[Fact] = []
-        for statement in walk(init.body):
+        bodies = [init.body, *(method.body for method in self._construction_methods(klass))]
+        for statement in (node for body in bodies for node in walk(body)):
             if isinstance(statement, cst.Assign):
                 for target in statement.targets:
                     t = target.target
@@ -1080,10 +1118,65 @@ class DtypeFacts:
             ):
                 first = statement.args[0].value
                 if isinstance(first, cst.SimpleString) and first.evaluated_value == name:
-                    found.append(
-                        self._caller_tensor(where, f"`self.{name}` is a buffer, in the model's dtype")
-                    )
+                    if _converts_itself(klass) and len(statement.args) > 1:
+                        # `_apply` overridden (timm's rotary embeddings re-make their frequencies in
+                        # float32 after `.half()`): the buffer keeps the dtype it is registered in.
+                        found.append(self._expr(statement.args[1].value, frame))
+                    else:
+                        found.append(
+                            self._caller_tensor(where, f"`self.{name}` is a buffer, in the model's dtype")
+                        )
         return join(found) if found else self._class_attribute(klass, name)
+
+    def _building(self, function: cst.FunctionDef | None) -> bool:
+        """Whether a method runs only while its module is built: `__init__`, or a method that only
+        construction calls (torchtune's `rope_init` and the `build_rope_cache` it calls), before any
+        `.to(dtype)` can have converted the module's buffers."""
+        if function is None or function not in self._class_of:
+            return False
+        if function.name.value == "__init__":
+            return True
+        cached = self._built.get(function)
+        if cached is None:
+            self._built[function] = False  # a cycle of calls is not construction
+            sites = self._sites(function)
+            cached = bool(sites) and all(
+                isinstance(scope, cst.FunctionDef) and self._building(scope) for _, scope in sites
+            )
+            self._built[function] = cached
+        return cached
+
+    def _construction_methods(self, klass: cst.ClassDef) -> list[cst.FunctionDef]:
+        """The methods of `klass` besides `__init__` that only its construction calls."""
+        return [
+            item
+            for item in suite_body(klass.body)
+            if isinstance(item, cst.FunctionDef) and item.name.value != "__init__" and self._building(item)
+        ]
+
+    def _built_buffer(self, cls: str, name: str, where: cst.CSTNode) -> Fact | None:
+        """`self.<name>` read while the module is built, where construction registers it as a buffer:
+        the dtype of the value registered (`theta` computed in float32), not yet the model's."""
+        function = self.scope_of(where)
+        klass = self._classes.get(cls)
+        if klass is None or not isinstance(function, cst.FunctionDef) or not self._building(function):
+            return None
+        init = [
+            f for f in suite_body(klass.body) if isinstance(f, cst.FunctionDef) and f.name.value == "__init__"
+        ]
+        for method in [*init, *self._construction_methods(klass)]:
+            for node in walk(method.body):
+                if (
+                    isinstance(node, cst.Call)
+                    and isinstance(node.func, cst.Attribute)
+                    and node.func.attr.value == "register_buffer"
+                    and len(node.args) > 1
+                    and isinstance(node.args[0].value, cst.SimpleString)
+                    and node.args[0].value.evaluated_value == name
+                ):
+                    fact = self.of(node.args[1].value)
+                    return fact if fact.kind == TENSOR and fact.dtypes else None
+        return None
 
     def _class_attribute(self, klass: cst.ClassDef, name: str) -> Fact:
         """What a class attribute (`eps = 1e-8` in the class body) holds."""
@@ -1102,7 +1195,7 @@ class DtypeFacts:
         if isinstance(value, cst.Call):
             constructor = (self.ctx.qualified(value.func) or self.ctx.code(value.func)).rsplit(".", 1)[-1]
             if constructor in ("Parameter", "Buffer"):
-                return self._caller_tensor(value, "a parameter, in the model's dtype")
+                return self._caller_tensor(value, f"a {constructor.lower()}, in the model's dtype")
             if constructor in ops.MODULE_OPS or constructor[:1].isupper():
                 return Fact(MODULE, module=constructor)
         # A plain tensor attribute keeps the dtype it is made in: `.half()` converts only the
@@ -1180,7 +1273,7 @@ class DtypeFacts:
         results: list[Fact] = []
         for state in frame.autocast:
             policy = ops.autocast_policy(op, state.device) if state.device else None
-            if policy == "lower" and state.dtype:
+            if policy == "lower" and state.dtype and base.dtypes != {F64}:  # autocast leaves float64 alone
                 lower.setdefault(_under([state], self), []).append(state)
             elif policy == "fp32" and base.dtypes != {F32}:
                 fp32.append(state)
@@ -1246,8 +1339,57 @@ class DtypeFacts:
             return self._module_call("", node, positional, frame)
         receiver = self._expr(func.value, frame)
         if receiver.kind == MODULE:
-            return self._module_call(receiver.module or "", node, positional, frame)
+            return self._module_method(method, receiver, node, positional, keywords, frame)
         return self._tensor_method(method, receiver, node, positional, keywords, frame)
+
+    def _converted_in_place(
+        self, node: cst.BaseExpression, fact: Fact
+    ) -> Iterator[tuple[cst.Name | cst.Attribute, Fact]]:
+        """The modules a statement converts in place, with what they hold after it. `model.half()`
+        with its result unused: only a module converts in place (a tensor's cast is a copy), so the
+        name holds a module in that dtype. diffusers' `cast_training_params(unet, dtype=...)` upcasts
+        only the trainable parameters: the module's parameters have no one dtype after it."""
+        module = _cast_module(node)
+        if module is not None and fact.kind in (TENSOR, MODULE) and fact.dtypes:
+            yield module, fact if fact.kind == MODULE else replace(fact, kind=MODULE, module=None)
+        elif isinstance(node, cst.Call) and self.ctx.qualified(node.func) in _TRAINABLE_CASTS and node.args:
+            first = node.args[0].value
+            for name in (e.value for e in first.elements) if isinstance(first, cst.List) else (first,):
+                if isinstance(name, cst.Name):
+                    yield name, Fact(MODULE, module="cast_training_params")
+
+    def _module_method(
+        self,
+        method: str,
+        receiver: Fact,
+        node: cst.Call,
+        positional: list[Fact],
+        keywords: dict[str, Fact],
+        frame: _Frame,
+    ) -> Fact:
+        """A method of a module: a cast (`.half()`, `.to(torch.bfloat16)`) converts its parameters
+        and buffers, `.parameters()` are in its dtype, `.cuda()` or `.train()` keep it; any other
+        method runs it (`model.generate(...)`)."""
+        if method in ops.CAST_METHODS and not positional:
+            target = ops.CAST_METHODS[method]
+            step = Step(node, f"`.{method}()` makes it {_SHORT[target]}")
+            return Fact(MODULE, frozenset({target}), (step,), module=receiver.module)
+        if method in ("to", "type"):
+            # A module's `.to(tensor)` is rare, `.to(device)` with a device passed in is not.
+            dtype = keywords.get("dtype") or next((f for f in positional if f.kind == DTYPE), None)
+            if dtype is None or not dtype.dtypes:
+                return receiver
+            cast = self._cast_to(dtype, node, f"`.{method}(...)`")
+            return Fact(MODULE, cast.dtypes, cast.why, cast.caller, module=receiver.module)
+        if method in ops.MODULE_KEEPING_METHODS:
+            return receiver
+        if method in ops.PARAMETER_METHODS:
+            return (
+                Fact(TENSOR, receiver.dtypes, receiver.why, receiver.caller)
+                if receiver.dtypes
+                else UNKNOWN_FACT
+            )
+        return self._module_call(receiver.module or "", node, positional, frame)
 
     def _map(self, node: cst.Call, iterated: Fact, frame: _Frame) -> Fact:
         """`map(lambda x: x.float(), (q, k))` or `map(local_function, ...)`: each element is what the
@@ -1340,6 +1482,8 @@ class DtypeFacts:
                 # `AutoModel.from_pretrained(..., torch_dtype=torch.float16)`: calling it runs in that dtype.
                 loaded = self._cast_to(dtype, node, f"`{name}(...)` loads the model and")
                 return Fact(MODULE, loaded.dtypes, loaded.why, loaded.caller, module=name)
+            if qualified in _ADAPTER_WRAPPERS:
+                return self._adapted(name, node, positional)
             tensors = [f for f in positional if f.kind == TENSOR]
             return promote(tensors) if tensors else UNKNOWN_FACT
         if name == "finfo" or name == "iinfo":
@@ -1380,6 +1524,9 @@ class DtypeFacts:
                 )
             return promote(positional[1:3])
         if module.endswith(".nn") or name[:1].isupper():
+            if dtype is not None and dtype.kind == DTYPE and dtype.dtypes:  # `nn.Linear(4, 4, dtype=...)`
+                made = self._cast_to(dtype, node, f"`dtype=` of `{name}`")
+                return Fact(MODULE, made.dtypes, made.why, made.caller, module=name)
             return Fact(MODULE, module=name)
         # A list or tuple of tensors (`torch.cat([a, b])`, `torch.einsum(eq, [q, k])`) counts as its elements.
         flat = [
@@ -1391,6 +1538,28 @@ class DtypeFacts:
         if not inputs and "input" in keywords:  # `F.pad(input=x, ...)`
             inputs = [keywords["input"]]
         return self._tensor_op(name, inputs, node, keywords, frame)
+
+    def _adapted(self, name: str, node: cst.Call, positional: list[Fact]) -> Fact:
+        """A model PEFT prepares: `get_peft_model` freezes the base, which keeps its dtype, and trains
+        float32 adapters (`autocast_adapter_dtype=True`, the default, upcasts bf16/fp16 ones);
+        `prepare_model_for_kbit_training` freezes it and upcasts it to float32. Its parameters have
+        no one dtype; with `autocast_adapter_dtype=False` the adapters take the base model's."""
+        keeps = any(
+            arg.keyword is not None
+            and arg.keyword.value == "autocast_adapter_dtype"
+            and isinstance(arg.value, cst.Name)
+            and arg.value.value == "False"
+            for arg in node.args
+        )
+        model = positional[0] if positional else UNKNOWN_FACT
+        if keeps and model.dtypes:
+            step = Step(
+                node, f"`{name}(..., autocast_adapter_dtype=False)` keeps the adapters in the model's dtype"
+            )
+            return Fact(
+                MODULE, model.dtypes, (*model.why[-(_MAX_WHY - 1) :], step), model.caller, module=name
+            )
+        return Fact(MODULE, module=name)
 
     def _tensor_op(
         self, op: str, inputs: list[Fact], node: cst.Call, keywords: dict[str, Fact], frame: _Frame
@@ -1434,6 +1603,8 @@ class DtypeFacts:
             return UNKNOWN_FACT if receiver.kind != SCALAR else _SCALAR
         if method in ("chunk", "split", "unbind", "tensor_split") or method in ops.LAYOUT_METHODS:
             return receiver
+        if method in ops.PARAMETER_METHODS:
+            return receiver  # a model's parameters, in the dtype it was given
         if method in ("masked_fill", "masked_fill_", "masked_scatter", "masked_scatter_"):
             return receiver  # the mask and the fill value never change the dtype
         if method in ("max", "min", "topk", "sort", "mode", "median") and (positional or keywords):
@@ -1544,6 +1715,17 @@ _DTYPE_STRINGS = {
 # Calls that load or build a whole model, whose `dtype=` is the model's dtype.
 _MODEL_LOADERS = frozenset({"from_pretrained", "from_single_file", "from_config", "_from_config"})
 _PIPELINES = frozenset({"transformers.pipeline"})
+# Calls that cast a module's trainable parameters in place (`DtypeFacts._converted_in_place`).
+_TRAINABLE_CASTS = frozenset({"diffusers.training_utils.cast_training_params"})
+# PEFT's calls that prepare a model for adapter training (`DtypeFacts._adapted`).
+_ADAPTER_WRAPPERS = frozenset(
+    {
+        "peft.get_peft_model",
+        "peft.PeftModel.from_pretrained",
+        "peft.PeftModelForCausalLM.from_pretrained",
+        "peft.prepare_model_for_kbit_training",
+    }
+)
 _ON_GPU = "the branch of `torch.cuda.is_available()` a GPU takes"
 
 
@@ -1574,6 +1756,45 @@ def _skipped(function: cst.FunctionDef) -> bool:
 
 def _children(node: cst.CSTNode) -> Iterator[cst.BaseExpression]:
     return (child for child in node.children if isinstance(child, cst.BaseExpression))
+
+
+def _cast_module(node: cst.BaseExpression) -> cst.Name | cst.Attribute | None:
+    """The module a cast standing alone as a statement converts: `model` in `model.half()`,
+    `model.cuda().to(dtype)`, `self.model` in `self.model.bfloat16()`; None for any other expression."""
+    if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+        return None
+    method = node.func.attr.value
+    if not (method in ops.CAST_METHODS or (method in ("to", "type") and node.args)):
+        return None
+    receiver = node.func.value
+    while (
+        isinstance(receiver, cst.Call)
+        and isinstance(receiver.func, cst.Attribute)
+        and receiver.func.attr.value in ops.MODULE_KEEPING_METHODS | {"to"}
+    ):
+        receiver = receiver.func.value
+    if isinstance(receiver, cst.Name) and receiver.value not in ("self", "cls"):
+        return receiver
+    if (
+        isinstance(receiver, cst.Attribute)
+        and isinstance(receiver.value, cst.Name)
+        and receiver.value.value == "self"
+    ):
+        return receiver
+    return None
+
+
+def _converts_itself(klass: cst.ClassDef) -> bool:
+    """A module class that overrides `_apply`, the method `.to()`, `.half()` and `.cuda()` go
+    through: it decides what becomes of its buffers itself."""
+    return any(
+        isinstance(item, cst.FunctionDef) and item.name.value == "_apply" for item in suite_body(klass.body)
+    )
+
+
+def _called(node: cst.BaseExpression) -> cst.BaseExpression:
+    """What a decorator names: `triton.jit` for `@triton.jit` and `@triton.jit(debug=True)`."""
+    return node.func if isinstance(node, cst.Call) else node
 
 
 def _unsigned(node: cst.BaseExpression) -> cst.BaseExpression:

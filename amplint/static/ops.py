@@ -221,6 +221,13 @@ LAYOUT_METHODS = frozenset(
     }
 )
 
+# Methods of a module that return the module itself, its dtype unchanged (`model.cuda().train()`).
+MODULE_KEEPING_METHODS = frozenset(
+    {"cuda", "cpu", "train", "eval", "requires_grad_", "share_memory", "to_empty", "xpu", "npu"}
+)
+# Methods of a module whose result are its parameters, in its dtype.
+PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+
 # Submodules by constructor name: what autocast does to their forward.
 MODULE_OPS = {
     "Linear": "linear",

@@ -106,8 +106,11 @@ class _Body:
         self.indent = before[: len(before) - len(before.lstrip(" \t"))]
         # The signature counts: a default (`value=-1e9`) is read where the body uses the name.
         self.text = "".join(lines[function.lineno - 1 : self.end])
-        self.words = frozenset(_WORD.findall(self.text))
-        self.calls = frozenset(_CALLED.findall(self.text))
+        # Its own name counts only where the function names itself again (`super().forward(x)`, a
+        # recursion), not in its `def`: every `forward` would otherwise name and call every other one.
+        words, calls = _WORD.findall(self.text), _CALLED.findall(self.text)
+        self.words = frozenset(words) - ({self.name} if words.count(self.name) == 1 else set())
+        self.calls = frozenset(calls) - ({self.name} if calls.count(self.name) == 1 else set())
 
     def blank(self, lines: list[str]) -> None:
         """`pass` where the body started and its line breaks after that, so lines stay where they were."""

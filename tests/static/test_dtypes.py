@@ -317,3 +317,212 @@ def loss(q, k):
 """
     assert _states(code, 11) == {("cuda", "float32", True), *_CALLER_STATES}
     assert fact(code, 13, "plain").dtypes == {"float32"}
+
+
+# A model's parameters take the dtype its last conversion gave it: `.to(dtype)` and `.half()` on a
+# module convert it in place (torch's `Module._apply`), a loader's `torch_dtype=` sets it, a
+# constructor's `dtype=` too; `.to(device)` keeps it.
+MODELS = """\
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM
+
+def train(model, device):
+    model.to(device)
+    model.to(torch.bfloat16)
+    a = model.parameters()
+    lm = AutoModelForCausalLM.from_pretrained("x", torch_dtype=torch.float16).cuda()
+    b = [p for n, p in lm.named_parameters()]
+    layer = nn.Linear(4, 4, dtype=torch.bfloat16)
+    c = layer.parameters()
+    head = nn.Linear(4, 4)
+    head.cuda().half()
+    d = head.parameters()
+    e = model.parameters() if device else head.parameters()
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "expression", "dtypes"),
+    [
+        (8, "a", {"bfloat16"}),
+        (10, "b", {"float16"}),
+        (12, "c", {"bfloat16"}),
+        (15, "d", {"float16"}),
+        (16, "e", {"bfloat16", "float16"}),
+    ],
+)
+def test_a_model_converted_in_place_has_parameters_in_that_dtype(
+    line: int, expression: str, dtypes: set[str]
+) -> None:
+    found = fact(MODELS, line, expression)
+    assert found.dtypes == dtypes and not found.caller
+
+
+def test_a_cast_whose_result_is_used_converts_no_name() -> None:
+    # `x.half()` as an expression is a copy: `x` keeps the caller's dtype on the next line.
+    assert fact("import torch\n\ndef f(x):\n    y = x.half()\n    z = x\n", 5, "z").dtypes == CALLER
+
+
+# peft 0.21.2 (`get_peft_model`, `cast_adapter_dtype`) and diffusers 0.42.1
+# (`training_utils.cast_training_params`): the parameters a LoRA setup trains are float32.
+ADAPTERS = """\
+import torch
+from diffusers.training_utils import cast_training_params
+from peft import get_peft_model
+from transformers import AutoModelForCausalLM
+
+def lora(unet, config):
+    model = AutoModelForCausalLM.from_pretrained("x", torch_dtype=torch.bfloat16)
+    a = get_peft_model(model, config).parameters()
+    b = get_peft_model(model, config, autocast_adapter_dtype=False).parameters()
+    unet.to("cuda", dtype=torch.float16)
+    cast_training_params(unet, dtype=torch.float32)
+    c = unet.parameters()
+"""
+
+
+def test_adapters_trained_in_float32_have_no_half_dtype() -> None:
+    ctx = facts_on(ADAPTERS)
+    facts = {line: dict(ctx.facts.explain_line(line)) for line in (8, 9, 12)}
+    assert "a" not in facts[8]  # no dtype known: the frozen base is bf16, the adapters float32
+    assert facts[9]["b"].dtypes == {"bfloat16"}
+    assert "c" not in facts[12]
+
+
+# An `int` parameter holds a number whatever the calls pass (transformers 5.24.0,
+# models/gptj/modeling_gptj.py: `create_sinusoidal_positions(n, self.dim)` with `self.dim` from the
+# config; here also `rebuilt(n, d)` with `d` the caller's).
+CONFIGURED = """\
+import torch
+from torch import nn
+
+def table(num_pos: int, dim: int):
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.int64) / dim))
+    return torch.arange(num_pos, dtype=torch.int64).float()[:, None] * inv_freq
+
+class Embedding(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dim = config.rotary_dim or config.hidden_size
+        self.register_buffer("pos", table(2048, self.dim), persistent=False)
+
+    def forward(self, x):
+        return x * self.dim
+
+def rebuilt(n, d):
+    return table(n, d)
+"""
+
+
+def test_sizes_from_a_configuration_are_no_tensors() -> None:
+    inv_freq = dict(facts_on(CONFIGURED).facts.explain_line(5)).get("inv_freq")
+    assert inv_freq is None or not inv_freq.may_be_half  # `dim` is a number, not the caller's tensor
+    assert fact(
+        CONFIGURED, 6, "torch.arange(num_pos, dtype=torch.int64).float()[:, None] * inv_freq"
+    ).dtypes == {"float32"}
+    assert fact(CONFIGURED, 15, "x * self.dim").dtypes == CALLER  # `self.dim` adds no dtype of its own
+
+
+# A buffer follows the model's dtype (`model.half()` converts it), except while the module is built
+# (torchtune 0.6.1, torchtune/modules/position_embeddings.py: `rope_init` and `build_rope_cache` run
+# from `__init__`) and in a module that overrides `_apply` (timm 1.0.31, pos_embed_sincos.py).
+BUFFERS = """\
+import torch
+from torch import nn
+
+class Rope(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+        self.rope_init()
+
+    def rope_init(self):
+        theta = 1.0 / (10000 ** (torch.arange(0, self.dim, 2).float() / self.dim))
+        self.register_buffer("theta", theta, persistent=False)
+        self.build(16)
+
+    def build(self, n):
+        seq = torch.arange(n, dtype=self.theta.dtype)
+        return torch.outer(seq, self.theta)
+
+    def forward(self, n):
+        seq = torch.arange(n, dtype=self.theta.dtype)
+        return seq
+
+class Kept(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.register_buffer("inv_freq", torch.arange(0, dim, 2).float(), persistent=False)
+
+    def _apply(self, fn, *args, **kwargs):
+        return super()._apply(fn, *args, **kwargs)
+
+    def forward(self, pos):
+        angles = pos[:, None].float() * self.inv_freq
+        return angles
+"""
+
+
+def test_buffers_follow_the_model_after_it_is_built() -> None:
+    assert fact(BUFFERS, 17, "torch.outer(seq, self.theta)").dtypes == {"float32"}
+    assert fact(BUFFERS, 20, "seq").dtypes == CALLER
+    assert fact(BUFFERS, 32, "self.inv_freq").dtypes == {"float32"}
+
+
+def test_autocast_to_float32_and_float64_operands_keep_products_wide() -> None:
+    # diffusers 0.42.1, models/transformers/transformer_mochi.py: CUDA autocast to float32 computes
+    # in float32; CPU autocast refuses float32 and turns itself off. Autocast leaves float64 alone.
+    code = """\
+import torch
+
+def rope(freqs, pos, grid):
+    with torch.autocast("cuda", torch.float32):
+        a = torch.einsum("nd,dhf->nhf", pos, freqs.float())
+    with torch.autocast("cpu", dtype=torch.float32):
+        b = pos.float() @ freqs.float()
+    c = grid.double() @ freqs.double()
+"""
+    assert fact(code, 5, "a").dtypes == {"float32"}
+    assert fact(code, 7, "b").dtypes == {"float32"}
+    assert fact(code, 8, "c").dtypes == {"float64"}
+
+
+def test_a_device_parameter_moves_and_a_triton_kernel_holds_no_torch_tensors() -> None:
+    code = """\
+import torch
+import triton
+
+def move(x, device):
+    y = x.float().to(device)
+    return y
+
+@triton.jit
+def kernel(x_ptr, freqs, seq_pos):
+    angles = seq_pos * freqs
+"""
+    assert fact(code, 6, "y").dtypes == {"float32"}
+    ctx = facts_on(code)
+    assert "angles" not in dict(ctx.facts.explain_line(10))
+
+
+def test_an_attribute_built_from_itself_is_not_the_model_s() -> None:
+    # megatron-core 0.16.1, rotary_pos_embedding.py: `self.inv_freq = self._apply_scaling(self.inv_freq)`.
+    code = """\
+import torch
+from torch import nn
+
+class Rope(nn.Module):
+    def __init__(self, dim, scaling):
+        super().__init__()
+        self.inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+        if scaling:
+            self.inv_freq = self._scale(self.inv_freq)
+
+    def _scale(self, inv_freq):
+        return inv_freq / 8
+
+    def forward(self, n):
+        return self.inv_freq
+"""
+    assert fact(code, 15, "self.inv_freq").dtypes == {"float32"}
