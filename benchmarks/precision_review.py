@@ -382,12 +382,15 @@ def _relative(path: str) -> str:
     return str(pure.relative_to(".")) if pure.parts[:1] == (".",) else str(pure)
 
 
-def opt_in_codes(amplint: Sequence[str], env: dict[str, str] | None) -> list[str]:
-    """The codes of the rules that are off by default (`default_on` false in `amplint rule --all`)."""
+def rule_codes(amplint: Sequence[str], env: dict[str, str] | None) -> tuple[list[str], list[str]]:
+    """The codes of the static rules (AMP0xx: the ones a check of code runs) and of the rules that
+    are off by default (`default_on` false in `amplint rule --all`)."""
     listed = subprocess.run(
         [*amplint, "rule", "--all", "--format", "json"], capture_output=True, text=True, env=env, check=True
     )
-    return [rule["code"] for rule in json.loads(listed.stdout) if not rule.get("default_on", True)]
+    rules = json.loads(listed.stdout)
+    static = [rule["code"] for rule in rules if re.fullmatch(r"AMP0\d\d", rule["code"])]
+    return static, [rule["code"] for rule in rules if not rule.get("default_on", True)]
 
 
 def run_project(
@@ -488,7 +491,7 @@ def run(
         dirty = _git("status", "--porcelain", "--", "amplint")
         changes = bool(dirty) if dirty is not None else None
         source = "the working tree" + (" (with uncommitted changes under `amplint/`)" if changes else "")
-    opt_in = opt_in_codes(amplint, env)
+    static, opt_in = rule_codes(amplint, env)
     (corpus / CONFIG_FILE).write_text(
         "# amplint's defaults, whatever repository the corpus folder sits in, and the opt-in rules, so\n"
         "# that their findings are measured too.\n"
@@ -538,6 +541,7 @@ def run(
         "wall_seconds": round(wall, 1),
         "reruns": [],
         "opt_in": opt_in,
+        "static_rules": static,
         "projects": summaries,
         "findings": findings,
     }
@@ -822,7 +826,8 @@ def render_report(
     for finding, (status, _) in zip([*sample, *extra], [*statuses, *extra_statuses], strict=True):
         sampled_status.setdefault(finding["code"], []).append(status)
     opt_in = set(run_data.get("opt_in", ()))
-    for code in sorted(by_rule):
+    # A rule that ran and found nothing has its row too: no number, and the page says so.
+    for code in sorted({*by_rule, *run_data.get("static_rules", ())}):
         label = f"{code} (opt-in)" if code in opt_in else code
         add(_rule_row(label, by_rule[code], sampled_status.get(code, [])))
     all_statuses = [s for s, _ in statuses]
@@ -839,7 +844,9 @@ def render_report(
         f"more of its findings drawn uniformly from the rule's own (up to {per_rule}, or all it has); "
         "the **all** and held-out rows count the uniform sample only, which is drawn from the findings "
         "of the rules that are on by default (what `amplint check` reports without `--select`). "
-        "Opt-in rules run in the review with `extend-select` and are measured by their own rows."
+        "Opt-in rules run in the review with `extend-select` and are measured by their own rows. A rule "
+        "that found nothing in the corpus reads `-`: no number backs it here, only its examples, cut "
+        "from the real public code its docs name."
     )
     add("")
     notes: list[str] = []
