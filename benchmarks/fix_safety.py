@@ -1,25 +1,38 @@
 """Does `amplint check --fix` leave real code working? Applied to an installed package (transformers'
-`models/`, diffusers, flash-linear-attention's `fla`), then every changed module is imported and,
-for transformers, every changed model runs a forward pass.
+`models/`, diffusers, flash-linear-attention's `fla`), then every changed module is imported and
+what the fix changed runs before and after (a model, or a function where no model runs on CPU).
 
     python benchmarks/fix_safety.py [--package transformers|diffusers|fla] [--unsafe-fixes]
                                     [--all-rules] [--output FILE]
 
-The installed package is copied to a temporary directory twice (as it is, and to be fixed);
-`amplint check --fix` (with `--unsafe-fixes`, and every opt-in rule with `--all-rules`) runs on the
-copy (transformers: its `models/`). Then, each in a fresh process with the copy first on `sys.path`:
+It needs the package installed (transformers 5.24.0, diffusers 0.42.1, or flash-linear-attention
+0.6.0 with fla-core and triton, which fla imports even where its kernels cannot run); none of them
+is a dependency of amplint. The installed package is copied to a temporary directory twice (as it
+is, and to be fixed); `amplint check --fix` (with `--unsafe-fixes`, and every opt-in rule with
+`--all-rules`) runs on the copy (transformers: its `models/`). Then, each in a fresh process with
+the copy first on `sys.path`:
 
 - every changed module is imported (one that does not import unfixed either, for want of an
   optional dependency, is left out);
-- every changed `modeling_*.py` whose model type the auto classes know is built from a tiny config
-  (2 layers, hidden size 64, 4 heads, vocabulary 256, 32-pixel images) with random weights, as its
-  causal LM (`AutoModelForCausalLM`) or else its base model (`AutoModel`), and runs a forward pass
-  on token ids or pixels, on CPU in bfloat16 and in float16 (no autocast), in the original copy and
-  in the fixed one; a model counts as broken when the original runs and the fixed one raises, or
-  when the fixed output (logits, else the first output) has another dtype or shape, or is not
-  finite where the original's is. A model that runs in neither dtype from the tiny config is built
-  as `amplint trace --hf-config` builds it instead: its default config with 2 layers per stack,
-  the class its `architectures` or model type names, inputs shaped by its main input, no cache.
+- transformers: every changed `modeling_*.py` whose model type the auto classes know is built from
+  a tiny config (2 layers, hidden size 64, 4 heads, vocabulary 256, 32-pixel images) with random
+  weights, as its causal LM (`AutoModelForCausalLM`) or else its base model (`AutoModel`), and runs
+  a forward pass on token ids or pixels. A model that runs in neither dtype from the tiny config is
+  built as `amplint trace --hf-config` builds it instead: its default config with 2 layers per
+  stack, the class its `architectures` or model type names, inputs shaped by its main input, no
+  cache;
+- other packages: each changed module's entry points to the fixed lines (its top-level classes and
+  functions that hold a changed line or use one that does, and that no other of them uses: the
+  model class, not its blocks) run from a tiny instance (`benchmarks/fix_safety_calls.py`: the
+  class's `__init__` defaults shrunk and inputs made from its forward signature, or a tiny config,
+  inputs and method from that file's table, sized after the package's own tests). A run counts only
+  if it went through a changed line. When an entry point does not run, the definitions that hold
+  the changed lines are called by themselves instead, if the table has them.
+
+Each runs on CPU in bfloat16 and in float16 (no autocast), in the original copy and in the fixed
+one; it counts as broken when the original runs and the fixed one raises, or when the fixed output
+(transformers: the logits, else the first output; otherwise the first floating tensor of the
+output) has another dtype or shape, or is not finite where the original's is.
 
 The table goes to stdout, and with `--output` into a Markdown file with the command that made it.
 """
@@ -27,6 +40,8 @@ The table goes to stdout, and with `--output` into a Markdown file with the comm
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
 import hashlib
 import json
 import os
@@ -42,6 +57,7 @@ from pathlib import Path
 OPT_IN = "AMP001,AMP002,AMP003,AMP004,AMP005,AMP006,AMP013,AMP014"
 CHECKED = {"transformers": "models"}  # the folder of the package amplint fixes (default: all of it)
 TIMEOUT = 300
+CALLS = Path(__file__).with_name("fix_safety_calls.py")  # a tiny run for the other packages
 
 # Run in a child process: build a tiny model of one model type and report its first output per dtype.
 _FORWARD = r"""
@@ -128,19 +144,28 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _child(code: str, *args: str, path: Path) -> subprocess.CompletedProcess[str]:
+def _child(argv: list[str], path: Path) -> subprocess.CompletedProcess[str]:
+    """Run Python with `path` first on `sys.path`, ahead of the installed package (the rest of
+    PYTHONPATH stays: a package's own dependencies may live there)."""
+    pythonpath = os.pathsep.join(filter(None, [str(path), os.environ.get("PYTHONPATH")]))
     return subprocess.run(
-        [sys.executable, "-c", code, *args],
+        [sys.executable, *argv],
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
-        env={**os.environ, "PYTHONPATH": str(path), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"},
+        env={
+            **os.environ,
+            "PYTHONPATH": pythonpath,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_VERBOSITY": "error",
+        },
     )
 
 
-def _forward(model_type: str, root: Path) -> dict[str, object]:
+def _forward(argv: list[str], root: Path) -> dict[str, object]:
+    """The JSON that the child `argv` prints last, or {"build": why it printed none}."""
     try:
-        proc = _child(_FORWARD, model_type, path=root)
+        proc = _child(argv, root)
     except subprocess.TimeoutExpired:
         return {"build": "timed out"}
     lines = proc.stdout.strip().splitlines()
@@ -149,6 +174,67 @@ def _forward(model_type: str, root: Path) -> dict[str, object]:
     if proc.returncode != 0 or not lines:
         return {"build": (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]}
     return json.loads(lines[-1])
+
+
+def _changed_lines(old: str, new: str) -> tuple[set[int], set[int]]:
+    """The 1-based lines a fix replaced in `old` and wrote in `new`."""
+    old_lines, new_lines = set(), set()
+    matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines(), autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            old_lines.update(range(i1 + 1, i2 + 1))
+            new_lines.update(range(j1 + 1, j2 + 1))
+    return old_lines, new_lines
+
+
+def _joined(lines: set[int]) -> str:
+    return ",".join(map(str, sorted(lines)))
+
+
+def _reaching(source: str, lines: set[int]) -> tuple[list[str], list[str]]:
+    """The module's top-level classes and functions to run to go through `lines`, and those that
+    hold one of them. To run: those that hold one of the lines or use (by name, at any depth) a
+    top-level definition that does, and that no other such definition of the module uses (a model
+    class, not its blocks and helpers)."""
+    tree = ast.parse(source)
+    spans: dict[str, tuple[int, int]] = {}
+    uses: dict[str, set[str]] = {}
+    definitions: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            targets = [node.name]
+            definitions.add(node.name)
+        elif isinstance(node, ast.Assign):  # a table of classes, say
+            targets = [target.id for target in node.targets if isinstance(target, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            targets = [node.target.id]
+        else:
+            continue
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        for target in targets:
+            spans[target] = (first, node.end_lineno or node.lineno)
+            uses[target] = names - {target}
+    holders = {name for name, (start, end) in spans.items() if any(start <= line <= end for line in lines)}
+    reach = set(holders)
+    while more := {name for name, used in uses.items() if used & reach} - reach:
+        reach |= more
+    entries = sorted(name for name in reach & definitions if not any(name in uses[other] for other in reach))
+    return entries, sorted(holders & definitions)
+
+
+def _call(
+    module: str, name: str, lines: tuple[str, str], original: Path, fixed: Path
+) -> tuple[str, dict[str, object], dict[str, object]]:
+    """A tiny run of `module.name` in the original copy and in the fixed one (`lines`: the changed
+    lines of each)."""
+    old, new = ([str(CALLS), module, name, changed] for changed in lines)
+    return f"{module}.{name}", _forward(old, original), _forward(new, fixed)
+
+
+def _ran(result: dict[str, object]) -> bool:
+    """Whether it built and ran in at least one dtype."""
+    return "build" not in result and any("error" not in result[dtype] for dtype in ("bfloat16", "float16"))
 
 
 def _broken(before: dict[str, object], after: dict[str, object]) -> str | None:
@@ -165,9 +251,9 @@ def _broken(before: dict[str, object], after: dict[str, object]) -> str | None:
         if "error" in new:
             return f"{name}: {new['error']}"
         if (new["dtype"], new["shape"]) != (old["dtype"], old["shape"]):
-            return f"{name}: logits {new['dtype']} {new['shape']}, were {old['dtype']} {old['shape']}"
+            return f"{name}: output {new['dtype']} {new['shape']}, was {old['dtype']} {old['shape']}"
         if old["finite"] and not new["finite"]:
-            return f"{name}: logits not finite"
+            return f"{name}: output not finite"
     return None
 
 
@@ -235,38 +321,68 @@ def main(argv: list[str] | None = None) -> int:
         failed_imports: list[str] = []
         for path in changed:
             module = ".".join(path.relative_to(fixed).with_suffix("").parts)
-            if _child(f"import {module}", path=original).returncode != 0:
+            if _child(["-c", f"import {module}"], original).returncode != 0:
                 continue  # does not import before the fix either (a missing optional dependency)
-            proc = _child(f"import {module}", path=fixed)
+            proc = _child(["-c", f"import {module}"], fixed)
             if proc.returncode != 0:
                 failed_imports.append(f"{module}: {(proc.stderr.strip().splitlines() or ['?'])[-1][:160]}")
-        types = sorted({p.parent.name for p in changed if p.name.startswith("modeling_")} & known)
-        ran, broken, unbuilt = 0, [], []
-        for model_type in types:
-            old, new = _forward(model_type, original), _forward(model_type, fixed)
-            runs = "build" not in old and any("error" not in old[dtype] for dtype in ("bfloat16", "float16"))
-            ran += runs
-            if not runs:  # builds from no config, or its forward raises before any fix
+        # What ran, as (name, its outcome in the original copy, in the fixed one).
+        tried: list[tuple[str, dict[str, object], dict[str, object]]] = []
+        no_entry: list[str] = []
+        if package == "transformers":
+            types = sorted({p.parent.name for p in changed if p.name.startswith("modeling_")} & known)
+            for model_type in types:
+                argv = ["-c", _FORWARD, model_type]
+                tried.append((model_type, _forward(argv, original), _forward(argv, fixed)))
+        else:  # the classes and functions of each changed module that go through a fixed line
+            for path in changed:
+                module = ".".join(path.relative_to(fixed).with_suffix("").parts)
+                text = path.read_text(encoding="utf-8")
+                old_lines, new_lines = _changed_lines(
+                    (original / path.relative_to(fixed)).read_text("utf-8"), text
+                )
+                entries, holders = _reaching(text, new_lines)
+                if not entries:
+                    no_entry.append(module)
+                lines = (_joined(old_lines), _joined(new_lines))
+                results = [_call(module, name, lines, original, fixed) for name in entries]
+                if not all(_ran(old) for _, old, _ in results):
+                    # an entry point does not run: call what holds the fixed lines by itself instead
+                    results += [
+                        _call(module, name, lines, original, fixed) for name in holders if name not in entries
+                    ]
+                tried += results
+        compared, broken, unbuilt, unreached = [], [], [], []
+        for name, old, new in tried:
+            if not _ran(old):  # builds from no config, or its forward raises before any fix
                 why = old.get("build") or old["bfloat16"].get("error")
-                unbuilt.append(f"{model_type}: {why}")
+                unbuilt.append(f"{name}: {why}")
+            elif old.get("reached") is False:  # ran, but not through the fixed lines: proves nothing
+                unreached.append(name)
+            else:
+                compared.append(name)
             why = _broken(old, new)
             if why is not None:
-                broken.append(f"{model_type}: {why}")
+                broken.append(f"{name}: {why}")
     where = f"`{CHECKED[package]}/`" if package in CHECKED else "the package"
+    unit = "Models" if package == "transformers" else "Models and functions"
     lines = [
         f"`{shlex.join(command)}` ({distribution} {version(distribution)}, `amplint check "
         f"{' '.join(flags)}` on {where})",
         "",
-        "| Files changed | Fixes applied | Modules that no longer import | Models run (changed) | "
-        "Models that no longer run |",
+        f"| Files changed | Fixes applied | Modules that no longer import | {unit} run (changed) | "
+        f"{unit} that no longer run |",
         "| ---: | --- | ---: | ---: | ---: |",
         f"| {len(changed)} | {', '.join(f'{code}: {n}' for code, n in sorted(applied.items())) or '-'} | "
-        f"{len(failed_imports)} | {ran} of {len(types)} | {len(broken)} |",
+        f"{len(failed_imports)} | {len(compared)} of {len(tried)} | {len(broken)} |",
     ]
     notes = [f"- import: {item}" for item in failed_imports] + [f"- run: {item}" for item in broken]
-    notes += [
-        f"- not run from a tiny config nor from its default one, so not compared: {item}" for item in unbuilt
-    ]
+    tiny = "a tiny config nor from its default one" if package == "transformers" else "a tiny instance"
+    notes += [f"- not run from {tiny}, so not compared: {item}" for item in unbuilt]
+    notes += [f"- ran, but not through a fixed line: {item}" for item in unreached]
+    notes += [f"- no class or function of the module reaches a fixed line: {item}" for item in no_entry]
+    if package != "transformers":  # what ran is the script's choice here: name it
+        notes += [f"- compared: {item}" for item in compared]
     lines += [""] * bool(notes) + notes
     text = "\n".join(lines) + "\n"
     print(text)

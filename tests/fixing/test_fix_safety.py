@@ -1,0 +1,155 @@
+"""The helpers of `benchmarks/fix_safety.py` (docs/fix_safety.md) that decide what runs after a fix:
+which lines it changed, which classes and functions of a module go through them, how a default
+config is made tiny, and whether a run went through a fixed line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fix_safety = _load("fix_safety")
+
+# A model file as diffusers writes them: a norm the fix changed, the blocks that use it, a model
+# that picks its blocks through a module-level table, and code the fix did not reach.
+MODULE = textwrap.dedent(
+    """\
+    import torch
+
+
+    def rms(x):
+        return x / x.pow(2).mean(-1, keepdim=True).sqrt()
+
+
+    class Block(torch.nn.Module):
+        def forward(self, x):
+            return rms(x)
+
+
+    BLOCKS = {"plain": Block}
+
+
+    class Model(torch.nn.Module):
+        def __init__(self, kind="plain"):
+            super().__init__()
+            self.block = BLOCKS[kind]()
+
+
+    class Unrelated(torch.nn.Module):
+        def forward(self, x):
+            return x.rms  # an attribute of the same name is not a use
+
+
+    def lonely(x):
+        return x.float()
+    """
+)
+
+
+def test_changed_lines_are_numbered_on_each_side() -> None:
+    old = "a\nb\nc\nd\n"
+    new = "a\nB\nc\nc2\nd\n"  # line 2 replaced, a line inserted after line 3
+    assert fix_safety._changed_lines(old, new) == ({2}, {2, 4})
+
+
+def test_a_fixed_helper_is_run_through_the_model_that_uses_it() -> None:
+    # line 5 is the body of `rms`: Block uses it, the table holds Block, Model reads the table
+    assert fix_safety._reaching(MODULE, {5}) == (["Model"], ["rms"])
+
+
+def test_a_fixed_function_nothing_uses_runs_by_itself() -> None:
+    line = MODULE.splitlines().index("    return x.float()") + 1
+    assert fix_safety._reaching(MODULE, {line}) == (["lonely"], ["lonely"])
+
+
+def test_a_fix_outside_any_definition_reaches_nothing() -> None:
+    assert fix_safety._reaching(MODULE, {1}) == ([], [])
+
+
+def test_shrink_cuts_depth_and_width_and_keeps_the_rest() -> None:
+    pytest.importorskip("torch")
+    shrink = _load("fix_safety_calls").shrink
+    assert shrink("layers_per_block", (4, 6, 2)) == (1, 1, 1)
+    assert shrink("num_attention_heads", 20) == 2
+    # widths that 16 divides shrink together, so their ratios (and divisibility) hold
+    assert shrink("block_out_channels", (256, 512, 1024)) == (16, 32, 64)
+    assert shrink("hidden_size", 2240) == 140
+    # small or odd widths, flags, and numbers that are no width stay as they are
+    assert shrink("in_channels", 3) == 3
+    assert shrink("latent_channels", 48) == 48
+    assert shrink("hidden_dim", 100) == 100
+    assert shrink("use_hidden_bias", True) is True
+    assert shrink("sample_rate", 16000) == 16000
+
+
+TINY = textwrap.dedent(
+    """
+
+    class Tiny(torch.nn.Module):
+        def __init__(self, hidden_size: int = 1024, num_layers: int = 12):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(hidden_size, hidden_size) for _ in range(num_layers))
+
+        def forward(self, hidden_states):
+            for layer in self.layers:
+                hidden_states = rms(layer(hidden_states))
+            return hidden_states
+    """
+)
+
+
+def _calls(tmp_path: Path, name: str, lines: set[int]) -> dict[str, object]:
+    """What `fix_safety_calls.py` prints for `name` of MODULE + TINY, in a process of its own (it
+    sets a trace function)."""
+    package = tmp_path / "tinypkg"
+    package.mkdir(exist_ok=True)
+    (package / "__init__.py").write_text("")
+    (package / "model.py").write_text(MODULE + TINY)
+    argv = [sys.executable, str(BENCHMARKS / "fix_safety_calls.py"), "tinypkg.model", name]
+    argv.append(",".join(map(str, sorted(lines))))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert isinstance(result, dict)
+    return result
+
+
+def test_a_default_config_is_built_tiny_and_runs_in_both_half_dtypes_through_the_fixed_line(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("torch")
+    through = _calls(tmp_path, "Tiny", {5})  # line 5: the body of `rms`, which every layer calls
+    # 1024 wide and 12 deep by default, built 64 wide and 1 deep, on 16 tokens
+    assert through["bfloat16"] == {"dtype": "torch.bfloat16", "shape": [1, 16, 64], "finite": True}
+    assert through["float16"] == {"dtype": "torch.float16", "shape": [1, 16, 64], "finite": True}
+    assert through["reached"] is True
+    unrelated = MODULE.splitlines().index(
+        "        return x.rms  # an attribute of the same name is not a use"
+    )
+    assert _calls(tmp_path, "Tiny", {unrelated + 1})["reached"] is False
+
+
+def test_a_function_runs_only_from_the_table(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    assert _calls(tmp_path, "lonely", {5}) == {
+        "build": "TypeError: lonely is a function with no tiny call here"
+    }
