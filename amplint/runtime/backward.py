@@ -121,6 +121,19 @@ class _Rerun(torch.fx.Interpreter):
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
         args, kwargs = pytree.tree_map(_on_meta, (args, kwargs))
+        first = args[0] if args else None
+        schema = getattr(target, "_schema", None)
+        if (
+            schema is not None
+            and schema.is_mutable
+            and isinstance(first, torch.Tensor)
+            and first.is_leaf
+            and first.requires_grad
+        ):
+            # An in-place change of a parameter (RWKV rescales its weights in eval): eager autograd
+            # allows it only under no_grad, so the model made it there, and it has no gradient.
+            with torch.no_grad():
+                return target(*args, **kwargs)
         return target(*args, **kwargs)
 
     def run_node(self, n: torch.fx.Node) -> Any:

@@ -65,6 +65,25 @@ def test_linear_gradients_under_bf16_autocast() -> None:
     assert products == {(_line("hidden = torch.relu(self.a(x))"), "a"), (_line("return self.b(hidden)"), "b")}
 
 
+class RescaledInEval(nn.Module):
+    """Halves its weight in place under no_grad on its first call, as RWKV rescales its layers in eval."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.proj.weight.div_(2)
+        return self.proj(x)
+
+
+def test_an_in_place_change_of_a_parameter_under_no_grad_has_no_gradient_and_traces() -> None:
+    graph = trace(RescaledInEval(), (torch.randn(4, 8),), backward=True)
+    assert set(graph.gradients) == {"proj.weight", "proj.bias"}
+    assert [n.phase for n in graph.nodes if n.op == "div_"] == ["forward"]
+
+
 def test_the_forward_is_the_forward_only_trace() -> None:
     torch.manual_seed(0)
     alone = trace(TwoLayers(), (torch.randn(4, 8),))
