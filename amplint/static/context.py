@@ -59,7 +59,10 @@ class FileContext:
         self.memo: dict[str, object] = {}  # per-file results that several rules share
         self._position_cache: dict[cst.CSTNode, tuple[int, Mapping[cst.CSTNode, CodeRange]]] = {}
         self._function_of_cache: dict[cst.CSTNode, dict[cst.CSTNode, cst.FunctionDef]] = {}
-        self._function_position_cache: dict[cst.FunctionDef, Mapping[cst.CSTNode, CodeRange] | None] = {}
+        # Per function: its nodes' positions rendered alone, and the lines and columns to shift them by.
+        self._function_position_cache: dict[
+            cst.FunctionDef, tuple[Mapping[cst.CSTNode, CodeRange], int, int] | None
+        ] = {}
 
     @cached_property
     def index(self) -> ModuleIndex:
@@ -83,8 +86,13 @@ class FileContext:
         function = self.function_of(node)
         if function is not None:
             in_function = self._function_positions(function)
-            if in_function is not None and node in in_function:
-                return in_function[node]
+            if in_function is not None and node in in_function[0]:
+                alone, lines, columns = in_function
+                where = alone[node]
+                return CodeRange(
+                    CodePosition(where.start.line + lines, where.start.column + columns),
+                    CodePosition(where.end.line + lines, where.end.column + columns),
+                )
         offset, positions = self._statement_positions(top)
         where = positions[node]
         return CodeRange(
@@ -154,7 +162,9 @@ class FileContext:
                     found[node] = function
         return found
 
-    def _function_positions(self, function: cst.FunctionDef) -> Mapping[cst.CSTNode, CodeRange] | None:
+    def _function_positions(
+        self, function: cst.FunctionDef
+    ) -> tuple[Mapping[cst.CSTNode, CodeRange], int, int] | None:
         """Positions of the nodes in one function, rendered alone as a module and shifted to the line
         of its `def` and its indentation. Used only when every line rendered is the file's line at
         that spot less the indentation, which makes the shift exact (a multi-line string's own lines
@@ -162,7 +172,7 @@ class FileContext:
         falls back to the whole statement)."""
         if function in self._function_position_cache:
             return self._function_position_cache[function]
-        positions: dict[cst.CSTNode, CodeRange] | None = None
+        positions: tuple[Mapping[cst.CSTNode, CodeRange], int, int] | None = None
         layout = self._def_lines
         where = layout[1].get(function) if layout is not None else None
         if layout is not None and where is not None:
@@ -186,16 +196,8 @@ class FileContext:
                 (mine == f"{indent}{line}" if line.strip() else not mine.strip())
                 for mine, line in zip(original, rendered, strict=True)
             ):
-                shift = len(indent)
-                positions = {
-                    node: CodeRange(
-                        CodePosition(span.start.line + start - 1, span.start.column + shift),
-                        CodePosition(span.end.line + start - 1, span.end.column + shift),
-                    )
-                    for node, span in MetadataWrapper(alone, unsafe_skip_copy=True)
-                    .resolve(PositionProvider)
-                    .items()
-                }
+                alone_positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
+                positions = (alone_positions, start - 1, len(indent))
         self._function_position_cache[function] = positions
         return positions
 
