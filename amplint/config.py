@@ -496,21 +496,24 @@ def nearest_settings(settings: Settings) -> Callable[[Path], Settings]:
     with `--config` (or built by hand) apply to every file."""
     if not settings.nearest:
         return lambda path: settings
-    folders: dict[str, Settings] = {}
+    configs: dict[str, Path | None] = {}  # folder -> its nearest configuration, each folder looked at once
     loaded: dict[Path, Settings] = {} if settings.config_path is None else {settings.config_path: settings}
 
+    def config_of(folder: str) -> Path | None:
+        if folder not in configs:
+            parent = os.path.dirname(folder)
+            found = _config_in(Path(folder))
+            configs[folder] = found if found is not None or parent == folder else config_of(parent)
+        return configs[folder]
+
     def settings_of(path: Path) -> Settings:
-        folder = os.path.dirname(os.path.abspath(path))
-        if folder not in folders:
-            found = find_config(Path(folder))
-            if found is None:
-                folders[folder] = settings
-            else:
-                if found not in loaded:
-                    own = _declared_torch(replace(_load_file(found), nearest=True), found.parent)
-                    loaded[found] = own.with_overrides(**dict(settings.overrides))
-                folders[folder] = loaded[found]
-        return folders[folder]
+        found = config_of(os.path.dirname(os.path.abspath(path)))
+        if found is None:
+            return settings
+        if found not in loaded:
+            own = _declared_torch(replace(_load_file(found), nearest=True), found.parent)
+            loaded[found] = own.with_overrides(**dict(settings.overrides))
+        return loaded[found]
 
     return settings_of
 
