@@ -45,7 +45,8 @@ class CheckRun:
     diffs: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # internal errors: the run exits 2
     warnings: list[str] = field(default_factory=list)  # worth saying, not failing for (the cache)
-    profile: Profile = CALLER  # the precision profile every file was checked under
+    # The precision profile the files were checked under: one per configuration, the last one here.
+    profile: Profile = CALLER
 
 
 def project_profile(settings: Settings, files: Sequence[Path]) -> Profile:
@@ -53,7 +54,12 @@ def project_profile(settings: Settings, files: Sequence[Path]) -> Profile:
     files, read one at a time as the scan asks for them."""
     from amplint.pipeline.pool import read_files
 
-    return settings.configured_profile or settings.with_torch(detect(_texts(read_files(files))))
+    return _profile(settings, read_files(files))
+
+
+def _profile(settings: Settings, contents: Iterable[tuple[Path, bytes | SourceError]]) -> Profile:
+    """`precision` from the settings, or the profile the code in `contents` sets."""
+    return settings.configured_profile or settings.with_torch(detect(_texts(contents)))
 
 
 def _texts(contents: Iterable[tuple[Path, bytes | SourceError]]) -> Iterator[tuple[str, str]]:
@@ -279,7 +285,7 @@ def check_stdin(
         except SourceError as exc:
             result = unreadable(path, display, exc)
         else:
-            run.profile = settings.configured_profile or settings.with_torch(detect(_texts([(path, raw)])))
+            run.profile = _profile(settings, [(path, raw)])
             result = _check_text(
                 run, source, path, display, settings, fix=fix, diff=diff, unsafe=unsafe_fixes
             )
