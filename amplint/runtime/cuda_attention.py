@@ -119,7 +119,10 @@ def _efficient_ok(call: _Call, gpu: Gpu) -> bool:
         and head % alignment == 0
         and value_head % alignment == 0
         and call.dense_ok(unit_head_exempt=False)
+        # No grouped-query attention: an H100 with torch 2.11 runs GQA calls the kernel would
+        # otherwise take (float32, head sizes over 256) on the math path (docs/cuda-parity.md).
         and call.heads_ok()
+        and call.query.shape[1] == call.key.shape[1] == call.value.shape[1]
     )
 
 
@@ -137,10 +140,12 @@ def _cudnn_mask_ok(call: _Call) -> bool:
 
 def _cudnn_ok(call: _Call, gpu: Gpu) -> bool:
     heads = (call.query.shape[-1], call.key.shape[-1], call.value.shape[-1])
+    # Head sizes up to 256 on sm90 (measured on an H100, docs/cuda-parity.md), 128 elsewhere.
+    largest = 256 if gpu.capability == (9, 0) else 128
     return (
         gpu.capability >= (8, 0)
         and call.low_precision_ok(gpu)
-        and all(h <= 128 and h % 8 == 0 for h in heads)
+        and all(h <= largest and h % 8 == 0 for h in heads)
         and call.key.shape[2] != 1
         and call.query.shape[0] <= 65535
         and call.query.shape[1] <= 65535

@@ -50,7 +50,12 @@ def relaxed_meta() -> Iterator[None]:
     """The meta kernels above, registered for the `with` block."""
     library = torch.library.Library("aten", "IMPL")
     try:
-        library.impl("_grouped_mm", _grouped_mm, "Meta")
+        # torch 2.10 and 2.11 register their Python meta kernel for it in the same table, and refuse
+        # a second one unless told to override (later versions override by default).
+        try:
+            library.impl("_grouped_mm", _grouped_mm, "Meta", allow_override=True)
+        except TypeError:  # before torch 2.10: no such argument, and nothing to override
+            library.impl("_grouped_mm", _grouped_mm, "Meta")
         yield
     finally:
         library._destroy()

@@ -117,8 +117,14 @@ PER_GPU = [
     # (gpu, qkv, kwargs, autocast dtype, expected): what sdp_utils.cpp allows on each compute capability.
     ("a100", _qkv(head=128), {"is_causal": True}, None, FLASH),
     ("h100", _qkv(head=128), {"is_causal": True}, None, CUDNN),  # cuDNN first on sm90
-    ("h100", _qkv(head=256), {}, None, FLASH),  # cuDNN takes head sizes up to 128
+    # Measured on an H100 (docs/cuda-parity.md): cuDNN takes head sizes up to 256 there ...
+    ("h100", _qkv(head=256), {}, None, CUDNN),
+    ("h100", _qkv(head=264), {}, None, EFFICIENT),
+    ("a100", _qkv(head=256, dtype=F16), {"attn_mask": BOOL_MASK}, None, EFFICIENT),
     ("h100", _qkv(head=60), {}, None, FLASH),  # ... in multiples of 8
+    # ... and memory-efficient attention takes no grouped-query call: float32 GQA runs math.
+    ("h100", _qkv(heads=8, kv_heads=2, dtype=F32), {"enable_gqa": True}, None, MATH),
+    ("h100", _qkv(heads=8, kv_heads=2, dtype=F32), {"enable_gqa": True}, BF16, CUDNN),
     ("h100", _qkv(), {"attn_mask": BOOL_MASK}, None, CUDNN),  # a mask that broadcasts is fine
     ("v100", _qkv(dtype=F16), {}, None, EFFICIENT),  # no flash before sm80
     ("v100", _qkv(), {}, None, MATH),  # bf16 is not native: no fused kernel takes it

@@ -11,10 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import sysconfig
-import traceback
-from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,10 +21,10 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from torch.nn.attention import SDPBackend  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from amplint.runtime import DtypeGraph, trace  # noqa: E402
 from amplint.runtime.cuda_attention import sdpa_backend  # noqa: E402
+from amplint.runtime.parity import compare, real_run  # noqa: E402
 
 NEEDS_GPU = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU to compare the emulation with real autocast"
@@ -36,62 +32,8 @@ NEEDS_GPU = pytest.mark.skipif(
 DEVICES = ["cpu", pytest.param("cuda", marks=NEEDS_GPU)]
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-_NOT_USER = (
-    os.path.dirname(torch.__file__) + os.sep,
-    str(Path(__file__).resolve().parents[2] / "amplint") + os.sep,
-    sysconfig.get_paths()["stdlib"] + os.sep,
-    __file__,
-)
 _FUSED = {SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION}
 # The fused kernels a GPU may pick; the emulation models flash and memory-efficient attention.
-_FLOATING = {"float16", "bfloat16", "float32", "float64"}
-_ATTENTION = {
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_flash_attention_for_cpu",
-    "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention",
-}
-
-Key = tuple[str, int]  # (source path, line)
-
-
-class _Recorder(TorchDispatchMode):
-    """Every aten op of a real run: name, first output dtype, the user's source line."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: dict[Key, list[tuple[str, str | None]]] = defaultdict(list)
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        first = out[0] if isinstance(out, (tuple, list)) and out else out
-        dtype = str(first.dtype).removeprefix("torch.") if isinstance(first, torch.Tensor) else None
-        user = [f for f in traceback.extract_stack() if not f.filename.startswith(_NOT_USER)]
-        if user:
-            self.ops[(user[-1].filename, user[-1].lineno or 0)].append((func.overloadpacket.__name__, dtype))
-        return out
-
-
-def _by_line(graph: DtypeGraph) -> dict[Key, list[tuple[str, str | None]]]:
-    lines: dict[Key, list[tuple[str, str | None]]] = defaultdict(list)
-    for node in graph.nodes:
-        if node.policy != "input" and node.op != "getitem" and node.source is not None:
-            lines[(node.source.path, node.source.line)].append((node.op, node.dtype))
-    return lines
-
-
-def _comparable(ops: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
-    # On a line that calls fused attention, the mask preparation around the kernel differs between
-    # backends; the kernel's own output dtype is what counts.
-    attention = [(op, dtype) for op, dtype in ops if op in _ATTENTION]
-    return [("attention", attention[0][1])] if attention else ops
-
-
-def _real_run(model: Any, args: tuple, kwargs: dict, dtype: torch.dtype, device: str) -> dict[Key, list]:
-    recorder = _Recorder()
-    with torch.no_grad(), torch.autocast(device, dtype=dtype), recorder:
-        model(*args, **kwargs)
-    return recorder.ops
 
 
 def _traced(
@@ -115,16 +57,13 @@ def _on(device: str, model: torch.nn.Module, args: tuple) -> tuple[torch.nn.Modu
 def _compare(
     model: Any, args: tuple, kwargs: dict, dtype: torch.dtype, device: str, monkeypatch: pytest.MonkeyPatch
 ) -> int:
-    traced = _by_line(_traced(model, args, kwargs, dtype, device, monkeypatch))
-    emulated = {k: _comparable(v) for k, v in traced.items()}
-    real = {k: _comparable(v) for k, v in _real_run(model, args, kwargs, dtype, device).items()}
-    # Value-dependent shortcuts (transformers' mask checks) run only in one of the two, and only
-    # ever on integer and boolean bookkeeping.
-    for key in emulated.keys() ^ real.keys():
-        assert not [op for op in emulated.get(key, real.get(key, [])) if op[1] in _FLOATING], key
-    mismatched = {k: (emulated[k], real[k]) for k in real.keys() & emulated.keys() if emulated[k] != real[k]}
-    assert not mismatched, json.dumps({f"{p}:{line}": v for (p, line), v in mismatched.items()}, indent=1)
-    return sum(len(v) for v in real.values())
+    graph = _traced(model, args, kwargs, dtype, device, monkeypatch)
+    parity = compare(graph, real_run(model, args, kwargs, dtype, device, skipped=[__file__]))
+    assert not parity.one_sided, json.dumps({f"{p}:{line}": v for (p, line), v in parity.one_sided.items()})
+    assert not parity.mismatched, json.dumps(
+        {f"{p}:{line}": v for (p, line), v in parity.mismatched.items()}, indent=1
+    )
+    return parity.ops
 
 
 def _fixture(name: str) -> Callable[[], tuple]:
