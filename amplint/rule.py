@@ -211,16 +211,28 @@ def dtype_keeping_fix(
     data: cst.BaseExpression,
     description: str,
     missing_import: bool,
+    *,
+    accumulates: bool = False,
 ) -> FixPlan:
     """The fix that puts `fixed` (which computes in float32) in place of `upcast`: safe where what
     derives from it is cast back to the dtype of `data` wherever it leaves elementwise code, so
-    that every consumer sees the dtype it saw before; otherwise unsafe, with no cast back."""
-    from amplint.static.consumers import cast_back  # libcst, which only checking files needs
+    that every consumer sees the dtype it saw before. Otherwise unsafe: for an op that
+    `accumulates` (a running sum keeps its float32 total inside the op, so rounding its result
+    once still gains), cast back to the dtype of `data` at once where that dtype can be read;
+    else with no cast back."""
+    from amplint.static.consumers import cast_back, dtype_source  # libcst, which only checking files needs
     from amplint.static.context import FixPlan
+    from amplint.static.patterns import with_method
 
     back = cast_back(ctx, upcast, fixed, data)
-    if back is None:
-        return FixPlan(description, ((upcast, fixed),), missing_import, UNSAFE)
-    return FixPlan(
-        f"{description}, cast back where the result leaves elementwise code", back, missing_import, SAFE
-    )
+    if back is not None:
+        return FixPlan(
+            f"{description}, cast back where the result leaves elementwise code", back, missing_import, SAFE
+        )
+    dtype = dtype_source(ctx, upcast, data) if accumulates else None
+    if dtype is not None:
+        edits = ((upcast, with_method(fixed, "to", dtype)),)
+        return FixPlan(
+            f"{description}, cast back to the input's dtype at once", edits, missing_import, UNSAFE
+        )
+    return FixPlan(description, ((upcast, fixed),), missing_import, UNSAFE)

@@ -630,6 +630,9 @@ class CudaIndexingMode(TorchFunctionMode):
                 return self._reenter(func, args, kwargs)
             # A binding that opens the device guard (`~x`, `x.copy_(y)`, `torch.grid_sampler`)
             # fails before it dispatches: run its aten op instead.
+            if getattr(func, "__name__", None) == "nonzero":  # its `as_tuple` is the binding's own
+                found = aten.nonzero.default(args[0])
+                return found.unbind(1) if kwargs.get("as_tuple") else found
             packet = getattr(aten, _ATEN_NAMES.get(func.__name__, func.__name__), None)
             if not isinstance(packet, torch._ops.OpOverloadPacket):
                 raise

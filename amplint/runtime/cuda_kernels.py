@@ -7,6 +7,10 @@ that the CUDA build runs, a trace on fake CUDA tensors would fail on a model tha
   runs other dtypes on its fallback path (a loop of `mm` over the groups) since torch 2.10, with
   the output in `out_dtype` or the inputs' dtype. Under autocast with float32 weights, transformers
   calls it with float32 operands.
+- `aten::_thnn_fused_gru_cell` and `aten::_thnn_fused_lstm_cell` (`nn.GRUCell` and `nn.LSTMCell` on
+  CUDA): no meta kernel at all, so a fake tensor would fall back to running the CUDA kernel. Their
+  outputs take the gates' dtype: the new state (and cell state) of the hidden size, and a workspace
+  of 5 (GRU) or 4 (LSTM) hidden sizes per row.
 """
 
 from __future__ import annotations
@@ -45,6 +49,29 @@ def _grouped_mm(
     return out.to(out_dtype or mat_a.dtype)
 
 
+def _gru_cell(
+    input_gates: torch.Tensor,
+    hidden_gates: torch.Tensor,
+    hx: torch.Tensor,
+    input_bias: torch.Tensor | None = None,
+    hidden_bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    rows, hidden = hx.shape
+    return input_gates.new_empty((rows, hidden)), input_gates.new_empty((rows, 5 * hidden))
+
+
+def _lstm_cell(
+    input_gates: torch.Tensor,
+    hidden_gates: torch.Tensor,
+    cx: torch.Tensor,
+    input_bias: torch.Tensor | None = None,
+    hidden_bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    rows, hidden = cx.shape
+    new = input_gates.new_empty
+    return new((rows, hidden)), new((rows, hidden)), new((rows, 4 * hidden))
+
+
 @contextmanager
 def relaxed_meta() -> Iterator[None]:
     """The meta kernels above, registered for the `with` block."""
@@ -56,6 +83,8 @@ def relaxed_meta() -> Iterator[None]:
             library.impl("_grouped_mm", _grouped_mm, "Meta", allow_override=True)
         except TypeError:  # before torch 2.10: no such argument, and nothing to override
             library.impl("_grouped_mm", _grouped_mm, "Meta")
+        library.impl("_thnn_fused_gru_cell", _gru_cell, "Meta")
+        library.impl("_thnn_fused_lstm_cell", _lstm_cell, "Meta")
         yield
     finally:
         library._destroy()

@@ -8,19 +8,17 @@ the emulation (fake `cuda:0` tensors on a CPU-only build) gives every op the dty
 
 from __future__ import annotations
 
-import os
-import sysconfig
 import traceback
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from amplint.runtime.graph import DtypeGraph
+from amplint.runtime.target import is_user_code
 
 __all__ = ["Parity", "compare", "real_run"]
 
@@ -38,27 +36,23 @@ _ATTENTION = {
 }
 
 
-def _not_user() -> tuple[str, ...]:
-    return (
-        os.path.dirname(torch.__file__) + os.sep,
-        str(Path(__file__).resolve().parents[1]) + os.sep,
-        sysconfig.get_paths()["stdlib"] + os.sep,
-    )
-
-
 class _Recorder(TorchDispatchMode):
     """Every aten op of a real run: name and first output dtype, by the user's source line."""
 
     def __init__(self, skipped: Sequence[str]) -> None:
         super().__init__()
-        self.skipped = (*_not_user(), *skipped)
+        self.skipped = tuple(skipped)
         self.ops: dict[Line, Ops] = defaultdict(list)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         first = out[0] if isinstance(out, (tuple, list)) and out else out
         dtype = str(first.dtype).removeprefix("torch.") if isinstance(first, torch.Tensor) else None
-        user = [f for f in traceback.extract_stack() if not f.filename.startswith(self.skipped)]
+        user = [
+            f
+            for f in traceback.extract_stack()
+            if is_user_code(f.filename) and not (self.skipped and f.filename.startswith(self.skipped))
+        ]
         if user:
             self.ops[(user[-1].filename, user[-1].lineno or 0)].append((func.overloadpacket.__name__, dtype))
         return out

@@ -44,6 +44,14 @@ from amplint.runtime.graph import (
     ValueLimits,
     source_of,
 )
+from amplint.runtime.oracle import (
+    AnsweringFakeTensorMode,
+    Answers,
+    answering,
+    asks_for_values,
+    record,
+    zero_weights,
+)
 from amplint.runtime.policy import classify
 from amplint.runtime.target import is_user_code, user_frame
 
@@ -270,7 +278,7 @@ def trace(
         raise ValueError(f"device must be 'cuda' or 'cpu', not {device!r}")
     fake_device = "cuda:0" if device == "cuda" else "cpu"
     emulated = device == "cuda" and not torch.cuda.is_available()
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    mode = AnsweringFakeTensorMode(allow_non_fake_inputs=True)
     model = fn_or_module if isinstance(fn_or_module, nn.Module) else None
     call_args = (tuple(args), dict(kwargs or {}))
     # A model run in `param_dtype` gets its floating-point inputs in that dtype too (`model.half()`
@@ -316,29 +324,45 @@ def trace(
 
         traced_inputs = (fake_args,)
 
-    with ExitStack() as stack:
-        stack.enter_context(torch.no_grad())
-        if emulated:  # what torch.cuda answers about the device, before any autocast block asks
-            stack.enter_context(emulated_gpu(GPUS[gpu]))
-            stack.enter_context(relaxed_meta())
-        stack.enter_context(mock.patch.object(TracerBase, "_filter_traceback_frames", _user_frames))
-        stack.enter_context(fx_traceback.preserve_node_meta())
-        running: list[str] = []  # a forward that raises leaves its module's path here
-        stack.enter_context(_module_paths(model, running))
-        unchecked: list[str] = []  # where a check on tensor values was skipped
-        stack.enter_context(_value_checks_skipped(unchecked))
-        stack.enter_context(autocast_enabled(device, dtype, autocast))
-        stack.enter_context(_autocast_blocks(device))
-        stack.enter_context(CudaIndexingMode())
-        if emulated:  # a GPU build chooses the attention kernel itself
-            stack.enter_context(CudaAttentionMode(GPUS[gpu]))
-        stack.enter_context(_CastTagMode())
-        try:
-            graph_module = make_fx(run, tracing_mode="fake", record_stack_traces=True)(*traced_inputs)
-        except TraceError:
+    def traced(answers: Answers | None) -> torch.fx.GraphModule:
+        with ExitStack() as stack:
+            stack.enter_context(torch.no_grad())
+            if emulated:  # what torch.cuda answers about the device, before any autocast block asks
+                stack.enter_context(emulated_gpu(GPUS[gpu]))
+                stack.enter_context(relaxed_meta())
+            stack.enter_context(mock.patch.object(TracerBase, "_filter_traceback_frames", _user_frames))
+            stack.enter_context(fx_traceback.preserve_node_meta())
+            running: list[str] = []  # a forward that raises leaves its module's path here
+            stack.enter_context(_module_paths(model, running))
+            unchecked.clear()
+            stack.enter_context(_value_checks_skipped(unchecked))
+            stack.enter_context(autocast_enabled(device, dtype, autocast))
+            stack.enter_context(_autocast_blocks(device))
+            stack.enter_context(CudaIndexingMode())
+            if emulated:  # a GPU build chooses the attention kernel itself
+                stack.enter_context(CudaAttentionMode(GPUS[gpu]))
+            stack.enter_context(_CastTagMode())
+            stack.enter_context(answering(answers))
+            mode.answers = answers
+            try:
+                return make_fx(run, tracing_mode="fake", record_stack_traces=True)(*traced_inputs)
+            except TraceError:
+                raise
+            except Exception as exc:
+                raise TraceError(_explain(exc, running[-1] if running else None, fn_or_module)) from exc
+
+    unchecked: list[str] = []  # where a check on tensor values was skipped
+    answers = None
+    try:
+        graph_module = traced(None)
+    except TraceError as error:
+        # Control flow on values: ask a real run on the CPU, then trace again with its answers.
+        if not asks_for_values(error.__cause__):
             raise
-        except Exception as exc:
-            raise TraceError(_explain(exc, running[-1] if running else None, fn_or_module)) from exc
+        answers = _real_answers(fn_or_module, model, call_args, param_dtype)
+        if answers is None:
+            raise
+        graph_module = traced(answers)
     gradients: dict[str, torch.fx.Node] = {}
     if backward:
         with relaxed_meta() if emulated else contextlib.nullcontext():
@@ -361,6 +385,14 @@ def trace(
         position = {fx_node: i for i, fx_node in enumerate(fx_nodes)}
         graph.loss = losses[0]
         graph.gradients = {name: position[fx_node] for name, fx_node in gradients.items()}
+    if answers is not None and answers.used:
+        asked = ", ".join(f"{what} {count}x" for what, count in answers.used.most_common())
+        count = answers.used.total()
+        zeros = ", with zeros for the weights it was built without" if answers.zeroed else ""
+        graph.notes.append(
+            f"{count} value{'s' * (count != 1)} the model's control flow reads ({asked}) came from a run "
+            f"on the CPU{zeros}"
+        )
     if unchecked:
         places = ", ".join(dict.fromkeys(unchecked))
         graph.notes.append(f"checks on input values skipped (the trace's tensors hold no values): {places}")
@@ -440,6 +472,25 @@ _PLAIN = (int, float, bool, str, type(None))
 
 class _NoWeights(Exception):
     """A tensor on the meta device: there are no values to replay."""
+
+
+def _real_answers(
+    traced: Callable[..., Any] | nn.Module,
+    model: nn.Module | None,
+    call_args: Any,
+    param_dtype: torch.dtype | None,
+) -> Answers | None:
+    """The answers of one real CPU run (`amplint.runtime.oracle`) with the traced inputs, and the
+    model's weights or zeros where it has none."""
+    inputs = pytree.tree_map(lambda v: v.detach().cpu() if isinstance(v, torch.Tensor) else v, call_args)
+    positional, keywords = inputs
+    if model is None:
+        return record(lambda: traced(*positional, **keywords))
+    own = dict((*model.named_parameters(), *model.named_buffers()))
+    answers = record(lambda: torch.func.functional_call(model, zero_weights(own), positional, keywords))
+    if answers is not None:
+        answers.zeroed = any(t.is_meta for t in own.values())
+    return answers
 
 
 def _real_inputs(model: nn.Module | None, call_args: Any, param_dtype: torch.dtype | None) -> Any:

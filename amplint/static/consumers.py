@@ -24,7 +24,7 @@ import libcst as cst
 
 from amplint.static import ops
 from amplint.static.context import FileContext
-from amplint.static.dtypes import MODULE, TENSOR
+from amplint.static.dtypes import MODULE, TENSOR, UNKNOWN
 from amplint.static.flow import Flow, Origins, Policy, analyse
 from amplint.static.patterns import callee_name, with_method
 from amplint.static.scopes import Scope, walk
@@ -54,8 +54,7 @@ def cast_back(
     """The edits that put `fixed` in place of `upcast` and cast what derives from it back to the
     dtype of `data` (the value the upcast read) wherever it leaves elementwise code; None where that
     cannot be proven right."""
-    function = ctx.function_of(upcast) or ctx.module
-    scope = next((s for s in ctx.scopes if s.node is function), None)
+    scope = _scope_of(ctx, upcast)
     dtype = _dtype_source(ctx, scope, data) if scope is not None else None
     if scope is None or dtype is None:
         return None
@@ -72,7 +71,7 @@ def cast_back(
         operands = (
             [node.left, node.right]
             if isinstance(node, cst.BinaryOperation)
-            else [arg.value for arg in node.args]
+            else _data_operands(ctx, node)
             if isinstance(node, cst.Call) and _passes_on(ctx, node)
             else []
         )
@@ -109,6 +108,44 @@ def cast_back(
     return _edits(upcast, fixed, dict.fromkeys(places), dtype)
 
 
+# Operands that select or mask rather than take part in the arithmetic, so never widen the dtype:
+# the keyword, and the position among the arguments of the function form (`torch.gather(x, 1, i)`).
+_SELECTORS = {"gather": ("index", 2), "index_select": ("index", 2), "masked_fill": ("mask", 1)}
+
+
+def _data_operands(ctx: FileContext, call: cst.Call) -> list[cst.BaseExpression]:
+    """The arguments of an elementwise call whose dtype can reach its result."""
+    selector = _SELECTORS.get(callee_name(call))
+    if selector is None:
+        return [arg.value for arg in call.args]
+    keyword, position = selector
+    # The method form (`x.gather(1, i)`) has the tensor before the dot, one argument fewer.
+    method = isinstance(call.func, cst.Attribute) and ctx.qualified(call.func) is None
+    positional = [arg for arg in call.args if arg.keyword is None]
+    skipped = positional[position - 1] if method and 0 < position <= len(positional) else None
+    if not method and position < len(positional):
+        skipped = positional[position]
+    return [
+        arg.value
+        for arg in call.args
+        if arg is not skipped and not (arg.keyword is not None and arg.keyword.value == keyword)
+    ]
+
+
+def dtype_source(
+    ctx: FileContext, upcast: cst.BaseExpression, data: cst.BaseExpression
+) -> cst.BaseExpression | None:
+    """`<name>.dtype` for the one tensor `data` (the value `upcast` reads) is computed from, where
+    that is the dtype `upcast` had; None where it cannot be read."""
+    scope = _scope_of(ctx, upcast)
+    return _dtype_source(ctx, scope, data) if scope is not None else None
+
+
+def _scope_of(ctx: FileContext, node: cst.CSTNode) -> Scope | None:
+    function = ctx.function_of(node) or ctx.module
+    return next((s for s in ctx.scopes if s.node is function), None)
+
+
 def _passes_on(ctx: FileContext, call: cst.Call) -> bool:
     """Whether a call takes the upcast value elementwise (or reshapes it), so that its result is
     the upcast value's continuation rather than a consumer that needs the old dtype."""
@@ -127,7 +164,12 @@ def _dtype_source(ctx: FileContext, scope: Scope, data: cst.BaseExpression) -> c
     computed from by elementwise ops and numbers alone (`x`, `x - 1`, `-x[:, t]`: the same dtype
     as `x` whatever the caller picks, where a module, a product or a second tensor could change it),
     bound once in the function."""
-    tensors = {n.value for n in walk(data) if isinstance(n, cst.Name) and ctx.facts.of(n).kind == TENSOR}
+    # The upcast's input itself, a bare name, is a tensor whatever the facts know of it (a loop
+    # variable, an unannotated parameter): the op the fix upcasts takes a tensor there.
+    bare = isinstance(data, cst.Name) and ctx.facts.of(data).kind in (TENSOR, UNKNOWN)
+    tensors = {
+        n.value for n in walk(data) if isinstance(n, cst.Name) and (bare or ctx.facts.of(n).kind == TENSOR)
+    }
     mixes = any(
         (isinstance(n, cst.Call) and not _passes_on(ctx, n))
         or (isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.MatrixMultiply))

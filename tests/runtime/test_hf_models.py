@@ -273,11 +273,29 @@ def test_token_ids_follow_a_zipf_law() -> None:
         ("llava", "mm"),  # a cache made with torch.tensor([], device=...)
         ("sew-d", "addmm"),  # `torch.tensor(k).type_as(x)`: a CPU constant given a fake CUDA tensor's type
         ("rt_detr", "grid_sampler_2d"),  # indexing inside torch's own decomposition of grid_sample
+        ("slanet", "_thnn_fused_gru_cell"),  # nn.GRUCell, whose CUDA kernel has no meta function
     ],
 )
 def test_models_that_hit_an_emulation_gap_trace(tmp_path: Path, model_type: str, op: str) -> None:
     graph = run_traced(_spec(_config(tmp_path, {"model_type": model_type})))
     assert any(node.op == op for node in graph.nodes)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "asked"),
+    [
+        ("flaubert", "item"),  # `assert lengths.max().item() <= slen`
+        ("jetmoe", "item"),  # a MoE router splits the tokens by `expert_size.tolist()`, item by item
+        ("superpoint", "nonzero"),  # keypoints where the scores pass a threshold
+        ("vilt", "nonzero"),  # `x_mask.nonzero(as_tuple=False)`, then `unique` rows
+        ("higgs_audio_v2", "index"),  # `hidden_states[audio_token_mask]`: a boolean mask
+    ],
+)
+def test_control_flow_on_values_is_answered_by_a_cpu_run(tmp_path: Path, model_type: str, asked: str) -> None:
+    graph = run_traced(_spec(_config(tmp_path, {"model_type": model_type})))
+    note = next(note for note in graph.notes if "came from a run on the CPU" in note)
+    assert f"({asked} " in note or f", {asked} " in note
+    assert len(graph.nodes) > 50
 
 
 def test_the_emulated_gpu_answers_device_questions(tmp_path: Path) -> None:
@@ -308,14 +326,16 @@ def _attention(graph) -> set[str]:  # type: ignore[no-untyped-def]
     return {node.attention for node in graph.nodes if node.attention is not None}
 
 
-@pytest.mark.parametrize(("gpu", "kernel"), [("a100", "flash"), ("h100", "cudnn"), ("t4", "efficient")])
+# Qwen2-7B groups 28 query heads over 4 key/value heads; with no padding mask transformers passes
+# `enable_gqa`, which memory-efficient attention does not take (docs/cuda-parity.md): a T4, which
+# has no flash attention, runs the math path.
+@pytest.mark.parametrize(("gpu", "kernel"), [("a100", "flash"), ("h100", "cudnn"), ("t4", "math")])
 def test_causal_sdpa_without_padding_mask_per_gpu(tmp_path: Path, gpu: str, kernel: str) -> None:
     config = _config(tmp_path, {**QWEN2_7B, "num_hidden_layers": 1})  # head size 3584 / 28 = 128
     graph = run_traced(_spec(config, attn_implementation="sdpa", gpu=gpu))
     assert _attention(graph) == {kernel}
     fused = [n for n in graph.nodes if n.op.startswith("_scaled_dot_product")]
-    # On a T4 the bf16 model runs in float16 (no native bf16): the kernel reads and writes float16.
-    assert {n.dtype for n in fused} == {"float16" if gpu == "t4" else "bfloat16"}
+    assert {n.dtype for n in fused} == (set() if kernel == "math" else {"bfloat16"})
 
 
 def test_v100_runs_the_bf16_model_in_float16_and_reports_its_overflow(tmp_path: Path) -> None:
@@ -354,7 +374,7 @@ def test_a_failed_trace_names_the_op_the_line_and_the_module(tmp_path: Path) -> 
         "import torch\nfrom torch import nn\n\n\n"
         "class Gate(nn.Module):\n"
         "    def forward(self, x):\n"
-        "        return x[torch.nonzero(x > 0, as_tuple=True)]\n\n\n"
+        "        return x[torch.nonzero(x > 0, as_tuple=True)] if x.is_cuda else x\n\n\n"
         "class Model(nn.Module):\n"
         "    def __init__(self):\n"
         "        super().__init__()\n"
@@ -369,7 +389,8 @@ def test_a_failed_trace_names_the_op_the_line_and_the_module(tmp_path: Path) -> 
     first = done.stderr.splitlines()[0]
     assert "cannot trace torch.nonzero called at" in first and "m.py:7" in first
     assert "(module gate)" in first and "in forward()" in first
-    assert "x[torch.nonzero(x > 0, as_tuple=True)]" in done.stderr
+    # A CPU run takes the other branch, so it cannot tell the trace which values the GPU path reads.
+    assert "x[torch.nonzero(x > 0, as_tuple=True)] if x.is_cuda else x" in done.stderr
 
 
 @pytest.mark.parametrize(
@@ -492,15 +513,15 @@ def test_text_is_tokenized_by_the_tokenizer_beside_the_config(tmp_path: Path) ->
     )
 
 
-def test_a_number_read_from_a_fake_cuda_tensor_is_a_value_question(tmp_path: Path) -> None:
+def test_a_number_read_from_a_fake_cuda_tensor_comes_from_a_cpu_run(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text(
         "import torch\n\n\ndef f(x):\n    return x * int(x.sum())\n\n\n"
         "def factory():\n    return f, (torch.ones(3),)\n",
         encoding="utf-8",
     )
     done = _amplint("trace", "m.py:factory", cwd=tmp_path)
-    assert done.returncode == 2
-    assert "m.py:5" in done.stderr and "depends on tensor values" in done.stderr
+    assert done.returncode == 0, done.stderr
+    assert "1 value the model's control flow reads (int 1x) came from a run on the CPU\n" in done.stdout
     assert "not linked" not in done.stderr
 
 

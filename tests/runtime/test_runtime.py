@@ -245,15 +245,21 @@ def test_trace_bad_targets_exit_2(tmp_path: Path, source: str, target: str, mess
     assert message in done.stderr
 
 
-def test_data_dependent_control_flow_names_the_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("inputs", "branch"), [("torch.ones(3)", "exp"), ("-torch.ones(3)", "neg")])
+def test_control_flow_on_values_takes_the_branch_a_cpu_run_takes(
+    tmp_path: Path, inputs: str, branch: str
+) -> None:
     (tmp_path / "m.py").write_text(
-        "import torch\n\n\ndef f(x):\n    if x.sum() > 0:\n        return x.exp()\n    return x\n\n\n"
-        "def factory():\n    return f, (torch.ones(3),)\n",
+        "import torch\n\n\ndef f(x):\n    if x.sum() > 0:\n        return x.exp()\n    return -x\n\n\n"
+        f"def factory():\n    return f, ({inputs},)\n",
         encoding="utf-8",
     )
-    done = _amplint("trace", "m.py:factory", cwd=tmp_path)
-    assert done.returncode == 2
-    assert "depends on tensor values" in done.stderr and "m.py:5" in done.stderr
+    done = _amplint("trace", "m.py:factory", "--format", "json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    ops = [node["op"] for node in data["nodes"]]
+    assert branch in ops and ({"exp", "neg"} - {branch}).isdisjoint(ops)
+    assert any("(bool 1x) came from a run on the CPU" in note for note in data["notes"])
 
 
 # --- transformers models from their configs (no weights, no hub) ------------------------------

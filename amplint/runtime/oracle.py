@@ -1,0 +1,235 @@
+"""Answers to the questions about tensor values that fake tensors cannot answer.
+
+A model may branch on values (`if lengths.max() > n`), loop over them (`for t, h, w in
+grid_thw.tolist()`), or size a tensor by them (`nonzero`, `repeat_interleave` by counts, padding
+computed from a tensor). Fake tensors have shapes and dtypes but no values, so such a trace stops.
+When it does, the model is run once for real on the CPU, with its own weights or, for a model built
+without weights, zeros (the questions are almost always about the inputs: sizes, lengths, grids),
+and every value read and every data-dependent shape is recorded under the line of the model that
+asked, in the order asked. The trace is then run again and each question is answered from that
+record: the same line asking for the n-th time gets the n-th answer. A question the record does not
+hold (the CPU run took another path there) stops the trace as before.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensor,
+    FakeTensorMode,
+)
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from amplint.runtime.target import is_user_code
+
+__all__ = ["AnsweringFakeTensorMode", "Answers", "asks_for_values", "record"]
+
+aten = torch.ops.aten
+Key = tuple[str, int, str]  # (file, line, what was asked)
+
+# Python-level reads of a tensor's values.
+_READS: dict[Any, str] = {
+    torch.Tensor.item: "item",
+    torch.Tensor.tolist: "tolist",
+    torch.Tensor.__bool__: "bool",
+    torch.Tensor.__int__: "int",
+    torch.Tensor.__float__: "float",
+    torch.Tensor.__index__: "index",
+}
+# Ops whose output shape depends on values, and the scalar read that C++ code does itself.
+_DYNAMIC = {  # also `_local_scalar_dense`, the scalar read C++ code does itself
+    aten._local_scalar_dense.default,
+    aten.nonzero.default,
+    aten.repeat_interleave.Tensor,
+    aten.masked_select.default,
+    aten._unique2.default,
+    aten.unique_dim.default,
+    aten.unique_consecutive.default,
+    aten.index.Tensor,
+}
+
+
+def _asker() -> tuple[str, int]:
+    """The innermost line of the model's code on the stack."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if is_user_code(frame.f_code.co_filename):
+            return frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back  # type: ignore[assignment]
+    return "?", 0
+
+
+class Answers:
+    """What a real run answered, per (line, question), in the order asked."""
+
+    def __init__(self) -> None:
+        self.recorded: dict[Key, deque[Any]] = defaultdict(deque)
+        self.used: Counter[str] = Counter()  # answers given, by what was asked
+        self.zeroed = False  # the run had zeros for weights the model was built without
+
+    def put(self, what: str, value: Any) -> None:
+        self.recorded[(*_asker(), what)].append(value)
+
+    def take(self, what: str) -> tuple[bool, Any]:
+        queue = self.recorded.get((*_asker(), what))
+        if not queue:
+            return False, None
+        self.used[what.removeprefix("aten::").split(".")[0].lstrip("_")] += 1
+        return True, queue.popleft()
+
+
+class _Reads(TorchFunctionMode):
+    """Records (with `answers` being filled) or answers (for fake tensors) the Python-level reads."""
+
+    def __init__(self, answers: Answers, recording: bool) -> None:
+        super().__init__()
+        self.answers, self.recording = answers, recording
+        self.inside = 0  # a read in progress: the scalar reads under it are part of it
+
+    def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        what = _READS.get(func)
+        if what is None or not args or not isinstance(args[0], torch.Tensor):
+            return func(*args, **(kwargs or {}))
+        if not self.recording:
+            if isinstance(args[0], FakeTensor):
+                found, value = self.answers.take(what)
+                if found:
+                    return value
+            return func(*args, **(kwargs or {}))
+        self.inside += 1
+        try:
+            value = func(*args, **(kwargs or {}))
+        finally:
+            self.inside -= 1
+        if what == "tolist":  # a fake tensor's `tolist` reads its elements one `item` at a time
+            for element in _flat(value):
+                self.answers.put("item", element)
+        else:
+            self.answers.put(what, value)
+        return value
+
+
+def _flat(value: Any) -> Iterator[Any]:
+    if isinstance(value, list):
+        for item in value:
+            yield from _flat(item)
+    else:
+        yield value
+
+
+class _Ops(TorchDispatchMode):
+    """Records the scalar reads and data-dependent shapes of a real run's ops."""
+
+    def __init__(self, answers: Answers, reads: _Reads) -> None:
+        super().__init__()
+        self.answers, self.reads = answers, reads
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if func is aten._local_scalar_dense.default:
+            if not self.reads.inside:
+                self.answers.put(func.name(), out)
+        elif _sized_by_values(func, args):
+            outs = [out] if isinstance(out, torch.Tensor) else [t for t in out if isinstance(t, torch.Tensor)]
+            self.answers.put(func.name(), [(t.shape, t.dtype) for t in outs])
+        return out
+
+
+def _sized_by_values(func: Any, args: Sequence[Any]) -> bool:
+    """Whether the op's output shape depends on its inputs' values."""
+    if func is aten.index.Tensor:  # with a boolean mask among the indices; integer ones give their shape
+        return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in args[1])
+    return func in _DYNAMIC
+
+
+class AnsweringFakeTensorMode(FakeTensorMode):
+    """A FakeTensorMode that answers data-dependent ops from `answers` (when set) instead of
+    refusing them: a scalar read gets the recorded value, an op with a value-dependent output
+    shape gets fake outputs of the recorded shapes on the input's device."""
+
+    answers: Answers | None = None
+
+    def dispatch(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        if func is not aten._local_scalar_dense.default and _sized_by_values(func, args):
+            # Answered before the fake kernel runs: on a fake CUDA device some of them need CUDA.
+            found, value = self.answers.take(func.name()) if self.answers is not None else (False, None)
+            if not found:
+                raise DynamicOutputShapeException(func)
+            return self._shaped(value, args)
+        try:
+            return super().dispatch(func, types, args, kwargs or {})
+        except (DataDependentOutputException, DynamicOutputShapeException):
+            if self.answers is None or func is not aten._local_scalar_dense.default:
+                raise
+            found, value = self.answers.take(func.name())
+            if not found:
+                raise
+            return value
+
+    def _shaped(self, value: list[tuple[torch.Size, torch.dtype]], args: Sequence[Any]) -> Any:
+        """Fake outputs of the recorded shapes and dtypes, on the inputs' device."""
+        device = next(a.device for a in args if isinstance(a, torch.Tensor))
+        with self:
+            outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in value]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def asks_for_values(exc: BaseException | None) -> bool:
+    """Whether a trace stopped on a question about values."""
+    while exc is not None:
+        if isinstance(exc, (DataDependentOutputException, DynamicOutputShapeException)):
+            return True
+        text = str(exc)
+        if "data-dependent" in text or "DataDependentOutputException" in text:
+            return True
+        exc = exc.__cause__
+    return False
+
+
+@contextmanager
+def answering(answers: Answers | None) -> Iterator[None]:
+    """While a trace runs: its Python-level reads of fake tensors answered from `answers`."""
+    if answers is None:
+        yield
+        return
+    with _Reads(answers, recording=False):
+        yield
+
+
+def record(run: Callable[[], Any]) -> Answers | None:
+    """The answers of one real run of `run` (None when it raises: the trace's own error stands)."""
+    answers = Answers()
+    reads = _Reads(answers, recording=True)
+    try:
+        with torch.no_grad(), reads, _Ops(answers, reads):
+            run()
+    except Exception:
+        return None
+    return answers
+
+
+# Zeros for a weight up to this many elements are real; a larger one (an embedding, a stack of MoE
+# experts) is one zero broadcast to its shape, which takes no memory but which ops that check
+# strides refuse.
+_REAL_ZEROS = 2**24
+
+
+def zero_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Real CPU tensors for a model's state: its own values, or zeros for what was built on the
+    meta device."""
+
+    def zeros(t: torch.Tensor) -> torch.Tensor:
+        if t.numel() <= _REAL_ZEROS:
+            return torch.zeros(t.shape, dtype=t.dtype)
+        return torch.zeros((), dtype=t.dtype).expand(t.shape)
+
+    return {name: zeros(t) if t.is_meta else t.detach().cpu() for name, t in state.items()}
