@@ -161,7 +161,9 @@ class AnsweringFakeTensorMode(FakeTensorMode):
     def dispatch(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
         if func is not aten._local_scalar_dense.default and _sized_by_values(func, args):
             # Answered before the fake kernel runs: on a fake CUDA device some of them need CUDA.
-            found, value = self.answers.take(func.name()) if self.answers is not None else (False, None)
+            if self.answers is None:
+                raise DynamicOutputShapeException(func)
+            found, value = self.answers.take(func.name())
             if not found:
                 raise DynamicOutputShapeException(func)
             return self._shaped(value, args)
