@@ -62,17 +62,17 @@ def _profile(settings: Settings, contents: Iterable[tuple[Path, bytes | SourceEr
     return settings.configured_profile or settings.with_torch(detect(_texts(contents)))
 
 
-def _texts(contents: Iterable[tuple[Path, bytes | SourceError]]) -> Iterator[tuple[str, str]]:
-    """(display path, text) of each file, decoded only when `detect` asks for it (it stops early) and
-    the bytes hold a word it looks for (most files do not: the check decodes them once, this scan
-    never). The scan looks for ASCII words, so a lenient UTF-8 decode does for a file in another
-    encoding; a notebook's text is its code cells, each under the name reports give it."""
+def _texts(contents: Iterable[tuple[Path, bytes | SourceError]]) -> Iterator[tuple[str, bytes | str]]:
+    """(display path, code) of each file that holds a word the scan looks for, read only as far as
+    `detect` asks (it stops early). The scan reads a file's bytes as they are (its words are ASCII),
+    so the check is the one place a file is decoded; a notebook's code is its cells, each under the
+    name reports give it, which only its JSON holds."""
     for path, raw in contents:
         if isinstance(raw, SourceError) or b"\0" in raw[:8192] or not may_set_precision(raw):
             continue  # unreadable or binary (its AMP900 is all there is to say), or no precision word
         display = display_path(path)
         if not is_notebook(path):
-            yield display, raw.decode("utf-8", errors="replace")
+            yield display, raw
             continue
         try:
             yield from cell_sources(decode_source(raw, path), display).items()

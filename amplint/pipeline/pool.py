@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from amplint.config import Settings
 from amplint.diagnostics import Diagnostic
 from amplint.results import FileResult, too_large, unparsable_diagnostic, unreadable
-from amplint.source import SourceError, decode_source, display_path, read_bytes, shown_lines
+from amplint.source import SourceError, SourceFile, decode_source, display_path, read_bytes, shown_lines
 from amplint.static.profile import CALLER, Profile
 
 if TYPE_CHECKING:
@@ -193,7 +193,8 @@ def _batches(tasks: Sequence[_Task], workers: int) -> list[list[int]]:
 
 
 # index, diagnostics, errors, warnings, has source
-_Outcome = tuple[int, list[Diagnostic], list[str], list[str], bool]
+# (task index, diagnostics, internal errors, warnings, what a report shows of the file's text)
+_Outcome = tuple[int, list[Diagnostic], list[str], list[str], SourceFile | None]
 _worker_settings: Settings | None = None
 _worker_profile: Profile = CALLER
 
@@ -213,10 +214,21 @@ def _check_batch(batch: list[tuple[int, str, str]]) -> list[_Outcome]:
             result = unreadable(Path(path), display, raw)
         else:
             result = check_bytes(Path(path), display, raw, _worker_settings, _worker_profile)
-        outcomes.append(
-            (index, result.diagnostics, result.internal_errors, result.warnings, result.source is not None)
-        )
+        outcomes.append((index, result.diagnostics, result.internal_errors, result.warnings, _shown(result)))
     return outcomes
+
+
+def _shown(result: FileResult) -> SourceFile | None:
+    """What the parent keeps of a checked file's text, sent back with its findings so that the
+    parent neither reads nor decodes the file again: the lines findings are on (a notebook whole,
+    whose cells are shown by name); nothing for a file without findings."""
+    from amplint.pipeline.notebook import is_notebook
+
+    if not result.diagnostics or result.source is None:
+        return None
+    if is_notebook(result.path):
+        return result.source
+    return replace(result.source, text=shown_lines(result.source.text, {d.line for d in result.diagnostics}))
 
 
 def _run_pool(
@@ -285,11 +297,9 @@ def _pool_round(
                 continue
             except Exception:
                 continue
-            for index, diagnostics, errors, warnings, has_source in outcomes:
+            for index, diagnostics, errors, warnings, shown in outcomes:
                 task = tasks[index]
-                raw = _bytes_of(task) if has_source and diagnostics else None
-                source = decode_source(raw, task.path) if isinstance(raw, bytes) else None
-                results[index] = FileResult(task.path, task.display, source, diagnostics, errors, warnings)
+                results[index] = FileResult(task.path, task.display, shown, diagnostics, errors, warnings)
             tell(len(outcomes))
     finally:
         executor.shutdown(wait=True, cancel_futures=True)

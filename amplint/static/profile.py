@@ -180,10 +180,10 @@ def configured(value: str) -> Profile | None:
     return Profile(frozenset(half), "configured")
 
 
-def detect(texts: Iterable[tuple[str, str]]) -> Profile:
-    """The profile that the code in `texts` ((display path, text) pairs) sets: "detected" with every
-    half dtype some line sets, or `CALLER` when none does. Stops reading `texts` once both dtypes have
-    a handful of evidence, since nothing further can change the result."""
+def detect(texts: Iterable[tuple[str, bytes | str]]) -> Profile:
+    """The profile that the code in `texts` ((display path, bytes or text) pairs) sets: "detected"
+    with every half dtype some line sets, or `CALLER` when none does. Stops reading `texts` once both
+    dtypes have a handful of evidence, since nothing further can change the result."""
     kept: list[Evidence] = []
     counts = dict.fromkeys(sorted(BOTH), 0)
     for display, text in texts:
@@ -216,33 +216,34 @@ def may_set_precision(raw: bytes) -> bool:
 # delimiters, with a `#` skipping the rest of its line so that a quote in a comment opens nothing;
 # then, on the line of a match only, comments and strings (a message that mentions `.half()` sets
 # nothing). Tokenizing every string of every file would cost more than the rest of the scan.
-_TRIPLE = re.compile(r"\"\"\"|'''|#")
-_LINE_NOISE = re.compile(r"#|\"(?:[^\"\\]|\\.)*(?P<double>\")?|'(?:[^'\\]|\\.)*(?P<single>')?")
+_TRIPLE = re.compile(rb"\"\"\"|'''|#")
+_LINE_NOISE = re.compile(rb"#|\"(?:[^\"\\]|\\.)*(?P<double>\")?|'(?:[^'\\]|\\.)*(?P<single>')?")
 
 _HALF_NAME = {"float16": FLOAT16, "half": FLOAT16, "bfloat16": BFLOAT16, "fp16": FLOAT16, "bf16": BFLOAT16}
-_TORCH_HALF = r"torch\.(?P<dtype>float16|bfloat16|half)\b"
-_STRING_HALF = r"(?P<q>[\"'])(?P<name>float16|bfloat16|fp16|bf16|half)(?P=q)"
+_TORCH_HALF = rb"torch\.(?P<dtype>float16|bfloat16|half)\b"
+_STRING_HALF = rb"(?P<q>[\"'])(?P<name>float16|bfloat16|fp16|bf16|half)(?P=q)"
 
-_AUTOCAST = re.compile(r"autocast[ \t]*\(")
-_GRAD_SCALER = re.compile(r"GradScaler[ \t]*\(")
-_CAST_METHOD = re.compile(r"\.(?P<dtype>half|bfloat16)\([ \t]*\)")
-_TO = re.compile(r"\.(?:to|type)\((?P<args>[^()]*)\)")
-_TO_DTYPE = re.compile(r"(?<![\w.])" + _TORCH_HALF)
-_DTYPE_ARG = re.compile(r"dtype[ \t]*=(?!=)[ \t]*(?:" + _TORCH_HALF + "|" + _STRING_HALF + ")")
-_ANY_TORCH_HALF = re.compile(r"torch\.(float16|bfloat16|half)\b")
-_DEFAULT_DTYPE = re.compile(r"set_default_dtype[ \t]*\([ \t]*" + _TORCH_HALF)
-_LIGHTNING = re.compile(r"precision[ \t]*=(?!=)[ \t]*(?:(?P<q>[\"'])(?P<name>[\w-]+)(?P=q)|(?P<int>\d+)\b)")
-_ACCELERATE = re.compile(r"mixed_precision[ \t]*=(?!=)[ \t]*(?P<q>[\"'])(?P<name>fp16|bf16)(?P=q)")
+_AUTOCAST = re.compile(rb"autocast[ \t]*\(")
+_GRAD_SCALER = re.compile(rb"GradScaler[ \t]*\(")
+_CAST_METHOD = re.compile(rb"\.(?P<dtype>half|bfloat16)\([ \t]*\)")
+_TO = re.compile(rb"\.(?:to|type)\((?P<args>[^()]*)\)")
+_TO_DTYPE = re.compile(rb"(?<![\w.])" + _TORCH_HALF)
+_DTYPE_ARG = re.compile(rb"dtype[ \t]*=(?!=)[ \t]*(?:" + _TORCH_HALF + b"|" + _STRING_HALF + b")")
+_ANY_TORCH_HALF = re.compile(rb"torch\.(float16|bfloat16|half)\b")
+_DEFAULT_DTYPE = re.compile(rb"set_default_dtype[ \t]*\([ \t]*" + _TORCH_HALF)
+_LIGHTNING = re.compile(rb"precision[ \t]*=(?!=)[ \t]*(?:(?P<q>[\"'])(?P<name>[\w-]+)(?P=q)|(?P<int>\d+)\b)")
+_ACCELERATE = re.compile(rb"mixed_precision[ \t]*=(?!=)[ \t]*(?P<q>[\"'])(?P<name>fp16|bf16)(?P=q)")
 # Two patterns: one that starts with a literal is searched for at memory speed, an alternation is not.
 _HF_FLAGS = tuple(
-    re.compile(rf"(?P<name>{name})(?:_full_eval)?[ \t]*=(?!=)[ \t]*True\b") for name in ("bf16", "fp16")
+    re.compile(rb"(?P<name>" + name + rb")(?:_full_eval)?[ \t]*=(?!=)[ \t]*True\b")
+    for name in (b"bf16", b"fp16")
 )
 
-_QUALIFIER = re.compile(r"[\w.]*\Z")
+_QUALIFIER = re.compile(rb"[\w.]*\Z")
 _AUTOCAST_MODULES = {"torch", "amp", "cuda", "cpu", "xpu", "mps", "hpu", "autocast_mode"}
-_DEVICE = re.compile(r"(?:\A|device_type[ \t]*=)[ \t]*(?P<q>[\"'])(?P<device>\w+)(?P=q)")
-_AUTOCAST_DTYPE = re.compile(r"\bdtype[ \t]*=[ \t]*(?P<value>[\w.]+)")
-_DISABLED = re.compile(r"\benabled[ \t]*=[ \t]*False\b")
+_DEVICE = re.compile(rb"(?:\A|device_type[ \t]*=)[ \t]*(?P<q>[\"'])(?P<device>\w+)(?P=q)")
+_AUTOCAST_DTYPE = re.compile(rb"\bdtype[ \t]*=[ \t]*(?P<value>[\w.]+)")
+_DISABLED = re.compile(rb"\benabled[ \t]*=[ \t]*False\b")
 # Autocast's own default dtype per device type (torch.get_autocast_dtype).
 _DEVICE_DEFAULT = {"cuda": FLOAT16, "mps": FLOAT16, "cpu": BFLOAT16, "xpu": BFLOAT16, "hpu": BFLOAT16}
 _LIGHTNING_HALF = {
@@ -255,84 +256,91 @@ _LIGHTNING_HALF = {
 }
 
 
-def settings_in(text: str) -> Iterator[tuple[int, str, frozenset[str]]]:
+def settings_in(text: bytes | str) -> Iterator[tuple[int, str, frozenset[str]]]:
     """(line, what was seen, half dtypes it sets) for each setting in `text`, in line order (one per
     line and set of dtypes: `.to(dtype=torch.half)` is one cast, not two); in comments, docstrings
-    and strings they do not count."""
-    if not any(word in text for word in _WORDS):
+    and strings they do not count. The scan reads bytes (a file's, undecoded: every word it looks
+    for is ASCII); text is encoded first."""
+    code = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    if not may_set_precision(code):
         return
     docstrings: list[tuple[int, int]] | None = None  # found once there is a match to check
     found: dict[tuple[int, frozenset[str]], tuple[int, str]] = {}  # first (offset, what) per line and dtypes
-    for start, what, dtypes in _settings(text):
-        line_start = text.rfind("\n", 0, start) + 1
-        if (line_start, dtypes) in found or _in_def(text, line_start):
+    for start, what, dtypes in _settings(code):
+        line_start = code.rfind(b"\n", 0, start) + 1
+        if (line_start, dtypes) in found or _in_def(code, line_start):
             continue
         if docstrings is None:
-            docstrings = _docstrings(text)
-        if _is_code(text, start, line_start, docstrings):
+            docstrings = _docstrings(code)
+        if _is_code(code, start, line_start, docstrings):
             found[line_start, dtypes] = (start, what)
     for (_, dtypes), (start, what) in sorted(found.items(), key=lambda item: item[1][0]):
-        yield text.count("\n", 0, start) + 1, what, dtypes
+        yield code.count(b"\n", 0, start) + 1, what, dtypes
 
 
-def _docstrings(text: str) -> list[tuple[int, int]]:
+def _docstrings(code: bytes) -> list[tuple[int, int]]:
     """The (start, end) offsets of the triple-quoted strings, in order."""
     spans: list[tuple[int, int]] = []
     at = 0
-    while (match := _TRIPLE.search(text, at)) is not None:
+    while (match := _TRIPLE.search(code, at)) is not None:
         delimiter = match.group()
-        if delimiter == "#":
-            at = _line_end(text, match.end())
+        if delimiter == b"#":
+            at = _line_end(code, match.end())
             continue
-        close = text.find(delimiter, match.end())
-        at = len(text) if close < 0 else close + 3
+        close = code.find(delimiter, match.end())
+        at = len(code) if close < 0 else close + 3
         spans.append((match.start(), at))
     return spans
 
 
-def _is_code(text: str, start: int, line_start: int, docstrings: list[tuple[int, int]]) -> bool:
+def _is_code(code: bytes, start: int, line_start: int, docstrings: list[tuple[int, int]]) -> bool:
     """Whether offset `start` is code: in no docstring, and on its line in no comment or string."""
-    index = bisect.bisect_right(docstrings, (start, len(text))) - 1
+    index = bisect.bisect_right(docstrings, (start, len(code))) - 1
     if index >= 0:
         _, end = docstrings[index]
         if start < end:
             return False
         line_start = max(line_start, end)  # a docstring closed earlier on this line
-    for token in _LINE_NOISE.finditer(text, line_start, start):
-        if token.group() == "#" or token.lastgroup is None:
+    for token in _LINE_NOISE.finditer(code, line_start, start):
+        if token.group() == b"#" or token.lastgroup is None:
             return False  # a comment, or a string still open at `start`
     return True
 
 
-def _in_def(code: str, line_start: int) -> bool:
+def _in_def(code: bytes, line_start: int) -> bool:
     """A default in a `def` line declares a parameter, it sets nothing."""
     line = code[line_start : line_start + 200].lstrip()
-    return line.startswith(("def ", "async def "))
+    return line.startswith((b"def ", b"async def "))
 
 
-def _snippet(code: str, start: int, end: int) -> str:
-    text = " ".join(code[start:end].split())
+def _text(code: bytes) -> str:
+    """A piece of the scanned bytes as text, for a report (the file's encoding is not known here)."""
+    return code.decode("utf-8", "replace")
+
+
+def _snippet(code: bytes, start: int, end: int) -> str:
+    text = " ".join(_text(code[start:end]).split())
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _settings(code: str) -> Iterator[tuple[int, str, frozenset[str]]]:
+def _settings(code: bytes) -> Iterator[tuple[int, str, frozenset[str]]]:
     """(offset, what, dtypes) for each match of each kind of setting, kind by kind."""
     yield from _autocasts(code)
     for match in _DEFAULT_DTYPE.finditer(code):
         yield match.start(), _snippet(code, match.start(), match.end()) + ")", _dtypes(match["dtype"])
     for match in _CAST_METHOD.finditer(code):
-        yield match.start(), _qualified(code, match.start()) + match.group(), _dtypes(match["dtype"])
+        yield match.start(), _qualified(code, match.start()) + _text(match.group()), _dtypes(match["dtype"])
     for match in _TO.finditer(code):
         cast = _TO_DTYPE.search(match["args"])
         if cast is not None:
             what = _qualified(code, match.start()) + _snippet(code, match.start(), match.end())
             yield match.start(), what, _dtypes(cast["dtype"])
     for match in _DTYPE_ARG.finditer(code):
-        start = match.start() - (6 if code.endswith("torch_", 0, match.start()) else 0)
+        start = match.start() - (6 if code.endswith(b"torch_", 0, match.start()) else 0)
         if _keyword(code, start):
             dtypes, end = _dtypes(match["dtype"] or match["name"]), match.end()
             rest = code[end : _line_end(code, end)]
-            if " else " in rest:  # `dtype=torch.bfloat16 if bf16 else torch.float16`
+            if b" else " in rest:  # `dtype=torch.bfloat16 if bf16 else torch.float16`
                 for other in _ANY_TORCH_HALF.finditer(rest):
                     dtypes, end = dtypes | _dtypes(other[1]), match.end() + other.end()
             yield start, _snippet(code, start, end), dtypes
@@ -340,65 +348,65 @@ def _settings(code: str) -> Iterator[tuple[int, str, frozenset[str]]]:
         if not _defines(code, match.start()) and not _DISABLED.search(_arguments(code, match.end())):
             yield match.start(), _qualified(code, match.start()) + "GradScaler(...)", frozenset({FLOAT16})
     for match in _LIGHTNING.finditer(code):
-        value = match["name"] or match["int"]
-        line_start = code.rfind("\n", 0, match.start()) + 1
+        value = _text(match["name"] or match["int"])
+        line_start = code.rfind(b"\n", 0, match.start()) + 1
         if (
             _keyword(code, match.start())
             and value in _LIGHTNING_HALF
-            and "printoptions" not in code[line_start : match.start()]  # print precision, in digits
+            and b"printoptions" not in code[line_start : match.start()]  # print precision, in digits
         ):
-            yield match.start(), match.group(), frozenset({_LIGHTNING_HALF[value]})
+            yield match.start(), _text(match.group()), frozenset({_LIGHTNING_HALF[value]})
     for match in _ACCELERATE.finditer(code):
         if _keyword(code, match.start()):
-            yield match.start(), match.group(), _dtypes(match["name"])
+            yield match.start(), _text(match.group()), _dtypes(match["name"])
     for flag in _HF_FLAGS:
         for match in flag.finditer(code):
             if _keyword(code, match.start()):
-                yield match.start(), match.group(), _dtypes(match["name"])
+                yield match.start(), _text(match.group()), _dtypes(match["name"])
 
 
-def _line_end(code: str, start: int) -> int:
-    end = code.find("\n", start)
+def _line_end(code: bytes, start: int) -> int:
+    end = code.find(b"\n", start)
     return len(code) if end < 0 else end
 
 
-def _dtypes(name: str) -> frozenset[str]:
-    return frozenset({_HALF_NAME[name]})
+def _dtypes(name: bytes) -> frozenset[str]:
+    return frozenset({_HALF_NAME[_text(name)]})
 
 
-def _keyword(code: str, start: int) -> bool:
+def _keyword(code: bytes, start: int) -> bool:
     """Whether the match at `start` begins a name of its own (a keyword argument or a variable), not
     the tail of another name or an attribute (`self.precision`, `mixed_precision`)."""
-    return start == 0 or not (code[start - 1].isalnum() or code[start - 1] in "_.")
+    return start == 0 or not (code[start - 1 : start].isalnum() or code[start - 1] in b"_.")
 
 
-def _qualified(code: str, start: int) -> str:
+def _qualified(code: bytes, start: int) -> str:
     """The dotted prefix written before a name (`torch.cuda.amp.` before `autocast`)."""
     match = _QUALIFIER.search(code, max(start - 60, 0), start)
-    return match.group() if match is not None else ""
+    return _text(match.group()) if match is not None else ""
 
 
-def _defines(code: str, start: int) -> bool:
-    line = code[code.rfind("\n", 0, start) + 1 : start].lstrip()
-    return line.startswith(("def ", "async def ", "class "))
+def _defines(code: bytes, start: int) -> bool:
+    line = code[code.rfind(b"\n", 0, start) + 1 : start].lstrip()
+    return line.startswith((b"def ", b"async def ", b"class "))
 
 
-def _arguments(code: str, start: int) -> str:
-    """The text from just after an opening parenthesis to its closing one (at most 400 characters)."""
+def _arguments(code: bytes, start: int) -> bytes:
+    """The bytes from just after an opening parenthesis to its closing one (at most 400)."""
     depth = 1
     end = min(len(code), start + 400)
     for index in range(start, end):
         char = code[index]
-        if char in "([{":
+        if char in b"([{":
             depth += 1
-        elif char in ")]}":
+        elif char in b")]}":
             depth -= 1
             if depth == 0:
                 return code[start:index]
     return code[start:end]
 
 
-def _autocasts(code: str) -> Iterator[tuple[int, str, frozenset[str]]]:
+def _autocasts(code: bytes) -> Iterator[tuple[int, str, frozenset[str]]]:
     """torch's autocast calls, with the dtype they give or their device's default. A dtype or device
     that only a variable holds could be either dtype; `enabled=False` sets none (it turns autocast off
     for a region)."""
@@ -410,25 +418,25 @@ def _autocasts(code: str) -> Iterator[tuple[int, str, frozenset[str]]]:
         arguments = _arguments(code, match.end())
         if _DISABLED.search(arguments):
             continue
-        call = f"{qualifier}autocast({' '.join(arguments.split())})"
+        call = f"{qualifier}autocast({' '.join(_text(arguments).split())})"
         if len(call) > 80:
             call = call[:76] + "...)"
         given = _AUTOCAST_DTYPE.search(arguments)
-        if given is not None and given["value"] != "None":
-            name = given["value"].removeprefix("torch.")
+        if given is not None and given["value"] != b"None":
+            name = _text(given["value"]).removeprefix("torch.")
             if name in _HALF_NAME:
-                yield match.start(), call, _dtypes(name)
+                yield match.start(), call, _dtypes(name.encode())
             elif "float32" not in name and name != "float":
                 yield match.start(), f"{call} (dtype not known statically)", BOTH
             continue
         device = _DEVICE.search(arguments.lstrip())
         if device is not None:
-            kind = device["device"]
+            kind = _text(device["device"])
         elif "cuda" in modules or "cpu" in modules:
             kind = "cuda" if "cuda" in modules else "cpu"
-        elif "cuda.amp import" in code:
+        elif b"cuda.amp import" in code:
             kind = "cuda"  # `from torch.cuda.amp import autocast`, then `autocast()`
-        elif "cpu.amp import" in code:
+        elif b"cpu.amp import" in code:
             kind = "cpu"
         else:
             yield match.start(), f"{call} (device not known statically)", BOTH
