@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,11 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
     from amplint.runtime.tracer import TraceError, trace
 
     labels = None
+    real_model: Callable[[Any], Any] | None = None
     if spec.get("hf_config"):
-        from amplint.runtime.hf import build
+        from amplint.runtime.hf import build, with_real_buffers
+
+        real_model = with_real_buffers
 
         model, args, kwargs = build(
             spec["hf_config"],
@@ -100,6 +104,7 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         "gpu": gpu.key,
         "backward": spec.get("backward", False),
         "labels": labels,
+        "real_model": real_model,
         **settings,
     }
     try:

@@ -12,8 +12,10 @@ import inspect
 import json
 import math
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeGuard
+from unittest import mock
 
 from amplint.runtime.target import TargetError, user_frame
 
@@ -253,6 +255,37 @@ def build(
         else:
             kwargs["input_ids"] = tokenize(str(text), Path(config_path).parent, vocab=vocab)
     return model, (), kwargs
+
+
+def with_real_buffers(model: Any) -> Any:
+    """The model built again from its config with its parameters on the meta device (no memory, no
+    initialisation) and everything else real on the CPU: the buffers and tensors a config computes
+    when the model is built (rotary frequencies, a convolution's padding) hold their values, for a
+    run on the CPU that answers a trace's questions about values (`amplint.runtime.oracle`)."""
+    with _parameters_on_meta():
+        rebuilt = type(model)._from_config(
+            model.config, attn_implementation=model.config._attn_implementation
+        )
+    return rebuilt.eval()
+
+
+@contextmanager
+def _parameters_on_meta() -> Iterator[None]:
+    import torch
+
+    register = torch.nn.Module.register_parameter
+
+    def on_meta(module: Any, name: str, parameter: Any) -> None:
+        register(module, name, parameter)
+        if parameter is not None and not parameter.is_meta:
+            kind = type(parameter)
+            extra = {k: v for k, v in vars(parameter).items() if k != "requires_grad"}
+            module._parameters[name] = kind(
+                parameter.to("meta"), requires_grad=parameter.requires_grad, **extra
+            )
+
+    with mock.patch.object(torch.nn.Module, "register_parameter", on_meta):
+        yield
 
 
 def labels(model: Any, kwargs: dict[str, Any]) -> Any:

@@ -4,7 +4,7 @@ A model may branch on values (`if lengths.max() > n`), loop over them (`for t, h
 grid_thw.tolist()`), or size a tensor by them (`nonzero`, `repeat_interleave` by counts, padding
 computed from a tensor). Fake tensors have shapes and dtypes but no values, so such a trace stops.
 When it does, the model is run once for real on the CPU, with its own weights or, for a model built
-without weights, zeros (the questions are almost always about the inputs: sizes, lengths, grids),
+without weights, small random ones (the questions are mostly about the inputs: sizes, lengths, grids),
 and every value read and every data-dependent shape is recorded under the line of the model that
 asked, in the order asked. The trace is then run again and each question is answered from that
 record: the same line asking for the n-th time gets the n-th answer. A question the record does not
@@ -29,7 +29,7 @@ from torch._subclasses.fake_tensor import (
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from amplint.runtime.target import is_user_code
+from amplint.runtime.target import is_user_code, user_frame
 
 __all__ = ["AnsweringFakeTensorMode", "Answers", "asks_for_values", "record"]
 
@@ -74,7 +74,8 @@ class Answers:
     def __init__(self) -> None:
         self.recorded: dict[Key, deque[Any]] = defaultdict(deque)
         self.used: Counter[str] = Counter()  # answers given, by what was asked
-        self.zeroed = False  # the run had zeros for weights the model was built without
+        self.stood_in = False  # the run had stand-ins for weights the model was built without
+        self.failed: str | None = None  # why the run raised, if it did
 
     def put(self, what: str, value: Any) -> None:
         self.recorded[(*_asker(), what)].append(value)
@@ -207,31 +208,37 @@ def answering(answers: Answers | None) -> Iterator[None]:
         yield
 
 
-def record(run: Callable[[], Any]) -> Answers | None:
-    """The answers of one real run of `run` (None when it raises: the trace's own error stands)."""
+def record(run: Callable[[], Any]) -> Answers:
+    """The answers of one real run of `run`; where it raises, `failed` says why (the trace's own
+    error then stands, with that reason beside it)."""
     answers = Answers()
     reads = _Reads(answers, recording=True)
     try:
         with torch.no_grad(), reads, _Ops(answers, reads):
             run()
-    except Exception:
-        return None
+    except Exception as exc:
+        frame = user_frame(exc)
+        where = f" at {frame.filename}:{frame.lineno}" if frame else ""
+        answers.failed = f"{type(exc).__name__}{where}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return answers
 
 
-# Zeros for a weight up to this many elements are real; a larger one (an embedding, a stack of MoE
-# experts) is one zero broadcast to its shape, which takes no memory but which ops that check
+# Stand-ins for a weight up to this many elements are real; a larger one (an embedding, a stack of
+# MoE experts) is one zero broadcast to its shape, which takes no memory but which ops that check
 # strides refuse.
-_REAL_ZEROS = 2**24
+_REAL = 2**24
 
 
-def zero_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Real CPU tensors for a model's state: its own values, or zeros for what was built on the
-    meta device."""
+def stand_in_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Real CPU tensors for a model's state: its own values, or for what was built on the meta
+    device small random ones (normal, std 0.02, seeded: zeros would tie every router and threshold)."""
+    generator = torch.Generator().manual_seed(0)
 
-    def zeros(t: torch.Tensor) -> torch.Tensor:
-        if t.numel() <= _REAL_ZEROS:
+    def stand_in(t: torch.Tensor) -> torch.Tensor:
+        if t.numel() > _REAL:
+            return torch.zeros((), dtype=t.dtype).expand(t.shape)
+        if not t.is_floating_point():
             return torch.zeros(t.shape, dtype=t.dtype)
-        return torch.zeros((), dtype=t.dtype).expand(t.shape)
+        return (torch.randn(t.shape, generator=generator) * 0.02).to(t.dtype)
 
-    return {name: zeros(t) if t.is_meta else t.detach().cpu() for name, t in state.items()}
+    return {name: stand_in(t) if t.is_meta else t.detach().cpu() for name, t in state.items()}

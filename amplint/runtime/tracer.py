@@ -50,7 +50,7 @@ from amplint.runtime.oracle import (
     answering,
     asks_for_values,
     record,
-    zero_weights,
+    stand_in_weights,
 )
 from amplint.runtime.policy import classify
 from amplint.runtime.target import is_user_code, user_frame
@@ -257,6 +257,7 @@ def trace(
     gpu: str = DEFAULT_GPU,
     backward: bool = False,
     labels: torch.Tensor | None = None,
+    real_model: Callable[[nn.Module], nn.Module] | None = None,
 ) -> DtypeGraph:
     """Trace `fn_or_module(*args, **kwargs)` and return the dtype of every op it ran.
 
@@ -273,7 +274,9 @@ def trace(
     backward pass of a loss too (`amplint.runtime.backward`): cross-entropy of the output's logits
     against `labels` (class indices, one per row of logits) when given and they fit, else the sum of
     the outputs with alternating signs; the graph's `gradients` name the node of each trainable
-    parameter's gradient."""
+    parameter's gradient. `real_model`: for a model built on the meta device, the model to run on
+    the CPU when a real run answers questions about values (`amplint.runtime.oracle`): one whose
+    buffers hold the values its config computes."""
     if device not in {"cuda", "cpu"}:
         raise ValueError(f"device must be 'cuda' or 'cpu', not {device!r}")
     fake_device = "cuda:0" if device == "cuda" else "cpu"
@@ -359,10 +362,21 @@ def trace(
         # Control flow on values: ask a real run on the CPU, then trace again with its answers.
         if not asks_for_values(error.__cause__):
             raise
-        answers = _real_answers(fn_or_module, model, call_args, param_dtype)
-        if answers is None:
-            raise
-        graph_module = traced(answers)
+        runnable = real_model(model) if model is not None and real_model is not None else model
+        answers = _real_answers(fn_or_module, runnable, call_args)
+        if answers.failed is not None:
+            raise TraceError(
+                f"{error}\na run on the CPU to read those values raised: {answers.failed}"
+            ) from error.__cause__
+        try:
+            graph_module = traced(answers)
+        except TraceError as again:
+            if not asks_for_values(again.__cause__):
+                raise
+            raise TraceError(
+                f"{again}\na run on the CPU answered the trace's other questions about values, not this "
+                "one: it took another path here"
+            ) from again.__cause__
     gradients: dict[str, torch.fx.Node] = {}
     if backward:
         with relaxed_meta() if emulated else contextlib.nullcontext():
@@ -388,7 +402,7 @@ def trace(
     if answers is not None and answers.used:
         asked = ", ".join(f"{what} {count}x" for what, count in answers.used.most_common())
         count = answers.used.total()
-        zeros = ", with zeros for the weights it was built without" if answers.zeroed else ""
+        zeros = ", with random weights where the model was built without" if answers.stood_in else ""
         graph.notes.append(
             f"{count} value{'s' * (count != 1)} the model's control flow reads ({asked}) came from a run "
             f"on the CPU{zeros}"
@@ -474,22 +488,17 @@ class _NoWeights(Exception):
     """A tensor on the meta device: there are no values to replay."""
 
 
-def _real_answers(
-    traced: Callable[..., Any] | nn.Module,
-    model: nn.Module | None,
-    call_args: Any,
-    param_dtype: torch.dtype | None,
-) -> Answers | None:
+def _real_answers(traced: Callable[..., Any] | nn.Module, model: nn.Module | None, call_args: Any) -> Answers:
     """The answers of one real CPU run (`amplint.runtime.oracle`) with the traced inputs, and the
-    model's weights or zeros where it has none."""
+    model's weights or stand-ins where it has none."""
     inputs = pytree.tree_map(lambda v: v.detach().cpu() if isinstance(v, torch.Tensor) else v, call_args)
     positional, keywords = inputs
     if model is None:
         return record(lambda: traced(*positional, **keywords))
     own = dict((*model.named_parameters(), *model.named_buffers()))
-    answers = record(lambda: torch.func.functional_call(model, zero_weights(own), positional, keywords))
-    if answers is not None:
-        answers.zeroed = any(t.is_meta for t in own.values())
+    state = stand_in_weights(own)
+    answers = record(lambda: torch.func.functional_call(model, state, positional, keywords))
+    answers.stood_in = any(t.is_meta for t in own.values())
     return answers
 
 

@@ -289,6 +289,7 @@ def test_models_that_hit_an_emulation_gap_trace(tmp_path: Path, model_type: str,
         ("superpoint", "nonzero"),  # keypoints where the scores pass a threshold
         ("vilt", "nonzero"),  # `x_mask.nonzero(as_tuple=False)`, then `unique` rows
         ("higgs_audio_v2", "index"),  # `hidden_states[audio_token_mask]`: a boolean mask
+        ("encodec", "bool"),  # padding from a convolution's `padding_total`, a buffer its config computes
     ],
 )
 def test_control_flow_on_values_is_answered_by_a_cpu_run(tmp_path: Path, model_type: str, asked: str) -> None:
@@ -391,6 +392,20 @@ def test_a_failed_trace_names_the_op_the_line_and_the_module(tmp_path: Path) -> 
     assert "(module gate)" in first and "in forward()" in first
     # A CPU run takes the other branch, so it cannot tell the trace which values the GPU path reads.
     assert "x[torch.nonzero(x > 0, as_tuple=True)] if x.is_cuda else x" in done.stderr
+    assert "a run on the CPU answered the trace's other questions about values, not this one" in done.stderr
+
+
+def test_a_cpu_run_that_raises_is_named_beside_the_question(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "import torch\n\n\ndef f(x):\n    n = int(x.sum())\n    return x.view(n + 1, -1)\n\n\n"
+        "def factory():\n    return f, (torch.ones(4),)\n",
+        encoding="utf-8",
+    )
+    done = _amplint("trace", "m.py:factory", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "m.py:5" in done.stderr.splitlines()[0]  # the question
+    assert "a run on the CPU to read those values raised: RuntimeError at " in done.stderr
+    assert "m.py:6: shape '[5, -1]' is invalid" in done.stderr  # where and why the CPU run failed
 
 
 @pytest.mark.parametrize(
