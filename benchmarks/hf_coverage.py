@@ -199,6 +199,7 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "",
         "```",
         "python benchmarks/hf_coverage.py run --jobs 2",
+        *(["python benchmarks/hf_coverage.py run --jobs 2 --failed"] if meta.get("failed_again") else []),
         "python benchmarks/hf_coverage.py report > docs/hf-coverage.md",
         "```",
         "",
@@ -276,6 +277,7 @@ def main() -> int:
         "transformers": transformers.__version__,
         "cores": os.cpu_count(),
         "jobs": args.jobs,
+        "failed_again": args.failed,  # the failed types of a full run measured again
     }
     args.output.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n", encoding="utf-8")
     done = sum(row["result"] == "traced" for row in rows)

@@ -362,7 +362,12 @@ def trace(
         # Control flow on values: ask a real run on the CPU, then trace again with its answers.
         if not asks_for_values(error.__cause__):
             raise
-        runnable = real_model(model) if model is not None and real_model is not None else model
+        runnable = model
+        if model is not None and real_model is not None:
+            try:
+                runnable = real_model(model)
+            except Exception:  # too large to build on the CPU: its buffers get stand-ins too
+                runnable = model
         answers = _real_answers(fn_or_module, runnable, call_args)
         if answers.failed is not None:
             raise TraceError(
