@@ -75,6 +75,12 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
     gpu = GPUS[spec.get("gpu") or DEFAULT_GPU]
     dtype, param = spec["dtype"], spec.get("param_dtype")
     notes = []
+    filled = getattr(getattr(model, "config", None), "amplint_filled", None)
+    if filled:
+        notes.append(
+            "the default config lacks what every transformers 4 config had and the model reads: set "
+            + ", ".join(filled)
+        )
     held = {str(p.dtype).removeprefix("torch.") for p in _floating(model)}
     wanted = {dtype if spec["autocast"] else None, param, *(held if param is None else ())}
     if spec["device"] == "cuda" and not gpu.native_bf16 and "bfloat16" in wanted:

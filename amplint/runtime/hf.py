@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -235,15 +236,28 @@ def build(
 
     config = read_config(config_path, layers=layers)
     found, cls = model_class(config, task)
+    text_config = getattr(config, "text_config", None)
+    # Read without the class's attribute hooks: a class whose backend is missing raises on any other.
+    wanted = inspect.getattr_static(cls, "config_class", None)
+    if wanted is not None and not isinstance(config, wanted) and isinstance(text_config, wanted):
+        config = (
+            text_config  # a text-only head of a multimodal type (Qwen3.5's causal LM) reads its text config
+        )
     if found == "causal-lm" and getattr(config, "is_decoder", None) is False:
         config.is_decoder = True  # an encoder's config (BERT, Reformer) built as the causal LM it has
-    try:
-        with torch.device("meta"):
-            model = cls._from_config(config, attn_implementation=attn_implementation)  # type: ignore[attr-defined]
-    except Exception as exc:  # whatever the model's constructor raises, said with its line
-        raise TargetError(
-            f"{config_path}: transformers cannot build {cls.__name__} from it{_at(exc)}: {_reason(exc)}"
-        ) from None
+    filled: list[str] = []
+    while True:
+        try:
+            with torch.device("meta"):
+                model = cls._from_config(config, attn_implementation=attn_implementation)  # type: ignore[attr-defined]
+            break
+        except Exception as exc:  # whatever the model's constructor raises, said with its line
+            if _fill_base_default(config, exc, filled):
+                continue
+            raise TargetError(
+                f"{config_path}: transformers cannot build {cls.__name__} from it{_at(exc)}: {_reason(exc)}"
+            ) from None
+    model.config.amplint_filled = filled  # said in the trace's notes
     model.eval()
     kwargs = inputs(model, seq_len=seq_len, batch_size=batch_size, image_size=image_size)
     if input_ids is not None or text is not None:
@@ -255,6 +269,35 @@ def build(
         else:
             kwargs["input_ids"] = tokenize(str(text), Path(config_path).parent, vocab=vocab)
     return model, (), kwargs
+
+
+# What every transformers 4 config had (its base class set them), which some default configs of
+# transformers 5 lack while their models still read them: set, and said, when building stops on one.
+_BASE_DEFAULTS: dict[str, Any] = {
+    "pad_token_id": None,
+    "bos_token_id": None,
+    "eos_token_id": None,
+    "dropout": 0.0,
+    "dropout_rate": 0.0,
+    "attention_dropout": 0.0,
+}
+_MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
+
+
+def _fill_base_default(config: Any, exc: Exception, filled: list[str]) -> bool:
+    """Set the base-config attribute whose absence `exc` reports, on the (sub-)config that lacks
+    it; False when `exc` is about something else or that attribute was set already."""
+    missing = _MISSING.search(str(exc)) if isinstance(exc, AttributeError) else None
+    owner = next((c for c in _configs(config) if type(c).__name__ == missing[1]), None) if missing else None
+    if missing is None or owner is None:
+        return False
+    name = missing[2]
+    said = f"{missing[1]}.{name} = {_BASE_DEFAULTS.get(name)!r}"
+    if name not in _BASE_DEFAULTS or said in filled:
+        return False
+    setattr(owner, name, _BASE_DEFAULTS[name])
+    filled.append(said)
+    return True
 
 
 def with_real_buffers(model: Any) -> Any:

@@ -299,6 +299,23 @@ def test_control_flow_on_values_is_answered_by_a_cpu_run(tmp_path: Path, model_t
     assert len(graph.nodes) > 50
 
 
+def test_a_text_head_of_a_multimodal_type_is_built_from_its_text_config(tmp_path: Path) -> None:
+    model, _, _ = build(
+        _config(tmp_path, {"model_type": "qwen3_5"}),
+        layers=2,
+        seq_len=64,
+        batch_size=1,
+        attn_implementation="eager",
+    )
+    assert type(model).__name__ == "Qwen3_5ForCausalLM"
+    assert type(model.config).__name__ == "Qwen3_5TextConfig"
+
+
+def test_a_base_attribute_the_default_config_lacks_is_set_and_said(tmp_path: Path) -> None:
+    graph = run_traced(_spec(_config(tmp_path, {"model_type": "t5gemma2_encoder"})))
+    assert any("T5Gemma2TextConfig.dropout_rate = 0.0" in note for note in graph.notes), graph.notes
+
+
 def test_the_emulated_gpu_answers_device_questions(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text(
         "import torch\n\n\n"
