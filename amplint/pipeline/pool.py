@@ -105,7 +105,6 @@ def precheck(
     """Results for the files that can be settled here. Without `fix`: every file. With `fix`: only
     cache hits that carry no fix (the rest must go through the fixer, which does not trust the cache
     for a file it may edit). `progress` is told how many more files are settled, as they are."""
-    from amplint.pipeline.notebook import is_notebook
 
     done: dict[Path, FileResult] = {}
     tasks: list[_Task] = []
@@ -141,14 +140,10 @@ def precheck(
                 if isinstance(raw, SourceError)
                 else check_bytes(task.path, task.display, raw, settings, profile)
             )
+            result.source = _shown(result)  # a pool's results come back trimmed already
             tell(1)
         if cache is not None and task.key is not None and _unchanged(cache, task):
             cache.store(task.key, result)
-        if not result.diagnostics:
-            result.source = None  # only a report's snippets read it: a clean file's text is not kept
-        elif result.source is not None and not is_notebook(task.path):  # a notebook's cells are read again
-            lines = {d.line for d in result.diagnostics}
-            result.source = replace(result.source, text=shown_lines(result.source.text, lines))
         done[task.path] = result
     return done
 
@@ -219,9 +214,9 @@ def _check_batch(batch: list[tuple[int, str, str]]) -> list[_Outcome]:
 
 
 def _shown(result: FileResult) -> SourceFile | None:
-    """What the parent keeps of a checked file's text, sent back with its findings so that the
-    parent neither reads nor decodes the file again: the lines findings are on (a notebook whole,
-    whose cells are shown by name); nothing for a file without findings."""
+    """What a run keeps of a checked file's text, only for a report's snippets: the lines findings
+    are on (a notebook whole, whose cells are shown by name); nothing for a file without findings.
+    A worker sends it back with the findings, so the parent neither reads nor decodes the file again."""
     from amplint.pipeline.notebook import is_notebook
 
     if not result.diagnostics or result.source is None:

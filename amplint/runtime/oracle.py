@@ -31,7 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from amplint.runtime.target import is_user_code, user_frame
 
-__all__ = ["AnsweringFakeTensorMode", "Answers", "asks_for_values", "record"]
+__all__ = ["AnsweringFakeTensorMode", "Answers", "answering", "asks_for_values", "record", "stand_in_weights"]
 
 aten = torch.ops.aten
 Key = tuple[str, int, str]  # (file, line, what was asked)
@@ -46,7 +46,7 @@ _READS: dict[Any, str] = {
     torch.Tensor.__index__: "index",
 }
 # Ops whose output shape depends on values, and the scalar read that C++ code does itself.
-_DYNAMIC = {  # also `_local_scalar_dense`, the scalar read C++ code does itself
+_DYNAMIC = {
     aten._local_scalar_dense.default,
     aten.nonzero.default,
     aten.repeat_interleave.Tensor,
