@@ -55,9 +55,19 @@ def _listed() -> list[str]:
     return list(json.loads(done.stdout))
 
 
+# Where transformers' default config cannot build or run its own model (a key left None, a rotary
+# split that does not fit the head, a backbone from a package that is not installed), the keys a
+# published checkpoint's config.json sets for it, and that checkpoint. Nothing else is changed.
+KEYS_FILE = "benchmarks/hf_checkpoint_keys.json"
+CHECKPOINT_KEYS: dict[str, dict[str, Any]] = json.loads(
+    (Path(__file__).resolve().parents[1] / KEYS_FILE).read_text(encoding="utf-8")
+)
+
+
 def spec_for(model_type: str, scratch: Path, gpu: str | None = None) -> dict[str, Any]:
     config = scratch / f"{model_type}.json"
-    config.write_text(json.dumps({"model_type": model_type}), encoding="utf-8")
+    keys = CHECKPOINT_KEYS.get(model_type, {}).get("keys", {})
+    config.write_text(json.dumps({"model_type": model_type, **keys}), encoding="utf-8")
     return {
         "hf_config": str(config),
         "layers": SETTINGS["layers"],
@@ -81,10 +91,10 @@ def _one(model_type: str, scratch: str, out: Any) -> None:
 
         transformers.logging.set_verbosity_error()
         from amplint.runtime.child import run_traced
-        from amplint.runtime.hf import model_class, read_config
+        from amplint.runtime.hf import model_class, read_config, runnable_part
 
         spec = spec_for(model_type, Path(scratch))
-        _, cls = model_class(read_config(spec["hf_config"]))
+        _, cls = model_class(runnable_part(read_config(spec["hf_config"]), None)[0])
         row["head"] = cls.__name__
         graph = run_traced(spec)
         row["result"] = "traced"
@@ -153,12 +163,14 @@ def run(types: list[str], jobs: int, timeout: float) -> list[dict[str, Any]]:
 # Why a trace failed, by what its message says, first match wins.
 KINDS = (
     ("timeout", re.compile(r"^over \d")),
+    # what the GPU itself refuses (cuFFT has no bfloat16): the trace says it and where, as it should
+    ("raises on a GPU too", re.compile(r"raises here on a GPU too")),
     ("control flow on values", re.compile(r"data-dependent|DataDependentOutput|DynamicOutputShape")),
     (
         "emulation gap",
         re.compile(r"not linked with support for cuda|not compiled with CUDA|aten::empty_strided"),
     ),
-    ("needs a package", re.compile(r"pip install")),
+    ("needs a package", re.compile(r"pip install|requires the \w+ library")),
     ("default config does not build", re.compile(r"cannot build|cannot read it|validation error")),
     (
         "needs inputs amplint does not make",
@@ -206,12 +218,13 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"**{len(traced)} of {len(rows)} model types traced ({share:.1f}%).**",
     ]
     # Where transformers itself cannot build the model from its default config (or lacks a
-    # package it needs), the trace never starts: the share of the others is amplint's own.
-    outside = {"default config does not build", "needs a package"}
+    # package it needs), the trace never starts, and where the GPU itself refuses an op the trace
+    # rightly stops: the share of the others is amplint's own.
+    outside = {"default config does not build", "needs a package", "raises on a GPU too"}
     buildable = [row for row in rows if kind(row) not in outside]
     if buildable:
         lines.append(
-            f"Of the {len(buildable)} whose default config builds with the packages installed, "
+            f"Of the {len(buildable)} that build with the packages installed and that a GPU runs, "
             f"{len(traced)} traced ({100 * len(traced) / len(buildable):.1f}%)."
         )
     if traced:
@@ -221,6 +234,23 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"{meta['cores']} cores, {meta['jobs']} at a time."
         )
     kinds = Counter(kind(row) for row in rows if row["result"] != "traced")
+    keyed = [row for row in rows if row["type"] in CHECKPOINT_KEYS]
+    if keyed:
+        lines += [
+            "",
+            f"For {len(keyed)} types transformers' default config cannot build or run its own model; "
+            "they are traced with the keys a published checkpoint sets (nothing else changed):",
+            "",
+            "| model type | checkpoint | keys |",
+            "|---|---|---|",
+        ]
+        for row in keyed:
+            given = CHECKPOINT_KEYS[row["type"]]
+            shown = f"`{json.dumps(given['keys'], sort_keys=True)}`"
+            if len(shown) > 160:  # the values of a long one are in the keys file
+                shown = ", ".join(f"`{key}`" for key in given["keys"]) + f" (values in `{KEYS_FILE}`)"
+            shown = shown.replace("|", "\\|")
+            lines.append(f"| {row['type']} | {given['checkpoint']} | {shown} |")
     lines += ["", "| why a trace failed | model types |", "|---|---|"]
     lines += [f"| {name} | {count} |" for name, count in kinds.most_common()]
     lines += [

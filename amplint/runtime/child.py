@@ -81,6 +81,9 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
             "the default config lacks what every transformers 4 config had and the model reads: set "
             + ", ".join(filled)
         )
+    part = getattr(getattr(model, "config", None), "amplint_part", None)
+    if part:
+        notes.append(f"the model type's class only generates: traced its first part with a forward ({part})")
     held = {str(p.dtype).removeprefix("torch.") for p in _floating(model)}
     wanted = {dtype if spec["autocast"] else None, param, *(held if param is None else ())}
     if spec["device"] == "cuda" and not gpu.native_bf16 and "bfloat16" in wanted:
@@ -116,7 +119,8 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
     try:
         graph = trace(model, args, kwargs, **options)
     except TraceError as exc:
-        if not spec.get("hf_config") or _NO_ATTENTION_CACHE not in str(exc):
+        recurrent = _NO_ATTENTION_CACHE in str(exc)
+        if not spec.get("hf_config") or not (recurrent or _in_cache(exc)):
             raise
         # A hybrid config whose every layer is recurrent (linear attention, Mamba): transformers'
         # cache cannot tell the sequence length then, so the model is run as it can be, without one.
@@ -124,6 +128,8 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         graph = trace(model, args, kwargs, **options)
         notes.append(
             "this config has no attention layer, which transformers' cache needs: traced with use_cache=False"
+            if recurrent
+            else f"transformers' cache cannot be built for this config ({exc.__cause__}): traced with use_cache=False"
         )
     graph.notes.extend(notes)
     if spec.get("compare_cpu") and spec["device"] == "cuda" and spec["autocast"]:
@@ -135,6 +141,15 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
 
 
 _NO_ATTENTION_CACHE = "`get_seq_length` can only be called on Attention layers"
+
+
+def _in_cache(exc: BaseException) -> bool:
+    """Whether the model's failure was raised inside transformers' cache (building it from the
+    config: BLT's cache reads a layer count its config keeps on sub-configs), which a forward with
+    use_cache=False does not make."""
+    cause = exc.__cause__
+    frames = traceback.extract_tb(cause.__traceback__) if cause is not None else []
+    return any(Path(frame.filename).match("transformers/cache_utils.py") for frame in frames)
 
 
 def _floating(model: Any) -> list[Any]:

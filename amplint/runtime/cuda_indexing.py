@@ -111,7 +111,9 @@ def _slice_bounds(s: slice) -> tuple[Any, Any, Any]:
         if isinstance(v, torch.Tensor):
             known = _item(v)
             if known is None:
-                raise IndexError("slice bounds given as data-dependent tensors are not supported")
+                # CPython reads the bound with `__index__` (`Tensor.item`): the dispatcher's read,
+                # which a recorded real run answers, or which says that the value is data-dependent.
+                return operator.index(aten._local_scalar_dense.default(v))
             return int(known)
         try:
             return operator.index(v)

@@ -223,9 +223,10 @@ def record(run: Callable[[], Any]) -> Answers:
     return answers
 
 
-# Stand-ins for a weight up to this many elements are real; a larger one (an embedding, a stack of
-# MoE experts) is one zero broadcast to its shape, which takes no memory but which ops that check
-# strides refuse.
+# Stand-ins for a weight up to this many elements are real. A larger stack of matrices (MoE
+# experts) is one real matrix broadcast over the stack: ops that check a matrix's strides
+# (`grouped_mm`) read only its last two dimensions. Any other larger one (an embedding) is one zero
+# broadcast to its shape, which takes no memory but which such ops refuse.
 _REAL = 2**24
 
 
@@ -235,6 +236,8 @@ def stand_in_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
 
     def stand_in(t: torch.Tensor) -> torch.Tensor:
+        if t.numel() > _REAL and t.dim() > 2 and t.is_floating_point() and t.shape[-2:].numel() <= _REAL:
+            return stand_in(torch.empty(t.shape[-2:], dtype=t.dtype, device="meta")).expand(t.shape)
         if t.numel() > _REAL:
             return torch.zeros((), dtype=t.dtype).expand(t.shape)
         if not t.is_floating_point():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import operator
 import sys
 import traceback
@@ -59,6 +60,45 @@ _CAST_OPS = frozenset({"_to_copy", "to", "convert_element_type", "_to_dtype"})
 # Where a tensor method's function object lives (`Tensor.to` is TensorBase's).
 _TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
 _CAST_METHODS = frozenset({"to", "float", "double", "half", "bfloat16", "type", "type_as"})
+
+
+@contextmanager
+def _conversions_in_place() -> Iterator[None]:
+    """What a forward does to its fake state and scalars that torch does for real ones only.
+    `module.to(dtype)` inside a forward (Switch Transformers' router casts its classifier to
+    float32 on each call): torch swaps a fake parameter for its converted copy, which a tensor the
+    trace tracks (it holds a weak reference) refuses; the module's entry is replaced instead, for
+    the call (functional_call puts the traced state back when the forward returns)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    original = nn.Module._apply
+
+    def _apply(module: nn.Module, fn: Callable[..., Any], recurse: bool = True) -> nn.Module:
+        tensors = (*module._parameters.values(), *module._buffers.values())
+        if not any(isinstance(t, FakeTensor) for t in tensors):
+            return original(module, fn, recurse)
+        if recurse:
+            for child in module.children():
+                child._apply(fn)
+        for table in (module._parameters, module._buffers):
+            for key, tensor in table.items():
+                if tensor is not None:
+                    table[key] = fn(tensor)
+        return module
+
+    def __format__(tensor: torch.Tensor, spec: str) -> str:
+        # A 0-d tensor formats as its value (an expert's index in Switch Transformers' key
+        # f"expert_{index}"): torch does so for plain tensors only, a fake one would print itself.
+        if tensor.dim() == 0 and isinstance(tensor, FakeTensor):
+            return tensor.item().__format__(spec)
+        return formatted(tensor, spec)
+
+    formatted = torch.Tensor.__format__
+    with (
+        mock.patch.object(nn.Module, "_apply", _apply),
+        mock.patch.object(torch.Tensor, "__format__", __format__),
+    ):
+        yield
 
 
 def dtype_name(dtype: torch.dtype | None) -> str | None:
@@ -330,6 +370,7 @@ def trace(
     def traced(answers: Answers | None) -> torch.fx.GraphModule:
         with ExitStack() as stack:
             stack.enter_context(torch.no_grad())
+            stack.enter_context(_fake_kernel_log_quiet())
             if emulated:  # what torch.cuda answers about the device, before any autocast block asks
                 stack.enter_context(emulated_gpu(GPUS[gpu]))
                 stack.enter_context(relaxed_meta())
@@ -337,6 +378,7 @@ def trace(
             stack.enter_context(fx_traceback.preserve_node_meta())
             running: list[str] = []  # a forward that raises leaves its module's path here
             stack.enter_context(_module_paths(model, running))
+            stack.enter_context(_conversions_in_place())
             unchecked.clear()
             stack.enter_context(_value_checks_skipped(unchecked))
             stack.enter_context(autocast_enabled(device, dtype, autocast))
@@ -433,6 +475,19 @@ def trace(
 
                 replay_values(graph, graph_module, fx_nodes, real_inputs, limits, max_memory)
     return graph
+
+
+@contextmanager
+def _fake_kernel_log_quiet() -> Iterator[None]:
+    """A kernel that raises on fake tensors is logged by torch with its whole traceback before the
+    error reaches us; the trace's own message says it once, with the model's line."""
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    was = log.disabled
+    log.disabled = True
+    try:
+        yield
+    finally:
+        log.disabled = was
 
 
 @contextmanager
@@ -558,6 +613,11 @@ def _explain(exc: Exception, module: str | None, traced: object) -> str:
         lines.append(
             "this call needs a CUDA build of torch, and amplint's CUDA emulation does not cover it yet: "
             "trace with --device cpu, or report it with the line above."
+        )
+    if "Unsupported dtype BFloat16" in text and "fft" in str(op):
+        lines.append(
+            "cuFFT takes float16, float32 and float64 but not bfloat16, and autocast does not upcast an "
+            "FFT: the model raises here on a GPU too. Cast the FFT's input to float32 (x.float())."
         )
     lines.append(f"({text.splitlines()[0] if text else type(exc).__name__})")
     return "\n".join(lines)

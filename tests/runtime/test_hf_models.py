@@ -181,8 +181,12 @@ def test_what_a_forward_cannot_run_without_is_given(tmp_path: Path) -> None:
     # A required prompt; ids of the Q-Former's own vocabulary.
     assert set(_inputs(tmp_path, "grounding-dino")) == {"pixel_values", "input_ids"}
     blip = _inputs(tmp_path, "instructblip")
-    assert set(blip) == {"pixel_values", "qformer_input_ids"}
+    assert set(blip) == {"pixel_values", "qformer_input_ids", "input_ids"}
     assert int(blip["qformer_input_ids"].max()) < 30522  # BERT's vocabulary, not OPT's
+    # The prompt holds a placeholder for each of the Q-Former's 32 queries, first.
+    given = _config(tmp_path, {"model_type": "instructblip", "image_token_index": 32001})
+    prompt = build(given, layers=2, seq_len=64, batch_size=1, attn_implementation="eager")[2]["input_ids"]
+    assert (prompt[0, :32] == 32001).all() and not (prompt[0, 32:] == 32001).any()
     # Stacked mel frames (80 bins x 7), every frame valid.
     audio = _inputs(tmp_path, "fun_asr_nano_encoder")
     assert audio["input_features"].shape == (1, 64, 560)
@@ -575,3 +579,107 @@ def test_a_check_on_input_values_is_skipped_and_noted(tmp_path: Path) -> None:
     )
     (note,) = [n for n in graph.notes if n.startswith("checks on input values skipped")]
     assert "modeling_siglip2.py:" in note
+
+
+@pytest.mark.parametrize(
+    ("model_type", "keys", "shapes"),
+    [
+        # Shapes only the forward's docstring gives: Decision Transformer's `states`
+        # (batch, episode_length, state_dim) and the tensors it lists beside them, though they
+        # default to None; the config's state_dim is 17 and act_dim 4.
+        (
+            "decision_transformer",
+            {},
+            {
+                "states": (1, 64, 17),
+                "actions": (1, 64, 4),
+                "rewards": (1, 64, 1),
+                "returns_to_go": (1, 64, 1),
+                "timesteps": (1, 64),
+            },
+        ),
+        # A forecaster's past reaches back its context (24) and its furthest lag (7), the future
+        # is its horizon; the time features count the config's, observed flags every value.
+        (
+            "time_series_transformer",
+            {"prediction_length": 24, "context_length": 24, "num_time_features": 1},
+            {
+                "past_values": (1, 31),
+                "past_time_features": (1, 31, 1),
+                "past_observed_mask": (1, 31),
+                "future_values": (1, 24),
+                "future_time_features": (1, 24, 1),
+            },
+        ),
+        # MusicGen's decoder reads one row of ids per codebook (4): (batch * codebooks, length).
+        ("musicgen", {}, {"input_ids": (4, 64)}),
+        # Kyutai STT sums a text token and one code per codebook (32) at every position.
+        ("kyutai_speech_to_text", {}, {"input_ids": (1, 64, 33)}),
+        # LXMERT's regions: features and boxes of the widths its config names.
+        ("lxmert", {}, {"input_ids": (1, 64), "visual_feats": (1, 64, 2048), "visual_pos": (1, 64, 4)}),
+    ],
+)
+def test_inputs_a_forward_needs_come_from_its_docstring_and_config(
+    tmp_path: Path, model_type: str, keys: dict, shapes: dict[str, tuple[int, ...]]
+) -> None:
+    made = build(
+        _config(tmp_path, {"model_type": model_type, **keys}),
+        layers=2,
+        seq_len=64,
+        batch_size=1,
+        attn_implementation="eager",
+    )[2]
+    assert {name: tuple(value.shape) for name, value in made.items() if name in shapes} == shapes
+
+
+def test_where_image_vectors_go_in_the_text_is_marked(tmp_path: Path) -> None:
+    # Kosmos-2 splices its 64 latent queries into the text where its position mask says.
+    made = _inputs(tmp_path, "kosmos-2")
+    assert int(made["image_embeds_position_mask"].sum()) == 64
+    # Gemma 4's tower reads patches with their (x, y); the grid's side is a multiple of its pooling.
+    vision = _inputs(tmp_path, "gemma4_vision")
+    kernel = transformers.AutoConfig.for_model("gemma4_vision").pooling_kernel_size
+    side = int(vision["pixel_position_ids"][0, :, 0].max()) + 1
+    assert side % kernel == 0 and vision["pixel_values"].shape[1] == side * side
+
+
+def test_a_type_whose_class_only_generates_traces_its_first_part(tmp_path: Path) -> None:
+    graph = run_traced(_spec(_config(tmp_path, {"model_type": "qwen2_5_omni"})))
+    assert any("traced its first part with a forward (thinker_config)" in note for note in graph.notes)
+
+
+def test_stacks_that_need_more_than_one_block_of_a_kind_build(tmp_path: Path) -> None:
+    # Zamba ties its shared attention by a pattern that needs a second hybrid block.
+    model = build(
+        _config(tmp_path, {"model_type": "zamba"}),
+        layers=2,
+        seq_len=8,
+        batch_size=1,
+        attn_implementation="eager",
+    )[0]
+    assert model.config.layers_block_type.count("hybrid") == 2
+    # HRM derives its layer count from the blocks per stack and its cycles: the cache fits it.
+    config = read_config(_config(tmp_path, {"model_type": "hrm_text"}), layers=2)
+    stacks = transformers.AutoConfig.for_model("hrm_text", num_hidden_layers=2)
+    assert config.num_hidden_layers == stacks.num_hidden_layers
+    # Gemma 3n's last blocks reuse keys and values: a shrunk stack keeps one of them.
+    text = read_config(_config(tmp_path, {"model_type": "gemma3n_text"}), layers=2)
+    assert 0 < text.num_kv_shared_layers < text.num_hidden_layers
+
+
+def test_a_module_converted_inside_the_forward_traces(tmp_path: Path) -> None:
+    # Switch Transformers' router casts its classifier to float32 on every call, and names its
+    # experts f"expert_{index}" with a 0-d tensor.
+    graph = run_traced(_spec(_config(tmp_path, {"model_type": "switch_transformers"})))
+    router = [n for n in graph.nodes if (n.module or "").endswith("router.classifier")]
+    # Autocast casts the float32 classifier's weight back to bfloat16 for its matmul.
+    assert [n.dtype for n in router if n.op == "mm"] == ["bfloat16"] * 2
+    assert any(n.op == "_to_copy" and n.input_dtypes == ["float32"] for n in router)
+
+
+def test_a_large_expert_stack_stands_in_with_real_matrices() -> None:
+    from amplint.runtime.oracle import stand_in_weights
+
+    stood = stand_in_weights({"experts": torch.empty(4, 2048, 4096, device="meta")})["experts"]
+    # one real matrix broadcast over the stack, which ops that check a matrix's strides accept
+    assert stood.shape == (4, 2048, 4096) and stood.stride()[0] == 0 and stood[0].abs().sum() > 0
