@@ -55,7 +55,9 @@ def _model_rows(types: list[str], scratch: Path, device: str) -> list[dict[str, 
     import transformers
 
     from amplint.runtime import trace
-    from amplint.runtime.hf import inputs, model_class, read_config
+    from amplint.runtime.hf import model_class
+    from amplint.runtime.hf_config import read_config
+    from amplint.runtime.hf_inputs import inputs
     from amplint.runtime.parity import compare, real_run
 
     transformers.logging.set_verbosity_error()

@@ -121,17 +121,17 @@ if model is not None:
 if model is None or all("error" in out[dtype] for dtype in ("bfloat16", "float16")):
     # What `amplint trace --hf-config` builds: the default config with 2 layers per stack, the class
     # its architectures or model type name, inputs shaped by the model's main input, no cache.
-    from amplint.runtime import hf
+    from amplint.runtime import hf, hf_config, hf_inputs
     try:
         config = transformers.AutoConfig.for_model(model_type)
-        hf.shrink(config, 2)
+        hf_config.shrink(config, 2)
         config.use_cache = False
         found, cls = hf.model_class(config)
         if found == "causal-lm" and getattr(config, "is_decoder", None) is False:
             config.is_decoder = True
         torch.manual_seed(0)
         model = cls._from_config(config).eval()
-        inputs = hf.inputs(model, seq_len=16, batch_size=1)
+        inputs = hf_inputs.inputs(model, seq_len=16, batch_size=1)
     except Exception as exc:
         print(json.dumps({"build": f"{type(exc).__name__}: {str(exc)[:200]}"}))
         sys.exit(0)

@@ -91,7 +91,8 @@ def _one(model_type: str, scratch: str, out: Any) -> None:
 
         transformers.logging.set_verbosity_error()
         from amplint.runtime.child import run_traced
-        from amplint.runtime.hf import model_class, read_config, runnable_part
+        from amplint.runtime.hf import model_class, runnable_part
+        from amplint.runtime.hf_config import read_config
 
         spec = spec_for(model_type, Path(scratch))
         _, cls = model_class(runnable_part(read_config(spec["hf_config"]), None)[0])

@@ -561,18 +561,21 @@ class CudaIndexingMode(TorchFunctionMode):
     _reentered = False
 
     def __enter__(self) -> CudaIndexingMode:
-        self._patched = [(name, torch.Tensor.__dict__.get(name)) for name in _UNGUARDED]
+        # On FakeTensor, not Tensor: a class given `__getitem__` gets CPython's sequence slot too,
+        # which no deletion empties, and torch's C++ then takes its tensors for sequences
+        # (`torch.tensor([torch.tensor(0)])` asks len() of the 0-d tensor) in the real runs after.
+        self._patched = [(name, FakeTensor.__dict__.get(name)) for name in _UNGUARDED]
         for name, method in _UNGUARDED.items():
-            setattr(torch.Tensor, name, method)
+            setattr(FakeTensor, name, method)
         return super().__enter__()
 
     def __exit__(self, *exc: Any) -> None:
         super().__exit__(*exc)
         for name, previous in self._patched:
             if previous is None:
-                delattr(torch.Tensor, name)
+                delattr(FakeTensor, name)
             else:
-                setattr(torch.Tensor, name, previous)
+                setattr(FakeTensor, name, previous)
 
     def __torch_function__(
         self,

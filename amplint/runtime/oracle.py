@@ -18,6 +18,7 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
+from unittest import mock
 
 import torch
 from torch._subclasses.fake_tensor import (
@@ -26,9 +27,11 @@ from torch._subclasses.fake_tensor import (
     FakeTensor,
     FakeTensorMode,
 )
+from torch.autograd import grad_mode
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from amplint.runtime.cuda_indexing import _treat_sequence_as_tuple
 from amplint.runtime.target import is_user_code, user_frame
 
 __all__ = ["AnsweringFakeTensorMode", "Answers", "answering", "asks_for_values", "record", "stand_in_weights"]
@@ -44,6 +47,16 @@ _READS: dict[Any, str] = {
     torch.Tensor.__int__: "int",
     torch.Tensor.__float__: "float",
     torch.Tensor.__index__: "index",
+}
+# Calls whose C++ binding reads the values of the tensors nested in sequences of their data (or
+# index) itself, with every mode off: `torch.tensor([0, n])`, `x[(i, j), (k, l)]`. The argument
+# that holds them, by position and name.
+_NESTED_READS: dict[Any, tuple[int, str]] = {
+    torch.tensor: (0, "data"),
+    torch.as_tensor: (0, "data"),
+    torch.Tensor.new_tensor: (1, "data"),
+    torch.Tensor.__getitem__: (1, "index"),
+    torch.Tensor.__setitem__: (1, "index"),
 }
 # Ops whose output shape depends on values, and the scalar read that C++ code does itself.
 _DYNAMIC = {
@@ -97,18 +110,21 @@ class _Reads(TorchFunctionMode):
         self.inside = 0  # a read in progress: the scalar reads under it are part of it
 
     def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _NESTED_READS:
+            return self._nested(func, args, kwargs)
         what = _READS.get(func)
         if what is None or not args or not isinstance(args[0], torch.Tensor):
-            return func(*args, **(kwargs or {}))
+            return func(*args, **kwargs)
         if not self.recording:
             if isinstance(args[0], FakeTensor):
                 found, value = self.answers.take(what)
                 if found:
                     return value
-            return func(*args, **(kwargs or {}))
+            return func(*args, **kwargs)
         self.inside += 1
         try:
-            value = func(*args, **(kwargs or {}))
+            value = func(*args, **kwargs)
         finally:
             self.inside -= 1
         if what == "tolist":  # a fake tensor's `tolist` reads its elements one `item` at a time
@@ -117,6 +133,69 @@ class _Reads(TorchFunctionMode):
         else:
             self.answers.put(what, value)
         return value
+
+    def _nested(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        """A call of `_NESTED_READS`: no mode sees the binding read its nested tensors, so a real run
+        records their values here, one `item` each, and the trace gives the binding real tensors
+        holding them (of the same dtypes: a tensor's dtype decides the data's)."""
+        position, name = _NESTED_READS[func]
+        keyword = name in kwargs
+        if not keyword and len(args) <= position:
+            return func(*args, **kwargs)
+        given = kwargs[name] if keyword else args[position]
+        # An index's own tensors index; the tensors in its sequences are values.
+        data = _in_index(given, self._read) if name == "index" else _in_data(given, self._read)
+        if data is not given:
+            if keyword:
+                kwargs = {**kwargs, name: data}
+            else:
+                args = (*args[:position], data, *args[position + 1 :])
+        return func(*args, **kwargs)
+
+    def _read(self, tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.numel() != 1:  # the binding raises its own error
+            return tensor
+        if self.recording:
+            self.inside += 1
+            try:
+                self.answers.put("item", tensor.item())
+            finally:
+                self.inside -= 1
+            return tensor
+        found, value = self.answers.take("item")
+        if not found:
+            if not isinstance(tensor, FakeTensor):
+                return tensor
+            # Says that the value is data-dependent, so that the trace asks a real run (or gives
+            # the value the trace knows).
+            value = aten._local_scalar_dense.default(tensor)
+        with torch._C.DisableTorchFunction(), _disable_current_modes():
+            return torch.tensor(value, dtype=tensor.dtype)
+
+
+def _in_data(data: Any, read: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """`data` with each tensor in its (nested) lists and tuples replaced by `read` of it; `data`
+    itself where it holds none."""
+    if not isinstance(data, (list, tuple)):
+        return data
+    return _rebuilt(
+        data, [read(item) if isinstance(item, torch.Tensor) else _in_data(item, read) for item in data]
+    )
+
+
+def _in_index(index: Any, read: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """An index with the tensors that torch turns into index values (those in its sequences)
+    replaced by `read` of each; a sequence taken as a tuple of indices as torch takes it."""
+    if not _treat_sequence_as_tuple(index):
+        return _in_data(index, read)
+    return _rebuilt(index, [_in_data(item, read) for item in index])
+
+
+def _rebuilt(sequence: Any, items: list[Any]) -> Any:
+    """`sequence` itself where none of its items changed, else `items` as a list or a tuple as it was."""
+    if all(new is old for new, old in zip(items, sequence, strict=True)):
+        return sequence
+    return items if isinstance(sequence, list) else tuple(items)
 
 
 def _flat(value: Any) -> Iterator[Any]:
@@ -200,11 +279,9 @@ def asks_for_values(exc: BaseException | None) -> bool:
 
 @contextmanager
 def answering(answers: Answers | None) -> Iterator[None]:
-    """While a trace runs: its Python-level reads of fake tensors answered from `answers`."""
-    if answers is None:
-        yield
-        return
-    with _Reads(answers, recording=False):
+    """While a trace runs: its Python-level reads of fake tensors answered from `answers`. Without
+    answers, the reads that no mode would see still ask, so that the trace stops on them."""
+    with _Reads(answers or Answers(), recording=False):
         yield
 
 
@@ -214,13 +291,25 @@ def record(run: Callable[[], Any]) -> Answers:
     answers = Answers()
     reads = _Reads(answers, recording=True)
     try:
-        with torch.no_grad(), reads, _Ops(answers, reads):
+        with torch.no_grad(), _no_inference_mode(), reads, _Ops(answers, reads):
             run()
     except Exception as exc:
         frame = user_frame(exc)
         where = f" at {frame.filename}:{frame.lineno}" if frame else ""
         answers.failed = f"{type(exc).__name__}{where}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return answers
+
+
+@contextmanager
+def _no_inference_mode() -> Iterator[None]:
+    """`torch.inference_mode` left off (the run is under `no_grad` already): in it, a tensor an op
+    reads as a number (`torch.arange(0, height)`) is read without a dispatch, which goes unrecorded
+    (SAM3 Video's forward runs in inference mode)."""
+    with (
+        mock.patch.object(grad_mode.inference_mode, "__enter__", lambda self: None),
+        mock.patch.object(grad_mode.inference_mode, "__exit__", lambda self, *exc: None),
+    ):
+        yield
 
 
 # Stand-ins for a weight up to this many elements are real. A larger stack of matrices (MoE

@@ -8,6 +8,8 @@ import os
 import sys
 import sysconfig
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,16 @@ def load_factory(target: str) -> Any:
     if not callable(factory):
         raise TargetError(f"{where} has no callable {name!r}")
     return factory
+
+
+@dataclass(frozen=True)
+class MadeInTrace:
+    """An input the trace makes inside the traced call, `make(device, dtype)`: an object holding
+    tensors (a video tracker's inference session), which, made before the trace, would hold real
+    CPU tensors that never become fake nor move to the traced device. `dtype`: the one floating-point
+    inputs take."""
+
+    make: Callable[[str, Any], Any]
 
 
 def call_factory(factory: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:

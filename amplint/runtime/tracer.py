@@ -54,7 +54,7 @@ from amplint.runtime.oracle import (
     stand_in_weights,
 )
 from amplint.runtime.policy import classify
-from amplint.runtime.target import is_user_code, user_frame
+from amplint.runtime.target import MadeInTrace, is_user_code, user_frame
 
 _CAST_OPS = frozenset({"_to_copy", "to", "convert_element_type", "_to_dtype"})
 # Where a tensor method's function object lives (`Tensor.to` is TensorBase's).
@@ -68,7 +68,9 @@ def _conversions_in_place() -> Iterator[None]:
     `module.to(dtype)` inside a forward (Switch Transformers' router casts its classifier to
     float32 on each call): torch swaps a fake parameter for its converted copy, which a tensor the
     trace tracks (it holds a weak reference) refuses; the module's entry is replaced instead, for
-    the call (functional_call puts the traced state back when the forward returns)."""
+    the call (functional_call puts the traced state back when the forward returns). A deep copy
+    of a fake tensor (Dory copies its cache's layers for each loop): torch copies its storage,
+    which a trace cannot hold, so it is cloned instead, the same copy as an op."""
     from torch._subclasses.fake_tensor import FakeTensor
 
     original = nn.Module._apply
@@ -93,10 +95,16 @@ def _conversions_in_place() -> Iterator[None]:
             return tensor.item().__format__(spec)
         return formatted(tensor, spec)
 
+    def __deepcopy__(tensor: torch.Tensor, memo: dict[int, Any]) -> torch.Tensor:
+        if id(tensor) not in memo:
+            memo[id(tensor)] = tensor.clone().requires_grad_(tensor.requires_grad)
+        return memo[id(tensor)]
+
     formatted = torch.Tensor.__format__
     with (
         mock.patch.object(nn.Module, "_apply", _apply),
         mock.patch.object(torch.Tensor, "__format__", __format__),
+        mock.patch.object(FakeTensor, "__deepcopy__", __deepcopy__),
     ):
         yield
 
@@ -280,6 +288,12 @@ def _fake(value: Any, mode: FakeTensorMode, device: str, param_dtype: torch.dtyp
         return torch.empty(value.shape, dtype=dtype, device=device)
 
 
+def _made(inputs: Any, device: str, param_dtype: torch.dtype | None) -> Any:
+    """`inputs` with each `MadeInTrace` made: inside the traced call, its tensors are the trace's."""
+    dtype = param_dtype or torch.float32
+    return pytree.tree_map(lambda v: v.make(device, dtype) if isinstance(v, MadeInTrace) else v, inputs)
+
+
 def trace(
     fn_or_module: Callable[..., Any] | nn.Module,
     args: Sequence[Any] = (),
@@ -340,7 +354,7 @@ def trace(
         }
 
         def run(state: dict[str, torch.Tensor], inputs: Any) -> Any:
-            positional, keywords = inputs
+            positional, keywords = _made(inputs, fake_device, param_dtype)
             return _traceable(torch.func.functional_call(model, state, positional, keywords))
 
         traced_inputs: tuple[Any, ...] = (state, fake_args)
@@ -349,7 +363,7 @@ def trace(
             fake_labels = () if labels is None else (_fake(labels, mode, fake_device, None),)
 
             def run_with_loss(state: dict[str, torch.Tensor], inputs: Any, *labels: Any) -> Any:
-                positional, keywords = inputs
+                positional, keywords = _made(inputs, fake_device, param_dtype)
                 output = torch.func.functional_call(model, state, positional, keywords)
                 with fx_traceback.annotate({"amplint_module": LOSS_MODULE}):
                     loss, described = loss_of(output, labels[0] if labels else None)
@@ -362,7 +376,7 @@ def trace(
         function = fn_or_module
 
         def run(inputs: Any) -> Any:  # type: ignore[misc]
-            positional, keywords = inputs
+            positional, keywords = _made(inputs, fake_device, param_dtype)
             return _traceable(function(*positional, **keywords))
 
         traced_inputs = (fake_args,)
@@ -552,7 +566,7 @@ def _real_answers(traced: Callable[..., Any] | nn.Module, model: nn.Module | Non
     """The answers of one real CPU run (`amplint.runtime.oracle`) with the traced inputs, and the
     model's weights or stand-ins where it has none."""
     inputs = pytree.tree_map(lambda v: v.detach().cpu() if isinstance(v, torch.Tensor) else v, call_args)
-    positional, keywords = inputs
+    positional, keywords = _made(inputs, "cpu", None)
     if model is None:
         return record(lambda: traced(*positional, **keywords))
     own = dict((*model.named_parameters(), *model.named_buffers()))

@@ -19,7 +19,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from amplint.runtime.child import run_traced  # noqa: E402
-from amplint.runtime.hf import build, model_class, read_config, token_ids  # noqa: E402
+from amplint.runtime.hf import build, model_class  # noqa: E402
+from amplint.runtime.hf_config import read_config  # noqa: E402
+from amplint.runtime.hf_inputs import token_ids  # noqa: E402
 from amplint.runtime.target import TargetError  # noqa: E402
 
 QWEN2_7B = {
@@ -615,6 +617,18 @@ def test_a_check_on_input_values_is_skipped_and_noted(tmp_path: Path) -> None:
         ("musicgen", {}, {"input_ids": (4, 64)}),
         # Kyutai STT sums a text token and one code per codebook (32) at every position.
         ("kyutai_speech_to_text", {}, {"input_ids": (1, 64, 33)}),
+        # Granite Speech 5 reads mel frames (80 bins) delta-expanded and stacked in pairs: 4 x 80;
+        # Nemotron 3 stacks its frames itself and is given mel frames (128 bins).
+        ("granite_speech5_encoder", {}, {"input_features": (1, 64, 320)}),
+        ("nemotron3_diarization_audio", {}, {"input_features": (1, 64, 128)}),
+        # Dia's decoder reads one code per channel (9) at every position.
+        ("dia", {}, {"decoder_input_ids": (1, 64, 9)}),
+        # CLAP's audio tower normalises over 64 mel bins: (batch, crops, frames, mel bins).
+        ("clap", {}, {"input_ids": (1, 64), "input_features": (1, 1, 64, 64)}),
+        # SegGPT stitches a prompt and an input image, each of its processor's 448 x 448.
+        ("seggpt", {}, {"pixel_values": (1, 3, 448, 448), "prompt_pixel_values": (1, 3, 448, 448)}),
+        # DepthPro's smallest scale (0.25) of a 1536 image still covers its 384-pixel patch.
+        ("depth_pro", {}, {"pixel_values": (1, 3, 1536, 1536)}),
         # LXMERT's regions: features and boxes of the widths its config names.
         ("lxmert", {}, {"input_ids": (1, 64), "visual_feats": (1, 64, 2048), "visual_pos": (1, 64, 4)}),
     ],
@@ -683,3 +697,35 @@ def test_a_large_expert_stack_stands_in_with_real_matrices() -> None:
     stood = stand_in_weights({"experts": torch.empty(4, 2048, 4096, device="meta")})["experts"]
     # one real matrix broadcast over the stack, which ops that check a matrix's strides accept
     assert stood.shape == (4, 2048, 4096) and stood.stride()[0] == 0 and stood[0].abs().sum() > 0
+
+
+def test_a_kernel_that_raises_on_fake_tensors_is_said_once(tmp_path: Path) -> None:
+    # torch logs the whole traceback of a meta kernel that raises; the message says it once.
+    (tmp_path / "m.py").write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Model(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x.split([1, 2], dim=-1)\n\n\n"
+        "def factory():\n    return Model(), (torch.ones(2, 4),)\n",
+        encoding="utf-8",
+    )
+    done = _amplint("trace", "m.py:factory", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "split_with_sizes expects split_sizes to sum exactly to 4" in done.stderr
+    assert "m.py:7" in done.stderr.splitlines()[0] and "fake_tensor.py" not in done.stderr
+
+
+def test_a_drafter_gets_the_keys_and_values_its_target_computed(tmp_path: Path) -> None:
+    # Gemma 4's assistant raises without embeddings and the target's keys and values per kind of
+    # attention layer; it drafts one position against the target's 64.
+    made = _inputs(tmp_path, "gemma4_unified_assistant")
+    shared = made["shared_kv_states"]
+    assert made["inputs_embeds"].shape[1] == 1 and shared
+    assert all(key.shape[2] == 64 and key.shape == value.shape for key, value in shared.values())
+
+
+def test_a_video_tracker_gets_an_inference_session_made_inside_the_trace(tmp_path: Path) -> None:
+    # SAM 2's video model reads an inference session (a frame and a point prompt) the forward's
+    # annotation names; made before the trace, its tensors would be real CPU ones.
+    graph = run_traced(_spec(_config(tmp_path, {"model_type": "sam2_video"})))
+    assert any(node.op == "convolution" and node.dtype == "bfloat16" for node in graph.nodes)
