@@ -58,6 +58,12 @@ def _spec(config: str, **extra: object) -> dict:
     return {**spec, **extra}
 
 
+def _trace_factory(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
+    """`amplint trace m.py:factory` on a module with that source."""
+    (tmp_path / "m.py").write_text(source, encoding="utf-8")
+    return _amplint("trace", "m.py:factory", cwd=tmp_path)
+
+
 def _amplint(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "amplint", *args], capture_output=True, text=True, cwd=cwd, timeout=300
@@ -394,7 +400,8 @@ def test_v100_runs_the_bf16_model_in_float16_and_reports_its_overflow(tmp_path: 
 
 
 def test_a_failed_trace_names_the_op_the_line_and_the_module(tmp_path: Path) -> None:
-    (tmp_path / "m.py").write_text(
+    done = _trace_factory(
+        tmp_path,
         "import torch\nfrom torch import nn\n\n\n"
         "class Gate(nn.Module):\n"
         "    def forward(self, x):\n"
@@ -406,9 +413,7 @@ def test_a_failed_trace_names_the_op_the_line_and_the_module(tmp_path: Path) -> 
         "    def forward(self, x):\n"
         "        return self.gate(x)\n\n\n"
         "def factory():\n    return Model(), (torch.ones(3),)\n",
-        encoding="utf-8",
     )
-    done = _amplint("trace", "m.py:factory", cwd=tmp_path)
     assert done.returncode == 2
     first = done.stderr.splitlines()[0]
     assert "cannot trace torch.nonzero called at" in first and "m.py:7" in first
@@ -419,12 +424,11 @@ def test_a_failed_trace_names_the_op_the_line_and_the_module(tmp_path: Path) -> 
 
 
 def test_a_cpu_run_that_raises_is_named_beside_the_question(tmp_path: Path) -> None:
-    (tmp_path / "m.py").write_text(
+    done = _trace_factory(
+        tmp_path,
         "import torch\n\n\ndef f(x):\n    n = int(x.sum())\n    return x.view(n + 1, -1)\n\n\n"
         "def factory():\n    return f, (torch.ones(4),)\n",
-        encoding="utf-8",
     )
-    done = _amplint("trace", "m.py:factory", cwd=tmp_path)
     assert done.returncode == 2
     assert "m.py:5" in done.stderr.splitlines()[0]  # the question
     assert "a run on the CPU to read those values raised: RuntimeError at " in done.stderr
@@ -552,12 +556,11 @@ def test_text_is_tokenized_by_the_tokenizer_beside_the_config(tmp_path: Path) ->
 
 
 def test_a_number_read_from_a_fake_cuda_tensor_comes_from_a_cpu_run(tmp_path: Path) -> None:
-    (tmp_path / "m.py").write_text(
+    done = _trace_factory(
+        tmp_path,
         "import torch\n\n\ndef f(x):\n    return x * int(x.sum())\n\n\n"
         "def factory():\n    return f, (torch.ones(3),)\n",
-        encoding="utf-8",
     )
-    done = _amplint("trace", "m.py:factory", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "1 value the model's control flow reads (int 1x) came from a run on the CPU\n" in done.stdout
     assert "not linked" not in done.stderr
@@ -701,15 +704,14 @@ def test_a_large_expert_stack_stands_in_with_real_matrices() -> None:
 
 def test_a_kernel_that_raises_on_fake_tensors_is_said_once(tmp_path: Path) -> None:
     # torch logs the whole traceback of a meta kernel that raises; the message says it once.
-    (tmp_path / "m.py").write_text(
+    done = _trace_factory(
+        tmp_path,
         "import torch\nfrom torch import nn\n\n\n"
         "class Model(nn.Module):\n"
         "    def forward(self, x):\n"
         "        return x.split([1, 2], dim=-1)\n\n\n"
         "def factory():\n    return Model(), (torch.ones(2, 4),)\n",
-        encoding="utf-8",
     )
-    done = _amplint("trace", "m.py:factory", cwd=tmp_path)
     assert done.returncode == 2
     assert "split_with_sizes expects split_sizes to sum exactly to 4" in done.stderr
     assert "m.py:7" in done.stderr.splitlines()[0] and "fake_tensor.py" not in done.stderr
