@@ -127,7 +127,10 @@ def build(
     tokenize with the tokenizer saved beside the config."""
     import torch
 
-    config, part = runnable_part(read_config(config_path, layers=layers), task)
+    def configured(per_kind: int = 1) -> tuple[Any, str | None]:
+        return runnable_part(read_config(config_path, layers=layers, per_kind=per_kind), task)
+
+    config, part = configured()
     found, cls = model_class(config, task)
     config = _for_head(config, found, cls)
     filled: list[str] = []
@@ -145,8 +148,7 @@ def build(
                 # pattern that needs a second such block) do not build from one: two of each kind,
                 # once; where that fails too, the first error is the one to say.
                 first = exc
-                paired = runnable_part(read_config(config_path, layers=layers, per_kind=2), task)[0]
-                config, filled = _for_head(paired, found, cls), []
+                config, filled = _for_head(configured(per_kind=2)[0], found, cls), []
                 continue
             exc = first or exc
             raise TargetError(

@@ -183,17 +183,20 @@ def _rehook(node: Any, fields: dict[str, Any], total: int, keep: tuple[int, ...]
     read as many kept blocks, in the same order: the last ones kept (the model has a layer per
     index, so none is dropped)."""
     for key, value in list(fields.items()):
-        if not (
-            isinstance(value, (list, tuple))
-            and value
-            and (key in _INDEX_LISTS or key.endswith(("_ids", "_idxs", "_indices")))
-            and all(type(i) is int and 0 <= i < total for i in value)
-            and any(i not in keep for i in value)
-        ):
+        if not (_block_indices(key, value, total) and value and any(i not in keep for i in value)):
             continue
         ranks = sorted(set(value))
         position = {old: max(0, len(keep) - len(ranks) + rank) for rank, old in enumerate(ranks)}
         setattr(node, key, type(value)(position[i] for i in value))
+
+
+def _block_indices(key: str, value: Any, total: int) -> bool:
+    """Whether the config entry `key` is a list of indices of blocks of a stack of `total`."""
+    return (
+        isinstance(value, (list, tuple))
+        and (key in _INDEX_LISTS or key.endswith(("_ids", "_idxs", "_indices")))
+        and all(type(i) is int and 0 <= i < total for i in value)
+    )
 
 
 def _renumber(node: Any, fields: dict[str, Any], total: int, keep: list[int]) -> None:
@@ -216,9 +219,7 @@ def _renumber(node: Any, fields: dict[str, Any], total: int, keep: list[int]) ->
             continue
         if len(value) == total and key not in _INDEX_LISTS:
             setattr(node, key, type(value)(value[i] for i in keep))
-        elif (key in _INDEX_LISTS or key.endswith(("_ids", "_idxs", "_indices"))) and all(
-            type(i) is int and 0 <= i < total for i in value
-        ):
+        elif _block_indices(key, value, total):
             setattr(node, key, type(value)(position[i] for i in value if i in position))
     if any(isinstance(fields.get(key), (list, tuple)) for key in _PER_LAYER):
         return  # the per-block list says which block is which; a period would contradict it

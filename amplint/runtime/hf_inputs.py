@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
+from functools import cache
 from typing import Any
 
 from amplint.runtime.hf_config import _configs, _find, _size, _sub
@@ -68,8 +69,8 @@ def _patches(model: Any, parameters: Any) -> dict[str, Any]:
         None,
     )
     width = embeds.in_features if isinstance(embeds, torch.nn.Linear) else channels * temporal * size * size
-    shape = _documented_shape(model, values, vision)[1:] or (width,)
     said = _documented(model.forward).get(values, ("", None, True))[1]
+    shape = _documented_shape(said, vision)[1:] or (width,)
     if isinstance(embeds, torch.nn.Conv2d) and temporal == 1 and (said is None or said.count(",") != 1):
         # A patch embedding that convolves each patch as it comes (Kimi-K2.5's) takes them
         # unflattened, unless the forward says it takes rows (HunYuan-VL's unflattens them itself).
@@ -83,11 +84,10 @@ def _patches(model: Any, parameters: Any) -> dict[str, Any]:
     return made
 
 
-def _documented_shape(model: Any, name: str, config: Any) -> tuple[int, ...]:
-    """The shape the forward's docstring gives `name`, where it has more than two dimensions and
-    each after the first is a product of the config's integers (Inkling2's patches: `(num_image_tokens,
+def _documented_shape(shape: str | None, config: Any) -> tuple[int, ...]:
+    """A shape a forward's docstring gives, where it has more than two dimensions and each after
+    the first is a product of the config's integers (Inkling2's patches: `(num_image_tokens,
     patch_size * spatial_merge_size, patch_size * spatial_merge_size, num_channels)`); else ()."""
-    shape = _documented(model.forward).get(name, ("", None, True))[1]
     dims = [d.strip() for d in shape.split(",")] if shape else []
     found: list[int] = [0]
     for dim in dims[1:] if len(dims) > 2 else ():
@@ -238,12 +238,16 @@ def _feature_extractor(config: Any) -> Any:
     """The feature extractor of the config's model type with its default settings, else of a model
     type of the same transformers module (`pe_audio_encoder` is `pe_audio`'s); None when there is
     none, or it needs a package that is not installed."""
+    return _extractor_of(config.model_type, type(config).__module__.split(".")[-2])
+
+
+@cache  # made once per model type: inputs ask it several times, and some compute filter banks
+def _extractor_of(model_type: str, module: str) -> Any:
     from transformers.models.auto import feature_extraction_auto as auto
     from transformers.models.auto.configuration_auto import model_type_to_module_name
 
     names = auto.FEATURE_EXTRACTOR_MAPPING_NAMES
-    module = type(config).__module__.split(".")[-2]
-    name = names.get(config.model_type) or next(
+    name = names.get(model_type) or next(
         (n for t, n in names.items() if model_type_to_module_name(t) == module), None
     )
     try:
@@ -372,11 +376,10 @@ class _Inputs:
             config, "num_codebooks", None
         )
         self.codebooks = len(tables) if many else 1
+        self.parameters = inspect.signature(model.forward).parameters
         self.documented = _documented(model.forward)
         self.from_docstring: set[str] = set()  # inputs only the forward's docstring shapes
-        self.annotations = {
-            name: str(p.annotation) for name, p in inspect.signature(model.forward).parameters.items()
-        }
+        self.annotations = {name: str(p.annotation) for name, p in self.parameters.items()}
 
     def dimension(self, text: str) -> int | None:
         """One dimension of a documented shape: a product or sum of integers, config keys (also
@@ -459,8 +462,7 @@ class _Inputs:
 
         from amplint.runtime.target import MadeInTrace
 
-        parameter = inspect.signature(self.model.forward).parameters.get(name)
-        kind = getattr(parameter, "annotation", None)
+        kind = getattr(self.parameters.get(name), "annotation", None)
         points, texts = (callable(getattr(kind, key, None)) for key in ("add_point_inputs", "add_prompt"))
         if not (isinstance(kind, type) and (points or texts)):
             return None
@@ -543,15 +545,11 @@ class _Inputs:
             if isinstance(streams, int) and isinstance(codes, int):
                 embeddings = self.model.get_input_embeddings()
                 table = getattr(getattr(embeddings, "embed_tokens", None), "num_embeddings", 0)
-            if (
-                isinstance(streams, int)
-                and isinstance(codes, int)
-                and table == self.vocab + streams * codes + 1
-            ):
-                # One embedding table for the text and each codebook's stream, summed per position
-                # (Kyutai STT): a text token, then one code per codebook, at every position.
-                audio = token_ids(codes, (batch, self.length, streams), seed=3)
-                value = torch.cat([value.unsqueeze(-1), audio], dim=-1)
+                if table == self.vocab + streams * codes + 1:
+                    # One embedding table for the text and each codebook's stream, summed per
+                    # position (Kyutai STT): a text token, then one code per codebook, at every position.
+                    audio = token_ids(codes, (batch, self.length, streams), seed=3)
+                    value = torch.cat([value.unsqueeze(-1), audio], dim=-1)
         elif type(prompt) is int:
             value = token_ids(self.vocab, (batch, prompt))
         elif name == "input_features":
@@ -609,14 +607,15 @@ class _Inputs:
             # A drafter that attends to keys and values its target computed reads the one position
             # it drafts next (what transformers' candidate generator gives it at each step).
             shared = any(_SHARED_KV in kind for kind in self.annotations.values())
-            steps = 1 if shared and _shared_keys_values(self.model, batch, length) else length
+            steps = 1 if shared and _shared_kv_shapes(self.model, batch, length) else length
             value, positions = torch.randn(batch, steps, width), (batch, steps)
         elif _SHARED_KV in self.annotations.get(name, ""):
             # Keys and values another model computed, per kind of attention layer, for the layers
             # that reuse them (Gemma 4's assistant attends to its target model's last ones).
-            value = _shared_keys_values(self.model, batch, self.length)
-            if not value:
+            shapes = _shared_kv_shapes(self.model, batch, self.length)
+            if not shapes:
                 return False
+            value = {kind: (torch.randn(shape), torch.randn(shape)) for kind, shape in shapes.items()}
         elif name.endswith("_input_ids"):  # ids of a sub-model's own vocabulary (InstructBLIP's Q-Former)
             sub_vocab = getattr(
                 getattr(config, name.removesuffix("input_ids") + "config", None), "vocab_size", None
@@ -647,7 +646,7 @@ class _Inputs:
             value = places
         elif (session := self.session(name)) is not None:
             value = session
-            if "frame_idx" in inspect.signature(self.model.forward).parameters:
+            if "frame_idx" in self.parameters:
                 self.kwargs["frame_idx"] = 0  # the frame its prompt is on
         elif name.endswith(("_mask", "_padding")) and (
             over := next(
@@ -750,18 +749,18 @@ def inputs(model: Any, *, seq_len: int, batch_size: int, image_size: int | None 
     config = model.config
     parameters = inspect.signature(model.forward).parameters
     main = _main_inputs(model, parameters)
-    shapes = {name: shape or "" for name, (_, shape, _) in _documented(model.forward).items()}
+    made = _Inputs(model, seq_len=seq_len, batch_size=batch_size, image_size=image_size)
     several = [
         name
         for name in _required(parameters)
         if name == "pixel_values"
         or name.endswith("_pixel_values")
-        or re.search(r"height,\s*width$", shapes.get(name, ""))
+        or re.search(r"height,\s*width$", made.documented.get(name, ("", None, True))[1] or "")
     ]
-    # A model that requires several images and stitches them into one (SegGPT: a prompt above its
-    # input, its config's `image_size` the pair's) reads each at the size its image processor makes.
-    stitched = _processor_size(config) if image_size is None and len(several) > 1 else None
-    made = _Inputs(model, seq_len=seq_len, batch_size=batch_size, image_size=stitched or image_size)
+    if image_size is None and len(several) > 1:
+        # A model that requires several images and stitches them into one (SegGPT: a prompt above
+        # its input, its config's `image_size` the pair's) reads each at its image processor's size.
+        made.image_size = _processor_size(config)
     patch_grid = "grid_thw" in parameters or "image_grid_thw" in parameters
     declared = getattr(model, "main_input_name", None)
     if patch_grid and (main[0] != "input_ids" or "input_ids" not in parameters):  # a vision tower
@@ -929,20 +928,17 @@ def _refused_when_none(model: Any) -> list[str]:
     return found
 
 
-def _shared_keys_values(model: Any, batch_size: int, length: int) -> dict[str, Any]:
-    """Keys and values of `length` positions for each kind of attention layer of `model` (its
-    `layer_type`), (batch, key-value heads, positions, head size) as that kind's attention reads them."""
-    import torch
-
-    shared: dict[str, Any] = {}
+def _shared_kv_shapes(model: Any, batch_size: int, length: int) -> dict[str, tuple[int, ...]]:
+    """The shape of the keys (and values) of `length` positions for each kind of attention layer
+    of `model` (its `layer_type`): (batch, key-value heads, positions, head size) as it reads them."""
+    shared: dict[str, tuple[int, ...]] = {}
     for module in model.modules():
         kind, size = getattr(module, "layer_type", None), getattr(module, "head_dim", None)
         groups = getattr(module, "num_key_value_groups", None)  # query heads per key-value head
         heads = getattr(getattr(module, "config", None), "num_attention_heads", None)
         if not (isinstance(kind, str) and type(size) is int and type(groups) is int and type(heads) is int):
             continue
-        shape = (batch_size, heads // groups, length, size)
-        shared.setdefault(kind, (torch.randn(shape), torch.randn(shape)))
+        shared.setdefault(kind, (batch_size, heads // groups, length, size))
     return shared
 
 
