@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from amplint.config import Settings
     from amplint.diagnostics import Diagnostic
     from amplint.pipeline.check import CheckRun
+    from amplint.pipeline.precision import Precision
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -88,6 +89,18 @@ def _parser() -> argparse.ArgumentParser:
         "--precision",
         choices=PRECISIONS,
         help="the half dtypes the code runs in (default: `precision` in [tool.amplint], or auto: detected)",
+    )
+    check.add_argument(
+        "--modes",
+        metavar="MODES",
+        help="the execution modes the code runs in, e.g. cast-bf16,autocast-fp16 (default: `modes` in "
+        "[tool.amplint], else found in the project's scripts, tests and configuration)",
+    )
+    check.add_argument(
+        "--show-conditional",
+        action="store_true",
+        default=None,
+        help="also show findings whose half precision rests on nothing in the project (the caller's choice)",
     )
     check.add_argument(
         "--torch-version",
@@ -364,6 +377,8 @@ def _check(args: argparse.Namespace) -> int:
             precision=args.precision,
             torch_version=args.torch_version,
             cache_dir=args.cache_dir,
+            modes=args.modes,
+            show_conditional=args.show_conditional,
         )
     except ConfigError as exc:
         return _error(str(exc))
@@ -441,6 +456,7 @@ def _check(args: argparse.Namespace) -> int:
         unsafe_fixes=args.unsafe_fixes,
         root=str(settings.root),
         quiet=args.quiet,
+        conditional=run.conditional,
     )
     report = render(
         args.format,
@@ -488,6 +504,7 @@ _SHOWN_KEYS = (
     "exclude",
     "extend_exclude",
     "precision",
+    "modes",
     "torch_version",
     "max_file_size",
     "cache_dir",
@@ -498,13 +515,15 @@ def _show_settings(paths: list[Path], settings: Settings) -> int:
     """`check --show-settings`: what a check of `paths` would run with, the precision profile
     included (detected from the files it would check, as the check does), without checking."""
     from amplint.pipeline.cache import cache_directory
-    from amplint.pipeline.check import project_profile
     from amplint.pipeline.discovery import discover
+    from amplint.pipeline.precision import project_precision
     from amplint.rules import selected_rules
 
     found = discover(paths, settings)
-    profile = project_profile(settings, found.files)
-    rules = [rule.code for rule in selected_rules(settings, profile)]
+    from amplint.source import display_path
+
+    precision = project_precision(settings, found.files)
+    rules = [rule.code for rule in selected_rules(settings, precision.default)]
     chain = [
         path for path in dict.fromkeys(origin for _, origin in settings.origins) if path.endswith(".toml")
     ]
@@ -523,11 +542,12 @@ def _show_settings(paths: list[Path], settings: Settings) -> int:
         f"exclude: {', '.join(settings.exclude) or '-'}",
         f"extend-exclude: {', '.join(settings.extend_exclude) or '-'}",
         f"precision: {settings.precision}",
+        f"modes: {', '.join(settings.modes) or 'auto (found in the project)'}",
         f"torch-version: {settings.torch_version or 'any (none declared)'}",
         f"max-file-size: {settings.max_file_size}",
         f"cache-dir: {cache_directory(settings)}",
-        f"profile: {profile.describe()}",
-        *(f"  {path}:{line}: {what}" for path, line, what in profile.evidence),
+        f"show-conditional: {str(settings.show_conditional).lower()}",
+        *_show_modes(precision, [display_path(path) for path in found.files]),
         "from:",
         *(f"  {key.replace('_', '-')}: {settings.origin(key)}" for key in _SHOWN_KEYS),
     ]
@@ -535,15 +555,41 @@ def _show_settings(paths: list[Path], settings: Settings) -> int:
     return EXIT_CLEAN
 
 
+def _show_modes(precision: Precision, files: list[str]) -> list[str]:
+    """The execution modes of `--show-settings`: where the project sets a precision (its entry
+    points), and per checked file the modes that reach it, with the chain that does."""
+    if precision.modes is None:  # configured: one profile for every file
+        return [f"profile: {precision.default.describe()}"]
+    lines = ["profile: per file, from the execution modes", f"project: {precision.root}"]
+    entries = precision.modes.entries
+    if not entries:
+        lines.append("entry points: none: every finding is conditional (--show-conditional)")
+    else:
+        lines.append(f"entry points: {len(entries)}")
+        shown = [
+            f"  {why.path}:{why.line}: {why.mode.name} `{why.what}` ({why.role})" for why in entries[:20]
+        ]
+        lines += shown + ([f"  ... and {len(entries) - 20} more"] if len(entries) > 20 else [])
+    reached = [(file, precision.of(file)) for file in files if precision.of(file).modes]
+    if reached:
+        lines.append("modes per file:")
+        for file, profile in reached:
+            lines.append(f"  {file}:")
+            lines += [f"    {why.describe()} ({why.role})" for why in profile.modes]
+    return lines
+
+
 def _explain(target: str, paths: list[Path], settings: Settings) -> int:
-    """`check --explain FILE:LINE`: the engine's facts on one line, under the project's profile."""
-    from amplint.pipeline.check import project_profile
+    """`check --explain FILE:LINE`: the engine's facts on one line, under the file's precision."""
     from amplint.pipeline.discovery import discover
+    from amplint.pipeline.precision import project_precision
+    from amplint.source import display_path
     from amplint.static.explain import ExplainError, explain
 
-    profile = project_profile(settings, discover(paths, settings).files)
+    precision = project_precision(settings, discover(paths, settings).files)
+    file = target.rsplit(":", 1)[0]
     try:
-        print(explain(target, profile))
+        print(explain(target, precision.of(display_path(Path(file)))))
     except ExplainError as exc:
         return _error(str(exc))
     return EXIT_CLEAN

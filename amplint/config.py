@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from amplint.gitignore import PatternSet
-from amplint.static.profile import PRECISIONS, Profile, TorchRange, configured
+from amplint.static.modes import mode_named
+from amplint.static.profile import MODE_NAMES, PRECISIONS, Profile, TorchRange, configured
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -74,10 +75,12 @@ _KNOWN_KEYS = (
     "extend-select",
     "ignore",
     "max-file-size",
+    "modes",
     "per-file-ignores",
     "precision",
     "runtime",
     "select",
+    "show-conditional",
     "torch-version",
 )
 _PRECISION_EXPECTED = "one of " + ", ".join(f'"{value}"' for value in PRECISIONS)
@@ -160,6 +163,18 @@ def _validate_precision(value: object, where: str) -> str:
     return value
 
 
+def _validate_modes(values: object, where: str) -> tuple[str, ...]:
+    expected = ", ".join(f'"{name}"' for name in sorted(MODE_NAMES))
+    if not isinstance(values, list | tuple) or not all(isinstance(v, str) for v in values):
+        raise ConfigError(f"{where} must be a list of modes ({expected}), got {_show(values)}")
+    for value in values:
+        try:
+            mode_named(value)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    return tuple(values)
+
+
 def _longest_prefix(code: str, prefixes: Iterable[str]) -> int:
     return max((len(p) for p in prefixes if code.startswith(p)), default=-1)
 
@@ -175,6 +190,11 @@ class Settings:
     root: Path = field(default_factory=Path.cwd)  # relative patterns are anchored here
     config_path: Path | None = None
     precision: str = "auto"  # one of PRECISIONS; "auto": detected from the checked files
+    # The execution modes of a library that runs none of its code itself ("autocast-bf16",
+    # "cast-fp16", ...): every file runs in these. Empty: found in the project (amplint.static.modes).
+    modes: tuple[str, ...] = ()
+    # Also report findings whose half precision rests on nothing in the project (the caller's pick).
+    show_conditional: bool = False
     # The torch the project supports, as a requirement (">=2.1,<2.6"); "" for any. From
     # `torch-version`, else the torch entry of `[project] dependencies` in the nearest pyproject.toml.
     torch_version: str = ""
@@ -264,6 +284,8 @@ class Settings:
         precision: str | None = None,
         torch_version: str | None = None,
         cache_dir: Path | None = None,
+        modes: Sequence[str] | None = None,
+        show_conditional: bool | None = None,
     ) -> Settings:
         """Apply command-line flags: `--select`, `--exclude`, `--precision` and `--cache-dir` replace
         the configured values, `--extend-select`, `--ignore` and `--extend-exclude` add to them. Lists may be
@@ -295,6 +317,10 @@ class Settings:
             changes["torch_version"] = _validate_torch(torch_version, "--torch-version")
         if cache_dir is not None:
             changes["cache_dir"] = Path(os.path.abspath(cache_dir))  # relative to the cwd, as flags are
+        if modes is not None:
+            changes["modes"] = _validate_modes(_split(modes), "--modes")
+        if show_conditional is not None and show_conditional != self.show_conditional:
+            changes["show_conditional"] = show_conditional
         given = {
             "select": select,
             "extend_select": extend_select,
@@ -304,6 +330,8 @@ class Settings:
             "precision": precision,
             "torch_version": torch_version,
             "cache_dir": None if cache_dir is None else changes["cache_dir"],
+            "modes": modes,
+            "show_conditional": show_conditional,
         }
         flags = tuple(
             (key, tuple(_split(value)) if isinstance(value, (list, tuple)) else value)
@@ -438,6 +466,13 @@ def _settings_from_table(table: object, path: Path, section: str, chain: tuple[P
         )
     if "precision" in table:
         changes["precision"] = _validate_precision(table["precision"], f"{prefix}'precision'")
+    if "modes" in table:
+        changes["modes"] = _validate_modes(table["modes"], f"{prefix}'modes'")
+    if "show-conditional" in table:
+        value = table["show-conditional"]
+        if not isinstance(value, bool):
+            raise ConfigError(f"{prefix}'show-conditional' must be true or false, got {_show(value)}")
+        changes["show_conditional"] = value
     if "max-file-size" in table:
         changes["max_file_size"] = _validate_size(table["max-file-size"], f"{prefix}'max-file-size'")
     if "torch-version" in table:

@@ -24,6 +24,9 @@ class Confidence(str, Enum):
     """How sure amplint is. The static pass only knows `static`; the runtime pass refines it."""
 
     STATIC = "static"
+    # The half precision it needs rests on nothing in the project: only the caller's choice (a
+    # library that never runs its code in bf16/fp16 itself). Hidden unless asked for.
+    CONDITIONAL = "conditional"
     CONFIRMED = "confirmed"
     REFUTED = "refuted"
     UNREACHED = "unreached"

@@ -136,14 +136,16 @@ class LineIndex:
         return self.text[start:end].rstrip("\r\n")
 
 
-def display_path(path: Path) -> str:
-    """The path as reports show it: relative to the working directory when below it, POSIX style."""
-    if path.is_absolute():
-        try:
-            path = path.relative_to(Path.cwd())
-        except ValueError:
-            return path.as_posix()
-    return Path(os.path.normpath(path)).as_posix()
+def display_path(path: Path | str) -> str:
+    """The path as reports show it: relative to the working directory when below it, POSIX style.
+    String operations only (no `Path` objects): the project-wide pass names every file of a project."""
+    text = os.fspath(path)
+    if os.path.isabs(text):
+        cwd = os.getcwd()
+        if text != cwd and not text.startswith(cwd.rstrip(os.sep) + os.sep):
+            return text.replace(os.sep, "/")
+        text = text[len(cwd) :].lstrip(os.sep)
+    return os.path.normpath(text).replace(os.sep, "/")
 
 
 class WriteRefused(Exception):

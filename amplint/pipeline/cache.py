@@ -1,8 +1,8 @@
 """The result cache: what checking a file found, keyed by everything that decides it.
 
 An entry's key hashes the file's bytes, the path it was checked under, the rule selection that
-applies to it (`select`, `extend-select`, `ignore`, its `per-file-ignores`), the project's precision profile
-(`Profile.key()`: its dtypes and origin), and the code doing the checking: the amplint version and a
+applies to it (`select`, `extend-select`, `ignore`, its `per-file-ignores`), the file's precision profile
+(`Profile.key()`: its dtypes, origin and execution modes), and the code doing the checking: the amplint version and a
 fingerprint of amplint's own source files, the libcst version and the Python version. Any change to
 one of them misses; nothing is ever invalidated in place. An entry holds the file's diagnostics
 (fixes included) as JSON, without the path, so that a warm run reports exactly what a cold run does.
@@ -29,9 +29,9 @@ from typing import Any
 
 from amplint.config import Settings
 from amplint.diagnostics import APPLICABILITIES, CellEdit, Confidence, Diagnostic, Edit, Fix, Severity
+from amplint.pipeline.precision import Precision
 from amplint.results import FileResult
 from amplint.source import SourceError, decode_source
-from amplint.static.profile import CALLER, Profile
 
 __all__ = ["CACHE_DIR_NAME", "Cache", "cache_directory", "clean"]
 
@@ -92,10 +92,15 @@ def _libcst_version() -> str:
 
 class Cache:
     """The entries of one project. `readonly` reads entries and never writes (as for `--diff`);
-    `profile`: the precision profile the files are checked under (a change of it misses)."""
+    `precision`: the profile each file is checked under (a change of a file's profile misses)."""
 
     def __init__(
-        self, directory: Path, settings: Settings, *, readonly: bool = False, profile: Profile = CALLER
+        self,
+        directory: Path,
+        settings: Settings,
+        *,
+        readonly: bool = False,
+        precision: Precision | None = None,
     ) -> None:
         self.directory = directory
         fingerprint = _code_fingerprint()
@@ -107,14 +112,16 @@ class Cache:
         self._counter = 0
         selection = f"select {','.join(settings.select)}\0extend-select {','.join(settings.extend_select)}\0"
         selection += f"ignore {','.join(settings.ignore)}\0"
-        selection += f"profile {profile.key()}\0max-file-size {settings.max_file_size}\0"
+        selection += f"max-file-size {settings.max_file_size}\0"
         self._run_key = fingerprint + selection.encode()
+        self.precision = precision or Precision()
 
     # -- keys ------------------------------------------------------------------------------------
     def key(self, path: Path, display: str, raw: bytes) -> str:
         ignored = ",".join(sorted(self.settings.ignored_codes_for(path)))
         digest = hashlib.blake2b(self._run_key, digest_size=20)
-        digest.update(f"{os.fspath(path)}\0{display}\0{ignored}\0".encode())
+        profile = self.precision.of(display).key()
+        digest.update(f"{os.fspath(path)}\0{display}\0{ignored}\0{profile}\0".encode())
         digest.update(hashlib.blake2b(raw, digest_size=20).digest())
         return digest.hexdigest()
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from amplint.config import Settings, nearest_settings
-from amplint.diagnostics import Diagnostic, sort_diagnostics
+from amplint.diagnostics import Confidence, Diagnostic, sort_diagnostics
 from amplint.pipeline.discovery import discover
 from amplint.pipeline.notebook import (
     cell_sources,
@@ -16,6 +16,7 @@ from amplint.pipeline.notebook import (
     lint_notebook,
     lint_notebook_file,
 )
+from amplint.pipeline.precision import Precision, project_precision
 from amplint.pipeline.progress import Progress
 from amplint.results import UNPARSABLE, FileResult, too_large, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
@@ -29,7 +30,6 @@ from amplint.source import (
     read_source,
     shown_lines,
 )
-from amplint.static.profile import CALLER, Profile, detect, may_set_precision
 
 # libcst, the rules, the fixer and the process pool are imported where they are used: a run that
 # the cache answers never loads them.
@@ -45,46 +45,30 @@ class CheckRun:
     diffs: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # internal errors: the run exits 2
     warnings: list[str] = field(default_factory=list)  # worth saying, not failing for (the cache)
-    # The precision profile the files were checked under: one per configuration, the last one here.
-    profile: Profile = CALLER
-
-
-def project_profile(settings: Settings, files: Sequence[Path]) -> Profile:
-    """The precision profile of a run: `precision` from the settings, or detected from the checked
-    files, read one at a time as the scan asks for them."""
-    from amplint.pipeline.pool import read_files
-
-    return _profile(settings, read_files(files))
-
-
-def _profile(settings: Settings, contents: Iterable[tuple[Path, bytes | SourceError]]) -> Profile:
-    """`precision` from the settings, or the profile the code in `contents` sets."""
-    return settings.configured_profile or settings.with_torch(detect(_texts(contents)))
-
-
-def _texts(contents: Iterable[tuple[Path, bytes | SourceError]]) -> Iterator[tuple[str, bytes | str]]:
-    """(display path, code) of each file that holds a word the scan looks for, read only as far as
-    `detect` asks (it stops early). The scan reads a file's bytes as they are (its words are ASCII),
-    so the check is the one place a file is decoded; a notebook's code is its cells, each under the
-    name reports give it, which only its JSON holds."""
-    for path, raw in contents:
-        if isinstance(raw, SourceError) or b"\0" in raw[:8192] or not may_set_precision(raw):
-            continue  # unreadable or binary (its AMP900 is all there is to say), or no precision word
-        display = display_path(path)
-        if not is_notebook(path):
-            yield display, raw
-            continue
-        try:
-            yield from cell_sources(decode_source(raw, path), display).items()
-        except SourceError:
-            continue
+    # The precision each file was checked under: one per configuration, the last one here.
+    precision: Precision = field(default_factory=Precision)
+    # Findings not shown because their half precision rests on nothing in the project.
+    conditional: int = 0
 
 
 def _keep(settings: Settings, diagnostic: Diagnostic, path: Path) -> bool:
     # A file that could not be checked is always reported unless ignored by name.
     if diagnostic.code == UNPARSABLE:
         return UNPARSABLE not in settings.ignore and not settings.is_ignored_for(UNPARSABLE, path)
-    return True
+    return settings.show_conditional or diagnostic.confidence != Confidence.CONDITIONAL
+
+
+def _kept(
+    run: CheckRun, settings: Settings, diagnostics: Iterable[Diagnostic], path: Path
+) -> list[Diagnostic]:
+    """The diagnostics a report shows; the conditional ones it hides are counted in `run`."""
+    shown = []
+    for diagnostic in diagnostics:
+        if _keep(settings, diagnostic, path):
+            shown.append(diagnostic)
+        elif diagnostic.confidence == Confidence.CONDITIONAL:
+            run.conditional += 1
+    return shown
 
 
 def run_check(
@@ -150,15 +134,14 @@ def _check_files(
     """Check `files`, all under the one configuration `settings`, into `run`."""
     from amplint.pipeline.pool import precheck
 
-    # The profile comes first: every check and every cache key depends on it.
-    # Streamed: each file is read, scanned and let go, so that the run holds no file's bytes.
-    profile = project_profile(settings, files)
-    run.profile = profile
+    # The precision comes first: every check and every cache key depends on it.
+    precision = project_precision(settings, files)
+    run.precision = precision
     store = None
     if cache:
         from amplint.pipeline.cache import Cache, cache_directory
 
-        store = Cache(cache_directory(settings), settings, readonly=diff, profile=profile)
+        store = Cache(cache_directory(settings), settings, readonly=diff, precision=precision)
     # Cache hits, and (without fix/diff) every file checked in-process or in a pool.
     done = precheck(
         files,
@@ -166,7 +149,7 @@ def _check_files(
         cache=store,
         fix=fix or diff,
         jobs=jobs,
-        profile=profile,
+        precision=precision,
         progress=progress.advance if progress is not None else None,
     )
     for path in files:
@@ -175,6 +158,7 @@ def _check_files(
         if result is None:
             from amplint.rules.runner import lint_file
 
+            profile = precision.of(display)
             rules = rules_for(settings, path, profile)
             result = (
                 _fix_file(
@@ -197,7 +181,7 @@ def _check_files(
             run.sources[display] = shown_lines(result.source.text, {d.line for d in result.diagnostics})
             if is_notebook(path):
                 run.sources.update(cell_sources(result.source, display))  # a finding in a cell shows its line
-        run.diagnostics.extend(d for d in result.diagnostics if _keep(settings, d, path))
+        run.diagnostics.extend(_kept(run, settings, result.diagnostics, path))
     if store is not None and store.warning is not None:
         run.warnings.append(store.warning)
 
@@ -232,7 +216,7 @@ def _fixed(
     from amplint.rules.runner import lint_source
 
     fix, lint = (fix_notebook, lint_notebook) if is_notebook(path) else (fix_source, lint_source)
-    profile = run.profile
+    profile = run.precision.of(display)
     outcome = fix(source, rules, display, profile=profile, unsafe=unsafe)
     run.errors.extend(outcome.errors)
     if not outcome.changed:
@@ -285,7 +269,7 @@ def check_stdin(
         except SourceError as exc:
             result = unreadable(path, display, exc)
         else:
-            run.profile = _profile(settings, [(path, raw)])
+            run.precision = project_precision(settings, [path], {path: raw})
             result = _check_text(
                 run, source, path, display, settings, fix=fix, diff=diff, unsafe=unsafe_fixes
             )
@@ -293,7 +277,7 @@ def check_stdin(
     run.warnings.extend(result.warnings)
     if result.source is not None and result.diagnostics:
         run.sources[display] = result.source.text
-    run.diagnostics = sort_diagnostics([d for d in result.diagnostics if _keep(settings, d, path)])
+    run.diagnostics = sort_diagnostics(_kept(run, settings, result.diagnostics, path))
     if not fix:
         return run, None
     return run, raw if result.source is None or not run.fixed else result.source.encode(result.source.text)
@@ -314,10 +298,11 @@ def _check_text(
     with `diff` put the diff into `run` (the result is the code as it is)."""
     from amplint.rules.runner import lint_source
 
-    rules = rules_for(settings, path, run.profile)
+    profile = run.precision.of(display)
+    rules = rules_for(settings, path, profile)
     if fix or diff:
         return _fixed(run, source, path, rules, display, unsafe=unsafe, diff=diff, write=False)
-    return (lint_notebook if is_notebook(path) else lint_source)(source, rules, display, profile=run.profile)
+    return (lint_notebook if is_notebook(path) else lint_source)(source, rules, display, profile=profile)
 
 
 def add_noqa(run: CheckRun) -> tuple[int, list[str]]:

@@ -2,14 +2,14 @@
 left is checked in a pool of worker processes when there is enough of it to pay for starting them,
 and in this process otherwise.
 
-No file's bytes are held longer than one file takes: the precision profile is detected while the
-files stream past (it takes part in every cache key and every check), and each check, a worker's
-included, reads its file itself. A result is cached only when the file still hashes to the key it
+No file's bytes are held longer than one file takes: the precision of each file is settled first
+(`amplint.pipeline.precision`: it takes part in every cache key and every check), and each check, a
+worker's included, reads its file itself. A result is cached only when the file still hashes to the key it
 was looked up by, so an entry always describes the content it is keyed by, even when the file
 changes during the run. Results come
 back keyed by path; the caller walks the files in their own (sorted) order, so the output does not
 depend on which worker finished first. The pool works with every start method (`fork`, `forkserver`,
-`spawn`): a worker receives the settings and the precision profile once and imports what it needs
+`spawn`): a worker receives the settings and the files' precision once and imports what it needs
 itself, and the parent imports neither libcst nor multiprocessing unless it has to.
 """
 
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from amplint.config import Settings
 from amplint.diagnostics import Diagnostic
+from amplint.pipeline.precision import Precision
 from amplint.results import FileResult, too_large, unparsable_diagnostic, unreadable
 from amplint.source import SourceError, SourceFile, decode_source, display_path, read_bytes, shown_lines
 from amplint.static.profile import CALLER, Profile
@@ -99,13 +100,14 @@ def precheck(
     cache: Cache | None,
     fix: bool = False,
     jobs: int | None = None,
-    profile: Profile = CALLER,
+    precision: Precision | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> dict[Path, FileResult]:
     """Results for the files that can be settled here. Without `fix`: every file. With `fix`: only
     cache hits that carry no fix (the rest must go through the fixer, which does not trust the cache
     for a file it may edit). `progress` is told how many more files are settled, as they are."""
 
+    precision = precision or Precision()
     done: dict[Path, FileResult] = {}
     tasks: list[_Task] = []
     if fix and cache is None:
@@ -130,7 +132,7 @@ def precheck(
     if not tasks:
         return done
     workers = _workers(jobs, tasks)
-    results = _run_pool(tasks, settings, profile, workers, tell) if workers > 1 else {}
+    results = _run_pool(tasks, settings, precision, workers, tell) if workers > 1 else {}
     for index, task in enumerate(tasks):
         result = results.get(index)
         if result is None:
@@ -138,7 +140,7 @@ def precheck(
             result = (
                 unreadable(task.path, task.display, raw)
                 if isinstance(raw, SourceError)
-                else check_bytes(task.path, task.display, raw, settings, profile)
+                else check_bytes(task.path, task.display, raw, settings, precision.of(task.display))
             )
             result.source = _shown(result)  # a pool's results come back trimmed already
             tell(1)
@@ -191,12 +193,12 @@ def _batches(tasks: Sequence[_Task], workers: int) -> list[list[int]]:
 # (task index, diagnostics, internal errors, warnings, what a report shows of the file's text)
 _Outcome = tuple[int, list[Diagnostic], list[str], list[str], SourceFile | None]
 _worker_settings: Settings | None = None
-_worker_profile: Profile = CALLER
+_worker_precision: Precision = Precision()
 
 
-def _initialize(settings: Settings, profile: Profile) -> None:
-    global _worker_settings, _worker_profile
-    _worker_settings, _worker_profile = settings, profile
+def _initialize(settings: Settings, precision: Precision) -> None:
+    global _worker_settings, _worker_precision
+    _worker_settings, _worker_precision = settings, precision
 
 
 def _check_batch(batch: list[tuple[int, str, str]]) -> list[_Outcome]:
@@ -208,7 +210,7 @@ def _check_batch(batch: list[tuple[int, str, str]]) -> list[_Outcome]:
         if isinstance(raw, SourceError):
             result = unreadable(Path(path), display, raw)
         else:
-            result = check_bytes(Path(path), display, raw, _worker_settings, _worker_profile)
+            result = check_bytes(Path(path), display, raw, _worker_settings, _worker_precision.of(display))
         outcomes.append((index, result.diagnostics, result.internal_errors, result.warnings, _shown(result)))
     return outcomes
 
@@ -227,7 +229,11 @@ def _shown(result: FileResult) -> SourceFile | None:
 
 
 def _run_pool(
-    tasks: Sequence[_Task], settings: Settings, profile: Profile, workers: int, tell: Callable[[int], None]
+    tasks: Sequence[_Task],
+    settings: Settings,
+    precision: Precision,
+    workers: int,
+    tell: Callable[[int], None],
 ) -> dict[int, FileResult]:
     """Check the tasks in worker processes. When a worker dies (a crash in a parser, a kill by a
     signal), the files it had not reported are checked again one at a time in a fresh worker, and
@@ -235,10 +241,10 @@ def _run_pool(
     never a lost run. A batch that failed otherwise (a result that would not pickle) is left out,
     and so checked again in this process, where a real bug raises as it would without the pool."""
     results: dict[int, FileResult] = {}
-    broken = _pool_round(tasks, _batches(tasks, workers), settings, profile, workers, results, tell)
+    broken = _pool_round(tasks, _batches(tasks, workers), settings, precision, workers, results, tell)
     while broken:
         # One worker, one file at a time: the first file left unreported is the one it died on.
-        broken = _pool_round(tasks, [[index] for index in broken], settings, profile, 1, results, tell)
+        broken = _pool_round(tasks, [[index] for index in broken], settings, precision, 1, results, tell)
         if broken:
             index = broken.pop(0)
             task = tasks[index]
@@ -255,7 +261,7 @@ def _pool_round(
     tasks: Sequence[_Task],
     batches: list[list[int]],
     settings: Settings,
-    profile: Profile,
+    precision: Precision,
     workers: int,
     results: dict[int, FileResult],
     tell: Callable[[int], None],
@@ -270,7 +276,7 @@ def _pool_round(
         max_workers=workers,
         mp_context=multiprocessing.get_context(),
         initializer=_initialize,
-        initargs=(settings, profile),
+        initargs=(settings, precision),
     )
     broken: list[int] = []
     try:

@@ -196,8 +196,9 @@ def preview(paths: Sequence[Path], settings: Settings, trace: Tracer, *, jobs: i
     run.diagnostics = confirm(run.diagnostics, trace(run.diagnostics))
     for path, original in _fixable_files(run.diagnostics).items():
         new_text, from_graph = _with_graph_fixes(path, original, run.diagnostics)
-        rules = rules_for(settings, Path(path), run.profile)
-        outcome = fix_source(replace(original, text=new_text), rules, path, profile=run.profile, unsafe=True)
+        profile = run.precision.of(path)
+        rules = rules_for(settings, Path(path), profile)
+        outcome = fix_source(replace(original, text=new_text), rules, path, profile=profile, unsafe=True)
         run.errors.extend(outcome.errors)
         if outcome.new_text != original.text:
             run.fixed += from_graph + outcome.fixed

@@ -26,6 +26,8 @@ class ReportSummary:
     # Absolute directory that relative paths are relative to; lets SARIF say where %SRCROOT% is.
     root: str | None = None
     quiet: bool = False  # --quiet: findings only, no summary lines
+    # Findings not shown because no execution mode of the project supports them (--show-conditional).
+    conditional: int = 0
 
 
 def applies(diagnostic: Diagnostic, summary: ReportSummary | None) -> bool:

@@ -151,9 +151,18 @@ def _summary_lines(diagnostics: Sequence[Diagnostic], summary: ReportSummary | N
             return [f"Fixed {_plural(summary.fixed, 'finding')}, {remaining} remaining."]
         # With --diff the findings shown are those in the file as it is, the fixable ones included.
         return [f"Would fix {_plural(summary.fixed, 'finding')}, {remaining - summary.fixed} remaining."]
+    conditional = summary.conditional if summary is not None else 0
+    hint = (
+        [
+            f"{_plural(conditional, 'conditional finding')} not shown: nothing in the project runs that code in "
+            "bf16/fp16 (--show-conditional shows them; `modes` in [tool.amplint] says how a library is run)."
+        ]
+        if conditional
+        else []
+    )
     if remaining == 0:
-        return ["All checks passed!"]
-    lines = [f"Found {_plural(remaining, 'finding')}."]
+        return ["All checks passed!", *hint]
+    lines = [f"Found {_plural(remaining, 'finding')}.", *hint]
     # After --fix anything still fixable could not be applied, so the hint would be a lie.
     if fixable and not (summary is not None and summary.fix_applied):
         lines.append(f"[*] {fixable} fixable with the --fix option.")

@@ -42,9 +42,10 @@ class LowPrecisionLogWeights(Rule):
     flows into `exp`, `cumsum`/`cumprod` or a multiplicative recurrence, or is bound to a log-decay
     name such as `w`, `log_w`, `decay` or `gk`) while their input is not upcast to float32.
 
-    Off by default (opt-in): on public projects it was not written against, fewer than 60% of its
-    findings were worth acting on (docs/precision.md). Turn it on with `--extend-select AMP001` or
-    `extend-select = ["AMP001"]` under `[tool.amplint]`.
+    On by default. Its hazard needs half precision, so it is reported where the project runs the
+    code in bf16/fp16 (an execution mode found in its scripts, tests or configuration, named in
+    the message); where nothing in the project does, the finding is conditional and shown only
+    with `--show-conditional` (docs/usage.md#execution-modes).
 
     ## Why is this bad?
     CUDA autocast runs `exp`, `softplus`, `cumsum` and friends in float32, but `sigmoid`, `tanh` and
@@ -76,7 +77,6 @@ class LowPrecisionLogWeights(Rule):
     """
 
     code = "AMP001"
-    default_on = False
     name = "low-precision-log-weights"
     fix_applicability = UNSAFE  # the upcast value reaches consumers in float32
     summary = "sigmoid/tanh/logsigmoid output used as a log-space weight or decay without a float32 upcast"

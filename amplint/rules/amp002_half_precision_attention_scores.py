@@ -50,9 +50,10 @@ class HalfPrecisionAttentionScores(Rule):
     engine decides (an upcast, a bfloat16 autocast region or a bfloat16-only project clears it).
     Scores made by a helper of the same file (`self._scores(q, k)`) count where they are made.
 
-    Off by default (opt-in): on public projects it was not written against, fewer than 60% of its
-    findings were worth acting on (docs/precision.md). Turn it on with `--extend-select AMP002` or
-    `extend-select = ["AMP002"]` under `[tool.amplint]`.
+    On by default. Its hazard needs half precision, so it is reported where the project runs the
+    code in bf16/fp16 (an execution mode found in its scripts, tests or configuration, named in
+    the message); where nothing in the project does, the finding is conditional and shown only
+    with `--show-conditional` (docs/usage.md#execution-modes).
 
     ## Why is this bad?
     In float16 the largest finite value is 65504. A dot product over a 128-wide head of activations
@@ -77,7 +78,6 @@ class HalfPrecisionAttentionScores(Rule):
     """
 
     code = "AMP002"
-    default_on = False
     name = "half-precision-attention-scores"
     summary = "q @ k^T attention scores computed in half precision with the scale applied after the product"
     triggers = frozenset({"softmax", "log_softmax", "Softmax", "LogSoftmax"})

@@ -40,9 +40,10 @@ class HalfPrecisionSoftmax(Rule):
     softmax, where the file runs them in half precision (a `.half()` model, half weights, CPU
     autocast). Under CUDA autocast both run in float32 and nothing is flagged.
 
-    Off by default (opt-in): on public projects it was not written against, fewer than 60% of its
-    findings were worth acting on (docs/precision.md). Turn it on with `--extend-select AMP003` or
-    `extend-select = ["AMP003"]` under `[tool.amplint]`.
+    On by default. Its hazard needs half precision, so it is reported where the project runs the
+    code in bf16/fp16 (an execution mode found in its scripts, tests or configuration, named in
+    the message); where nothing in the project does, the finding is conditional and shown only
+    with `--show-conditional` (docs/usage.md#execution-modes).
 
     ## Why is this bad?
     A half softmax is not the hazard by itself: its kernel accumulates in float32, and
@@ -76,7 +77,6 @@ class HalfPrecisionSoftmax(Rule):
     """
 
     code = "AMP003"
-    default_on = False
     name = "half-precision-softmax"
     fix_applicability = UNSAFE  # the log-probabilities stay float32 for their consumers
     summary = "log_softmax, or log of a softmax, computed in float16/bfloat16"

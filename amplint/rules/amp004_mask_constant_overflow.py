@@ -84,9 +84,10 @@ class MaskConstantOverflow(Rule):
     for an empty input), in a mask the caller passes in (flagged only where the module shows that
     rows can be masked whole), or when the NaN is masked away after the softmax.
 
-    Off by default (opt-in): on public projects it was not written against, fewer than 60% of its
-    findings were worth acting on (docs/precision.md). Turn it on with `--extend-select AMP004` or
-    `extend-select = ["AMP004"]` under `[tool.amplint]`.
+    On by default. Its hazard needs half precision, so it is reported where the project runs the
+    code in bf16/fp16 (an execution mode found in its scripts, tests or configuration, named in
+    the message); where nothing in the project does, the finding is conditional and shown only
+    with `--show-conditional` (docs/usage.md#execution-modes).
 
     ## Why is this bad?
     float16's largest finite value is 65504. `scores.masked_fill(mask, -1e9)` on float16 scores
@@ -120,7 +121,6 @@ class MaskConstantOverflow(Rule):
     """
 
     code = "AMP004"
-    default_on = False
     name = "mask-constant-overflow"
     fix_applicability = (
         UNSAFE  # `finfo(dtype).min` in an additive mask can overflow where the constant did not

@@ -75,9 +75,10 @@ class EpsUnderflow(Rule):
     says where the guard is applied in float16; in a project that runs in bfloat16 only (whose range
     is float32's) nothing is reported.
 
-    Off by default (opt-in): on public projects it was not written against, fewer than 60% of its
-    findings were worth acting on (docs/precision.md). Turn it on with `--extend-select AMP005` or
-    `extend-select = ["AMP005"]` under `[tool.amplint]`.
+    On by default. Its hazard needs half precision, so it is reported where the project runs the
+    code in bf16/fp16 (an execution mode found in its scripts, tests or configuration, named in
+    the message); where nothing in the project does, the finding is conditional and shown only
+    with `--show-conditional` (docs/usage.md#execution-modes).
 
     ## Why is this bad?
     float16's smallest positive value is 2**-24 (about 5.96e-8); anything at or below half of it
@@ -112,7 +113,6 @@ class EpsUnderflow(Rule):
     """
 
     code = "AMP005"
-    default_on = False
     name = "eps-underflow"
     summary = (
         "eps/clamp floor below float16's smallest value (1e-8, 1e-12, 1e-20) guarding a half-precision tensor"

@@ -50,9 +50,10 @@ class SamplingFromHalfProbabilities(Rule):
     such logits. It looks where the logits come from inside the function: model or head outputs,
     products, or explicit half casts; logits passed in as a parameter are the caller's business.
 
-    Off by default (opt-in): on public projects it was not written against, fewer than 60% of its
-    findings were worth acting on (docs/precision.md). Turn it on with `--extend-select AMP013` or
-    `extend-select = ["AMP013"]` under `[tool.amplint]`.
+    On by default. Its hazard needs half precision, so it is reported where the project runs the
+    code in bf16/fp16 (an execution mode found in its scripts, tests or configuration, named in
+    the message); where nothing in the project does, the finding is conditional and shown only
+    with `--show-conditional` (docs/usage.md#execution-modes).
 
     ## Why is this bad?
     Sampling is where half precision fails loudly, far from its cause: a temperature division or a
@@ -91,7 +92,6 @@ class SamplingFromHalfProbabilities(Rule):
     """
 
     code = "AMP013"
-    default_on = False
     name = "sampling-from-half-probabilities"
     summary = "multinomial/gumbel sampling from a softmax of logits that were not upcast to float32"
     triggers = frozenset({"multinomial", "gumbel_softmax", "Categorical", "OneHotCategorical"})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from amplint.diagnostics import SAFE, Diagnostic, Edit, Fix, sort_diagnostics
+from amplint.diagnostics import SAFE, Confidence, Diagnostic, Edit, Fix, sort_diagnostics
 from amplint.results import UNPARSABLE, FileResult, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
 from amplint.rules.suppression import file_is_exempt, line_suppresses
@@ -25,6 +25,7 @@ from amplint.source import (
     read_source,
 )
 from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.dtypes import CALLER_CLAUSE
 from amplint.static.profile import CALLER, Profile
 from amplint.static.regions import region_marks, skip_bodies
 
@@ -175,10 +176,17 @@ def _diagnostic(
         end_line=where.end.line,
         end_column=where.end.column + 1,
         severity=rule.severity,
+        confidence=Confidence.CONDITIONAL if _conditional(ctx, finding) else Confidence.STATIC,
         fix=render_fix(ctx, finding.fix, lines, rule.fix_applicability) if finding.fix else None,
         help=finding.help,
         extra=dict(finding.extra) | _evidence(ctx, finding),
     )
+
+
+def _conditional(ctx: FileContext, finding: Finding) -> bool:
+    """A finding that says it holds only in the caller's half dtype, where no configured precision
+    says the code runs so: no execution mode of the project reaches it, nothing makes it happen."""
+    return ctx.profile.origin != "configured" and CALLER_CLAUSE in finding.message
 
 
 def _evidence(ctx: FileContext, finding: Finding) -> dict[str, object]:

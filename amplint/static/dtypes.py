@@ -32,6 +32,7 @@ from amplint.static.autocast import autocast_call, autocast_settings
 from amplint.static.flow import names_read
 from amplint.static.imports import dotted_name
 from amplint.static.ops import BF16, F16, F32, F64, HALF
+from amplint.static.profile import AUTOCAST, CALLER, CAST, ModeWhy, Profile
 from amplint.static.scopes import named_params, suite_body, walk
 
 if TYPE_CHECKING:
@@ -48,6 +49,9 @@ TENSOR, DTYPE, SCALAR, INTEGER, MODULE, OTHER, UNKNOWN = (
     "unknown",
 )
 _ORDER = {F64: 3, F32: 2, BF16: 1, F16: 1}
+# How a finding says that its half dtype is only the caller's choice (`Fact.caller`): a finding that
+# says so in a project with no execution mode is conditional (`amplint.rules.runner`).
+CALLER_CLAUSE = "this holds when the caller runs it in"
 _SHORT = {F64: "float64", F32: "float32", BF16: "bf16", F16: "fp16"}
 
 
@@ -108,6 +112,16 @@ _INTEGER = Fact(INTEGER)
 _OTHER = Fact(OTHER)
 _MAX_WHY = 4
 _MAX_DEPTH = 3  # calls of the file's own functions followed inside each other
+
+
+def _modes_text(profile: Profile, modes: tuple[ModeWhy, ...]) -> str:
+    """`cast-bf16: `.half()` at gen.py:6 -> GPT`: execution modes as evidence, the best two."""
+    shown = "; ".join(why.describe() for why in modes[:2])
+    more = len(modes) - 2
+    only = profile.only_in(modes)
+    return (
+        shown + (f" (+{more} more)" if more > 0 else "") + (f"; in the project's {only} only" if only else "")
+    )
 
 
 def join(facts: Iterable[Fact]) -> Fact:
@@ -194,6 +208,8 @@ class Autocast:
     device: str | None
     dtype: str | None = None
     where: cst.CSTNode | None = None
+    # The execution mode (from elsewhere in the project) that enables it, where no region here does.
+    mode: ModeWhy | None = None
 
 
 OFF = Autocast(None)
@@ -233,13 +249,14 @@ class DtypeFacts:
 
     def __init__(self, ctx: FileContext, *, caller_autocast: bool = True) -> None:
         self.ctx = ctx
-        self.profile = getattr(ctx, "profile", None) or _BOTH
+        self.profile: Profile = getattr(ctx, "profile", None) or CALLER
         self.caller_autocast = caller_autocast  # False: only this file's own autocast regions
         self._plain: DtypeFacts | None = None
         self._facts: dict[cst.CSTNode, Fact] = {}
         self._states: dict[cst.CSTNode, frozenset[Autocast]] = {}
         self._done: set[cst.CSTNode] = set()
         self._scope_of: dict[cst.CSTNode, cst.FunctionDef | cst.Module] | None = None
+        self._definition_of: dict[cst.CSTNode, str] | None = None  # node -> its top-level definition
         self._module_env: dict[str, Fact] | None = None
         self._classes: dict[str, cst.ClassDef] = {}
         self._class_of: dict[cst.FunctionDef, cst.ClassDef] = {}
@@ -262,8 +279,8 @@ class DtypeFacts:
         dtype): code outside the file's own autocast regions runs with autocast off. Each answer
         then holds for one world, where `of` joins both (a float32 product that the caller's
         autocast would lower no longer makes the softmax after it look half)."""
-        if not self.caller_autocast:
-            return self
+        if not self.caller_autocast or self.profile.modes:
+            return self  # with execution modes, the worlds are theirs: no guessed caller autocast
         if self._plain is None:
             self._plain = DtypeFacts(self.ctx, caller_autocast=False)
         return self._plain
@@ -283,7 +300,7 @@ class DtypeFacts:
         self.of(node)
         if node not in self._states:  # an assignment target: the statement's expressions tell
             node = next((n for n in self.nodes_on(self.line(node)) if n in self._states), node)
-        return self._states.get(node, self._default_entry())
+        return self._states.get(node, self._default_entry(node))
 
     def computed_under(self, expr: cst.BaseExpression) -> frozenset[Autocast]:
         """The autocast states the value of `expr` was computed under: where it stands, and where
@@ -512,17 +529,60 @@ class DtypeFacts:
             elif isinstance(statement, cst.FunctionDef):
                 self._functions.setdefault(statement.name.value, []).append(statement)
 
-    def _default_entry(self) -> frozenset[Autocast]:
-        """What code that this file does not call runs under: autocast off, or the caller's."""
+    def _default_entry(self, node: cst.CSTNode | None = None) -> frozenset[Autocast]:
+        """What code that this file does not call runs under: autocast off, the autocast of the
+        execution modes of the definition holding `node`, or, where none reaches it, whatever the
+        caller picks."""
         if not self.caller_autocast:
             return frozenset({OFF})
-        return frozenset({OFF, *(Autocast("cuda", d) for d in self.profile.half)})
+        whys = self._modes_at(node)
+        if whys:
+            states = {
+                Autocast(why.mode.device or "cuda", why.mode.dtype, mode=why)
+                for why in whys
+                if why.mode.kind == AUTOCAST
+            }
+            return frozenset(states | ({OFF} if len(states) < len(whys) else set()))
+        return frozenset({OFF, *(Autocast("cuda", d) for d in self._caller_half())})
 
-    def _caller_tensor(self, node: cst.CSTNode, what: str) -> Fact:
+    def _caller_half(self) -> frozenset[str]:
+        """The half dtypes a caller may pick for code no execution mode reaches: the configured
+        precision's, else both (where the project has modes, they reach other code, not this)."""
+        return self.profile.half if not self.profile.modes else HALF
+
+    def _modes_at(self, node: cst.CSTNode | None) -> tuple[ModeWhy, ...]:
+        """The execution modes of the top-level definition that holds `node`."""
+        if node is None or not self.profile.definitions:
+            return self.profile.modes
+        if self._definition_of is None:
+            self._definition_of = {
+                inner: top.name.value
+                for top in self.ctx.module.body
+                if isinstance(top, (cst.ClassDef, cst.FunctionDef))
+                for inner in walk(top)
+            }
+        return self.profile.modes_of(self._definition_of.get(node))
+
+    def _caller_tensor(self, node: cst.CSTNode, what: str, *, weights: bool = False) -> Fact:
+        """A value whose dtype the code's runner picks: a function's input (or, with `weights`, a
+        model's parameter, which autocast leaves float32). The execution modes of the definition
+        holding `node` decide it, and the evidence names them; where none reaches it, any dtype the
+        caller may pick, marked as the caller's."""
         if self._foreign():
             return UNKNOWN_FACT  # a TensorFlow or JAX file: its inputs are no torch tensors
-        dtypes = frozenset({F32, *self.profile.half})
-        return Fact(TENSOR, dtypes, (Step(node, what),), caller=bool(self.profile.half))
+        modes = self._modes_at(node)
+        if not modes:
+            half = self._caller_half()
+            return Fact(TENSOR, frozenset({F32, *half}), (Step(node, what),), caller=bool(half))
+        found: set[str] = set()
+        for why in modes:
+            cast = why.mode.kind == CAST
+            found |= {why.mode.dtype} if cast else ({F32} if weights else {F32, why.mode.dtype})
+        return Fact(
+            TENSOR,
+            frozenset(found),
+            (Step(node, f"{what}, which runs as {_modes_text(self.profile, modes)}"),),
+        )
 
     def _foreign(self) -> bool:
         """The file imports another array framework (TensorFlow, JAX, ...) and not torch."""
@@ -574,7 +634,7 @@ class DtypeFacts:
         if cached is not None:
             return cached
         # A module is built before it runs: its `__init__` runs outside the caller's autocast.
-        states = frozenset({OFF}) if function.name.value == "__init__" else self._default_entry()
+        states = frozenset({OFF}) if function.name.value == "__init__" else self._default_entry(function)
         sites = self._sites(function)
         if sites:
             collected: set[Autocast] = set()
@@ -583,7 +643,7 @@ class DtypeFacts:
                     isinstance(scope, cst.FunctionDef) and scope in self._active
                 ):
                     self._analyse(scope)  # the caller's own autocast state at the call
-                collected |= self._states.get(call, self._default_entry())
+                collected |= self._states.get(call, self._default_entry(call))
             states = frozenset(collected)
         for decorator in function.decorators:
             decided = self._autocast_of(decorator.decorator, _Frame({}, states))
@@ -1075,7 +1135,9 @@ class DtypeFacts:
         return (
             fact
             if fact.kind != UNKNOWN
-            else self._caller_tensor(node, f"`self.{name}` is the model's, in the caller's dtype")
+            else self._caller_tensor(
+                node, f"`self.{name}` is the model's, in the caller's dtype", weights=True
+            )
         )
 
     def _init_attribute(self, cls: str, name: str, where: cst.CSTNode) -> Fact:
@@ -1124,7 +1186,9 @@ class DtypeFacts:
                         found.append(self._expr(statement.args[1].value, frame))
                     else:
                         found.append(
-                            self._caller_tensor(where, f"`self.{name}` is a buffer, in the model's dtype")
+                            self._caller_tensor(
+                                where, f"`self.{name}` is a buffer, in the model's dtype", weights=True
+                            )
                         )
         return join(found) if found else self._class_attribute(klass, name)
 
@@ -1195,7 +1259,9 @@ class DtypeFacts:
         if isinstance(value, cst.Call):
             constructor = (self.ctx.qualified(value.func) or self.ctx.code(value.func)).rsplit(".", 1)[-1]
             if constructor in ("Parameter", "Buffer"):
-                return self._caller_tensor(value, f"a {constructor.lower()}, in the model's dtype")
+                return self._caller_tensor(
+                    value, f"a {constructor.lower()}, in the model's dtype", weights=True
+                )
             if constructor in ops.MODULE_OPS or constructor[:1].isupper():
                 return Fact(MODULE, module=constructor)
         # A plain tensor attribute keeps the dtype it is made in: `.half()` converts only the
@@ -1283,7 +1349,8 @@ class DtypeFacts:
             dtypes = frozenset(s.dtype for s in states if s.dtype)
             names = "/".join(_SHORT[d] for d in ops.FLOATS if d in dtypes)
             step = Step(node, f"`{op}` runs in {names} {under}")
-            results.append(Fact(TENSOR, dtypes, (step,), caller=states[0].where is None))
+            caller = states[0].where is None and states[0].mode is None
+            results.append(Fact(TENSOR, dtypes, (step,), caller=caller))
         if fp32:
             results.append(
                 Fact(TENSOR, frozenset({F32}), (Step(node, f"`{op}` runs in float32 {_under(fp32, self)}"),))
@@ -1460,7 +1527,7 @@ class DtypeFacts:
         op = ops.MODULE_OPS.get(constructor)
         first = positional[0] if positional else UNKNOWN_FACT
         weights = self._caller_tensor(
-            node, f"`{dotted_name(node.func) or constructor}` runs in the model's dtype"
+            node, f"`{dotted_name(node.func) or constructor}` runs in the model's dtype", weights=True
         )
         if op in ("sigmoid", "tanh", "softmax", "log_softmax", "softplus"):
             return self._op(op, [first], node, frame)
@@ -1683,12 +1750,6 @@ class DtypeFacts:
         )
 
 
-@dataclass(frozen=True)
-class _Both:
-    half: frozenset[str] = HALF
-
-
-_BOTH = _Both()
 # Integer and boolean dtypes: a DTYPE fact with no floating dtype, marked by `module`.
 _INTEGER_DTYPE = "integer dtype"
 _INTEGER_DTYPE_NAMES = frozenset(
@@ -1738,9 +1799,12 @@ def shorten(code: str, limit: int = 60) -> str:
 def _under(states: list[Autocast], facts: DtypeFacts) -> str:
     """`under autocast at line 12`, or `if the caller enables autocast` for the caller's."""
     here = sorted({facts.line(s.where) for s in states if s.where is not None})
-    if not here:
-        return "if the caller enables autocast"
-    return "under autocast at line " + ", ".join(map(str, here))
+    if here:
+        return "under autocast at line " + ", ".join(map(str, here))
+    modes = tuple(dict.fromkeys(s.mode for s in states if s.mode is not None))
+    if modes:
+        return "under " + _modes_text(facts.profile, modes)
+    return "if the caller enables autocast"
 
 
 def _skipped(function: cst.FunctionDef) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 __all__ = [
@@ -43,6 +43,10 @@ Origin = Literal["configured", "detected", "caller"]
 Evidence = tuple[str, int, str]  # (display path, line, what was seen)
 # The values of `precision` in `[tool.amplint]` and of `--precision`; "auto" detects.
 PRECISIONS: tuple[str, ...] = ("auto", "bf16", "fp16", "fp32")
+
+# The kinds of setting: the code runs under autocast (on a device), or its tensors are cast.
+AUTOCAST, CAST = "autocast", "cast"
+AUTOCAST_CUDA = f"{AUTOCAST}:cuda"
 
 _HANDFUL = 5  # evidence kept per dtype: enough to show where, not a list of every cast
 _ALIASES = {
@@ -118,6 +122,66 @@ def _show(version: Version) -> str:
 ANY_TORCH = TorchRange()
 
 
+_SHORT = {BFLOAT16: "bf16", FLOAT16: "fp16"}
+_ROLES = ("configured", "code", "config", "example", "benchmark", "test")
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One way code runs in half precision: under autocast on `device` in `dtype` (the weights stay
+    float32, autocast picks each op's dtype), or cast to `dtype` (weights and activations half)."""
+
+    kind: str  # AUTOCAST or CAST
+    dtype: str  # BFLOAT16 or FLOAT16
+    device: str = ""  # autocast's device type: "cuda" or "cpu"
+
+    @property
+    def name(self) -> str:
+        """`autocast-bf16`, `cast-fp16`, `autocast-bf16:cpu`: as the `modes` setting writes it."""
+        base = f"{self.kind}-{_SHORT[self.dtype]}"
+        return f"{base}:cpu" if self.device == "cpu" else base
+
+
+# The names the `modes` setting takes: (kind, dtype) of each.
+MODE_NAMES = {
+    f"{kind}-{short}": (kind, dtype) for kind in ("autocast", "cast") for dtype, short in _SHORT.items()
+}
+
+
+@dataclass(frozen=True)
+class ModeWhy:
+    """A mode and its evidence: the setting that makes it (`path:line`, what was seen, the kind of
+    file it is in: "code", "test", "benchmark", "example", "config", "configured") and the names
+    followed from it to the code at hand."""
+
+    mode: Mode
+    path: str
+    line: int
+    what: str
+    via: tuple[str, ...] = ()
+    role: str = "code"
+
+    def through(self, name: str, most: int) -> ModeWhy:
+        """The same evidence, one name further (at most `most` names kept: the first and the last)."""
+        via = (*self.via, name)
+        if len(via) > most:
+            via = (*via[: most // 2], "...", *via[-(most - most // 2 - 1) :])
+        return replace(self, via=via)
+
+    def rank(self) -> tuple[int, int]:
+        """Which evidence to show first: real code before tests and examples, short chains first."""
+        return (_ROLES.index(self.role) if self.role in _ROLES else len(_ROLES), len(self.via))
+
+    def describe(self) -> str:
+        """`cast-bf16: `model.half()` at scripts/generate.py:41 -> GPT -> Block` (and "in tests only"
+        where the role says so)."""
+        if self.role == "configured":
+            return f"{self.mode.name}: `modes` in the configuration"
+        where = f"{self.mode.name}: `{self.what}` at {self.path}:{self.line}"
+        chain = " -> ".join(self.via)
+        return where + (f" -> {chain}" if chain else "")
+
+
 @dataclass(frozen=True)
 class Profile:
     """The half dtypes the checked code may run in (empty: float32 only), where that came from, and,
@@ -129,6 +193,12 @@ class Profile:
     # The torch versions the project supports (`torch-version`, or its declared dependency): which
     # replacement APIs exist for it, and whether a deprecation reaches it.
     torch: TorchRange = ANY_TORCH
+    # The execution modes of one file, with their evidence (`amplint.static.modes`), best first;
+    # empty where none is known (then `half` alone says what the caller may pick).
+    modes: tuple[ModeWhy, ...] = ()
+    # The modes of each top-level definition some entry reaches; where set, one it does not reach
+    # runs in float32 (module-level code keeps the file's `modes`).
+    definitions: tuple[tuple[str, tuple[ModeWhy, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         # Rules compare against these names: a typo here would silently turn a rule off.
@@ -162,9 +232,26 @@ class Profile:
         return f"{dtypes} ({why})"
 
     def key(self) -> str:
-        """What the result cache keys on: the dtypes and the origin (messages may name it), not the
-        evidence, so a new cast of an already known dtype does not re-lint the project."""
-        return f"{self.origin}:{'+'.join(sorted(self.half)) or 'float32'}:torch{self.torch.describe()}"
+        """What the result cache keys on: the dtypes and the origin, and a file's modes with their
+        evidence (its messages name them), not the project's evidence, so a new cast of an already
+        known dtype re-lints only the files it reaches."""
+        modes = "|".join(why.describe() for why in self.modes)
+        modes += "|".join(f"{name}={','.join(w.describe() for w in whys)}" for name, whys in self.definitions)
+        key = f"{self.origin}:{'+'.join(sorted(self.half)) or 'float32'}:torch{self.torch.describe()}"
+        return f"{key}:{modes}" if modes else key
+
+    def modes_of(self, definition: str | None) -> tuple[ModeWhy, ...]:
+        """The modes of the top-level `definition` (None: module-level code)."""
+        if definition is None or not self.definitions:
+            return self.modes
+        return next((whys for name, whys in self.definitions if name == definition), ())
+
+    def only_in(self, modes: tuple[ModeWhy, ...] | None = None) -> str | None:
+        """ "tests", "benchmarks", "examples" when every mode rests on such files alone, else None."""
+        roles = {why.role for why in (self.modes if modes is None else modes)}
+        if not roles or not roles <= {"test", "benchmark", "example"}:
+            return None
+        return " and ".join(f"{role}s" for role in sorted(roles))
 
 
 CALLER = Profile(BOTH, "caller")
@@ -261,21 +348,28 @@ def settings_in(text: bytes | str) -> Iterator[tuple[int, str, frozenset[str]]]:
     line and set of dtypes: `.to(dtype=torch.half)` is one cast, not two); in comments, docstrings
     and strings they do not count. The scan reads bytes (a file's, undecoded: every word it looks
     for is ASCII); text is encoded first."""
+    for line, what, dtypes, _ in settings_with_kinds(text):
+        yield line, what, dtypes
+
+
+def settings_with_kinds(text: bytes | str) -> Iterator[tuple[int, str, frozenset[str], str]]:
+    """`settings_in` with each setting's kind: `CAST`, or `AUTOCAST` and its device ("autocast:cpu")."""
     code = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
     if not may_set_precision(code):
         return
     docstrings: list[tuple[int, int]] | None = None  # found once there is a match to check
-    found: dict[tuple[int, frozenset[str]], tuple[int, str]] = {}  # first (offset, what) per line and dtypes
-    for start, what, dtypes in _settings(code):
+    # The first (offset, what, kind) per line and dtypes.
+    found: dict[tuple[int, frozenset[str]], tuple[int, str, str]] = {}
+    for start, what, dtypes, kind in _settings(code):
         line_start = code.rfind(b"\n", 0, start) + 1
         if (line_start, dtypes) in found or _in_def(code, line_start):
             continue
         if docstrings is None:
             docstrings = _docstrings(code)
         if _is_code(code, start, line_start, docstrings):
-            found[line_start, dtypes] = (start, what)
-    for (_, dtypes), (start, what) in sorted(found.items(), key=lambda item: item[1][0]):
-        yield code.count(b"\n", 0, start) + 1, what, dtypes
+            found[line_start, dtypes] = (start, what, kind)
+    for (_, dtypes), (start, what, kind) in sorted(found.items(), key=lambda item: item[1][0]):
+        yield code.count(b"\n", 0, start) + 1, what, dtypes, kind
 
 
 def _docstrings(code: bytes) -> list[tuple[int, int]]:
@@ -323,18 +417,22 @@ def _snippet(code: bytes, start: int, end: int) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _settings(code: bytes) -> Iterator[tuple[int, str, frozenset[str]]]:
-    """(offset, what, dtypes) for each match of each kind of setting, kind by kind."""
+def _settings(code: bytes) -> Iterator[tuple[int, str, frozenset[str], str]]:
+    """(offset, what, dtypes, kind) for each match of each kind of setting, kind by kind. The kind
+    says how the code runs there: `AUTOCAST` on a device ("autocast:cuda"), or `CAST` (the tensors and
+    weights themselves are half)."""
     yield from _autocasts(code)
     for match in _DEFAULT_DTYPE.finditer(code):
-        yield match.start(), _snippet(code, match.start(), match.end()) + ")", _dtypes(match["dtype"])
+        what = _snippet(code, match.start(), match.end()) + ")"
+        yield match.start(), what, _dtypes(match["dtype"]), CAST
     for match in _CAST_METHOD.finditer(code):
-        yield match.start(), _qualified(code, match.start()) + _text(match.group()), _dtypes(match["dtype"])
+        what = _qualified(code, match.start()) + _text(match.group())
+        yield match.start(), what, _dtypes(match["dtype"]), CAST
     for match in _TO.finditer(code):
         cast = _TO_DTYPE.search(match["args"])
         if cast is not None:
             what = _qualified(code, match.start()) + _snippet(code, match.start(), match.end())
-            yield match.start(), what, _dtypes(cast["dtype"])
+            yield match.start(), what, _dtypes(cast["dtype"]), CAST
     for match in _DTYPE_ARG.finditer(code):
         start = match.start() - (6 if code.endswith(b"torch_", 0, match.start()) else 0)
         if _keyword(code, start):
@@ -343,10 +441,11 @@ def _settings(code: bytes) -> Iterator[tuple[int, str, frozenset[str]]]:
             if b" else " in rest:  # `dtype=torch.bfloat16 if bf16 else torch.float16`
                 for other in _ANY_TORCH_HALF.finditer(rest):
                     dtypes, end = dtypes | _dtypes(other[1]), match.end() + other.end()
-            yield start, _snippet(code, start, end), dtypes
+            yield start, _snippet(code, start, end), dtypes, CAST
     for match in _GRAD_SCALER.finditer(code):
         if not _defines(code, match.start()) and not _DISABLED.search(_arguments(code, match.end())):
-            yield match.start(), _qualified(code, match.start()) + "GradScaler(...)", frozenset({FLOAT16})
+            what = _qualified(code, match.start()) + "GradScaler(...)"
+            yield match.start(), what, frozenset({FLOAT16}), AUTOCAST_CUDA
     for match in _LIGHTNING.finditer(code):
         value = _text(match["name"] or match["int"])
         line_start = code.rfind(b"\n", 0, match.start()) + 1
@@ -355,14 +454,16 @@ def _settings(code: bytes) -> Iterator[tuple[int, str, frozenset[str]]]:
             and value in _LIGHTNING_HALF
             and b"printoptions" not in code[line_start : match.start()]  # print precision, in digits
         ):
-            yield match.start(), _text(match.group()), frozenset({_LIGHTNING_HALF[value]})
+            # "bf16-true" casts the model; "bf16-mixed" (and the bare "bf16", "16") is autocast.
+            kind = CAST if value.endswith("-true") else AUTOCAST_CUDA
+            yield match.start(), _text(match.group()), frozenset({_LIGHTNING_HALF[value]}), kind
     for match in _ACCELERATE.finditer(code):
         if _keyword(code, match.start()):
-            yield match.start(), _text(match.group()), _dtypes(match["name"])
+            yield match.start(), _text(match.group()), _dtypes(match["name"]), AUTOCAST_CUDA
     for flag in _HF_FLAGS:
         for match in flag.finditer(code):
             if _keyword(code, match.start()):
-                yield match.start(), _text(match.group()), _dtypes(match["name"])
+                yield match.start(), _text(match.group()), _dtypes(match["name"]), AUTOCAST_CUDA
 
 
 def _line_end(code: bytes, start: int) -> int:
@@ -406,7 +507,7 @@ def _arguments(code: bytes, start: int) -> bytes:
     return code[start:end]
 
 
-def _autocasts(code: bytes) -> Iterator[tuple[int, str, frozenset[str]]]:
+def _autocasts(code: bytes) -> Iterator[tuple[int, str, frozenset[str], str]]:
     """torch's autocast calls, with the dtype they give or their device's default. A dtype or device
     that only a variable holds could be either dtype; `enabled=False` sets none (it turns autocast off
     for a region)."""
@@ -422,13 +523,6 @@ def _autocasts(code: bytes) -> Iterator[tuple[int, str, frozenset[str]]]:
         if len(call) > 80:
             call = call[:76] + "...)"
         given = _AUTOCAST_DTYPE.search(arguments)
-        if given is not None and given["value"] != b"None":
-            name = _text(given["value"]).removeprefix("torch.")
-            if name in _HALF_NAME:
-                yield match.start(), call, _dtypes(name.encode())
-            elif "float32" not in name and name != "float":
-                yield match.start(), f"{call} (dtype not known statically)", BOTH
-            continue
         device = _DEVICE.search(arguments.lstrip())
         if device is not None:
             kind = _text(device["device"])
@@ -439,8 +533,19 @@ def _autocasts(code: bytes) -> Iterator[tuple[int, str, frozenset[str]]]:
         elif b"cpu.amp import" in code:
             kind = "cpu"
         else:
-            yield match.start(), f"{call} (device not known statically)", BOTH
+            kind = ""
+        # A device only a variable names is taken as CUDA's: the policy amplint checks against.
+        mode = f"{AUTOCAST}:{kind if kind in _DEVICE_DEFAULT else 'cuda'}"
+        if given is not None and given["value"] != b"None":
+            name = _text(given["value"]).removeprefix("torch.")
+            if name in _HALF_NAME:
+                yield match.start(), call, _dtypes(name.encode()), mode
+            elif "float32" not in name and name != "float":
+                yield match.start(), f"{call} (dtype not known statically)", BOTH, mode
+            continue
+        if not kind:
+            yield match.start(), f"{call} (device not known statically)", BOTH, mode
             continue
         default = _DEVICE_DEFAULT.get(kind)
         if default is not None:
-            yield match.start(), f"{call} ({default} by default)", frozenset({default})
+            yield match.start(), f"{call} ({default} by default)", frozenset({default}), mode

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,23 @@ from amplint.config import ConfigError, Settings, load_settings
 from amplint.pipeline.cache import Cache
 from amplint.pipeline.check import run_check
 from amplint.pipeline.pool import precheck
+from amplint.pipeline.precision import Precision
 from amplint.rule import Rule
 from amplint.rules.runner import lint_text
+from amplint.source import display_path
 from amplint.static.context import FileContext, Finding
-from amplint.static.profile import BOTH, CALLER, Profile, TorchRange, configured, detect, settings_in
+from amplint.static.profile import (
+    BOTH,
+    CALLER,
+    CAST,
+    Mode,
+    ModeWhy,
+    Profile,
+    TorchRange,
+    configured,
+    detect,
+    settings_in,
+)
 
 BF16, FP16 = frozenset({"bfloat16"}), frozenset({"float16"})
 CACHE = ".amplint_cache"
@@ -261,7 +275,8 @@ def test_the_flag_overrides_the_config(tmp_path: Path) -> None:
     assert "precision: bf16" in flagged.stdout.splitlines()
     assert "profile: bfloat16 only (configured)" in flagged.stdout.splitlines()
     auto = amplint_run(tmp_path, "check", "--show-settings", "--precision", "auto", ".")
-    assert "profile: bfloat16 only (detected)" in auto.stdout.splitlines()
+    assert "profile: per file, from the execution modes" in auto.stdout.splitlines()
+    assert "  train.py:1: cast-bf16 `model.bfloat16()` (code)" in auto.stdout.splitlines()
     bad = amplint_run(tmp_path, "check", "--precision", "bf17", ".")
     assert bad.returncode == 2
     assert "invalid choice: 'bf17'" in bad.stderr
@@ -293,8 +308,8 @@ def test_show_settings_on_a_project(tmp_path: Path) -> None:
     assert "  tests/* = AMP006" in lines
     assert "extend-exclude: scratch/" in lines
     assert "precision: auto" in lines
-    assert "profile: bfloat16 only (detected)" in lines
-    assert '  src/train.py:6: torch.autocast("cuda", dtype=torch.bfloat16)' in lines
+    assert "profile: per file, from the execution modes" in lines
+    assert '  src/train.py:6: autocast-bf16 `torch.autocast("cuda", dtype=torch.bfloat16)` (code)' in lines
     assert not (tmp_path / CACHE).exists()  # nothing was checked
     assert "AMP006" not in proc.stderr and "src/model.py:" not in proc.stdout
     fp16 = amplint_run(tmp_path, "check", "--show-settings", "--precision", "fp16").stdout.splitlines()
@@ -319,8 +334,8 @@ def test_notebook_cells_are_scanned_as_code(tmp_path: Path) -> None:
     proc = amplint_run(tmp_path, "check", "--show-settings")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert "profile: bfloat16 only (detected)" in lines
-    assert "  train.ipynb:cell 3:2: model.bfloat16()" in lines
+    assert "  train.ipynb:cell 3:2: cast-bf16 `model.bfloat16()` (code)" in lines
+    assert not any("cell 1" in line for line in lines)  # the markdown cell sets nothing
 
 
 def test_show_settings_without_config_or_settings(tmp_path: Path) -> None:
@@ -330,7 +345,8 @@ def test_show_settings_without_config_or_settings(tmp_path: Path) -> None:
     lines = proc.stdout.splitlines()
     assert "config file: none (defaults)" in lines
     assert "precision: auto" in lines
-    assert f"profile: {CALLER.describe()}" in lines
+    assert "profile: per file, from the execution modes" in lines
+    assert "entry points: none: every finding is conditional (--show-conditional)" in lines
 
 
 # --- the profile reaches every check ---------------------------------------------------------------
@@ -359,15 +375,18 @@ def test_the_profile_reaches_every_file(tmp_path: Path, monkeypatch: pytest.Monk
         pytest.skip("the probe rule reaches the workers only through fork")
     for module in (api, rules):  # the in-process path and the workers
         monkeypatch.setattr(module, "rules_for", lambda settings, path, profile: [_Probe])
-    files = [write(tmp_path / f"m{index}.py", f"x = {index}\n") for index in range(3)]
-    files.append(write(tmp_path / "train.py", "model.bfloat16()\n"))
+    files = [write(tmp_path / f"m{index}.py", f"def f{index}(x):\n    return x\n") for index in range(3)]
+    files.append(write(tmp_path / "train.py", "from m0 import f0\n\nf0(x.bfloat16())\n"))
     settings = Settings(root=tmp_path)
+    monkeypatch.chdir(tmp_path)
     run = run_check(files, settings, jobs=jobs)
-    assert run.profile.half == BF16 and run.profile.origin == "detected"
-    (path, line, what), *_ = run.profile.evidence
-    assert path.endswith("train.py") and (line, what) == (1, "model.bfloat16()")
-    assert [d.message for d in run.diagnostics] == ["profile detected:bfloat16:torchany"] * 4
-    done = precheck(files, settings, cache=None, jobs=jobs, profile=Profile(FP16, "configured"))
+    reached = run.precision.of(display_path(files[0]))
+    assert reached.half == BF16 and reached.origin == "detected"
+    assert [why.describe() for why in reached.modes] == ["cast-bf16: `x.bfloat16()` at train.py:3 -> f0"]
+    messages = sorted(d.message for d in run.diagnostics)
+    assert messages == sorted([f"profile {reached.key()}", *["profile caller:bfloat16+float16:torchany"] * 3])
+    configured = Precision(Profile(FP16, "configured"))
+    done = precheck(files, settings, cache=None, jobs=jobs, precision=configured)
     assert {result.diagnostics[0].message for result in done.values()} == {
         "profile configured:float16:torchany"
     }
@@ -381,7 +400,7 @@ def test_the_profile_takes_part_in_the_cache_key(tmp_path: Path) -> None:
     path, raw = tmp_path / "m.py", b"x = 1\n"
 
     def key(profile: Profile) -> str:
-        return Cache(tmp_path / CACHE, settings, profile=profile).key(path, "m.py", raw)
+        return Cache(tmp_path / CACHE, settings, precision=Precision(profile)).key(path, "m.py", raw)
 
     assert key(CALLER) == Cache(tmp_path / CACHE, settings).key(path, "m.py", raw)
     assert key(Profile(BF16, "detected", (("a.py", 1, "a.bfloat16()"),))) == key(Profile(BF16, "detected"))
@@ -392,6 +411,11 @@ def test_the_profile_takes_part_in_the_cache_key(tmp_path: Path) -> None:
         key(Profile(frozenset(), "configured")),
     }
     assert len(keys) == 6
+    # A file's execution modes and their evidence are part of its key (its messages name them).
+    why = ModeWhy(Mode(CAST, "bfloat16"), "train.py", 3, "model.bfloat16()", ("GPT",))
+    with_modes = key(Profile(BF16, "detected", modes=(why,)))
+    assert with_modes != key(Profile(BF16, "detected"))
+    assert with_modes != key(Profile(BF16, "detected", modes=(replace(why, line=4),)))
 
 
 def _entries(root: Path) -> set[str]:
@@ -399,7 +423,9 @@ def _entries(root: Path) -> set[str]:
 
 
 def test_a_changed_profile_misses_the_cache(tmp_path: Path) -> None:
-    write(tmp_path / "pyproject.toml", '[tool.amplint]\nextend-select = ["AMP006"]\n')
+    write(
+        tmp_path / "pyproject.toml", '[tool.amplint]\nextend-select = ["AMP006"]\nshow-conditional = true\n'
+    )
     write(tmp_path / "pkg" / "model.py", NORM)
     write(tmp_path / "pkg" / "lib.py", "def f(x):\n    return x\n")
     first = amplint_run(tmp_path, "check", "pkg")
@@ -414,12 +440,13 @@ def test_a_changed_profile_misses_the_cache(tmp_path: Path) -> None:
     assert len(bf16) == 2
     amplint_run(tmp_path, "check", "--precision", "auto", "pkg")
     assert _entries(tmp_path) == caller | bf16
-    # A file that sets a dtype changes the detected profile: every file is checked again.
-    write(tmp_path / "pkg" / "train.py", "model.half()\n")
+    # A script that runs `rms_norm` in float16 changes that file's profile alone: it and the new
+    # file are checked, `lib.py` is answered from the cache.
+    write(tmp_path / "pkg" / "train.py", "from model import rms_norm\n\nrms_norm(x.half())\n")
     amplint_run(tmp_path, "check", "pkg")
     detected = _entries(tmp_path) - caller - bf16
-    assert len(detected) == 3
-    # More evidence for the same dtype changes no key.
+    assert len(detected) == 2
+    # A setting that reaches nothing changes no key.
     write(tmp_path / "pkg" / "train2.py", "model.half()\n")
     amplint_run(tmp_path, "check", "pkg")
     assert len(_entries(tmp_path) - caller - bf16 - detected) == 1  # only the new file

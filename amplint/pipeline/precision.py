@@ -1,0 +1,131 @@
+"""The precision each checked file runs in: configured, or read from the whole project.
+
+`precision` in `[tool.amplint]` (or `--precision`) fixes one profile for every file; `modes` names
+the execution modes of a library that runs none of its own code. Otherwise the project around the
+checked paths (the folder of the nearest `pyproject.toml`, `setup.py`, `setup.cfg` or `.git` above
+them) is indexed by `amplint.static.modes`: its training loops, scripts, tests and benchmarks are the
+entry points, and each file gets the modes that reach it. A project that sets no precision anywhere
+leaves every file to its caller: its findings are conditional (`--show-conditional` shows them).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from amplint.config import Settings
+from amplint.pipeline.notebook import SUFFIX, cell_sources
+from amplint.source import SourceError, decode_source, display_path, read_bytes
+from amplint.static.modes import ProjectModes, index_modes, mode_named
+from amplint.static.profile import CALLER, ModeWhy, Profile, may_set_precision
+
+__all__ = ["Precision", "project_precision", "project_root"]
+
+_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The profile of each file of a run (by display path), and the one a file not listed gets."""
+
+    default: Profile = CALLER
+    files: Mapping[str, Profile] = field(default_factory=dict)
+    modes: ProjectModes | None = None  # the project's index, for `--show-settings`
+    root: Path | None = None
+
+    def of(self, display: str) -> Profile:
+        return self.files.get(display, self.default)
+
+
+def project_root(paths: Sequence[Path]) -> Path:
+    """The folder of the project around `paths` (files, or folders): the nearest above their common
+    folder that holds a project marker, else that common folder."""
+    folders = [os.path.abspath(path) for path in paths]
+    common = Path(os.path.commonpath(folders)) if folders else Path.cwd()
+    if not common.is_dir():
+        common = common.parent
+    # Never the home folder or the file system's root (a dotfiles repository is no project).
+    stop = {Path.home(), Path(common.anchor)}
+    for folder in (common, *common.parents):
+        if folder in stop:
+            break
+        if any((folder / marker).exists() for marker in _MARKERS):
+            return folder
+    return common
+
+
+def project_precision(
+    settings: Settings, files: Sequence[Path], overrides: Mapping[Path, bytes] | None = None
+) -> Precision:
+    """The precision of `files` under `settings`. `overrides`: the bytes of a file that is not (or
+    not yet) on disk as checked (standard input under its `--stdin-filename`)."""
+    configured = settings.configured_profile
+    if settings.modes:
+        whys = tuple(ModeWhy(mode_named(name), "", 0, name, (), "configured") for name in settings.modes)
+        half = frozenset(why.mode.dtype for why in whys)
+        return Precision(settings.with_torch(Profile(half, "configured", modes=whys)))
+    if configured is not None:
+        return Precision(configured)
+    from amplint.pipeline.discovery import discover
+
+    root = project_root(files) if files else Path.cwd()
+    # Absolute paths as strings: a project has thousands of files, and `Path` objects cost.
+    own = {os.path.abspath(path): path for path in files}
+    project = {os.path.abspath(path) for path in discover([root], settings).files}
+    extra = {os.path.abspath(path) for path in overrides or {}}
+    given = {os.path.abspath(path): raw for path, raw in (overrides or {}).items()}
+    prefix = str(root).rstrip(os.sep) + os.sep
+    found = index_modes(
+        entry
+        for full in sorted(project | set(own) | extra)
+        for entry in _files(full, full.removeprefix(prefix).replace(os.sep, "/"), given)
+    )
+    # A file no entry point reaches is its caller's, as in a project that sets no precision.
+    floor = settings.with_torch(CALLER)
+    profiles: dict[str, Profile] = {}
+    for full, path in own.items():
+        display = display_path(path)
+        key = display_path(full)
+        whys = found.of(key)
+        if whys:
+            half = frozenset(why.mode.dtype for why in whys)
+            evidence = tuple((why.path, why.line, why.what) for why in whys)
+            definitions = tuple(sorted(found.definitions.get(key, {}).items()))
+            profile = Profile(half, "detected", evidence, modes=whys, definitions=definitions)
+            profiles[display] = settings.with_torch(profile)
+    return Precision(floor, profiles, found, root)
+
+
+def _files(
+    full: str, relative: str, given: Mapping[str, bytes]
+) -> Iterator[tuple[str, str, Callable[[], bytes]]]:
+    """(display, path from the root, reader) of a file, or of each code cell of a notebook (under
+    the name reports give it: a setting in a cell is named `nb.ipynb:cell 3:2`)."""
+
+    def load() -> bytes:
+        if full in given:
+            return given[full]
+        try:
+            return read_bytes(Path(full))
+        except SourceError:
+            return b""  # unreadable: its own check says so
+
+    display = display_path(full)
+    if not full.endswith(SUFFIX):
+        yield display, relative, load
+        return
+    raw = load()
+    if not may_set_precision(raw):
+        return  # a notebook is an entry point or nothing: no code imports it
+    try:
+        cells = cell_sources(decode_source(raw, Path(full)), display)
+    except SourceError:
+        return
+    for name, code in cells.items():
+        yield name, relative, _constant(code.encode("utf-8", "surrogatepass"))
+
+
+def _constant(raw: bytes) -> Callable[[], bytes]:
+    return lambda: raw

@@ -1,0 +1,394 @@
+"""Execution modes, project-wide: in which precision each file of a project runs, and why.
+
+Whether a line is a hazard depends on the precision it runs in, and that is decided elsewhere in the
+project: a training loop's autocast, a generation script's `.half()`, a trainer's `bf16=True`. This
+pass reads the whole project once, before any file is checked. Every setting the precision scan of
+`amplint.static.profile` finds is an entry point with a mode (autocast on a device in a dtype, or a
+cast to a dtype); from the function (or script body) that holds it, the names it uses are followed to
+their definitions across the project's imports, and from each definition reached to the names it
+uses in turn. A file's modes are those of its definitions that some entry reaches, each with the
+entry and the chain of names as evidence. A file that no entry reaches runs in float32 only, when
+the project sets a precision anywhere.
+
+The index is text, not a parse (top-level `def`/`class` spans, imports, the words of a span): it
+runs before the per-file checks on every file of the project, and a parse of each would cost more
+than the checks themselves. Where it cannot resolve a name (a registry lookup, a model loaded by
+name) the chain stops there, and the code it did not reach keeps what the other entries say.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from amplint.static.profile import (
+    AUTOCAST,
+    CAST,
+    MODE_NAMES,
+    Mode,
+    ModeWhy,
+    settings_with_kinds,
+)
+
+__all__ = ["ProjectModes", "index_modes", "mode_named", "role_of"]
+
+_MAX_VIA = 6  # names kept in a chain: enough to show the way, not every hop
+
+_DEF = re.compile(rb"^(?:async[ \t]+def|def|class)[ \t]+(\w+)", re.MULTILINE)
+_TOP = re.compile(rb"^(?=[^\s#)\]}])", re.MULTILINE)  # a line that starts at column 0 with code
+_WORD = re.compile(rb"[A-Za-z_]\w*")
+_TRIPLE = re.compile(rb"\"\"\"|'''|#")
+_FROM = re.compile(rb"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.MULTILINE)
+_IMPORT = re.compile(rb"^[ \t]*import[ \t]+([^\n]+)", re.MULTILINE)
+
+
+def mode_named(name: str) -> Mode:
+    """The mode a `modes` setting names: "autocast-bf16", "autocast-fp16", "cast-bf16", "cast-fp16"
+    (a device after a colon: "autocast-bf16:cpu")."""
+    base, _, device = name.partition(":")
+    if base not in MODE_NAMES:
+        raise ValueError(f"unknown mode {name!r}: expected one of {', '.join(sorted(MODE_NAMES))}")
+    kind, dtype = MODE_NAMES[base]
+    if kind == CAST and device:
+        raise ValueError(f"a cast mode has no device: {name!r}")
+    return Mode(kind, dtype, device or "cuda") if kind == AUTOCAST else Mode(kind, dtype)
+
+
+def role_of(display: str) -> str:
+    """What an entry point is, from where it lives: "test", "benchmark", "example" or "code"."""
+    path = PurePosixPath(display.replace("\\", "/"))
+    parts = [part.lower() for part in path.parts[:-1]]
+    name = path.name.lower()
+    if name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py":
+        return "test"
+    if any(part in ("tests", "test", "testing") for part in parts):
+        return "test"
+    if name.startswith("bench") or any(part.startswith("bench") for part in parts):
+        return "benchmark"
+    if any(part in _EXAMPLE_DIRS for part in parts):
+        return "example"
+    return "code"
+
+
+_EXAMPLE_DIRS = {"examples", "example", "docs", "doc", "notebooks", "tutorials", "tutorial", "demo", "demos"}
+
+
+def modes_of_setting(kind: str, dtypes: frozenset[str]) -> Iterator[Mode]:
+    """The modes one precision setting makes (both dtypes where the scan could not tell which)."""
+    for dtype in sorted(dtypes):
+        if kind == CAST:
+            yield Mode(CAST, dtype)
+        else:
+            device = kind.partition(":")[2] or "cuda"
+            yield Mode(AUTOCAST, dtype, "cpu" if device == "cpu" else "cuda")
+
+
+@dataclass
+class _File:
+    """The text index of one file: its top-level definitions and what its imports bind."""
+
+    display: str
+    code: bytes
+    spans: dict[str, tuple[int, int]]  # top-level name -> (start, end) offsets
+    imports: dict[str, tuple[str, str | None]]  # local name -> (module, name in it; None: the module)
+    star: list[str]  # modules whose names `from M import *` binds
+
+
+@dataclass
+class ProjectModes:
+    """The modes of each file of a project (by display path), with their evidence; `entries` lists
+    every setting found, `reached` how many definitions each mode reached."""
+
+    files: dict[str, tuple[ModeWhy, ...]] = field(default_factory=dict)
+    # Per file, the modes of each top-level definition reached.
+    definitions: dict[str, dict[str, tuple[ModeWhy, ...]]] = field(default_factory=dict)
+    entries: list[ModeWhy] = field(default_factory=list)
+    configured: tuple[ModeWhy, ...] = ()
+
+    @property
+    def found(self) -> bool:
+        """Whether the project sets a precision anywhere (else every file is the caller's)."""
+        return bool(self.entries or self.configured)
+
+    def of(self, display: str) -> tuple[ModeWhy, ...]:
+        """The modes `display` runs in: the configured ones, else those some entry reaches."""
+        return self.configured or self.files.get(display, ())
+
+
+Loader = Callable[[], bytes]
+
+
+def index_modes(files: Iterable[tuple[str, str, Loader]]) -> ProjectModes:
+    """The modes of every file of a project, from `files`: (display path, path from the project's
+    root, a function that reads its bytes) for every file of the project, in any order. Each file is
+    read once for its settings, and again only if a chain of names reaches it."""
+    project = _Project()
+    for display, relative, load in files:
+        project.add(display, relative, load)
+    return project.solve()
+
+
+class _Project:
+    def __init__(self) -> None:
+        self.loaders: dict[str, Loader] = {}
+        self.names: dict[str, str] = {}  # display -> dotted module name
+        self.modules: dict[str, list[str]] = {}  # a dotted suffix -> the files it may name
+        self.index: dict[str, _File] = {}
+        self.entries: list[tuple[str, int, ModeWhy]] = []  # (display, offset, why)
+
+    def add(self, display: str, relative: str, load: Loader) -> None:
+        self.loaders[display] = load
+        self.names[display] = dotted = _dotted(relative)
+        for suffix in _suffixes(dotted):
+            self.modules.setdefault(suffix, []).append(display)
+        code = load()
+        role = role_of(relative)
+        for line, what, dtypes, kind in settings_with_kinds(code):
+            offset = _line_offset(code, line)
+            for mode in modes_of_setting(kind, dtypes):
+                self.entries.append((display, offset, ModeWhy(mode, display, line, what, (), role)))
+
+    # -- the index, built for a file the first time a chain reaches it -----------------------------
+    def file(self, display: str) -> _File:
+        found = self.index.get(display)
+        if found is None:
+            found = self.index[display] = _index(display, self.loaders[display]())
+        return found
+
+    def resolve(self, importer: str, module: str) -> str | None:
+        """The file of the project that `module` (dotted; leading dots relative to `importer`) names."""
+        dots = len(module) - len(module.lstrip("."))
+        if dots:
+            package = self.names[importer].split(".")
+            if not importer.endswith("__init__.py"):
+                package = package[:-1]
+            if dots > 1:
+                package = package[: -(dots - 1)] if dots - 1 <= len(package) else []
+            rest = module.lstrip(".")
+            module = ".".join([*package, *([rest] if rest else [])])
+        candidates = self.modules.get(module)
+        if not candidates:
+            return None
+        if len(candidates) == 1:
+            return candidates[0]
+        # Several files end so (a `utils.py` in each package): the one nearest the importer.
+        return max(candidates, key=lambda other: _shared(other, importer))
+
+    # -- following names ---------------------------------------------------------------------------
+    def targets(self, display: str, words: set[bytes], code: bytes) -> Iterator[tuple[str, str]]:
+        """(file, top-level name) for each name of `words` that `display` defines or imports from the
+        project, and each `module.name` read through an imported module."""
+        index = self.file(display)
+        for word in words:
+            name = word.decode()
+            if name in index.spans:
+                yield display, name
+            elif name in index.imports:
+                module, imported = index.imports[name]
+                yield from self._imported(display, module, imported, code, name)
+        for module in index.star:
+            target = self.resolve(display, module)
+            if target is not None:
+                defined = self.file(target).spans
+                yield from ((target, w.decode()) for w in words if w.decode() in defined)
+
+    def _imported(
+        self, display: str, module: str, name: str | None, code: bytes, local: str
+    ) -> Iterator[tuple[str, str]]:
+        if name is not None:
+            submodule = self.resolve(display, f"{module}.{name}" if module.strip(".") else module + name)
+            target = self.resolve(display, module)
+            if target is not None and submodule is None:
+                yield target, name
+                return
+            if submodule is None:
+                return
+            display_of_module = submodule
+        else:
+            found = self.resolve(display, module)
+            if found is None:
+                return
+            display_of_module = found
+        # A module bound to a name: the names read through it (`models.GPT(...)`).
+        attributes = re.findall(rb"\b" + re.escape(local.encode()) + rb"\.(\w+)", code)
+        defined = self.file(display_of_module).spans
+        imports = self.file(display_of_module).imports
+        for attribute in {a.decode() for a in attributes}:
+            if attribute in defined:
+                yield display_of_module, attribute
+            elif attribute in imports:
+                yield from self._imported(display_of_module, *imports[attribute], b"", attribute)
+
+    def solve(self) -> ProjectModes:
+        result = ProjectModes(entries=[why for _, _, why in self.entries])
+        seen: set[tuple[str, str, Mode]] = set()
+        reached: dict[str, dict[Mode, ModeWhy]] = {}
+        by_definition: dict[str, dict[str, dict[Mode, ModeWhy]]] = {}
+        queue: deque[tuple[str, str, ModeWhy]] = deque()
+        for display, offset, why in self.entries:
+            owner, scope = _scope(self.file(display), offset)
+            # The function that holds the setting is the engine's to read (its own casts and
+            # autocast regions are in the file): the mode is for the code it calls.
+            queue.extend((*t, why) for t in self.targets(display, _words(scope), scope) if t[1] != owner)
+        while queue:
+            display, name, why = queue.popleft()  # breadth first: each chain found is a shortest one
+            index = self.file(display)
+            if name not in index.spans:
+                if name in index.imports:  # a re-export (`from .model import GPT` in `__init__`)
+                    module, imported = index.imports[name]
+                    queue.extend((*t, why) for t in self._imported(display, module, imported, b"", name))
+                for star in index.star:  # or one through `from .model import *`
+                    exporter = self.resolve(display, star)
+                    if exporter is not None and exporter != display:
+                        queue.append((exporter, name, why))
+                continue
+            if (display, name, why.mode) in seen:
+                continue
+            seen.add((display, name, why.mode))
+            step = why.through(name, _MAX_VIA)
+            for known in (
+                reached.setdefault(display, {}),
+                by_definition.setdefault(display, {}).setdefault(name, {}),
+            ):
+                if why.mode not in known or known[why.mode].rank() > step.rank():
+                    known[why.mode] = step
+            start, end = index.spans[name]
+            body = index.code[start:end]
+            for target in self.targets(display, _words(body), body):
+                if target != (display, name):
+                    queue.append((*target, step))
+        result.files = {display: _best_first(modes) for display, modes in reached.items()}
+        result.definitions = {
+            display: {name: _best_first(modes) for name, modes in names.items()}
+            for display, names in by_definition.items()
+        }
+        return result
+
+
+def _best_first(modes: dict[Mode, ModeWhy]) -> tuple[ModeWhy, ...]:
+    return tuple(sorted(modes.values(), key=ModeWhy.rank))
+
+
+def _index(display: str, code: bytes) -> _File:
+    strings = _strings(code)
+    # A definition ends where the next statement at column 0 starts (a decorator belongs to the next).
+    tops = [
+        m.start() for m in _TOP.finditer(code) if not _inside(strings, m.start()) and code[m.start()] != 64
+    ]
+    spans: dict[str, tuple[int, int]] = {}
+    for match in _DEF.finditer(code):
+        start = match.start()
+        if _inside(strings, start):
+            continue
+        after = bisect.bisect_right(tops, start)
+        spans.setdefault(match[1].decode(), (start, tops[after] if after < len(tops) else len(code)))
+    imports: dict[str, tuple[str, str | None]] = {}
+    star: list[str] = []
+    for match in _FROM.finditer(code):
+        if _inside(strings, match.start()):
+            continue
+        module = (match[1] + match[2]).decode()
+        names = match[3].decode().replace("(", " ").replace(")", " ").replace("\\", " ")
+        for item in re.split(r"[,\n]", names.split("#")[0] if "(" not in names else _uncomment(names)):
+            parts = item.split()
+            if not parts:
+                continue
+            if parts[0] == "*":
+                star.append(module)
+                continue
+            local = parts[2] if len(parts) == 3 and parts[1] == "as" else parts[0]
+            if local.isidentifier():
+                imports[local] = (module, parts[0])
+    for match in _IMPORT.finditer(code):
+        if _inside(strings, match.start()):
+            continue
+        for item in match[1].decode().split("#")[0].split(","):
+            parts = item.split()
+            if not parts:
+                continue
+            if len(parts) == 3 and parts[1] == "as":
+                imports[parts[2]] = (parts[0], None)
+            elif "." not in parts[0]:
+                imports[parts[0]] = (parts[0], None)
+    return _File(display, code, spans, imports, star)
+
+
+def _uncomment(text: str) -> str:
+    return "\n".join(line.split("#")[0] for line in text.splitlines())
+
+
+def _strings(code: bytes) -> list[tuple[int, int]]:
+    """The (start, end) offsets of the triple-quoted strings: their lines are no code."""
+    spans: list[tuple[int, int]] = []
+    at = 0
+    while (match := _TRIPLE.search(code, at)) is not None:
+        if match.group() == b"#":
+            end = code.find(b"\n", match.end())
+            at = len(code) if end < 0 else end
+            continue
+        close = code.find(match.group(), match.end())
+        at = len(code) if close < 0 else close + 3
+        spans.append((match.start(), at))
+    return spans
+
+
+def _inside(spans: list[tuple[int, int]], offset: int) -> bool:
+    index = bisect.bisect_right(spans, (offset, 1 << 62)) - 1
+    return index >= 0 and spans[index][0] < offset < spans[index][1]
+
+
+def _scope(index: _File, offset: int) -> tuple[str | None, bytes]:
+    """The code an entry at `offset` runs: its top-level definition (with its name), or, at module
+    level, the module's statements outside every definition (a script)."""
+    for name, (start, end) in index.spans.items():
+        if start <= offset < end:
+            return name, index.code[start:end]
+    pieces, at = [], 0
+    for start, end in sorted(index.spans.values()):
+        pieces.append(index.code[at:start])
+        at = end
+    pieces.append(index.code[at:])
+    return None, b"".join(pieces)
+
+
+def _words(code: bytes) -> set[bytes]:
+    return set(_WORD.findall(code))
+
+
+def _line_offset(code: bytes, line: int) -> int:
+    offset = 0
+    for _ in range(line - 1):
+        offset = code.index(b"\n", offset) + 1
+    return offset
+
+
+def _dotted(relative: str) -> str:
+    parts = list(PurePosixPath(relative.replace("\\", "/")).parts)
+    if parts and parts[0] in ("/", "."):
+        parts = parts[1:]
+    if not parts:
+        return ""
+    last = parts.pop()
+    stem = last.rsplit(".", 1)[0]
+    if stem != "__init__":
+        parts.append(stem)
+    return ".".join(parts)
+
+
+def _suffixes(dotted: str) -> Iterator[str]:
+    parts = dotted.split(".") if dotted else []
+    for start in range(len(parts)):
+        yield ".".join(parts[start:])
+
+
+def _shared(one: str, other: str) -> int:
+    count = 0
+    for a, b in zip(PurePosixPath(one).parts, PurePosixPath(other).parts, strict=False):
+        if a != b:
+            break
+        count += 1
+    return count

@@ -1,0 +1,277 @@
+"""Execution modes, project-wide: entry points found where a project sets its precision, followed
+across imports to the code they run; rules decide per mode; findings that rest on no mode are
+conditional and hidden unless asked for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support import amplint_run, write
+
+from amplint.config import ConfigError, Settings, load_settings
+from amplint.diagnostics import Confidence
+from amplint.pipeline.check import run_check
+from amplint.static.modes import index_modes, mode_named, role_of
+from amplint.static.profile import AUTOCAST, CAST, Mode
+
+# A package whose model a generation script runs in float16 and whose block a test runs under bf16
+# autocast; `Policy` and `unused` are reached by nothing.
+PROJECT = {
+    "pyproject.toml": "[project]\nname = 'pkg'\n",
+    "pkg/__init__.py": "from .model import GPT\n",
+    "pkg/model.py": """\
+import torch
+from torch import nn
+from .layers import Block, rms
+
+
+class GPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+
+    def forward(self, x):
+        return rms(self.block(x))
+
+
+class Policy(nn.Module):
+    def forward(self, x):
+        return torch.log_softmax(x, dim=-1)
+""",
+    "pkg/layers.py": """\
+import torch
+from torch import nn
+
+
+def rms(x):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+class Block(nn.Module):
+    def forward(self, x):
+        return torch.log_softmax(x, dim=-1)
+
+
+def unused(x):
+    return torch.log_softmax(x, dim=-1)
+""",
+    "scripts/generate.py": """\
+import torch
+from pkg import GPT
+
+
+def main():
+    model = GPT().half()
+    print(model(torch.randn(2, 3)))
+
+
+if __name__ == "__main__":
+    main()
+""",
+    "tests/test_block.py": """\
+import torch
+import pkg.layers as layers
+
+
+def test_block():
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        layers.Block()(torch.randn(2))
+""",
+}
+
+
+def _project(root: Path, files: dict[str, str] = PROJECT) -> Path:
+    for name, text in files.items():
+        write(root / name, text)
+    return root
+
+
+def _index(root: Path):  # type: ignore[no-untyped-def]
+    files = sorted(p for p in root.rglob("*.py"))
+    return index_modes(
+        (p.relative_to(root).as_posix(), p.relative_to(root).as_posix(), p.read_bytes) for p in files
+    )
+
+
+def test_entries_are_followed_to_the_definitions_they_run(tmp_path: Path) -> None:
+    found = _index(_project(tmp_path))
+    assert {(why.path, why.line, why.mode.name, why.role) for why in found.entries} == {
+        ("scripts/generate.py", 6, "cast-fp16", "code"),
+        ("tests/test_block.py", 6, "autocast-bf16", "test"),
+    }
+    layers = found.definitions["pkg/layers.py"]
+    # `GPT` from the package's `__init__` re-export, then `rms` and `Block` from its body.
+    assert [why.describe() for why in layers["rms"]] == [
+        "cast-fp16: `.half()` at scripts/generate.py:6 -> GPT -> rms"
+    ]
+    assert {why.mode.name for why in layers["Block"]} == {"cast-fp16", "autocast-bf16"}
+    # `layers.Block` read through a module bound by `import pkg.layers as layers`.
+    test_why = next(why for why in layers["Block"] if why.role == "test")
+    assert test_why.via == ("Block",)
+    assert "unused" not in layers
+    assert set(found.definitions["pkg/model.py"]) == {"GPT"}  # `Policy`: nothing runs it
+    # The function that holds a setting is the engine's to read, not a reached definition.
+    assert "main" not in found.definitions.get("scripts/generate.py", {})
+
+
+def test_relative_and_star_imports(tmp_path: Path) -> None:
+    root = _project(
+        tmp_path,
+        {
+            "a/__init__.py": "",
+            "a/b/__init__.py": "from .c import *\n",
+            "a/b/c.py": "def deep(x):\n    return x\n",
+            "a/run.py": "from .b import deep\nimport torch\nx = deep(torch.ones(2).bfloat16())\n",
+        },
+    )
+    found = _index(root)
+    assert [why.describe() for why in found.definitions["a/b/c.py"]["deep"]] == [
+        "cast-bf16: `.bfloat16()` at a/run.py:3 -> deep"
+    ]
+
+
+def test_a_docstring_or_comment_sets_nothing_and_a_def_inside_a_string_is_no_definition(
+    tmp_path: Path,
+) -> None:
+    root = _project(
+        tmp_path,
+        {
+            "m.py": '"""Run it with `model.half()`.\n\ndef fake():\n    pass\n"""\n# x.half()\ndef real(x):\n    return x\n',
+        },
+    )
+    found = _index(root)
+    assert found.entries == []
+    assert not found.found
+
+
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    [
+        ("autocast-bf16", Mode(AUTOCAST, "bfloat16", "cuda")),
+        ("autocast-fp16:cpu", Mode(AUTOCAST, "float16", "cpu")),
+        ("cast-fp16", Mode(CAST, "float16")),
+    ],
+)
+def test_mode_names(name: str, mode: Mode) -> None:
+    assert mode_named(name) == mode
+    assert mode.name == name
+
+
+def test_bad_mode_names_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown mode"):
+        mode_named("bf16")
+    with pytest.raises(ValueError, match="no device"):
+        mode_named("cast-bf16:cpu")
+
+
+@pytest.mark.parametrize(
+    ("path", "role"),
+    [
+        ("tests/test_x.py", "test"),
+        ("pkg/x_test.py", "test"),
+        ("benchmarks/speed.py", "benchmark"),
+        ("examples/train.py", "example"),
+        ("pkg/train.py", "code"),
+    ],
+)
+def test_roles(path: str, role: str) -> None:
+    assert role_of(path) == role
+
+
+def _check(root: Path, **overrides: object) -> list:  # type: ignore[type-arg]
+    settings = load_settings([root]).with_overrides(**overrides)  # type: ignore[arg-type]
+    return run_check([root], settings).diagnostics
+
+
+def test_findings_follow_each_definitions_modes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _project(tmp_path)
+    monkeypatch.chdir(root)
+    found = {(d.path, d.line, d.code) for d in _check(root, select=["AMP003", "AMP006"])}
+    # `rms` runs cast to float16 (generate.py): its mean of squares overflows. `Block` runs cast to
+    # float16 too (log_softmax in half) and under bf16 autocast, where CUDA runs log_softmax in
+    # float32. `Policy` and `unused` run in nothing the project shows: conditional, hidden.
+    assert found == {("pkg/layers.py", 6, "AMP006"), ("pkg/layers.py", 11, "AMP003")}
+
+
+def test_messages_name_the_mode_and_the_chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(_project(tmp_path))
+    (rms,) = [d for d in _check(tmp_path, select=["AMP006"])]
+    assert "which runs as cast-fp16: `.half()` at scripts/generate.py:6 -> GPT -> rms" in rms.message
+    assert rms.confidence == Confidence.STATIC
+
+
+def test_autocast_only_leaves_float32_ops_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code = "import torch\n\n\ndef head(x):\n    return torch.log_softmax(x @ x.T, dim=-1)\n"
+    root = _project(tmp_path, {"m.py": code})
+    monkeypatch.chdir(root)
+    assert _check(root, select=["AMP003"], modes=["autocast-bf16"]) == []
+    (cast,) = _check(root, select=["AMP003"], modes=["cast-bf16"])
+    assert cast.line == 5 and "`modes` in the configuration" in cast.message
+    # CPU autocast keeps log_softmax in bfloat16: a hazard there.
+    assert len(_check(root, select=["AMP003"], modes=["autocast-bf16:cpu"])) == 1
+
+
+def test_a_float16_hazard_needs_a_float16_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code = (
+        "def pool(hidden_states, attention_mask):\n"
+        "    expanded_mask = attention_mask.unsqueeze(-1).expand(hidden_states.shape).to(hidden_states.dtype)\n"
+        "    return (hidden_states * expanded_mask).sum(1) / expanded_mask.sum(1).clamp_min(1e-9)\n"
+    )
+    root = _project(tmp_path, {"m.py": code})
+    monkeypatch.chdir(root)
+    assert _check(root, select=["AMP005"], modes=["cast-bf16"]) == []
+    assert [d.code for d in _check(root, select=["AMP005"], modes=["cast-fp16"])] == ["AMP005"]
+
+
+def test_no_mode_means_conditional_hidden_and_counted(tmp_path: Path) -> None:
+    code = "import torch\n\n\ndef head(x):\n    return torch.log_softmax(x, dim=-1)\n"
+    root = _project(tmp_path, {"pyproject.toml": "[tool.amplint]\n", "lib.py": code})
+    quiet = amplint_run(root, "check", ".", "--no-cache", "--select", "AMP003")
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert "All checks passed!" in quiet.stdout
+    assert "1 conditional finding not shown" in quiet.stdout
+    shown = amplint_run(
+        root, "check", ".", "--no-cache", "--select", "AMP003", "--show-conditional", "--format", "json"
+    )
+    assert shown.returncode == 1
+    (finding,) = json.loads(shown.stdout)["diagnostics"]
+    assert finding["confidence"] == "conditional"
+    assert "this holds when the caller runs it in" in finding["message"]
+
+
+def test_configured_modes_and_their_errors(tmp_path: Path) -> None:
+    root = write(
+        tmp_path / "pyproject.toml", '[tool.amplint]\nmodes = ["cast-bf16", "autocast-fp16"]\n'
+    ).parent
+    assert load_settings([root]).modes == ("cast-bf16", "autocast-fp16")
+    write(tmp_path / "pyproject.toml", '[tool.amplint]\nmodes = ["bf16"]\n')
+    with pytest.raises(ConfigError, match="unknown mode 'bf16'"):
+        load_settings([root])
+    write(tmp_path / "pyproject.toml", "[tool.amplint]\n")
+    run = amplint_run(tmp_path, "check", ".", "--modes", "fp16")
+    assert run.returncode == 2 and "--modes" in run.stderr
+
+
+def test_show_settings_lists_entries_and_chains(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    run = amplint_run(root, "check", "--show-settings", "pkg")
+    assert run.returncode == 0, run.stderr
+    assert "scripts/generate.py:6: cast-fp16 `.half()` (code)" in run.stdout
+    assert "cast-fp16: `.half()` at scripts/generate.py:6 -> GPT (code)" in run.stdout
+
+
+def test_a_changed_entry_point_checks_the_files_it_reaches_again(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    first = amplint_run(root, "check", "pkg", "--select", "AMP006", "--format", "json")
+    assert len(json.loads(first.stdout)["diagnostics"]) == 1
+    # The script now runs the model in bfloat16: `rms` no longer overflows (and the cache knows).
+    write(root / "scripts/generate.py", PROJECT["scripts/generate.py"].replace(".half()", ".bfloat16()"))
+    second = amplint_run(root, "check", "pkg", "--select", "AMP006", "--format", "json")
+    (finding,) = json.loads(second.stdout)["diagnostics"]
+    assert "cast-bf16" in finding["message"] and "float16 to inf" not in finding["message"]
+
+
+def test_settings_default_to_found_modes() -> None:
+    assert Settings().modes == () and Settings().show_conditional is False
