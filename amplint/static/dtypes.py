@@ -7,8 +7,9 @@ it: the autocast region and its dtype, the `.half()` or `.to(...)`, the `dtype=`
 that autocast upcasts, the parameter whose dtype the caller picks. Values are followed through
 assignments, tuple unpacking, comprehensions, `self` attributes, branches (joined) and loops (run
 twice); calls of the file's own functions and methods are analysed with the facts of their
-arguments, and a function's parameters hold what every call of it in the file passes (or, when the
-file never calls it, whatever the caller picks: the project's precision profile).
+arguments, and a function's parameters hold what every call of it in the file passes (a method's,
+the calls in classes related to its own; when the file never calls it, whatever the caller picks:
+the project's precision profile).
 
 Each op's result follows PyTorch: casts and `dtype=` set it, factories make float32, type promotion
 widens (a float32 operand promotes a bfloat16 product), and under autocast the CUDA or CPU policy
@@ -675,7 +676,7 @@ class DtypeFacts:
             return _OTHER  # `x.to(device)` moves, it does not cast
         if _INTEGER_NAME.search(name):
             return _INTEGER  # token ids, positions, counts (`input_ids`, `num_heads`): no floating dtype
-        if function.name.value == "__init__":
+        if function.name.value == "__init__" and "Tensor" not in annotation:
             # A module's settings (`scale`, `temperature`, `dim`): numbers, not activations; a tensor
             # it keeps is a parameter or buffer, in the weights' dtype.
             return _SCALAR
@@ -1823,7 +1824,7 @@ _MODEL_NAME = re.compile(r"^(model|net|network)$|_model$")
 # Parameters that by their name hold integers: token ids and indices (`input_ids`, `idx`,
 # `position_ids`), counts and sizes (`num_heads`, `n_head`, `seq_len`, `lengths`).
 _INTEGER_NAME = re.compile(
-    r"^(ids|idx|tokens|token_ids|indices|index|positions|lengths?|seq_?len)$"
+    r"^(ids|idx|indices|index|positions|lengths?|seq_?len)$"
     r"|_(ids?|idx|indices|len|length|lengths)$|^(num|n)_"
 )
 

@@ -647,3 +647,25 @@ def test_promote_types_with_float32_is_wide_whatever_the_other_dtype() -> None:
             return x.to(work)
         """
     assert fact(code, 5, "x.to(work)").dtypes == {"float32"}
+
+
+def test_a_modules_settings_are_numbers_not_dtype_evidence() -> None:
+    # `scale` and `config` are arguments of `__init__`: settings, which do not make `q * self.scale`
+    # half or name themselves as its evidence; a tensor argument annotated as one stays a tensor.
+    code = """\
+        import torch
+
+        class Head(torch.nn.Module):
+            def __init__(self, config, scale, table: torch.Tensor):
+                super().__init__()
+                self.scale = scale
+                self.width = config.hidden_size ** -0.5
+                self.table = table
+
+            def forward(self, q):
+                return q * self.scale * self.width, self.table
+        """
+    scaled = fact(code, 11, "q * self.scale * self.width")
+    assert scaled.dtypes == CALLER
+    assert "scale" not in scaled.explain() and "config" not in scaled.explain()
+    assert fact(code, 11, "self.table").may_be_half
