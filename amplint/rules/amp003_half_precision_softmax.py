@@ -16,6 +16,7 @@ from amplint.static.attention import (
     is_softmax,
     softmax_dtype_argument,
     softmax_module_call,
+    submodule,
     why_half,
 )
 from amplint.static.context import FileContext, Finding
@@ -137,7 +138,7 @@ def _is_log_softmax(ctx: FileContext, call: cst.Call) -> bool:
     func = call.func
     if isinstance(func, cst.Call):  # `nn.LogSoftmax(dim=-1)(x)`
         return ctx.qualified(func.func) == "torch.nn.LogSoftmax"
-    return "log" in callee_name(call).lower()
+    return "log" in callee_name(call).lower() or submodule(ctx, call) == "LogSoftmax"
 
 
 def _half_result(ctx: FileContext, facts: DtypeFacts, call: cst.Call) -> Fact | None:

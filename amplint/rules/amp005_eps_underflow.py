@@ -33,6 +33,7 @@ _EPS_FUNCTIONS = {
     "torch.logit": 1,
     "torch.special.logit": 1,
 }
+_LOGS = frozenset({"log", "log2", "log10", "log_"})
 _GUARD_CALLS = _CLAMP_METHODS | {"normalize", "cosine_similarity", "logit"}
 # Ops whose outputs are often zero, or underflow below 6e-8, in float16.
 _UNDERFLOWING = frozenset(
@@ -166,10 +167,16 @@ def _check_scope(ctx: FileContext, scope: Scope, sites: Mapping[cst.CSTNode, _Si
     """The guards of values that can be zero, judged where they stand (names as bound there)."""
     found: list[_Site] = []
     numerators: dict[cst.CSTNode, cst.BaseExpression] = {}
+    logs: set[cst.CSTNode] = set()  # the arguments of `log` calls
 
     def seed(node: cst.BaseExpression, flow: Flow) -> bool:
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
             numerators[node.right] = node.left
+        if isinstance(node, cst.Call) and callee_name(node) in _LOGS:
+            method = isinstance(node.func, cst.Attribute) and not node.args  # `(p + eps).log()`
+            logged = node.func.value if method else argument(node, 0, "input")  # type: ignore[attr-defined]
+            if logged is not None:
+                logs.add(logged)
         site = sites.get(node)
         if (
             site is not None
@@ -183,10 +190,11 @@ def _check_scope(ctx: FileContext, scope: Scope, sites: Mapping[cst.CSTNode, _Si
         return False
 
     def _passed_in(site: _Site, flow: Flow) -> bool:
-        """A helper's clamp floor or denominator guard of a parameter (`def log(t, eps=1e-20)`): what
-        its callers pass cannot be seen here, and guarding it is what the helper is for."""
+        """A helper's clamp floor, denominator or `log` guard of a parameter (`def log(t, eps=1e-20)`
+        returning `torch.log(t.clamp(min=eps))` or `torch.log(t + eps)`): what its callers pass
+        cannot be seen here, and guarding it is what the helper is for."""
         node = site.tensor
-        guard = site.kind == "clamp" or site.node in numerators
+        guard = site.kind == "clamp" or site.node in numerators or site.node in logs
         return (
             guard
             and isinstance(node, cst.Name)

@@ -11,11 +11,20 @@ import libcst as cst
 from amplint.diagnostics import UNSAFE
 from amplint.rule import Rule, Verdict, dtype_keeping_fix
 from amplint.runtime.chains import half_precision_verdict
+from amplint.static.attention import is_softmax
 from amplint.static.context import FileContext, Finding
 from amplint.static.dtypes import SCALAR, DtypeFacts
 from amplint.static.flow import Flow, Policy, analyse, value_children
 from amplint.static.ops import HALF, autocast_policy
-from amplint.static.patterns import argument, callee_name, function_call, method_call, with_dtype, with_method
+from amplint.static.patterns import (
+    argument,
+    callee_name,
+    function_call,
+    lineage,
+    method_call,
+    with_dtype,
+    with_method,
+)
 from amplint.static.scopes import Scope, scopes_holding, walk
 
 _OPS = frozenset({"cumsum", "cumprod", "logcumsumexp"})
@@ -44,6 +53,12 @@ _HAZARDS = {
     "cumprod": "the product is rounded at every step, so its error compounds with the sequence length",
     "logcumsumexp": "the running log-sum is rounded at every step, and its error grows with the sequence length",
 }
+# The running sum of probabilities (a top-p filter's `cumsum(sorted_probs)`) nears 1, where the spacing
+# of bf16 is 2**-8 and of fp16 2**-11.
+_PROBABILITIES = (
+    "the running sum nears 1, where {bits}, so the small probabilities after the first few are rounded "
+    "away and the top-p cut-off lands on the wrong token"
+)
 _BITS = {"bf16": "bf16 keeps 8 mantissa bits", "fp16": "fp16 keeps 11 mantissa bits"}
 _TIMES = {"bf16": "a few hundred", "fp16": "a few thousand"}
 
@@ -58,7 +73,8 @@ class HalfPrecisionAccumulation(Rule):
     ## What it does
     Flags `cumsum`, `cumprod` and `logcumsumexp` over log-decays and gates (the value comes from
     `logsigmoid`, `log`, `softplus` or `sigmoid`, carries a decay or gate name such as `g`, `gk`,
-    `log_decay`, `vecF_logsig`, or the cumulative sum feeds `exp`) that neither pass
+    `log_decay`, `vecF_logsig`, or the cumulative sum feeds `exp`), and `cumsum` over the sorted
+    probabilities of a softmax (a top-p filter's `cumsum(sorted_probs)`), that neither pass
     `dtype=torch.float32` nor upcast their input.
 
     ## Why is this bad?
@@ -69,7 +85,9 @@ class HalfPrecisionAccumulation(Rule):
     error compounds with the sequence length. This is the precision hazard of chunked
     RWKV/Mamba/GLA/xLSTM reference code. CUDA autocast runs `cumsum` and `cumprod` in float32, but a
     model loaded in bfloat16/float16 and run without autocast (most inference) does not, and no
-    autocast upcasts `logcumsumexp`. Integer cumulative sums (positions from an attention mask)
+    autocast upcasts `logcumsumexp`. A top-p filter's cumulative sum of probabilities nears 1, where
+    bfloat16's spacing is 0.004: the small probabilities of a large vocabulary are rounded away and
+    the cut-off lands on the wrong token. Integer cumulative sums (positions from an attention mask)
     are exact and not flagged.
 
     ## Example
@@ -148,6 +166,8 @@ def _scan(ctx: FileContext, scope: Scope) -> Iterator[Finding]:
         if isinstance(node, cst.Call) and node not in low and (found := _accumulation(ctx, node)):
             low[node] = found
             origin = _log_space_origin(ctx, found[1], flow)
+            if origin is None and found[0] == "cumsum":
+                origin = _probability_origin(ctx, found[1], flow)
             if origin is not None:
                 why[node] = origin
         return node in low
@@ -182,6 +202,23 @@ def _called_under_exp(ctx: FileContext, function: cst.FunctionDef) -> bool:
             if isinstance(node, cst.Call) and callee_name(node) == function.name.value:
                 return True
     return False
+
+
+def _probability_origin(ctx: FileContext, data: cst.BaseExpression, flow: Flow) -> str | None:
+    """Why the accumulated value is a probability, or None: it is a softmax's result, through names,
+    sorting and indexing (`sorted_probs, _ = torch.sort(probs)`), not through arithmetic. Logits
+    passed in as a parameter are the caller's business (a generation loop upcasts them first): the
+    half dtype must come from something in the function (a model's output, a cast, autocast)."""
+    why = _facts(ctx, "cumsum").of(data).why
+    if all(isinstance(step.node, cst.Param) for step in why):
+        return None
+    for step in lineage(ctx, data, flow):
+        if isinstance(step, cst.Call) and is_softmax(ctx, step) and "log" not in callee_name(step):
+            return _SOFTMAX_ORIGIN
+    return None
+
+
+_SOFTMAX_ORIGIN = "they are probabilities from a softmax"
 
 
 def _log_space_origin(ctx: FileContext, data: cst.BaseExpression, flow: Flow) -> str | None:
@@ -245,10 +282,12 @@ def _finding(ctx: FileContext, call: cst.Call, op: str, data: cst.BaseExpression
     steps = "; ".join(step.text for step in shown.why)
     dtype = f"this holds when the caller runs it in {half}: {steps}" if shown.caller else shown.explain()
     first = half.split("/")[0]  # bf16 when both may be
-    hazard = _HAZARDS[op].format(bits=_BITS[first], times=_TIMES[first])
-    message = (
-        f"`{op}` accumulates a log-decay or gate in half precision ({origin}): {autocast}; {hazard}; {dtype}"
+    probabilities = origin == _SOFTMAX_ORIGIN
+    hazard = (_PROBABILITIES if probabilities else _HAZARDS[op]).format(
+        bits=_BITS[first], times=_TIMES[first]
     )
+    what = "probabilities" if probabilities else "a log-decay or gate"
+    message = f"`{op}` accumulates {what} in half precision ({origin}): {autocast}; {hazard}; {dtype}"
     float32, missing_import = ctx.float32()
     if op == "logcumsumexp":
         fixed = call.deep_replace(data, with_method(data, "to", float32))

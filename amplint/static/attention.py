@@ -44,12 +44,14 @@ _SCALING_METHODS = frozenset({"mul", "div", "mul_", "div_"})
 _TRANSPOSE_METHODS = frozenset({"transpose", "permute", "t", "swapaxes", "swapdims"})
 _PRODUCT_FUNCTIONS = frozenset({"torch.matmul", "torch.bmm"})
 _PRODUCT_METHODS = frozenset({"matmul", "bmm"})
+_SOFTMAX_MODULES = frozenset({"Softmax", "LogSoftmax"})
 _MULTINOMIAL = frozenset({"torch.multinomial"})
 _MULTINOMIAL_METHODS = frozenset({"multinomial"})
 
 
 def softmax_module_call(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """`self.softmax(scores)` (an `nn.Softmax` submodule) or `nn.Softmax(dim=-1)(scores)`."""
+    """`self.softmax(scores)` or `self.attend(dots)` (an `nn.Softmax` or `nn.LogSoftmax` submodule,
+    by its name or by what `__init__` assigns it) or `nn.Softmax(dim=-1)(scores)`."""
     if not isinstance(node, cst.Call):
         return False
     func = node.func
@@ -59,8 +61,14 @@ def softmax_module_call(ctx: FileContext, node: cst.CSTNode) -> bool:
         isinstance(func, cst.Attribute)
         and isinstance(func.value, cst.Name)
         and func.value.value == "self"
-        and "softmax" in func.attr.value.lower()
+        and ("softmax" in func.attr.value.lower() or submodule(ctx, node) in _SOFTMAX_MODULES)
     )
+
+
+def submodule(ctx: FileContext, call: cst.Call) -> str | None:
+    """The constructor of the submodule that `self.<name>(...)` calls (`Softmax` for
+    `self.attend = nn.Softmax(dim=-1)`), as the dtype-facts engine read it from `__init__`."""
+    return ctx.facts.of(call.func).module if isinstance(call.func, cst.Attribute) else None
 
 
 def is_softmax(ctx: FileContext, node: cst.CSTNode) -> bool:

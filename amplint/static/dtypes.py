@@ -7,8 +7,9 @@ it: the autocast region and its dtype, the `.half()` or `.to(...)`, the `dtype=`
 that autocast upcasts, the parameter whose dtype the caller picks. Values are followed through
 assignments, tuple unpacking, comprehensions, `self` attributes, branches (joined) and loops (run
 twice); calls of the file's own functions and methods are analysed with the facts of their
-arguments, and a function's parameters hold what every call of it in the file passes (or, when the
-file never calls it, whatever the caller picks: the project's precision profile).
+arguments, and a function's parameters hold what every call of it in the file passes (a method's,
+the calls in classes related to its own; when the file never calls it, whatever the caller picks:
+the project's precision profile).
 
 Each op's result follows PyTorch: casts and `dtype=` set it, factories make float32, type promotion
 widens (a float32 operand promotes a bfloat16 product), and under autocast the CUDA or CPU policy
@@ -21,6 +22,7 @@ Rules ask this engine; none reasons about dtypes itself.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -260,6 +262,7 @@ class DtypeFacts:
         self._module_env: dict[str, Fact] | None = None
         self._classes: dict[str, cst.ClassDef] = {}
         self._class_of: dict[cst.FunctionDef, cst.ClassDef] = {}
+        self._ancestry: dict[cst.ClassDef, list[cst.ClassDef]] = {}  # `_ancestors`
         self._functions: dict[str, list[cst.FunctionDef]] = {}
         self._call_sites: dict[str, list[tuple[cst.Call, cst.FunctionDef | cst.Module]]] | None = None
         self._aliases: dict[cst.FunctionDef, dict[str, str]] = {}  # local name -> the file's function
@@ -410,6 +413,27 @@ class DtypeFacts:
         if isinstance(target.operator, (cst.NotIn, cst.NotEqual)):
             return named
         return None
+
+    def _guarded(self, node: cst.IfExp, branches: list[Fact]) -> list[Fact]:
+        """The branches of `x.float() if x.dtype != torch.float32 else x`: a branch that is a name
+        the dtype test reads holds there only the dtypes for which the test takes it (`x` is
+        float32 in the `else`)."""
+        skipped = self._guard_skips(node.test)
+        if skipped is None:
+            return branches
+        read = names_read(node.test)
+        kept = []
+        taken = (
+            (node.body, branches[0], frozenset(ops.FLOATS) - skipped),
+            (node.orelse, branches[1], skipped),
+        )
+        for branch, fact, dtypes in taken:
+            if isinstance(branch, cst.Name) and branch.value in read and fact.kind == TENSOR and fact.dtypes:
+                fact = replace(fact, dtypes=fact.dtypes & dtypes)
+                if not fact.dtypes:
+                    continue  # the test never takes this branch with a tensor of its dtypes
+            kept.append(fact)
+        return kept or branches
 
     def _on_gpu(self, test: cst.BaseExpression) -> int | None:
         """The branch of `if torch.cuda.is_available():` (0: the body, 1: the other) that runs on a
@@ -710,6 +734,12 @@ class DtypeFacts:
             return _OTHER if annotation != "float" else _SCALAR
         if name == "device" or name.endswith("_device"):
             return _OTHER  # `x.to(device)` moves, it does not cast
+        if _INTEGER_NAME.search(name):
+            return _INTEGER  # token ids, positions, counts (`input_ids`, `num_heads`): no floating dtype
+        if function.name.value == "__init__" and "Tensor" not in annotation:
+            # A module's settings (`scale`, `temperature`, `dim`): numbers, not activations; a tensor
+            # it keeps is a parameter or buffer, in the weights' dtype.
+            return _SCALAR
         if any(
             (self.ctx.qualified(_called(d.decorator)) or "").startswith("triton.")
             for d in function.decorators
@@ -780,8 +810,38 @@ class DtypeFacts:
                     continue
                 scope = self.ctx.function_of(call) or self.ctx.module
                 self._call_sites.setdefault(key, []).append((call, scope))
-        key = ("self." if function in self._class_of else "") + function.name.value
-        return [site for site in self._call_sites.get(key, []) if site[1] is not function]
+        klass = self._class_of.get(function)
+        key = ("self." if klass is not None else "") + function.name.value
+        return [
+            (call, scope)
+            for call, scope in self._call_sites.get(key, [])
+            if scope is not function
+            # `self._norm(x.float())` reaches the `_norm` of its own class, a base or a subclass,
+            # not that of another class of the file with a method of the same name.
+            and (klass is None or self._related(klass, self._class_of.get(scope)))  # type: ignore[arg-type]
+        ]
+
+    def _related(self, klass: cst.ClassDef, other: cst.ClassDef | None) -> bool:
+        """Whether `self` in a method of `other` can be an instance of `klass`, or the reverse:
+        the same class, or one derives from the other in this file."""
+        return other is not None and (
+            klass is other or other in self._ancestors(klass) or klass in self._ancestors(other)
+        )
+
+    def _ancestors(self, klass: cst.ClassDef) -> list[cst.ClassDef]:
+        """The classes of this file that `klass` derives from, directly or through others."""
+        found = self._ancestry.get(klass)
+        if found is not None:
+            return found
+        found = self._ancestry[klass] = []
+        todo = [klass]
+        while todo:
+            for base in todo.pop().bases:
+                parent = self._classes.get(self.ctx.code(base.value))
+                if parent is not None and parent not in found and parent is not klass:
+                    found.append(parent)
+                    todo.append(parent)
+        return found
 
     def _alias(self, call: cst.Call, name: str) -> str | None:
         """The file's function that a local name may stand for where `call` calls it:
@@ -865,7 +925,7 @@ class DtypeFacts:
                 bodies.append(suite_body(orelse.body))
             taken = self._on_gpu(node.test)
             skipped = self._guard_skips(node.test) if not isinstance(orelse, cst.If) else None
-            if taken is None and skipped is not None and not skipped & HALF:
+            if taken is None and skipped is not None and (orelse is None or not skipped & HALF):
                 # `if x.dtype in (float16, bfloat16): x = x.float()`: the upcast runs wherever the
                 # value is half, so a name the body upcasts is wide after it (whatever the test reads:
                 # `self.cfg.dtype` is taken to be the model's), unless an `else:` rebinds it.
@@ -877,8 +937,12 @@ class DtypeFacts:
                 self._run(bodies[1] if len(bodies) > 1 else (), other)
                 for name, fact in inner.env.items():
                     kept = other.env.get(name) is before.get(name)
-                    if fact.is_wide and before.get(name, fact).may_be_half and kept:
-                        frame.env[name] = fact
+                    previous = before.get(name, fact)
+                    if fact.is_wide and previous.may_be_half and kept:
+                        # Where the body did not run, the value has a dtype the test skips:
+                        # `if x.dtype == torch.float16: x = x.float()` leaves bf16 as it was.
+                        rest = previous.dtypes & skipped & HALF
+                        frame.env[name] = join([fact, replace(previous, dtypes=rest)]) if rest else fact
             elif taken is None:
                 self._branch(bodies, frame, keep=orelse is None)
             else:
@@ -1030,7 +1094,7 @@ class DtypeFacts:
             branches = [self._expr(node.body, frame), self._expr(node.orelse, frame)]
             taken = self._on_gpu(node.test)
             if taken is None:
-                return join(branches)
+                return join(self._guarded(node, branches))
             chosen = branches[taken]
             return replace(chosen, why=(*chosen.why[-(_MAX_WHY - 1) :], Step(node.test, _ON_GPU)))
         if isinstance(node, cst.Dict):
@@ -1382,6 +1446,21 @@ class DtypeFacts:
             if callee is not None and callee.kind == MODULE and callee.dtypes:  # a model loaded in a dtype
                 weights = Fact(TENSOR, callee.dtypes, callee.why, callee.caller)
                 return self._op("linear", positional[:1], node, frame, natural=weights)
+            if callee is not None and callee.kind != MODULE and self._model_parameter(func, node):
+                # `logits = model(x).logits` with the model passed in (`def generate(model, ...)`):
+                # its output is in the weights' dtype (a cast at the call site), as `self.model(x)`'s is.
+                text = f"`{func.value}(...)` runs the model, in its weights' dtype"
+                weights = (
+                    Fact(
+                        TENSOR,
+                        callee.dtypes,
+                        (*callee.why[-(_MAX_WHY - 1) :], Step(node, text)),
+                        callee.caller,
+                    )
+                    if callee.kind == TENSOR and callee.dtypes and not callee.caller
+                    else self._caller_tensor(node, text + ", the caller's")
+                )
+                return self._op("linear", positional[:1], node, frame, natural=weights)
             if func.value in ("int", "len", "round", "abs", "min", "max", "sum") and all(
                 f.kind in (SCALAR, INTEGER) for f in args
             ):
@@ -1408,6 +1487,15 @@ class DtypeFacts:
         if receiver.kind == MODULE:
             return self._module_method(method, receiver, node, positional, keywords, frame)
         return self._tensor_method(method, receiver, node, positional, keywords, frame)
+
+    def _model_parameter(self, func: cst.Name, call: cst.Call) -> bool:
+        """`model` in `model(x)` is a parameter of the function that calls it, named as a model."""
+        function = self.ctx.function_of(call)
+        return (
+            _MODEL_NAME.search(func.value) is not None
+            and function is not None
+            and any(p.name.value == func.value for p in named_params(function))
+        )
 
     def _converted_in_place(
         self, node: cst.BaseExpression, fact: Fact
@@ -1555,8 +1643,9 @@ class DtypeFacts:
             return promote(tensors) if tensors else UNKNOWN_FACT
         if name == "finfo" or name == "iinfo":
             return positional[0] if positional and positional[0].kind == DTYPE else _OTHER
-        if name == "promote_types" and len(positional) == 2 and all(f.kind == DTYPE for f in positional):
-            # `torch.promote_types(x.dtype, torch.float32)`: the wider of the two dtypes
+        if name == "promote_types" and len(positional) == 2 and any(f.kind == DTYPE for f in positional):
+            # `torch.promote_types(x.dtype, torch.float32)`: the wider of the two dtypes, whatever the
+            # other is (a `dtype` parameter, in the caller's dtypes: float32 still)
             promoted = promote([replace(f, kind=TENSOR) for f in positional])
             names = "/".join(_SHORT[d] for d in ops.FLOATS if d in promoted.dtypes)
             why = (*promoted.why[-(_MAX_WHY - 1) :], Step(node, f"`promote_types` gives {names}"))
@@ -1604,6 +1693,9 @@ class DtypeFacts:
         inputs = [f for f in flat if f.kind in (TENSOR, UNKNOWN)]
         if not inputs and "input" in keywords:  # `F.pad(input=x, ...)`
             inputs = [keywords["input"]]
+        equation = _equation(node) if name == "einsum" else None
+        if equation is not None and not ops.einsum_contracts(equation):
+            name = "mul"  # `einsum("i,j->ij", t, inv_freq)`: an outer product, no matmul
         return self._tensor_op(name, inputs, node, keywords, frame)
 
     def _adapted(self, name: str, node: cst.Call, positional: list[Fact]) -> Fact:
@@ -1788,6 +1880,14 @@ _ADAPTER_WRAPPERS = frozenset(
     }
 )
 _ON_GPU = "the branch of `torch.cuda.is_available()` a GPU takes"
+# Names of a model passed around as a value (`def generate(model, idx)`).
+_MODEL_NAME = re.compile(r"^(model|net|network)$|_model$")
+# Parameters that by their name hold integers: token ids and indices (`input_ids`, `idx`,
+# `position_ids`), counts and sizes (`num_heads`, `n_head`, `seq_len`, `lengths`).
+_INTEGER_NAME = re.compile(
+    r"^(ids|idx|indices|index|positions|lengths?|seq_?len)$"
+    r"|_(ids?|idx|indices|len|length|lengths)$|^(num|n)_"
+)
 
 
 def shorten(code: str, limit: int = 60) -> str:
@@ -1874,6 +1974,13 @@ def _literal_index(node: cst.Subscript) -> int | None:
     if isinstance(value, cst.UnaryOperation) and isinstance(value.expression, cst.Integer):
         return -value.expression.evaluated_value
     return None
+
+
+def _equation(node: cst.Call) -> str | None:
+    """The literal equation of an `einsum` call, else None."""
+    first = node.args[0].value if node.args and node.args[0].keyword is None else None
+    value = first.evaluated_value if isinstance(first, cst.SimpleString) else None
+    return value if isinstance(value, str) else None
 
 
 def _float_literal(node: cst.Call) -> float | None:

@@ -138,6 +138,18 @@ ALIASES = {
     "cross_entropy": "nll_loss",
 }
 
+
+def einsum_contracts(equation: str) -> bool:
+    """Whether an einsum equation sums over an index (`...qd,...kd->...qk`). One that sums over none
+    (`i,j->ij`, an outer product) runs as a broadcast `mul`, which autocast leaves in its inputs'
+    dtype (checked on torch 2.13: float32 stays float32 under autocast)."""
+    inputs, arrow, output = equation.replace(" ", "").replace("...", "").partition("->")
+    letters = [c for c in inputs if c.isalpha()]
+    if not arrow:  # implicit output: the indices that appear once
+        return any(letters.count(c) > 1 for c in letters)
+    return any(c not in output for c in letters)
+
+
 # Casts that set the dtype outright.
 CAST_METHODS = {"float": F32, "double": F64, "half": F16, "bfloat16": BF16}
 # Factories whose result has the default dtype (float32) unless `dtype=` says otherwise.

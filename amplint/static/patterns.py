@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from amplint.static.flow import Flow
+from amplint.static.ops import einsum_contracts
 
 if TYPE_CHECKING:
     from amplint.static.context import FileContext
@@ -95,6 +96,9 @@ def matmul_operands(ctx: FileContext, node: cst.CSTNode) -> list[cst.BaseExpress
         if qualified in {"torch.baddbmm", "torch.addmm"}:
             return positional[1:3]
         if qualified == "torch.einsum":
+            equation = positional[0] if positional else None
+            if isinstance(equation, cst.SimpleString) and not einsum_contracts(str(equation.evaluated_value)):
+                return None  # an outer product (`i,j->ij`): a broadcast multiply, no matmul
             return positional[1:]
         return positional[:2]
     receiver = method_call(ctx, node, MATMUL_METHODS)

@@ -34,6 +34,7 @@ def test_each_case_is_found_where_it_is() -> None:
     assert found == {
         ("rwkv7_time_mix.py", "AMP001", _line_of(rwkv, ".sigmoid()")),
         ("qwen2_eager_attention.py", "AMP002", _line_of(qwen, "key_states.transpose(2, 3)) * self.scaling")),
+        ("sampling.py", "AMP007", _line_of(sampling, "torch.cumsum(sorted_probs")),  # top-p in half
         ("sampling.py", "AMP013", _line_of(sampling, "torch.multinomial(sorted_probs")),
         ("vit_attention.py", "AMP002", _line_of(vit, "q @ k.transpose")),
     }  # a half softmax feeding `@ v` or a sampler is not AMP003's: its kernel accumulates in float32

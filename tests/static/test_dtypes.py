@@ -526,3 +526,146 @@ class Rope(nn.Module):
         return self.inv_freq
 """
     assert fact(code, 15, "self.inv_freq").dtypes == {"float32"}
+
+
+# Dtype facts across calls and guards (issue 29): outer products, integer-named inputs, a model
+# passed as a parameter, a float32 path chosen by a dtype test.
+ACROSS = """\
+import torch
+
+class Attention(torch.nn.Module):
+    def __init__(self, dim, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.attend = torch.nn.Softmax(dim=-1)
+
+    def forward(self, x, input_ids):
+        scale = x / self.num_heads
+        ids = input_ids + 1
+        return self.attend(scale), ids
+
+def angles(n, inv_freq):
+    t = torch.arange(n, dtype=torch.float32)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        outer = torch.einsum("i,j->ij", t, inv_freq.float())
+        product = torch.einsum("ij,jk->ik", t[:, None], inv_freq.float()[None])
+        ger = torch.outer(t, inv_freq.float())
+    return outer, product, ger
+
+def generate(model, idx):
+    logits = model(idx).logits
+    return logits.softmax(-1)
+
+def main(model, idx):
+    return generate(model.half(), idx)
+
+def upcast(x):
+    y = x.float() if x.dtype != torch.float32 else x
+    if x.dtype == torch.float16:
+        x = x.float()
+    return y, x
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "expression", "dtypes"),
+    [
+        # `self.num_heads` holds an integer: dividing by it keeps the tensor's dtype.
+        (10, "scale", CALLER),
+        # Outer products run as a broadcast `mul`, which autocast leaves in float32; a contraction
+        # runs as `bmm`, which it lowers.
+        (17, "outer", {"float32"}),
+        (18, "product", {"bfloat16"}),
+        (19, "ger", {"float32"}),
+        # A float32 path chosen by a dtype test: `x` is float32 in the `else` branch of the test
+        # that upcasts it; after `if x.dtype == torch.float16: x = x.float()` bf16 stays bf16.
+        (30, "y", {"float32"}),
+        (33, "x", {"float32", "bfloat16"}),
+    ],
+)
+def test_dtypes_across_calls_and_guards(line: int, expression: str, dtypes: set[str]) -> None:
+    assert fact(ACROSS, line, expression).dtypes == dtypes
+
+
+def test_token_ids_and_counts_are_integers() -> None:
+    # `input_ids + 1` is an integer tensor, not a tensor in the caller's dtype, so it is not listed.
+    assert "ids" not in dict(facts_on(ACROSS).facts.explain_line(11))
+    assert "x" in dict(facts_on(ACROSS).facts.explain_line(10))
+
+
+def test_a_called_model_parameter_says_so_and_nn_softmax_attributes_are_modules() -> None:
+    # A model passed in and called: its output is in the weights' dtype, cast by the caller.
+    logits = dict(facts_on(ACROSS).facts.without_caller_autocast().explain_line(23))["logits"]
+    assert logits.dtypes == {"float16"}
+    assert "`model(...)` runs the model, in its weights' dtype" in logits.explain()
+    assert "`.half()` makes it fp16" in logits.explain()
+    ctx = facts_on(ACROSS)
+    call = next(
+        n for n in ctx.facts.nodes_on(12) if isinstance(n, cst.Call) and ctx.code(n.func) == "self.attend"
+    )
+    assert ctx.facts.of(call.func).module == "Softmax"
+
+
+def test_a_method_gets_the_arguments_of_its_own_class_only() -> None:
+    # Two classes with a `_norm` each: the RMSNorm's is called with `x.float()`, the other's with a
+    # Linear's output. Each `_norm` holds what its own class passes.
+    code = """\
+        import torch
+
+        class RMSNorm(torch.nn.Module):
+            def _norm(self, x):
+                return x.pow(2).mean(-1, keepdim=True)
+
+            def forward(self, x):
+                return self._norm(x.float()).type_as(x)
+
+        class Other(torch.nn.Module):
+            def _norm(self, x):
+                return x.pow(2).mean(-1, keepdim=True)
+
+            def forward(self, x):
+                return self._norm(self.proj(x))
+
+        class Derived(RMSNorm):
+            def forward(self, x):
+                return self._norm(x.double())
+        """
+    ctx = facts_on(code)
+    own = dict(ctx.facts.explain_line(5))["x.pow(2).mean(-1, keepdim=True)"]
+    assert own.dtypes == {"float32", "float64"}  # its class's call and its subclass's
+    other = dict(ctx.facts.explain_line(12))["x.pow(2).mean(-1, keepdim=True)"]
+    assert other.may_be_half
+
+
+def test_promote_types_with_float32_is_wide_whatever_the_other_dtype() -> None:
+    # `dtype` is a parameter (the caller's, any dtype): promoted with float32 it is float32 still.
+    code = """\
+        import torch
+
+        def rms(x, dtype):
+            work = torch.promote_types(dtype, torch.float32)
+            return x.to(work)
+        """
+    assert fact(code, 5, "x.to(work)").dtypes == {"float32"}
+
+
+def test_a_modules_settings_are_numbers_not_dtype_evidence() -> None:
+    # `scale` and `config` are arguments of `__init__`: settings, which do not make `q * self.scale`
+    # half or name themselves as its evidence; a tensor argument annotated as one stays a tensor.
+    code = """\
+        import torch
+
+        class Head(torch.nn.Module):
+            def __init__(self, config, scale, table: torch.Tensor):
+                super().__init__()
+                self.scale = scale
+                self.width = config.hidden_size ** -0.5
+                self.table = table
+
+            def forward(self, q):
+                return q * self.scale * self.width, self.table
+        """
+    scaled = fact(code, 11, "q * self.scale * self.width")
+    assert scaled.dtypes == CALLER
+    assert "scale" not in scaled.explain() and "config" not in scaled.explain()
+    assert fact(code, 11, "self.table").may_be_half

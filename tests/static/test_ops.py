@@ -60,3 +60,23 @@ def test_cuda_and_cpu_differ_where_design_says() -> None:
     for op in ("exp", "log", "pow", "softmax", "layer_norm", "rms_norm", "sum", "cumsum"):
         assert ops.autocast_policy(op, "cuda") == "fp32"
         assert ops.autocast_policy(op, "cpu") is None
+
+
+@pytest.mark.parametrize(
+    ("equation", "contracts"),
+    [("i,j->ij", False), ("bi,j->bij", False), ("...i,j->...ij", False), ("ij,jk->ik", True), ("i,i", True)],
+)
+def test_an_einsum_without_a_contraction_is_no_autocast_matmul(equation: str, contracts: bool) -> None:
+    # einsum runs an outer product as a broadcast `mul`, which autocast leaves in float32; one that
+    # sums over an index runs as `bmm`, which autocast lowers.
+    assert ops.einsum_contracts(equation) == contracts
+    operands = {
+        "i,j->ij": (torch.ones(3), torch.ones(4)),
+        "bi,j->bij": (torch.ones(2, 3), torch.ones(4)),
+        "...i,j->...ij": (torch.ones(2, 3), torch.ones(4)),
+        "ij,jk->ik": (torch.ones(2, 3), torch.ones(3, 4)),
+        "i,i": (torch.ones(3), torch.ones(3)),
+    }[equation]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        result = torch.einsum(equation, *operands)
+    assert (result.dtype == torch.bfloat16) == contracts
