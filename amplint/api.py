@@ -18,11 +18,17 @@ def check_paths(
     select: Sequence[str] | None = None,
     ignore: Sequence[str] | None = None,
     config: str | Path | None = None,
+    modes: Sequence[str] | None = None,
+    show_conditional: bool | None = None,
 ) -> list[Diagnostic]:
-    """Lint files and directories as `amplint check` does, honouring `[tool.amplint]`."""
+    """Lint files and directories as `amplint check` does, honouring `[tool.amplint]`. `modes`
+    (`["autocast-bf16"]`) and `show_conditional` as the command line's `--modes` and
+    `--show-conditional`."""
     resolved = [Path(p) for p in paths]
     settings = load_settings(resolved, Path(config) if config else None)
-    settings = settings.with_overrides(select=select, ignore=ignore)
+    settings = settings.with_overrides(
+        select=select, ignore=ignore, modes=modes, show_conditional=show_conditional
+    )
     return run_check(resolved, settings).diagnostics
 
 

@@ -645,8 +645,20 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
 
             run = preview(paths, settings, trace, jobs=args.jobs)
         else:
-            run = run_check(paths, settings, cache=not args.no_cache, jobs=args.jobs)
+            # The trace decides: conditional candidates are traced too, and shown once confirmed.
+            every = settings.with_overrides(show_conditional=True)
+            run = run_check(paths, every, cache=not args.no_cache, jobs=args.jobs)
+            conditional = {d.sort_key for d in run.diagnostics if d.confidence is Confidence.CONDITIONAL}
             run.diagnostics = confirm(run.diagnostics, trace(run.diagnostics))
+            if not settings.show_conditional:
+                shown = [
+                    d
+                    for d in run.diagnostics
+                    if d.sort_key not in conditional
+                    or d.confidence in (Confidence.CONFIRMED, Confidence.REFUTED)
+                ]
+                run.conditional += len(run.diagnostics) - len(shown)
+                run.diagnostics = shown
     except TargetError as exc:
         return _error(f"runtime target {exc}")
     run.warnings.extend(dict.fromkeys(warnings))

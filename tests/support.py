@@ -30,6 +30,9 @@ def load_and_norm(x):
     model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2-7B", torch_dtype=torch.float16)
     var = x.pow(2).mean(-1, keepdim=True)
     return model, x * torch.rsqrt(var + 1e-6)
+
+
+load_and_norm(torch.ones(2, 8).half())  # runs it in float16: the AMP006 finding rests on this line
 """
 
 

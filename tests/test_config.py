@@ -106,8 +106,8 @@ def test_unknown_key_is_a_warning_naming_the_key_and_the_known_ones(tmp_path: Pa
     (message,) = settings.warnings
     assert message.startswith(f"{tmp_path / 'pyproject.toml'}: [tool.amplint] unknown key 'selct' ignored")
     assert (
-        "known keys: cache-dir, exclude, extend, extend-exclude, extend-select, ignore, max-file-size, per-file-ignores, precision, "
-        "runtime, select, torch-version" in message
+        "known keys: cache-dir, exclude, extend, extend-exclude, extend-select, ignore, max-file-size, modes, "
+        "per-file-ignores, precision, runtime, select, show-conditional, torch-version" in message
     )
     assert "did you mean 'select'?" in message
     assert settings.select == Settings().select  # ignored: the defaults stand
@@ -314,15 +314,25 @@ def test_a_wrong_runtime_table_stops_a_plain_check(tmp_path: Path, table: str, m
 
 # --- the nearest configuration per file, `extend`, --show-settings PATH -----------------------------
 
-# One AMP013 (opt-in), and one AMP007 (on by default) that the configurations here leave alone.
-_SAMPLER = (Path(__file__).parents[1] / "fixtures" / "sampling.py").read_text()
+# One AMP014 (opt-in), and one AMP008 (on by default) that the configurations here leave alone.
+_SAMPLER = """\
+import torch
+
+
+def log_probs(logits):
+    return torch.log(torch.softmax(logits, dim=-1))
+
+
+def make_scaler():
+    return torch.cuda.amp.GradScaler()
+"""
 
 
 def _monorepo(tmp_path: Path) -> None:
-    """A root configuration that turns AMP013 on, and a package whose `amplint.toml` extends it."""
+    """A root configuration that turns AMP014 on, and a package whose `amplint.toml` extends it."""
     write(
         tmp_path / "pyproject.toml",
-        '[tool.amplint]\nextend-select = ["AMP013"]\n\n[tool.amplint.per-file-ignores]\n"tests/*" = ["AMP013"]\n',
+        '[tool.amplint]\nextend-select = ["AMP014"]\n\n[tool.amplint.per-file-ignores]\n"tests/*" = ["AMP014"]\n',
     )
     write(tmp_path / "pkg_a" / "sample.py", _SAMPLER)
     write(tmp_path / "pkg_b" / "sample.py", _SAMPLER)
@@ -331,14 +341,14 @@ def _monorepo(tmp_path: Path) -> None:
 
 
 def _flagged(proc_stdout: str) -> list[str]:
-    """The files AMP013, the rule the configurations here turn on and off, is reported in."""
-    return sorted(line.split(":")[0] for line in proc_stdout.splitlines() if " AMP013 " in line)
+    """The files AMP014, the rule the configurations here turn on and off, is reported in."""
+    return sorted(line.split(":")[0] for line in proc_stdout.splitlines() if " AMP014 " in line)
 
 
 def test_each_file_gets_the_nearest_configuration(tmp_path: Path) -> None:
     _monorepo(tmp_path)
     # pkg_b's own file inherits the root's selection and per-file ignores (anchored at pkg_b) and
-    # adds nothing; pkg_c's pyproject.toml stands alone, so AMP013 (opt-in) is off there.
+    # adds nothing; pkg_c's pyproject.toml stands alone, so AMP014 (opt-in) is off there.
     write(tmp_path / "pkg_b" / "amplint.toml", 'extend = "../pyproject.toml"\n')
     write(tmp_path / "pkg_c" / "pyproject.toml", '[tool.amplint]\nselect = ["AMP"]\n')
     proc = amplint_run(tmp_path, "check", "--no-cache", "--format", "concise", ".")
@@ -348,8 +358,8 @@ def test_each_file_gets_the_nearest_configuration(tmp_path: Path) -> None:
     inside = amplint_run(tmp_path / "pkg_b", "check", "--no-cache", "--format", "concise")
     assert _flagged(inside.stdout) == ["sample.py"]
     # A flag applies under every configuration; --config makes one configuration apply to all.
-    flagged = amplint_run(tmp_path, "check", "--no-cache", "--format", "concise", "--ignore", "AMP013", ".")
-    assert flagged.returncode == 1 and not _flagged(flagged.stdout), flagged.stdout  # AMP007 stays
+    flagged = amplint_run(tmp_path, "check", "--no-cache", "--format", "concise", "--ignore", "AMP014", ".")
+    assert flagged.returncode == 1 and not _flagged(flagged.stdout), flagged.stdout  # AMP008 stays
     one = amplint_run(
         tmp_path, "check", "--no-cache", "--format", "concise", "--config", "pyproject.toml", "."
     )

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amplint.diagnostics import Diagnostic, Edit
+from amplint.diagnostics import Confidence, Diagnostic, Edit
 from amplint.rule import Rule
 from amplint.rules.runner import FileResult, lint_source
 from amplint.source import LineIndex, SourceFile, replace_file
@@ -45,8 +45,16 @@ def apply_edits(text: str, edits: Iterable[Edit]) -> tuple[str, int]:
     return "".join(pieces), applied
 
 
-def _fix_edits(diagnostics: Sequence[Diagnostic], unsafe: bool) -> list[tuple[Diagnostic, tuple[Edit, ...]]]:
-    return [(d, d.fix.edits) for d in diagnostics if d.fix is not None and d.fix.applies(unsafe)]
+def _fix_edits(
+    diagnostics: Sequence[Diagnostic], unsafe: bool, conditional: bool
+) -> list[tuple[Diagnostic, tuple[Edit, ...]]]:
+    return [
+        (d, d.fix.edits)
+        for d in diagnostics
+        if d.fix is not None
+        and d.fix.applies(unsafe)
+        and (conditional or d.confidence != Confidence.CONDITIONAL)
+    ]
 
 
 def _non_overlapping(
@@ -89,14 +97,16 @@ def fix_source(
     *,
     profile: Profile = CALLER,
     unsafe: bool = False,
+    conditional: bool = False,
 ) -> FixOutcome:
     """Lint, apply every fix that applies cleanly (safe ones; unsafe ones too with `unsafe`), and
-    repeat until nothing is left to fix. `FixOutcome.applied` are the fixes written, in order."""
+    repeat until nothing is left to fix. A conditional finding (not shown unless asked for) is not
+    fixed unless `conditional`. `FixOutcome.applied` are the fixes written, in order."""
     text = source.text
     result = lint_source(source, rules, display, profile=profile)
     applied: list[Diagnostic] = []
     for _ in range(MAX_ROUNDS):
-        candidates = _fix_edits(result.diagnostics, unsafe)
+        candidates = _fix_edits(result.diagnostics, unsafe, conditional)
         if not candidates:
             break
         chosen, edits = _non_overlapping(candidates)

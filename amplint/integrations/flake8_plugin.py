@@ -2,8 +2,10 @@
 
 Registered under the `flake8.extension` entry point `AMP`. Every rule that is on by default runs, and
 the opt-in rules named by `--amplint-extend-select` (or `amplint-extend-select` in flake8's
-configuration); amplint's own configuration is not read. flake8's `--select`, `--ignore` and `# noqa`
-decide what is shown. amplint
+configuration); amplint's own configuration is not read. Each file is checked in the execution modes
+the project around it gives it (read once per project and process), and findings that rest on no
+mode (conditional) are not shown, as with `amplint check`. flake8's `--select`, `--ignore` and
+`# noqa` decide what is shown. amplint
 parses the source itself with libcst, from the lines flake8 read; flake8's `tree` is not used. Nothing
 here imports torch.
 """
@@ -17,10 +19,11 @@ from typing import Any
 
 from amplint import __version__
 from amplint.config import Settings, validate_codes
+from amplint.diagnostics import Confidence
+from amplint.pipeline.precision import Precision, project_precision, project_root
 from amplint.rules import rules_for
 from amplint.rules.runner import lint_source
-from amplint.source import SourceFile, dominant_newline
-from amplint.static.profile import detect
+from amplint.source import SourceFile, display_path, dominant_newline
 
 __all__ = ["Plugin"]
 
@@ -56,17 +59,29 @@ class Plugin:
         text = "".join(self.lines)
         path = Path(self.filename)
         source = SourceFile(path, text, "utf-8", False, dominant_newline(text))
-        # flake8 hands over one file at a time: its precision profile is the one `amplint check`
-        # detects for that file alone.
-        profile = detect([(self.filename, text)])
+        # flake8 hands over one file at a time: its profile is the one `amplint check` gives it.
+        profile = _precision(path).of(display_path(path))
         rules = rules_for(Settings(extend_select=self.extend_select), path, profile)
         result = lint_source(source, rules, self.filename, profile=profile)
         if result.internal_errors:
             raise RuntimeError("\n".join(result.internal_errors))  # flake8 reports a failing plugin
         for diagnostic in result.diagnostics:
+            if diagnostic.confidence == Confidence.CONDITIONAL:
+                continue
             yield (
                 diagnostic.line,
                 diagnostic.column - 1,
                 f"{diagnostic.code} {diagnostic.message}",
                 type(self),
             )
+
+
+_PROJECTS: dict[Path, Precision] = {}
+
+
+def _precision(path: Path) -> Precision:
+    """The execution modes of the project around `path`, found once per project in this process."""
+    root = project_root([path])
+    if root not in _PROJECTS:
+        _PROJECTS[root] = project_precision(Settings(root=root), [root])
+    return _PROJECTS[root]

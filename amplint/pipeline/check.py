@@ -49,6 +49,7 @@ class CheckRun:
     precision: Precision = field(default_factory=Precision)
     # Findings not shown because their half precision rests on nothing in the project.
     conditional: int = 0
+    show_conditional: bool = False  # shown, and fixed, all the same (--show-conditional)
 
 
 def _keep(settings: Settings, diagnostic: Diagnostic, path: Path) -> bool:
@@ -89,7 +90,7 @@ def run_check(
     found = discover(paths, settings)
     if progress is not None:
         progress.total = len(found.files)
-    run = CheckRun()
+    run = CheckRun(show_conditional=settings.show_conditional)
     for path, message in found.problems:
         problem = unparsable_diagnostic(display_path(path), message)
         if _keep(settings, problem, path):
@@ -217,7 +218,7 @@ def _fixed(
 
     fix, lint = (fix_notebook, lint_notebook) if is_notebook(path) else (fix_source, lint_source)
     profile = run.precision.of(display)
-    outcome = fix(source, rules, display, profile=profile, unsafe=unsafe)
+    outcome = fix(source, rules, display, profile=profile, unsafe=unsafe, conditional=run.show_conditional)
     run.errors.extend(outcome.errors)
     if not outcome.changed:
         return outcome.result
@@ -260,7 +261,7 @@ def check_stdin(
     nothing was fixed); `diff` adds the diff to the run. Nothing is written, nothing cached."""
     path = Path(filename) if filename else Path(STDIN)
     display = display_path(path) if filename else STDIN
-    run = CheckRun(files_checked=1)
+    run = CheckRun(files_checked=1, show_conditional=settings.show_conditional)
     if len(raw) > settings.max_file_size:
         result = too_large(path, display, len(raw), settings.max_file_size)
     else:

@@ -520,6 +520,7 @@ def fix_notebook(
     *,
     profile: Profile = CALLER,
     unsafe: bool = False,
+    conditional: bool = False,
 ) -> FixOutcome:
     """Fix the cells as `fixes.fix_source` fixes a file; `new_text` is the notebook's new JSON."""
     from amplint.fixing.edits import FixOutcome, fix_source
@@ -532,7 +533,9 @@ def fix_notebook(
     if not any(d.fix is not None for d in result.diagnostics):
         return FixOutcome(result, source.text)
     starts = notebook.starts()
-    outcome = fix_source(notebook.module(), rules, display, profile=profile, unsafe=unsafe)
+    outcome = fix_source(
+        notebook.module(), rules, display, profile=profile, unsafe=unsafe, conditional=conditional
+    )
     if not outcome.changed:
         return FixOutcome(result, source.text, errors=outcome.errors)
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from amplint.config import Settings
@@ -28,15 +28,26 @@ _MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 
 @dataclass(frozen=True)
 class Precision:
-    """The profile of each file of a run (by display path), and the one a file not listed gets."""
+    """The profile of each file of a run: configured (`default` for every file), or from the
+    project's execution modes, where a file no mode reaches gets `default` (the caller's)."""
 
     default: Profile = CALLER
-    files: Mapping[str, Profile] = field(default_factory=dict)
-    modes: ProjectModes | None = None  # the project's index, for `--show-settings`
+    modes: ProjectModes | None = None  # None: configured
     root: Path | None = None
 
     def of(self, display: str) -> Profile:
-        return self.files.get(display, self.default)
+        whys = self.modes.of(display) if self.modes is not None else ()
+        if not whys:
+            return self.default
+        assert self.modes is not None
+        return replace(
+            self.default,
+            half=frozenset(why.mode.dtype for why in whys),
+            origin="detected",
+            evidence=tuple((why.path, why.line, why.what) for why in whys),
+            modes=whys,
+            definitions=tuple(sorted(self.modes.definitions.get(display, {}).items())),
+        )
 
 
 def project_root(paths: Sequence[Path]) -> Path:
@@ -72,30 +83,18 @@ def project_precision(
 
     root = project_root(files) if files else Path.cwd()
     # Absolute paths as strings: a project has thousands of files, and `Path` objects cost.
-    own = {os.path.abspath(path): path for path in files}
+    own = {os.path.abspath(path) for path in files if not os.path.isdir(path)}
     project = {os.path.abspath(path) for path in discover([root], settings).files}
     extra = {os.path.abspath(path) for path in overrides or {}}
     given = {os.path.abspath(path): raw for path, raw in (overrides or {}).items()}
     prefix = str(root).rstrip(os.sep) + os.sep
     found = index_modes(
         entry
-        for full in sorted(project | set(own) | extra)
+        for full in sorted(project | own | extra)
         for entry in _files(full, full.removeprefix(prefix).replace(os.sep, "/"), given)
     )
     # A file no entry point reaches is its caller's, as in a project that sets no precision.
-    floor = settings.with_torch(CALLER)
-    profiles: dict[str, Profile] = {}
-    for full, path in own.items():
-        display = display_path(path)
-        key = display_path(full)
-        whys = found.of(key)
-        if whys:
-            half = frozenset(why.mode.dtype for why in whys)
-            evidence = tuple((why.path, why.line, why.what) for why in whys)
-            definitions = tuple(sorted(found.definitions.get(key, {}).items()))
-            profile = Profile(half, "detected", evidence, modes=whys, definitions=definitions)
-            profiles[display] = settings.with_torch(profile)
-    return Precision(floor, profiles, found, root)
+    return Precision(settings.with_torch(CALLER), found, root)
 
 
 def _files(

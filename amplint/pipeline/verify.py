@@ -198,7 +198,14 @@ def preview(paths: Sequence[Path], settings: Settings, trace: Tracer, *, jobs: i
         new_text, from_graph = _with_graph_fixes(path, original, run.diagnostics)
         profile = run.precision.of(path)
         rules = rules_for(settings, Path(path), profile)
-        outcome = fix_source(replace(original, text=new_text), rules, path, profile=profile, unsafe=True)
+        outcome = fix_source(
+            replace(original, text=new_text),
+            rules,
+            path,
+            profile=profile,
+            unsafe=True,
+            conditional=settings.show_conditional,
+        )
         run.errors.extend(outcome.errors)
         if outcome.new_text != original.text:
             run.fixed += from_graph + outcome.fixed

@@ -70,7 +70,8 @@ def factory():
 
 
 # AMP001 is opt-in: these tests turn it on as a user would.
-OPT_IN_AMP001 = '[tool.amplint]\nextend-select = ["AMP001"]\n'
+# The modules here run in their caller's dtype: their findings are conditional, asked for.
+OPT_IN_AMP001 = "[tool.amplint]\nshow-conditional = true\n"
 
 
 def _json(done) -> list[dict]:
@@ -127,7 +128,7 @@ def test_rwkv_sigmoid_confirmed_and_the_chain_found(tmp_path: Path) -> None:
 def test_softplus_form_has_no_precision_chain(tmp_path: Path) -> None:
     _copy_fixture(tmp_path, "rwkv7_time_mix_softplus.py")
     target = "rwkv7_time_mix_softplus.py:factory"
-    args = ["check", ".", "--confirm", "--target", target, "--extend-select", "AMP001", "--format", "json"]
+    args = ["check", ".", "--confirm", "--target", target, "--show-conditional", "--format", "json"]
     found = _json(amplint_run(tmp_path, *args))
     # Neither AMP001 nor AMP101: the log-decay is float32 from `softplus` on, no late upcast. CPU
     # autocast keeps `softplus`, and so the recurrence's `exp` and `sum`, in bfloat16: what a CPU
@@ -148,7 +149,7 @@ def test_qwen2_eager_scores(tmp_path: Path, settings: str, confidence: str, evid
     _copy_fixture(tmp_path, "qwen2_eager_attention.py")
     write(
         tmp_path / "pyproject.toml",
-        '[tool.amplint]\nextend-select = ["AMP002"]\n\n'
+        "[tool.amplint]\nshow-conditional = true\n\n"
         f'[tool.amplint.runtime]\ntargets = ["qwen2_eager_attention.py:factory"]\n{settings}\n',
     )
     found = _json(amplint_run(tmp_path, "check", ".", "--confirm", "--show-refuted", "--format", "json"))
@@ -206,7 +207,7 @@ def test_a_target_that_fails_keeps_the_static_findings(tmp_path: Path) -> None:
 def test_confirmation_shows_in_every_format(tmp_path: Path) -> None:
     _copy_fixture(tmp_path, "rwkv7_time_mix.py")
     args = ["check", "rwkv7_time_mix.py", "--confirm", "--target", "rwkv7_time_mix.py:factory"]
-    args += ["--extend-select", "AMP001"]
+    args += ["--show-conditional"]
     text = amplint_run(tmp_path, *args).stdout
     assert "= confirmed: `sigmoid` at rwkv7_time_mix.py:52 ran in bfloat16" in text
     github = amplint_run(tmp_path, *args, "--format", "github").stdout
@@ -266,7 +267,7 @@ def test_runtime_rule_examples(tmp_path: Path, rule, index: int, bad: bool) -> N
 
 def test_fix_is_verified_by_tracing_again(tmp_path: Path) -> None:
     path = _copy_fixture(tmp_path, "rwkv7_time_mix.py")
-    args = ["check", ".", "--confirm", "--target", "rwkv7_time_mix.py:factory", "--extend-select", "AMP001"]
+    args = ["check", ".", "--confirm", "--target", "rwkv7_time_mix.py:factory", "--show-conditional"]
     done = amplint_run(tmp_path, *args, "--fix")
     assert done.returncode == 0, done.stderr
     # One fix (AMP001's; AMP101 at the same sigmoid asks for the same edit), reported on its own.
@@ -312,7 +313,7 @@ def test_each_fix_is_judged_and_the_failing_one_rolled_back(tmp_path: Path) -> N
     path = write(tmp_path / "block.py", PURE_BF16)
     write(
         tmp_path / "pyproject.toml",
-        '[tool.amplint]\nextend-select = ["AMP001", "AMP003"]\n\n'
+        "[tool.amplint]\nshow-conditional = true\n\n"
         '[tool.amplint.runtime]\ntargets = [{ target = "block.py:factory", dtype = "bfloat16", '
         'autocast = false, param-dtype = "bfloat16" }]\n',
     )
@@ -435,7 +436,7 @@ def test_the_graph_fixes_a_chain_the_static_pass_cannot_see(tmp_path: Path) -> N
     path = write(tmp_path / "gate.py", GATE)
     args = ["check", "gate.py", "--confirm", "--target", "gate.py:factory"]
     # AMP001 and AMP014 on: AMP001 still cannot see the chain across the two methods.
-    args += ["--extend-select", "AMP001,AMP014"]
+    args += ["--extend-select", "AMP014", "--show-conditional"]
     found = _json(amplint_run(tmp_path, *args, "--format", "json"))
     assert not [d for d in found if d["code"] == "AMP001"]
     amp101 = next(d for d in found if d["code"] == "AMP101")
@@ -470,7 +471,7 @@ def test_the_cast_point_is_the_start_of_the_chain(tmp_path: Path) -> None:
     path = write(tmp_path / "gate.py", SCALED)
     args = ["check", "gate.py", "--confirm", "--target", "gate.py:factory"]
     # AMP001 (the sigmoid) and AMP007 (the cumsum) on: neither adds a fix of its own.
-    args += ["--extend-select", "AMP001,AMP007"]
+    args += ["--show-conditional"]
     amp101 = next(d for d in _json(amplint_run(tmp_path, *args, "--format", "json")) if d["code"] == "AMP101")
     assert [(step["op"], step["line"]) for step in amp101["chain"]] == [
         ("mul", 12),
@@ -513,7 +514,7 @@ def test_a_binary_cast_point_upcasts_the_low_precision_operand(
 def test_a_static_fix_on_the_line_is_not_made_twice(tmp_path: Path) -> None:
     _copy_fixture(tmp_path, "rwkv7_time_mix.py")
     args = ["check", "rwkv7_time_mix.py", "--confirm", "--target", "rwkv7_time_mix.py:factory"]
-    args += ["--extend-select", "AMP001"]
+    args += ["--show-conditional"]
     found = _json(amplint_run(tmp_path, *args, "--format", "json"))
     assert next(d for d in found if d["code"] == "AMP001")["fix"] is not None
     assert next(d for d in found if d["code"] == "AMP101")["fix"] is None

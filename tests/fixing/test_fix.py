@@ -27,7 +27,8 @@ OTHERS_FIXED = OTHERS.replace("var = x.pow(2)", "var = x.to(torch.float32).pow(2
     "torch.rsqrt(var + 1e-6)", "torch.rsqrt(var + 1e-6).to(x.dtype)"
 )
 
-# The sigmoid-upcast fix of the opt-in AMP001: the tests of that fix turn the rule on.
+# The sigmoid-upcast fix of AMP001, on code that runs in its caller's dtype: the finding is
+# conditional, so the tests of that fix ask for conditional findings.
 SIGMOID = """\
 import torch
 
@@ -36,7 +37,7 @@ def decay(x):
     w = torch.sigmoid(x)
     return torch.exp(w)
 """
-OPT_IN = ("--extend-select", "AMP001", "--unsafe-fixes")  # its fix changes the dtype consumers see
+OPT_IN = ("--show-conditional", "--unsafe-fixes")  # its fix changes the dtype consumers see
 
 
 def snapshot(directory: Path) -> dict[str, tuple[bytes, int, int, int]]:
@@ -171,7 +172,7 @@ def test_second_fix_changes_nothing(tmp_path: Path) -> None:
     write(tmp_path / "others.py", OTHERS)
     gates = rule_by_code("AMP001").bad[2]  # type: ignore[union-attr]
     assert gates.fixed is not None
-    write(tmp_path / "gates.py", gates.code)  # its fix adds `import torch`: opted in below
+    write(tmp_path / "gates.py", gates.code)  # its fix adds `import torch`: conditional, asked for below
     amplint_run(tmp_path, "check", *OPT_IN, "--fix", ".")
     after_first = snapshot(tmp_path)
     assert after_first["model.py"][0] == FIXED.encode()

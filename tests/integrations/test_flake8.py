@@ -99,8 +99,25 @@ def test_plugin_does_not_import_torch(tmp_path: Path) -> None:
 def test_opt_in_rules_run_under_flake8_only_when_named(tmp_path: Path) -> None:
     write(
         tmp_path / "gate.py",
-        "import torch\n\n\ndef decay(x):\n    return torch.exp(torch.sigmoid(x.bfloat16()))\n",
+        "import torch\n\n\ndef log_probs(x):\n    return torch.log(torch.softmax(x, dim=-1))\n",
+    )
+    # AMP003 (on by default) holds only where the caller runs it in half: conditional, not shown.
+    assert flake8(tmp_path, "--select", "AMP", "gate.py").stdout == ""
+    named = flake8(tmp_path, "--select", "AMP", "--amplint-extend-select", "AMP014", "gate.py")
+    assert named.stdout.startswith("gate.py:5:12: AMP014 "), named.stdout + named.stderr
+
+
+def test_flake8_reads_the_projects_execution_modes(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", "[project]\nname = 'p'\n")
+    write(
+        tmp_path / "gate.py",
+        "import torch\n\n\ndef log_probs(x):\n    return torch.log_softmax(x, dim=-1)\n",
     )
     assert flake8(tmp_path, "--select", "AMP", "gate.py").stdout == ""
-    named = flake8(tmp_path, "--select", "AMP", "--amplint-extend-select", "AMP001", "gate.py")
-    assert named.stdout.startswith("gate.py:5:22: AMP001 "), named.stdout + named.stderr
+    # A script elsewhere in the project runs it cast to bfloat16: now it is a hazard, with evidence.
+    write(
+        tmp_path / "run.py",
+        "import torch\nfrom gate import log_probs\n\nlog_probs(torch.ones(3).bfloat16())\n",
+    )
+    found = flake8(tmp_path, "--select", "AMP", "gate.py").stdout
+    assert found.startswith("gate.py:5:12: AMP003 ") and "cast-bf16: `.bfloat16()` at run.py:4" in found

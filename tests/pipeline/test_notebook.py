@@ -17,7 +17,7 @@ CELL_LINE = HAZARD_LINE - HAZARD[: HAZARD.index(BODY)].count("\n")  # the findin
 HAZARD_CALL = "torch.cuda.amp.GradScaler()"  # what the finding spans
 (HAZARD_SOURCE,) = [line for line in HAZARD.splitlines(keepends=True) if HAZARD_CALL in line]
 (FIXED_SOURCE,) = [line for line in HAZARD_FIXED.splitlines(keepends=True) if line not in HAZARD]
-# The opt-in AMP001's fix adds `import torch` to the cell that imports: that test turns AMP001 on.
+# AMP001's fix adds `import torch` to the cell that imports.
 GATES = "def gates(self, x):\n    gk = F.logsigmoid(self.gk_proj(x)) / 16\n    return gk\n"
 
 
@@ -261,7 +261,9 @@ def test_fix_adds_import_torch_to_its_cell_and_keeps_string_sources(tmp_path: Pa
         "nbformat_minor": 5,
     }
     path = write(tmp_path / "nb.ipynb", json.dumps(document, separators=(",", ":")))
-    _, diagnostics = check_json(tmp_path, "--extend-select", "AMP001", "nb.ipynb")
+    # The module runs in whatever its caller picks: the finding is conditional, shown and fixed on request.
+    assert check_json(tmp_path, "nb.ipynb")[1] == []
+    _, diagnostics = check_json(tmp_path, "--show-conditional", "nb.ipynb")
     (finding,) = diagnostics
     assert (finding["code"], finding["cell"], finding["line"]) == ("AMP001", 3, 2)
     # The fix's edits name their own cells: `import torch` goes to cell 1.
@@ -269,7 +271,10 @@ def test_fix_adds_import_torch_to_its_cell_and_keeps_string_sources(tmp_path: Pa
         (1, 1, "import torch\n"),
         (3, 2, "F.logsigmoid(self.gk_proj(x).to(torch.float32))"),
     ]
-    proc = amplint_run(tmp_path, "check", "--extend-select", "AMP001", "--unsafe-fixes", "--fix", "nb.ipynb")
+    unchanged = path.read_text(encoding="utf-8")
+    amplint_run(tmp_path, "check", "--unsafe-fixes", "--fix", "nb.ipynb")
+    assert path.read_text(encoding="utf-8") == unchanged  # a finding not shown is not fixed
+    proc = amplint_run(tmp_path, "check", "--show-conditional", "--unsafe-fixes", "--fix", "nb.ipynb")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = path.read_text(encoding="utf-8")
     assert "\n" not in text and text.isascii() and '"source":"import torch\\n' in text
