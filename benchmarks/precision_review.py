@@ -272,11 +272,12 @@ def find_archive(downloads: Path, project: Project) -> Path | None:
 
 def download(project: Project, downloads: Path) -> Path:
     """Download the project's sdist (`--no-binary` for it alone: its build backend may still come as
-    a wheel) or its wheel; an sdist that cannot be prepared without torch falls back to the wheel."""
+    a wheel), else what pip prefers: the wheel where there is one. An sdist that cannot be prepared
+    (one whose metadata needs torch installed) falls back to the wheel."""
     downloads.mkdir(parents=True, exist_ok=True)
     spec = f"{project.name}=={project.version}"
     base = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(downloads)]
-    tries = [["--only-binary", ":all:", spec]]
+    tries = [[spec]]
     if project.sdist:
         tries.insert(0, ["--no-binary", project.name, spec])
     output = ""
@@ -374,7 +375,9 @@ def fetch(projects: Sequence[Project], corpus: Path) -> None:
             continue
         count = unpack(archive, target)
         files, lines = count_source(target)
-        wanted = "" if is_sdist(archive) == project.sdist else " (no sdist could be prepared: the wheel)"
+        wanted = ""
+        if is_sdist(archive) != project.sdist:
+            wanted = " (no sdist could be prepared: the wheel)" if project.sdist else " (no wheel: the sdist)"
         print(
             f"{project.folder}: {archive.name}{wanted}, {count} files kept, {files} .py files, {lines:,} lines"
         )
