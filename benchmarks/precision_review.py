@@ -20,8 +20,9 @@ sampled.
 
 `report` reads that file back and measures **first-contact precision**: the default findings on the
 projects the current review checks for the first time, read before any rule is changed because of
-them. A finding counts once per project, rule and flagged line text, however many identical lines
-and copies across files it has. The sample ranks these by a hash of the review's seed and their key
+them (the current review names the amplint commit they are read on, and the report says so when a
+run comes from another). A finding counts once per project, rule and flagged line text, however many
+identical lines and copies across files it has. The sample ranks these by a hash of the review's seed and their key
 and takes the lowest ranks (a finding stays sampled while others come and go); each rule gets more
 of its first-contact findings, drawn the same way, up to `--per-rule`. Projects checked in earlier
 reviews and the projects the rules were tuned on are reported apart, never in the headline. Shares
@@ -112,7 +113,7 @@ SKIPPED_DIRS = frozenset(
     {".git", ".hg", ".svn", ".venv", "venv", ".tox", ".eggs", "build", "dist", "__pycache__", "node_modules"}
 )
 _PROJECT_KEYS = frozenset({"name", "version", "subdir", "sdist", "first_checked", "tuned_on"})
-_REVIEW_KEYS = frozenset({"date", "seed"})
+_REVIEW_KEYS = frozenset({"date", "seed", "commit"})
 _VERDICT_KEYS = frozenset({"project", "path", "code", "source", "line", "verdict", "reason"})
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
@@ -150,6 +151,9 @@ class Project:
 class Review:
     date: str | None  # None while its first-contact projects are being read
     seed: int
+    # The amplint commit whose findings the first-contact projects are read on: a run from another
+    # commit may carry rule changes made because of them, and is no longer first contact.
+    commit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -225,7 +229,12 @@ def _load_reviews(path: Path, entries: object) -> list[Review]:
             raise ReviewError(f"{path}: review {i}: `date` must be a YYYY-MM-DD string")
         if date is not None and reviews and reviews[-1].date is not None and date <= reviews[-1].date:
             raise ReviewError(f"{path}: review {i}: dates must rise from one review to the next")
-        reviews.append(Review(date, seed))
+        commit = entry.get("commit")
+        if commit is not None and (
+            not isinstance(commit, str) or not re.fullmatch(r"[0-9a-f]{7,40}", commit)
+        ):
+            raise ReviewError(f"{path}: review {i}: `commit` must be a git commit hash")
+        reviews.append(Review(date, seed, commit))
     if any(review.seed == reviews[-1].seed for review in reviews[:-1]):
         raise ReviewError(f"{path}: the current review needs a seed no earlier review used")
     return reviews
@@ -1045,6 +1054,24 @@ def measure(
     return Measured(by_group, sample, extra, labels)
 
 
+def first_contact_warning(review: Review, amplint: dict[str, Any]) -> str:
+    """Why this run's findings may not be first contact ("" when they are the review's)."""
+    commit = amplint.get("commit") or ""
+    if review.commit is None:
+        return (
+            "The current review names no amplint commit: set its `commit` to this run's "
+            f"(`{commit or 'unknown'}`) when the reading starts."
+        )
+    if not commit or not (commit.startswith(review.commit) or review.commit.startswith(commit)):
+        return (
+            f"Not first contact: these findings come from amplint `{commit or 'unknown'}`, the review "
+            f"reads those of `{review.commit}`."
+        )
+    if amplint.get("uncommitted_changes"):
+        return f"Not first contact: amplint ran with uncommitted changes on top of `{commit}`."
+    return ""
+
+
 def render_report(
     run_data: dict[str, Any],
     corpus: Corpus,
@@ -1083,6 +1110,10 @@ def render_report(
     when = current.date or "not yet read"
     add(f"## First contact: review {review_no} ({when}), projects: {len(first_names)}")
     add("")
+    warning = first_contact_warning(current, meta)
+    if warning:
+        add(f"**{warning}**")
+        add("")
     first = measured.sample[FIRST]
     numeric = [r for r in first if r.unit.code not in API_RULES]
     first_units = measured.units[FIRST]

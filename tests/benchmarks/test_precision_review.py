@@ -108,6 +108,7 @@ def test_projects_are_grouped_by_when_they_were_first_checked(tmp_path: Path) ->
         (("seed = 2", "seed = 1"), "seed no earlier review used"),
         (('date = "2026-01-01"\n', ""), "only the current"),
         (("sdist = true", 'sdist = "yes"'), "`sdist` must be"),
+        (("seed = 2\n", 'seed = 2\ncommit = "HEAD"\n'), "`commit` must be"),
         (('first_checked = "2026-01-01"\ntuned_on', "tuned_on"), "checked before"),
     ],
 )
@@ -131,6 +132,15 @@ def test_only_findings_in_the_package_are_sampled() -> None:
     assert not review.in_package("src/pkg2/a.py", "src/pkg")
     assert not review.in_package("tests/test_a.py", "src/pkg")
     assert review.in_package("tests/test_a.py", ".")
+
+
+def test_a_run_from_another_commit_than_the_review_reads_is_not_first_contact() -> None:
+    review_at = review.Review(None, 2, "abc123def456")
+    run = {"commit": "abc123def456", "uncommitted_changes": False}
+    assert review.first_contact_warning(review_at, run) == ""
+    assert "Not first contact" in review.first_contact_warning(review_at, {**run, "commit": "fff000111222"})
+    assert "uncommitted" in review.first_contact_warning(review_at, {**run, "uncommitted_changes": True})
+    assert "names no amplint commit" in review.first_contact_warning(review.Review(None, 2), run)
 
 
 def test_fetch_keeps_source_and_configuration_files_only(tmp_path: Path) -> None:
@@ -376,6 +386,7 @@ def test_report_headlines_first_contact_and_writes_the_reading_aid(tmp_path: Pat
     assert "| AMP001 | 1 | 0 | 0 |" in text  # the conditional run, apart
     assert "1 sampled verdicts are marked real or worth a look" in text
     assert "(2000 resamples, seed 2)" in text
+    assert "names no amplint commit: set its `commit` to this run's (`abc`)" in text
     # The reading aid: 17 + 1 + 1 sampled units in parts of 15, each block self-contained.
     aid = corpus_dir / review.AID_DIR
     parts = sorted(aid.glob("part-*.md"))
