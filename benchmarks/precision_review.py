@@ -22,14 +22,14 @@ sampled.
 projects the current review checks for the first time, read before any rule is changed because of
 them (the current review names the amplint commit they are read on, and the report says so when a
 run comes from another). A finding counts once per project, rule and flagged line text, however many
-identical lines and copies across files it has. The sample ranks these by a hash of the review's seed and their key
-and takes the lowest ranks (a finding stays sampled while others come and go); each rule gets more
-of its first-contact findings, drawn the same way, up to `--per-rule`. Projects checked in earlier
-reviews and the projects the rules were tuned on are reported apart, never in the headline. Shares
-come with a 95% Wilson interval and a cluster bootstrap over projects. The report goes to
-`docs/precision.md`; the reading aid (each sampled finding with its code around it and a verdict
-stub, in parts of 15 to share among readers) to `<corpus>/reading_aid/`, never committed. Editing
-verdicts needs only `report` again, not `run`.
+identical lines and copies across files it has. The sample ranks these by a hash of the review's
+seed and their key and takes the lowest ranks (a finding stays sampled while others come and go);
+each rule gets more of its first-contact findings, drawn the same way, up to `--per-rule`. Projects
+checked in earlier reviews and the projects the rules were tuned on are reported apart, never in the
+headline. Shares come with a 95% Wilson interval and a cluster bootstrap over projects. The report
+goes to `docs/precision.md`; the reading aid (each sampled finding with its code around it and a
+verdict stub, in parts of 15 to share among readers) to `<corpus>/reading_aid/`, never committed.
+Editing verdicts needs only `report` again, not `run`.
 
 A verdict is keyed by the project, the file's path inside it, the rule code and the stripped source
 text of the flagged line (not the line number, so a verdict survives small shifts of the code):
@@ -1028,8 +1028,17 @@ class Measured:
 
     units: dict[str, list[Unit]]
     sample: dict[str, list[Read]]
+    # First contact: the numeric rules' findings of the sample and, past them up to --sample-numeric,
+    # their next ones in the same order (so `numeric` is a uniform sample of the numeric findings).
+    numeric: list[Read]
+    more_numeric: list[Read]
     extra: list[Read]  # the per-rule supplement, first-contact projects only
-    labels: dict[UnitKey, str]  # sample row labels: F1.., S1.., E1.., T1..
+    labels: dict[UnitKey, str]  # sample row labels: F1.., N1.., S1.., E1.., T1..
+
+    @property
+    def first_reads(self) -> list[Read]:
+        """Every first-contact read, each once: per rule, a prefix of the rule's seeded order."""
+        return [*self.sample[FIRST], *self.more_numeric, *self.extra]
 
 
 def measure(
@@ -1040,18 +1049,26 @@ def measure(
     earlier_size: int,
     per_rule: int,
     seed: int,
+    numeric_size: int = 0,
 ) -> Measured:
     groups = {p.name: corpus.group(p) for p in corpus.projects}
     units = dedup(f for f in run_data["findings"] if f["project"] in groups)
     by_group = {group: [u for u in units if groups[u.project] == group] for group in GROUPS}
     sizes = {FIRST: sample_size, EARLIER: earlier_size, TUNED: earlier_size}
     sample = {group: read_units(draw(by_group[group], sizes[group], seed), verdicts) for group in GROUPS}
-    extra = read_units(supplement(by_group[FIRST], [r.unit for r in sample[FIRST]], per_rule, seed), verdicts)
+    in_sample = [r for r in sample[FIRST] if r.unit.code not in API_RULES]
+    numeric_units = [u for u in by_group[FIRST] if u.code not in API_RULES]
+    # The seeded order makes the sample's numeric findings the first ones of the numeric order.
+    numeric = in_sample + read_units(draw(numeric_units, numeric_size, seed)[len(in_sample) :], verdicts)
+    more = numeric[len(in_sample) :]
+    taken = [r.unit for r in (*sample[FIRST], *more)]
+    extra = read_units(supplement(by_group[FIRST], taken, per_rule, seed), verdicts)
     labels: dict[UnitKey, str] = {}
-    for prefix, reads in (("F", sample[FIRST]), ("S", extra), ("E", sample[EARLIER]), ("T", sample[TUNED])):
+    prefixed = (("F", sample[FIRST]), ("N", more), ("S", extra), ("E", sample[EARLIER]), ("T", sample[TUNED]))
+    for prefix, reads in prefixed:
         for i, read in enumerate(reads, 1):
             labels[read.unit.key] = f"{prefix}{i}"
-    return Measured(by_group, sample, extra, labels)
+    return Measured(by_group, sample, numeric, more, extra, labels)
 
 
 def first_contact_warning(review: Review, amplint: dict[str, Any]) -> str:
@@ -1115,7 +1132,6 @@ def render_report(
         add(f"**{warning}**")
         add("")
     first = measured.sample[FIRST]
-    numeric = [r for r in first if r.unit.code not in API_RULES]
     first_units = measured.units[FIRST]
     add(SHARE_HEADER.format(label="Rules"))
     add(SHARE_RULE)
@@ -1123,7 +1139,7 @@ def render_report(
         _share_row(
             "numeric rules (all but AMP008)",
             sum(1 for u in first_units if u.code not in API_RULES),
-            numeric,
+            measured.numeric,
             seed,
         )
     )
@@ -1131,8 +1147,10 @@ def render_report(
     add("")
     add(
         f"Projects: {', '.join(first_names) or 'none'}. Findings: counted once each, in the projects' "
-        "packages; the rows read the uniform sample only (the numeric row is its findings of the "
-        "numeric rules, a uniform sample of those too). Intervals: (Wilson; by project)."
+        "packages. The all-rules row reads the uniform sample; the numeric row reads its findings of "
+        "the numeric rules and, up to `--sample-numeric`, the next numeric findings in the same "
+        "seeded order (rows N), a uniform sample of the numeric findings. Intervals: (Wilson; by "
+        "project)."
     )
     add("")
     add("## Projects checked in earlier reviews and projects the rules were tuned on")
@@ -1162,7 +1180,7 @@ def render_report(
     add(SHARE_HEADER.format(label="Rule") + f" {MIN_READS}+ reads |")
     add(SHARE_RULE + " --- |")
     by_rule: dict[str, list[Read]] = {}
-    for read in [*first, *measured.extra]:
+    for read in measured.first_reads:
         by_rule.setdefault(read.unit.code, []).append(read)
     opt_in = set(run_data.get("opt_in", ()))
     codes = sorted(
@@ -1306,6 +1324,7 @@ def render_report(
     add("")
     tables = (
         ("Sample: first contact", measured.sample[FIRST]),
+        ("More numeric findings: first contact (up to `--sample-numeric`)", measured.more_numeric),
         (
             f"Per-rule supplement: first contact (rules with fewer than {per_rule} in the sample)",
             measured.extra,
@@ -1386,7 +1405,7 @@ def write_reading_aid(
     manifest = {p.name: p for p in corpus.projects}
     versions = {p["name"]: p["version"] for p in run_data["projects"]}
     ordered = [
-        *((FIRST, r) for r in [*measured.sample[FIRST], *measured.extra]),
+        *((FIRST, r) for r in measured.first_reads),
         *((EARLIER, r) for r in measured.sample[EARLIER]),
         *((TUNED, r) for r in measured.sample[TUNED]),
     ]
@@ -1431,6 +1450,7 @@ def report(
     context: int,
     command: str,
     per_rule: int = MIN_READS,
+    numeric_size: int = 0,
 ) -> None:
     run_file = corpus_dir / RUN_FILE
     if not run_file.is_file():
@@ -1439,10 +1459,10 @@ def report(
     if run_data.get("format") != 2:
         raise ReviewError(f"{run_file} comes from an older version of this script: run `run` again")
     verdicts = load_verdicts(verdicts_path)
-    measured = measure(run_data, corpus, verdicts, sample_size, earlier_size, per_rule, seed)
+    measured = measure(run_data, corpus, verdicts, sample_size, earlier_size, per_rule, seed, numeric_size)
     keys = {finding_key(f) for f in run_data["findings"]}
     stale = sum(1 for key in verdicts if key not in keys)
-    sampled = [r for reads in measured.sample.values() for r in reads] + measured.extra
+    sampled = [*measured.first_reads, *measured.sample[EARLIER], *measured.sample[TUNED]]
     dismissed = sum(1 for r in sampled if r.verdict is not None and r.verdict.counted != r.verdict.verdict)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(
@@ -1457,10 +1477,12 @@ def report(
             f"{len(measured.sample[group])}: {tally['real']} real, {tally['worth a look']} worth a look, "
             f"{tally['false']} false, {tally[UNREAD]} unread"
         )
-    unread = sum(1 for r in measured.extra if r.status == UNREAD)
-    print(
-        f"first-contact per-rule supplement of {len(measured.extra)} (up to {per_rule} per rule): {unread} unread"
-    )
+    for label, reads in (
+        ("numeric findings past the sample", measured.more_numeric),
+        ("per-rule supplement", measured.extra),
+    ):
+        unread = sum(1 for r in reads if r.status == UNREAD)
+        print(f"first contact, {label}: {len(reads)}, {unread} unread")
     print(f"wrote {output} and {len(parts)} reading-aid parts in {corpus_dir / AID_DIR}")
 
 
@@ -1479,6 +1501,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", "-o", type=Path, default=DEFAULT_REPORT, help="the Markdown report")
     parser.add_argument(
         "--sample", type=int, default=DEFAULT_SAMPLE, help="first-contact findings in the uniform sample"
+    )
+    parser.add_argument(
+        "--sample-numeric",
+        type=int,
+        default=0,
+        help="first-contact findings of the numeric rules read at least (the sample's, then more)",
     )
     parser.add_argument(
         "--sample-earlier",
@@ -1533,15 +1561,19 @@ def display_command(args: argparse.Namespace, step: str, seed: int | None = None
         if args.jobs:
             parts += ["--jobs", str(args.jobs)]
     if step == "report":
-        parts += ["--sample", str(args.sample), "--sample-earlier", str(args.sample_earlier)]
+        parts += ["--sample", str(args.sample), "--sample-numeric", str(args.sample_numeric)]
+        parts += ["--sample-earlier", str(args.sample_earlier)]
         parts += ["--seed", str(seed), "--per-rule", str(args.per_rule)]
     return shlex.join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if min(args.sample, args.sample_earlier, args.context, args.per_rule) < 0:
-        print("--sample, --sample-earlier, --per-rule and --context must be >= 0", file=sys.stderr)
+    if min(args.sample, args.sample_numeric, args.sample_earlier, args.context, args.per_rule) < 0:
+        print(
+            "--sample, --sample-numeric, --sample-earlier, --per-rule and --context must be >= 0",
+            file=sys.stderr,
+        )
         return 2
     corpus_dir: Path = args.corpus.resolve()
     try:
@@ -1578,6 +1610,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.context,
                 display_command(args, "report", seed),
                 args.per_rule,
+                args.sample_numeric,
             )
     except ReviewError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -408,3 +408,19 @@ def test_report_refuses_a_run_of_the_old_format(tmp_path: Path) -> None:
     (corpus_dir / review.RUN_FILE).write_text(json.dumps({"format": 1}), encoding="utf-8")
     with pytest.raises(review.ReviewError, match="run `run` again"):
         review.report(corpus_dir, corpus, verdicts, tmp_path / "p.md", 10, 10, 2, 15, "python report")
+
+
+def test_the_numeric_row_extends_the_sample_in_the_same_order(tmp_path: Path) -> None:
+    corpus_dir, corpus, verdicts = fake_corpus(tmp_path)
+    run_data = json.loads((corpus_dir / review.RUN_FILE).read_text(encoding="utf-8"))
+    loaded = review.load_verdicts(verdicts)
+    measured = review.measure(run_data, corpus, loaded, 5, 5, 0, seed=2, numeric_size=10)
+    in_sample = [r.unit.key for r in measured.sample[review.FIRST] if r.unit.code != "AMP008"]
+    numeric = [r.unit.key for r in measured.numeric]
+    assert len(numeric) == 10 and numeric[: len(in_sample)] == in_sample
+    numeric_units = [u for u in measured.units[review.FIRST] if u.code != "AMP008"]
+    assert numeric == [u.key for u in review.draw(numeric_units, 10, seed=2)]
+    assert [measured.labels[r.unit.key] for r in measured.more_numeric][:1] == ["N1"]
+    # Every first-contact read is counted once, however the samples overlap.
+    keys = [r.unit.key for r in measured.first_reads]
+    assert len(keys) == len(set(keys))
