@@ -8,20 +8,28 @@
     python benchmarks/precision_review.py run --rev HEAD      # amplint as committed, not the working tree
     python benchmarks/precision_review.py run --only kornia   # redo some projects, keep the others' results
 
-The corpus (`benchmarks/precision_corpus.toml`) pins each project's PyPI name and version. `fetch`
-runs `pip download --no-deps --no-build-isolation NAME==VERSION` (pip takes the wheel where there is
-one, else the sdist) and unpacks the archive's `.py`, `.ipynb` and `.gitignore` files into
-`<corpus>/<name>-<version>/`; nothing is installed or imported. `run` runs
-`amplint check <folder> --format json --exit-zero --no-cache` in each project (with a configuration
-file of its own, so no `[tool.amplint]` table of the surrounding repository applies, that turns the
-opt-in rules on) and saves every finding to `<corpus>/last_run.json`. `report` reads that file back,
-draws a uniform sample of the findings of the rules that are on by default (each finding ranked by a
-hash of the seed and its verdict key, the lowest ranks taken: the same findings give the same
-sample, and a finding stays in it when others come and go), adds up to `--per-rule` findings of each
-rule drawn the same way, joins the hand-written verdicts of
-`benchmarks/precision_verdicts.toml` and writes the report (`docs/precision.md`) and, into the corpus
-folder (never committed), a reading aid that shows each sampled finding with its code around it and a
-verdict stub to paste. Editing verdicts needs only `report` again, not `run`.
+The corpus (`benchmarks/precision_corpus.toml`) pins each project's PyPI name and version and records
+the reviews. `fetch` downloads each project's sdist (`sdist = true`: it ships the tests, examples,
+scripts and configs that show how the code is run) or its wheel, and unpacks the `.py`, `.ipynb`,
+`.gitignore` and configuration files (`.yaml`, `.json`, `.toml`, `.cfg`) into
+`<corpus>/<name>-<version>/`; nothing is installed or imported. `run` runs amplint as a new user
+would, with its defaults, in each project's folder: `amplint check . --format json --exit-zero
+--no-cache`, and again with `--show-conditional` where amplint has that flag (recorded apart). Every
+finding is saved to `<corpus>/last_run.json`; only those inside a project's package (`subdir`) are
+sampled.
+
+`report` reads that file back and measures **first-contact precision**: the default findings on the
+projects the current review checks for the first time, read before any rule is changed because of
+them (the current review names the amplint commit they are read on, and the report says so when a
+run comes from another). A finding counts once per project, rule and flagged line text, however many
+identical lines and copies across files it has. The sample ranks these by a hash of the review's
+seed and their key and takes the lowest ranks (a finding stays sampled while others come and go);
+each rule gets more of its first-contact findings, drawn the same way, up to `--per-rule`. Projects
+checked in earlier reviews and the projects the rules were tuned on are reported apart, never in the
+headline. Shares come with a 95% Wilson interval and a cluster bootstrap over projects. The report
+goes to `docs/precision.md`; the reading aid (each sampled finding with its code around it and a
+verdict stub, in parts of 15 to share among readers) to `<corpus>/reading_aid/`, never committed.
+Editing verdicts needs only `report` again, not `run`.
 
 A verdict is keyed by the project, the file's path inside it, the rule code and the stripped source
 text of the flagged line (not the line number, so a verdict survives small shifts of the code):
@@ -34,6 +42,8 @@ text of the flagged line (not the line number, so a verdict survives small shift
     line = 93              # informational only: where it was when it was read
     verdict = "real"       # "real" | "worth a look" | "false"
     reason = "fp16 eager attention probabilities, no float32 softmax"
+
+A reason that calls the problem unlikely or harmless makes the verdict count as "false".
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ import json
 import math
 import os
 import platform
+import random
 import re
 import shlex
 import shutil
@@ -70,28 +81,44 @@ DEFAULT_CORPUS = REPO / ".precision_corpus"
 DEFAULT_MANIFEST = REPO / "benchmarks" / "precision_corpus.toml"
 DEFAULT_VERDICTS = REPO / "benchmarks" / "precision_verdicts.toml"
 DEFAULT_REPORT = REPO / "docs" / "precision.md"
+# First-contact findings in the uniform sample, and of the projects checked before.
 DEFAULT_SAMPLE = 120
-DEFAULT_SEED = 14
-# Each rule's findings read at least this often (or all of them): the uniform sample gives the
-# overall share, but a rule with few findings would otherwise have none read.
-DEFAULT_PER_RULE = 10
-DEFAULT_CONTEXT = 8
+DEFAULT_SAMPLE_EARLIER = 60
+# A rule is on by default only with this many first-contact reads; each rule's first-contact findings
+# are read up to this many (or all it has).
+MIN_READS = 20
+DEFAULT_CONTEXT = 15
+RESAMPLES = 2000
+AID_PART = 15
 
 RUN_FILE = "last_run.json"
-AID_FILE = "reading_aid.md"
+AID_DIR = "reading_aid"
 CONFIG_FILE = "amplint.toml"
 UNPACKED_MARKER = ".unpacked"
 VERDICT_VALUES = ("real", "worth a look", "false")
 UNREAD = "unread"
+# A reason saying this about the problem makes the verdict "false", whatever it says.
+DISMISSIVE = re.compile(r"\b(unlikely|harmless)\b", re.IGNORECASE)
+# AMP008 flags a deprecated API: the numeric rules are all the others.
+API_RULES = frozenset({"AMP008"})
 # Findings that say nothing about a hazard (a file amplint could not parse): counted, never sampled.
 NOT_SAMPLED = frozenset({"AMP900"})
 KEPT_SUFFIXES = (".py", ".ipynb")
+# Configuration files name dtypes and precision (a YAML recipe, a DeepSpeed JSON); data files that
+# happen to share a suffix are left out by size.
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".cfg")
+MAX_CONFIG_BYTES = 1 << 20
 # Directory names amplint skips by default; the line counts skip them too.
 SKIPPED_DIRS = frozenset(
     {".git", ".hg", ".svn", ".venv", "venv", ".tox", ".eggs", "build", "dist", "__pycache__", "node_modules"}
 )
-_PROJECT_KEYS = frozenset({"name", "version", "subdir", "tuned_on"})
+_PROJECT_KEYS = frozenset({"name", "version", "subdir", "sdist", "first_checked", "tuned_on"})
+_REVIEW_KEYS = frozenset({"date", "seed", "commit"})
 _VERDICT_KEYS = frozenset({"project", "path", "code", "source", "line", "verdict", "reason"})
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+FIRST, EARLIER, TUNED = "first contact", "checked before", "tuned on"
+GROUPS = (FIRST, EARLIER, TUNED)
 
 
 class ReviewError(Exception):
@@ -106,6 +133,9 @@ class Project:
     name: str
     version: str
     subdir: str | None = None
+    sdist: bool = False
+    # The date of the review that first read its findings; None until that review reads them.
+    first_checked: str | None = None
     tuned_on: bool = False
 
     @property
@@ -113,12 +143,40 @@ class Project:
         return f"{self.name}-{self.version}"
 
     @property
-    def checked(self) -> str:
+    def package(self) -> str:
         return self.subdir or "."
 
 
-def load_corpus(path: Path) -> list[Project]:
+@dataclass(frozen=True)
+class Review:
+    date: str | None  # None while its first-contact projects are being read
+    seed: int
+    # The amplint commit whose findings the first-contact projects are read on: a run from another
+    # commit may carry rule changes made because of them, and is no longer first contact.
+    commit: str | None = None
+
+
+@dataclass(frozen=True)
+class Corpus:
+    projects: list[Project]
+    reviews: list[Review]
+
+    @property
+    def current(self) -> Review:
+        return self.reviews[-1]
+
+    def group(self, project: Project) -> str:
+        if project.tuned_on:
+            return TUNED
+        if project.first_checked is None or project.first_checked == self.current.date:
+            return FIRST
+        return EARLIER
+
+
+def load_corpus(path: Path) -> Corpus:
     data = tomllib.loads(path.read_text(encoding="utf-8"))
+    reviews = _load_reviews(path, data.get("review"))
+    dates = {review.date for review in reviews}
     entries = data.get("project")
     if not isinstance(entries, list) or not entries:
         raise ReviewError(f"{path}: expected a list of [[project]] tables")
@@ -133,11 +191,53 @@ def load_corpus(path: Path) -> list[Project]:
             raise ReviewError(f"{path}: project {i}: `name` and `version` must be non-empty strings")
         if subdir is not None and (not isinstance(subdir, str) or not _is_safe_relative(subdir)):
             raise ReviewError(f"{path}: project {name}: `subdir` must be a relative path inside the project")
+        if not isinstance(entry.get("sdist"), bool):
+            raise ReviewError(f"{path}: project {name}: `sdist` must be true or false")
+        first = entry.get("first_checked")
+        if first is not None and first not in dates:
+            raise ReviewError(
+                f"{path}: project {name}: `first_checked` must be the date of a [[review]] (got {first!r})"
+            )
+        tuned_on = bool(entry.get("tuned_on", False))
+        if tuned_on and first is None:
+            raise ReviewError(
+                f"{path}: project {name}: a `tuned_on` project was checked before: set `first_checked`"
+            )
         if name in seen:
             raise ReviewError(f"{path}: project {name} is listed twice")
         seen.add(name)
-        projects.append(Project(name, version, subdir, bool(entry.get("tuned_on", False))))
-    return projects
+        projects.append(Project(name, version, subdir, entry["sdist"], first, tuned_on))
+    return Corpus(projects, reviews)
+
+
+def _load_reviews(path: Path, entries: object) -> list[Review]:
+    """The [[review]] tables, oldest first: every one dated but the last, dates rising, and the
+    current review's seed new (a sample drawn again with an old seed is the old sample)."""
+    if not isinstance(entries, list) or not entries:
+        raise ReviewError(f"{path}: expected a list of [[review]] tables")
+    reviews: list[Review] = []
+    for i, entry in enumerate(entries, 1):
+        unknown = set(entry) - _REVIEW_KEYS
+        if unknown:
+            raise ReviewError(f"{path}: review {i}: unknown key(s) {sorted(unknown)}")
+        date, seed = entry.get("date"), entry.get("seed")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise ReviewError(f"{path}: review {i}: `seed` must be an integer")
+        if date is None and i < len(entries):
+            raise ReviewError(f"{path}: review {i}: only the current (last) review may lack a `date`")
+        if date is not None and (not isinstance(date, str) or not _DATE.fullmatch(date)):
+            raise ReviewError(f"{path}: review {i}: `date` must be a YYYY-MM-DD string")
+        if date is not None and reviews and reviews[-1].date is not None and date <= reviews[-1].date:
+            raise ReviewError(f"{path}: review {i}: dates must rise from one review to the next")
+        commit = entry.get("commit")
+        if commit is not None and (
+            not isinstance(commit, str) or not re.fullmatch(r"[0-9a-f]{7,40}", commit)
+        ):
+            raise ReviewError(f"{path}: review {i}: `commit` must be a git commit hash")
+        reviews.append(Review(date, seed, commit))
+    if any(review.seed == reviews[-1].seed for review in reviews[:-1]):
+        raise ReviewError(f"{path}: the current review needs a seed no earlier review used")
+    return reviews
 
 
 def _is_safe_relative(path: str) -> bool:
@@ -162,7 +262,8 @@ def _archive_dist(filename: str) -> tuple[str, str] | None:
 
 
 def find_archive(downloads: Path, project: Project) -> Path | None:
-    """The downloaded wheel of `project` (or its sdist when there is no wheel)."""
+    """The downloaded archive of `project`: its sdist when `sdist` is set, else its wheel, else
+    whichever of the two is there."""
     if not downloads.is_dir():
         return None
     matches = sorted(
@@ -173,33 +274,38 @@ def find_archive(downloads: Path, project: Project) -> Path | None:
         and _normalize(dist[1]) == _normalize(project.version)
     )
     wheels = [path for path in matches if path.suffix == ".whl"]
-    return (wheels or matches)[0] if matches else None
+    sdists = [path for path in matches if path.suffix != ".whl"]
+    preferred = sdists if project.sdist else wheels
+    return (preferred or matches)[0] if matches else None
 
 
 def download(project: Project, downloads: Path) -> Path:
+    """Download the project's sdist (`--no-binary` for it alone: its build backend may still come as
+    a wheel), else what pip prefers: the wheel where there is one. An sdist that cannot be prepared
+    (one whose metadata needs torch installed) falls back to the wheel."""
     downloads.mkdir(parents=True, exist_ok=True)
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--no-build-isolation",
-        "--quiet",
-        "--dest",
-        str(downloads),
-        f"{project.name}=={project.version}",
-    ]
-    result = subprocess.run(command, capture_output=True, text=True)
-    archive = find_archive(downloads, project)
-    if result.returncode != 0 or archive is None:
-        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-5:])
-        raise ReviewError(f"pip download {project.name}=={project.version} failed:\n{tail}")
-    return archive
+    spec = f"{project.name}=={project.version}"
+    base = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(downloads)]
+    tries = [[spec]]
+    if project.sdist:
+        tries.insert(0, ["--no-binary", project.name, spec])
+    output = ""
+    for extra in tries:
+        result = subprocess.run([*base, *extra], capture_output=True, text=True)
+        archive = find_archive(downloads, project) if result.returncode == 0 else None
+        if archive is not None:
+            return archive
+        output = result.stderr or result.stdout
+    tail = "\n".join(output.strip().splitlines()[-5:])
+    raise ReviewError(f"pip download {spec} failed:\n{tail}")
+
+
+def is_sdist(archive: Path) -> bool:
+    return archive.suffix != ".whl"
 
 
 def _members(archive: Path) -> Iterable[tuple[str, bytes]]:
-    """(path inside the project, content) of every kept file; an sdist loses its top folder."""
+    """(path inside the project, content) of every file; an sdist loses its top folder."""
     if archive.suffix == ".whl":
         with zipfile.ZipFile(archive) as zf:
             for info in zf.infolist():
@@ -230,15 +336,21 @@ def declared_torch(archive: Path) -> str:
     return ""
 
 
+def kept(name: str, size: int) -> bool:
+    """Whether `fetch` unpacks this file: source, notebooks, .gitignore and configuration files."""
+    if name.endswith(KEPT_SUFFIXES) or PurePosixPath(name).name == ".gitignore":
+        return True
+    return name.endswith(CONFIG_SUFFIXES) and size <= MAX_CONFIG_BYTES
+
+
 def unpack(archive: Path, target: Path) -> int:
-    """Unpack the source files of `archive` into `target`; the number of files written."""
+    """Unpack the kept files of `archive` into `target`; the number of files written."""
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     written = 0
     for name, content in _members(archive):
-        keep = name.endswith(KEPT_SUFFIXES) or PurePosixPath(name).name == ".gitignore"
-        if not keep or not _is_safe_relative(name):
+        if not kept(name, len(content)) or not _is_safe_relative(name):
             continue
         path = partial / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -263,13 +375,21 @@ def fetch(projects: Sequence[Project], corpus: Path) -> None:
             print(f"{project.folder}: present")
             continue
         try:
-            archive = find_archive(downloads, project) or download(project, downloads)
+            archive = find_archive(downloads, project)
+            if archive is None or is_sdist(archive) != project.sdist:
+                archive = download(project, downloads)
         except ReviewError as exc:
             print(f"{project.folder}: {exc}", file=sys.stderr)
             failures.append(project.folder)
             continue
         count = unpack(archive, target)
-        print(f"{project.folder}: {archive.name}, {count} files")
+        files, lines = count_source(target)
+        wanted = ""
+        if is_sdist(archive) != project.sdist:
+            wanted = " (no sdist could be prepared: the wheel)" if project.sdist else " (no wheel: the sdist)"
+        print(
+            f"{project.folder}: {archive.name}{wanted}, {count} files kept, {files} .py files, {lines:,} lines"
+        )
     if failures:
         raise ReviewError(f"could not fetch: {', '.join(failures)}")
 
@@ -393,57 +513,48 @@ def rule_codes(amplint: Sequence[str], env: dict[str, str] | None) -> tuple[list
     return static, [rule["code"] for rule in rules if not rule.get("default_on", True)]
 
 
-def run_project(
-    project: Project, corpus: Path, amplint: Sequence[str], jobs: int | None, env: dict[str, str] | None
-) -> dict[str, Any]:
+def supports_show_conditional(amplint: Sequence[str], env: dict[str, str] | None) -> bool:
+    """Whether this amplint has `check --show-conditional` (findings whose half precision rests on
+    nothing in the project); older ones have not, and their run is then the default run alone."""
+    listed = subprocess.run([*amplint, "check", "--help"], capture_output=True, text=True, env=env)
+    return "--show-conditional" in listed.stdout
+
+
+def in_package(path: str, package: str) -> bool:
+    return package == "." or PurePosixPath(path).is_relative_to(package)
+
+
+def _check(
+    project: Project,
+    corpus: Path,
+    amplint: Sequence[str],
+    jobs: int | None,
+    env: dict[str, str] | None,
+    torch_version: str,
+    extra: Sequence[str],
+    output: Path,
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]] | None]:
+    """One `amplint check .` in the project's folder; its findings, None when it failed."""
     root = corpus / project.folder
-    if not (root / UNPACKED_MARKER).is_file():
-        raise ReviewError(f"{project.folder} is not in {corpus}: run `fetch` first")
-    if not (root / project.checked).is_dir():
-        raise ReviewError(f"{project.folder} has no folder {project.checked!r} (see `subdir`)")
-    raw = corpus / "raw"
-    raw.mkdir(exist_ok=True)
-    output = (raw / f"{project.folder}.json").resolve()
     output.unlink(missing_ok=True)
-    archive = find_archive(corpus / "downloads", project)
-    torch_version = declared_torch(archive) if archive is not None else ""
     command = [
         *amplint,
         "check",
-        project.checked,
+        ".",
         "--format",
         "json",
         "--exit-zero",
         "--no-cache",
-        "--config",
-        str((corpus / CONFIG_FILE).resolve()),
         "--output",
         str(output),
+        *extra,
         *(["--jobs", str(jobs)] if jobs else []),
         *(["--torch-version", torch_version] if torch_version else []),
     ]
-    start = time.perf_counter()
     result = subprocess.run(command, cwd=root, capture_output=True, text=True, env=env)
-    seconds = time.perf_counter() - start
-    files, lines = count_source(root / project.checked)
-    summary: dict[str, Any] = {
-        "name": project.name,
-        "version": project.version,
-        "checked": project.checked,
-        "tuned_on": project.tuned_on,
-        "files": files,
-        "lines": lines,
-        "seconds": round(seconds, 2),
-        "returncode": result.returncode,
-        "torch": torch_version,
-    }
     if result.returncode != 0 or not output.is_file():
-        stderr = result.stderr.strip().splitlines()
-        errors = [line for line in stderr if line.startswith("amplint: error")]
-        summary["error"] = "\n".join(dict.fromkeys([*errors, *stderr[-1:]]))
-        return {"project": summary, "findings": []}
+        return result, None
     data = json.loads(output.read_text(encoding="utf-8"))
-    summary["files_checked"] = data.get("summary", {}).get("files_checked")
     findings = []
     for diagnostic in data["diagnostics"]:
         path = _relative(diagnostic["path"])
@@ -456,12 +567,81 @@ def run_project(
                 "column": int(diagnostic["column"]),
                 "code": diagnostic["code"],
                 "message": diagnostic["message"],
+                "why": diagnostic.get("why") or [],
                 "source": _source_line(root, path, int(diagnostic["line"]), cell),
+                "in_package": in_package(path, project.package),
             }
         )
+    return result, findings
+
+
+def run_project(
+    project: Project,
+    corpus: Path,
+    amplint: Sequence[str],
+    jobs: int | None,
+    env: dict[str, str] | None,
+    conditional: bool,
+) -> dict[str, Any]:
+    """The project checked whole (its tests, examples and configs show how its code runs), with the
+    defaults and, where `conditional`, again with `--show-conditional`."""
+    root = corpus / project.folder
+    if not (root / UNPACKED_MARKER).is_file():
+        raise ReviewError(f"{project.folder} is not in {corpus}: run `fetch` first")
+    if not (root / project.package).is_dir():
+        raise ReviewError(f"{project.folder} has no folder {project.package!r} (see `subdir`)")
+    raw = corpus / "raw"
+    raw.mkdir(exist_ok=True)
+    archive = find_archive(corpus / "downloads", project)
+    torch_version = declared_torch(archive) if archive is not None else ""
+    start = time.perf_counter()
+    output = (raw / f"{project.folder}.json").resolve()
+    result, findings = _check(project, corpus, amplint, jobs, env, torch_version, (), output)
+    seconds = time.perf_counter() - start
+    files, lines = count_source(root)
+    package_files, package_lines = count_source(root / project.package)
+    summary: dict[str, Any] = {
+        "name": project.name,
+        "version": project.version,
+        "package": project.package,
+        "archive": "sdist" if archive is not None and is_sdist(archive) else "wheel",
+        "files": files,
+        "lines": lines,
+        "package_files": package_files,
+        "package_lines": package_lines,
+        "seconds": round(seconds, 2),
+        "returncode": result.returncode,
+        "torch": torch_version,
+    }
+    if findings is None:
+        summary["error"] = _error(result)
+        return {"project": summary, "findings": [], "conditional": []}
+    extra: list[dict[str, Any]] = []
+    if conditional:
+        output = (raw / f"{project.folder}.conditional.json").resolve()
+        shown, all_findings = _check(
+            project, corpus, amplint, jobs, env, torch_version, ["--show-conditional"], output
+        )
+        if all_findings is None:
+            summary["conditional_error"] = _error(shown)
+        else:
+            default = {_location(f) for f in findings}
+            extra = [f for f in all_findings if _location(f) not in default]
     summary["findings"] = len(findings)
+    summary["package_findings"] = sum(1 for f in findings if f["in_package"])
+    summary["conditional"] = len(extra)
     summary["by_rule"] = dict(sorted(Counter(f["code"] for f in findings).items()))
-    return {"project": summary, "findings": findings}
+    return {"project": summary, "findings": findings, "conditional": extra}
+
+
+def _location(finding: dict[str, Any]) -> tuple[str, int, int, str]:
+    return (finding["path"], finding["line"], finding["column"], finding["code"])
+
+
+def _error(result: subprocess.CompletedProcess[str]) -> str:
+    stderr = result.stderr.strip().splitlines()
+    errors = [line for line in stderr if line.startswith("amplint: error")]
+    return "\n".join(dict.fromkeys([*errors, *stderr[-1:]]))
 
 
 def run(
@@ -492,10 +672,12 @@ def run(
         changes = bool(dirty) if dirty is not None else None
         source = "the working tree" + (" (with uncommitted changes under `amplint/`)" if changes else "")
     static, opt_in = rule_codes(amplint, env)
+    conditional = supports_show_conditional(amplint, env)
+    # The nearest configuration above every project that has none of its own: amplint's defaults,
+    # not the `[tool.amplint]` table of a repository the corpus folder sits in.
     (corpus / CONFIG_FILE).write_text(
-        "# amplint's defaults, whatever repository the corpus folder sits in, and the opt-in rules, so\n"
-        "# that their findings are measured too.\n"
-        + (f"extend-select = {json.dumps(opt_in)}\n" if opt_in else ""),
+        "# amplint's defaults for the projects of the precision review, whatever repository the\n"
+        "# corpus folder sits in: a new user's check.\n",
         encoding="utf-8",
     )
     version = subprocess.run([*amplint, "--version"], capture_output=True, text=True, env=env).stdout.strip()
@@ -503,27 +685,33 @@ def run(
     started = datetime.now(timezone.utc)
     summaries: list[dict[str, Any]] = []
     findings: list[dict[str, Any]] = []
+    shown: list[dict[str, Any]] = []
     total_start = time.perf_counter()
     for project in projects:
-        result = run_project(project, corpus, amplint, jobs, env)
+        result = run_project(project, corpus, amplint, jobs, env, conditional)
         summary = result["project"]
         summaries.append(summary)
         findings.extend(result["findings"])
+        shown.extend(result["conditional"])
         if "error" in summary:
             print(f"{project.folder}: amplint failed (exit {summary['returncode']}):\n{summary['error']}")
         else:
             rules = ", ".join(f"{code} {n}" for code, n in summary["by_rule"].items())
+            more = f", {summary['conditional']} more with --show-conditional" if conditional else ""
             print(
-                f"{project.folder}: {summary['findings']} findings in {summary['files']} files "
-                f"({summary['seconds']:.1f} s){': ' + rules if rules else ''}"
+                f"{project.folder}: {summary['findings']} findings ({summary['package_findings']} in "
+                f"{project.package}) in {summary['files']} files{more} ({summary['seconds']:.1f} s)"
+                f"{': ' + rules if rules else ''}"
             )
     wall = time.perf_counter() - total_start
     load_after = os.getloadavg() if hasattr(os, "getloadavg") else None
     if partial and (corpus / RUN_FILE).is_file():
         short = commit[:12] if commit else None
-        return _merge_partial(corpus, short, rev is not None, source, summaries, findings, command_line, wall)
+        return _merge_partial(
+            corpus, short, rev is not None, source, summaries, findings, shown, command_line, wall
+        )
     document = {
-        "format": 1,
+        "format": 2,
         "command": command_line,
         "started": started.isoformat(timespec="seconds"),
         "amplint": {
@@ -542,8 +730,10 @@ def run(
         "reruns": [],
         "opt_in": opt_in,
         "static_rules": static,
+        "show_conditional": conditional,
         "projects": summaries,
         "findings": findings,
+        "conditional": shown,
     }
     _save_run(corpus, document)
     return document
@@ -569,12 +759,13 @@ def _merge_partial(
     source: str,
     summaries: list[dict[str, Any]],
     findings: list[dict[str, Any]],
+    shown: list[dict[str, Any]],
     command_line: str,
     wall: float,
 ) -> dict[str, Any]:
     document: dict[str, Any] = json.loads((corpus / RUN_FILE).read_text(encoding="utf-8"))
     before = document["amplint"]
-    if (before.get("commit"), before.get("snapshot")) != (commit, snapshot):
+    if (before.get("commit"), before.get("snapshot")) != (commit, snapshot) or document.get("format") != 2:
         raise ReviewError(
             f"the last run checked {document['amplint'].get('source')}, this one {source}: "
             "rerun every project (no --only) rather than mix them"
@@ -585,6 +776,7 @@ def _merge_partial(
         summary for name, summary in fresh.items() if name not in previous
     ]
     document["findings"] = [f for f in document["findings"] if f["project"] not in fresh] + findings
+    document["conditional"] = [f for f in document["conditional"] if f["project"] not in fresh] + shown
     document["wall_seconds"] = round(
         document["wall_seconds"]
         + wall
@@ -599,16 +791,65 @@ def _merge_partial(
 # --- verdicts, sample, report ------------------------------------------------------------------
 
 Key = tuple[str, str, str, str]
+UnitKey = tuple[str, str, str]
 
 
 def finding_key(finding: dict[str, Any]) -> Key:
+    """The key a verdict is filed under."""
     return (finding["project"], finding["path"], finding["code"], finding["source"])
+
+
+def unit_key(finding: dict[str, Any]) -> UnitKey:
+    """What is counted once: a rule on one line text of one project, however many identical lines
+    and copies across files it has (a line that could not be read stands for itself)."""
+    source = finding["source"] or f"{finding['path']}:{finding['line']}"
+    return (finding["project"], finding["code"], source)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One counted finding: its first occurrence and every occurrence of its key."""
+
+    members: tuple[dict[str, Any], ...]
+
+    @property
+    def first(self) -> dict[str, Any]:
+        return self.members[0]
+
+    @property
+    def key(self) -> UnitKey:
+        return unit_key(self.first)
+
+    @property
+    def project(self) -> str:
+        return str(self.first["project"])
+
+    @property
+    def code(self) -> str:
+        return str(self.first["code"])
+
+
+def dedup(findings: Iterable[dict[str, Any]]) -> list[Unit]:
+    """The sampled findings (in a package, not unparsable files) counted once each, in a stable order."""
+    groups: dict[UnitKey, list[dict[str, Any]]] = {}
+    ordered = sorted(
+        (f for f in findings if f["code"] not in NOT_SAMPLED and f.get("in_package", True)),
+        key=lambda f: (f["project"], f["path"], f["line"], f["column"], f["code"]),
+    )
+    for finding in ordered:
+        groups.setdefault(unit_key(finding), []).append(finding)
+    return [Unit(tuple(members)) for members in groups.values()]
 
 
 @dataclass(frozen=True)
 class Verdict:
     verdict: str
     reason: str
+
+    @property
+    def counted(self) -> str:
+        """The verdict as counted: a reason that calls the problem unlikely or harmless is "false"."""
+        return "false" if DISMISSIVE.search(self.reason) else self.verdict
 
 
 def load_verdicts(path: Path) -> dict[Key, Verdict]:
@@ -629,72 +870,143 @@ def load_verdicts(path: Path) -> dict[Key, Verdict]:
             raise ReviewError(f"{where}: missing {', '.join(missing)}")
         if entry["verdict"] not in VERDICT_VALUES:
             raise ReviewError(f"{where}: verdict must be one of {', '.join(map(repr, VERDICT_VALUES))}")
+        reason = " ".join(str(entry["reason"]).split())
+        if not reason:
+            raise ReviewError(f"{where}: every verdict keeps its reason")
         key = (entry["project"], entry["path"], entry["code"], entry["source"].strip())
-        verdict = Verdict(entry["verdict"], " ".join(str(entry["reason"]).split()))
+        verdict = Verdict(entry["verdict"], reason)
         if key in verdicts and verdicts[key] != verdict:
             raise ReviewError(f"{where}: contradicts an earlier verdict for the same finding")
         verdicts[key] = verdict
     return verdicts
 
 
-def population(findings: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The findings the sample is drawn from, in a stable order."""
-    return sorted(
-        (f for f in findings if f["code"] not in NOT_SAMPLED),
-        key=lambda f: (f["project"], f["path"], f["line"], f["column"], f["code"]),
-    )
+def verdict_of(unit: Unit, verdicts: dict[Key, Verdict]) -> Verdict | None:
+    """The verdict filed under the first of the unit's occurrences that has one."""
+    for member in unit.members:
+        verdict = verdicts.get(finding_key(member))
+        if verdict is not None:
+            return verdict
+    return None
 
 
-def _rank(finding: dict[str, Any], seed: int) -> str:
-    """A finding's place in the seeded random order: a hash of the seed and the finding's verdict
-    key, so that adding or removing other findings never moves it."""
-    key = "\x1f".join([str(seed), *finding_key(finding)])
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+def _rank(key: UnitKey, seed: int) -> str:
+    """A unit's place in the seeded random order: a hash of the seed and its key, so that adding or
+    removing other findings never moves it."""
+    return hashlib.sha256("\x1f".join([str(seed), *key]).encode("utf-8")).hexdigest()
 
 
-def draw(findings: Sequence[dict[str, Any]], size: int, seed: int) -> list[dict[str, Any]]:
-    """A uniform sample: the first `size` findings in the seeded random order (so any prefix of it
-    is a uniform sample too, and a finding stays sampled while the findings around it change)."""
-    return sorted(findings, key=lambda f: (_rank(f, seed), f["line"], f["column"]))[:size]
+def draw(units: Sequence[Unit], size: int, seed: int) -> list[Unit]:
+    """A uniform sample: the first `size` units in the seeded random order (so any prefix of it is a
+    uniform sample too, and a unit stays sampled while the units around it change)."""
+    return sorted(units, key=lambda unit: _rank(unit.key, seed))[:size]
 
 
-def supplement(
-    findings: Sequence[dict[str, Any]], sample: Sequence[dict[str, Any]], per_rule: int, seed: int
-) -> list[dict[str, Any]]:
-    """For each rule with fewer than `per_rule` findings in `sample`, more of its findings up to
-    `per_rule` (or all it has), taken in the same seeded order."""
-    taken = {id(f) for f in sample}
-    counts = Counter(f["code"] for f in sample)
-    extra: list[dict[str, Any]] = []
-    for code in sorted({f["code"] for f in findings}):
-        rest = [
-            f
-            for f in draw([f for f in findings if f["code"] == code], len(findings), seed)
-            if id(f) not in taken
-        ]
+def supplement(units: Sequence[Unit], sample: Sequence[Unit], per_rule: int, seed: int) -> list[Unit]:
+    """For each rule with fewer than `per_rule` units in `sample`, more of its units up to `per_rule`
+    (or all it has), taken in the same seeded order."""
+    taken = {unit.key for unit in sample}
+    counts = Counter(unit.code for unit in sample)
+    extra: list[Unit] = []
+    for code in sorted({unit.code for unit in units}):
+        rest = [u for u in draw([u for u in units if u.code == code], len(units), seed) if u.key not in taken]
         extra += rest[: max(per_rule - counts[code], 0)]
     return extra
 
 
-def wilson(useful: int, read: int) -> tuple[float, float]:
+def wilson(hits: int, read: int) -> tuple[float, float]:
     """95% Wilson score interval of a proportion."""
     if read == 0:
         return (0.0, 1.0)
     z = 1.959964
-    p = useful / read
+    p = hits / read
     centre = (p + z * z / (2 * read)) / (1 + z * z / read)
     half = z * math.sqrt(p * (1 - p) / read + z * z / (4 * read * read)) / (1 + z * z / read)
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def useful_cell(useful: int, read: int, interval: bool = True) -> str:
-    if read == 0:
+def cluster_bootstrap(
+    clusters: Sequence[tuple[int, int]], seed: int, resamples: int = RESAMPLES
+) -> tuple[float, float]:
+    """95% percentile interval of a pooled proportion when whole projects are resampled: each of
+    `clusters` is (hits, read) of one project. Findings of one project share its code style and how
+    it runs, so they are not independent; this interval widens when projects disagree."""
+    clusters = [c for c in clusters if c[1] > 0]
+    if not clusters:
+        return (0.0, 1.0)
+    rng = random.Random(seed)
+    shares = []
+    for _ in range(resamples):
+        picked = rng.choices(clusters, k=len(clusters))
+        shares.append(sum(h for h, _ in picked) / sum(r for _, r in picked))
+    shares.sort()
+    return (shares[math.floor(0.025 * (resamples - 1))], shares[math.ceil(0.975 * (resamples - 1))])
+
+
+@dataclass(frozen=True)
+class Read:
+    """A sampled unit with its status: a verdict as counted, or "unread"."""
+
+    unit: Unit
+    status: str
+    verdict: Verdict | None
+
+
+def read_units(units: Sequence[Unit], verdicts: dict[Key, Verdict]) -> list[Read]:
+    reads = []
+    for unit in units:
+        verdict = verdict_of(unit, verdicts)
+        reads.append(Read(unit, verdict.counted if verdict else UNREAD, verdict))
+    return reads
+
+
+def share_cell(reads: Sequence[Read], useful: bool, seed: int) -> str:
+    """'N% (a-b; c-d)': the share of read units that are real (or useful: real or worth a look), its
+    Wilson interval and its cluster bootstrap over projects."""
+    wanted = ("real", "worth a look") if useful else ("real",)
+    per_project: dict[str, list[int]] = {}
+    for read in reads:
+        if read.status != UNREAD:
+            counts = per_project.setdefault(read.unit.project, [0, 0])
+            counts[0] += read.status in wanted
+            counts[1] += 1
+    hits = sum(c[0] for c in per_project.values())
+    total = sum(c[1] for c in per_project.values())
+    if total == 0:
         return "-"
-    text = f"{100 * useful / read:.0f}%"
-    if interval:
-        low, high = wilson(useful, read)
-        text += f" ({100 * low:.0f}-{100 * high:.0f})"
-    return text
+    low, high = wilson(hits, total)
+    b_low, b_high = cluster_bootstrap([(h, r) for h, r in per_project.values()], seed)
+    return (
+        f"{100 * hits / total:.0f}% ({100 * low:.0f}-{100 * high:.0f}; {100 * b_low:.0f}-{100 * b_high:.0f})"
+    )
+
+
+def _counts(reads: Sequence[Read]) -> Counter[str]:
+    return Counter(read.status for read in reads)
+
+
+def _share_row(label: str, units: int, reads: Sequence[Read], seed: int, more: Sequence[str] = ()) -> str:
+    tally = _counts(reads)
+    projects = len({read.unit.project for read in reads if read.status != UNREAD})
+    cells = [
+        label,
+        str(units),
+        str(len(reads)),
+        str(sum(tally[v] for v in VERDICT_VALUES)),
+        str(projects),
+        str(tally["real"]),
+        str(tally["worth a look"]),
+        str(tally["false"]),
+        str(tally[UNREAD]),
+        share_cell(reads, False, seed),
+        share_cell(reads, True, seed),
+        *more,
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+SHARE_HEADER = "| {label} | Findings | Sampled | Read | Projects read | Real | Worth a look | False | Unread | Real | Useful |"
+SHARE_RULE = "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
 
 
 def _md(text: str) -> str:
@@ -710,51 +1022,198 @@ def _shown_path(path: Path) -> str:
     return f"<outside the repository>/{path.name}" if relative.startswith("..") else relative
 
 
-def _tally(statuses: Iterable[str]) -> Counter[str]:
-    return Counter(statuses)
+@dataclass(frozen=True)
+class Measured:
+    """What `report` measured: the units and sampled reads of each group of projects."""
+
+    units: dict[str, list[Unit]]
+    sample: dict[str, list[Read]]
+    # First contact: the numeric rules' findings of the sample and, past them up to --sample-numeric,
+    # their next ones in the same order (so `numeric` is a uniform sample of the numeric findings).
+    numeric: list[Read]
+    more_numeric: list[Read]
+    extra: list[Read]  # the per-rule supplement, first-contact projects only
+    labels: dict[UnitKey, str]  # sample row labels: F1.., N1.., S1.., E1.., T1..
+
+    @property
+    def first_reads(self) -> list[Read]:
+        """Every first-contact read, each once: per rule, a prefix of the rule's seeded order."""
+        return [*self.sample[FIRST], *self.more_numeric, *self.extra]
 
 
-def _rule_row(label: str, findings: int, statuses: Sequence[str]) -> str:
-    tally = _tally(statuses)
-    read = sum(tally[v] for v in VERDICT_VALUES)
-    useful = tally["real"] + tally["worth a look"]
-    return (
-        f"| {label} | {findings} | {len(statuses)} | {tally['real']} | {tally['worth a look']} | "
-        f"{tally['false']} | {tally[UNREAD]} | {useful_cell(useful, read)} |"
-    )
+def measure(
+    run_data: dict[str, Any],
+    corpus: Corpus,
+    verdicts: dict[Key, Verdict],
+    sample_size: int,
+    earlier_size: int,
+    per_rule: int,
+    seed: int,
+    numeric_size: int = 0,
+) -> Measured:
+    groups = {p.name: corpus.group(p) for p in corpus.projects}
+    units = dedup(f for f in run_data["findings"] if f["project"] in groups)
+    by_group = {group: [u for u in units if groups[u.project] == group] for group in GROUPS}
+    sizes = {FIRST: sample_size, EARLIER: earlier_size, TUNED: earlier_size}
+    sample = {group: read_units(draw(by_group[group], sizes[group], seed), verdicts) for group in GROUPS}
+    in_sample = [r for r in sample[FIRST] if r.unit.code not in API_RULES]
+    numeric_units = [u for u in by_group[FIRST] if u.code not in API_RULES]
+    # The seeded order makes the sample's numeric findings the first ones of the numeric order.
+    numeric = in_sample + read_units(draw(numeric_units, numeric_size, seed)[len(in_sample) :], verdicts)
+    more = numeric[len(in_sample) :]
+    taken = [r.unit for r in (*sample[FIRST], *more)]
+    extra = read_units(supplement(by_group[FIRST], taken, per_rule, seed), verdicts)
+    labels: dict[UnitKey, str] = {}
+    prefixed = (("F", sample[FIRST]), ("N", more), ("S", extra), ("E", sample[EARLIER]), ("T", sample[TUNED]))
+    for prefix, reads in prefixed:
+        for i, read in enumerate(reads, 1):
+            labels[read.unit.key] = f"{prefix}{i}"
+    return Measured(by_group, sample, numeric, more, extra, labels)
+
+
+def first_contact_warning(review: Review, amplint: dict[str, Any]) -> str:
+    """Why this run's findings may not be first contact ("" when they are the review's)."""
+    commit = amplint.get("commit") or ""
+    if review.commit is None:
+        return (
+            "The current review names no amplint commit: set its `commit` to this run's "
+            f"(`{commit or 'unknown'}`) when the reading starts."
+        )
+    if not commit or not (commit.startswith(review.commit) or review.commit.startswith(commit)):
+        return (
+            f"Not first contact: these findings come from amplint `{commit or 'unknown'}`, the review "
+            f"reads those of `{review.commit}`."
+        )
+    if amplint.get("uncommitted_changes"):
+        return f"Not first contact: amplint ran with uncommitted changes on top of `{commit}`."
+    return ""
 
 
 def render_report(
     run_data: dict[str, Any],
-    sample: Sequence[dict[str, Any]],
-    statuses: Sequence[tuple[str, str]],
+    corpus: Corpus,
+    measured: Measured,
     command: str,
     stale: int,
-    sample_size: int,
     seed: int,
-    extra: Sequence[dict[str, Any]] = (),
-    extra_statuses: Sequence[tuple[str, str]] = (),
-    per_rule: int = 0,
+    per_rule: int,
+    dismissed: int = 0,
 ) -> str:
     findings = run_data["findings"]
     projects = run_data["projects"]
-    tuned = {p["name"] for p in projects if p.get("tuned_on")}
+    manifest = {p.name: p for p in corpus.projects}
     meta = run_data["amplint"]
+    current = corpus.current
+    review_no = len(corpus.reviews)
+    first_names = sorted(p for p, project in manifest.items() if corpus.group(project) == FIRST)
     out: list[str] = []
     add = out.append
     add("# Precision on public PyTorch projects")
     add("")
     add(
-        "How many of amplint's findings on code nobody here wrote are worth acting on. Every pinned "
-        "project of `benchmarks/precision_corpus.toml` is checked with all static rules, a uniform "
-        "sample of the findings is drawn, and each sampled finding is read by hand against the code "
-        "around it. A verdict is one of **real** (a genuine mixed-precision hazard a maintainer "
-        "would want fixed), **worth a look** (plausible, depends on how the code is called) or "
-        "**false** (not a hazard: already float32, not half precision, the pattern misread); "
-        "findings nobody has read yet are **unread**. Useful = (real + worth a look) / read, with a "
-        "95% Wilson interval in brackets."
+        "How many of amplint's findings on code nobody here wrote are worth acting on, as a new user "
+        "sees them: each project is checked whole, with amplint's defaults, and a uniform sample of "
+        "the findings in its package is read by hand against the code around it. **First contact** "
+        "is the headline: the projects this review checks for the first time, read before any rule "
+        "is changed because of them. A verdict is **real** (a genuine mixed-precision hazard a "
+        "maintainer would want fixed), **worth a look** (plausible, depends on how the code is "
+        "called) or **false** (not a hazard; a reason that calls the problem unlikely or harmless "
+        "counts as false). Real = real / read, useful = (real + worth a look) / read; each share "
+        "has two 95% intervals: Wilson's (findings independent) and a cluster bootstrap that "
+        f"resamples whole projects ({RESAMPLES} resamples, seed {seed}). A finding counts once per "
+        "project, rule and flagged line text, however many identical lines or copies it has."
     )
     add("")
+    when = current.date or "not yet read"
+    add(f"## First contact: review {review_no} ({when}), projects: {len(first_names)}")
+    add("")
+    warning = first_contact_warning(current, meta)
+    if warning:
+        add(f"**{warning}**")
+        add("")
+    first = measured.sample[FIRST]
+    first_units = measured.units[FIRST]
+    add(SHARE_HEADER.format(label="Rules"))
+    add(SHARE_RULE)
+    add(
+        _share_row(
+            "numeric rules (all but AMP008)",
+            sum(1 for u in first_units if u.code not in API_RULES),
+            measured.numeric,
+            seed,
+        )
+    )
+    add(_share_row("all default rules", len(first_units), first, seed))
+    add("")
+    add(
+        f"Projects: {', '.join(first_names) or 'none'}. Findings: counted once each, in the projects' "
+        "packages. The all-rules row reads the uniform sample; the numeric row reads its findings of "
+        "the numeric rules and, up to `--sample-numeric`, the next numeric findings in the same "
+        "seeded order (rows N), a uniform sample of the numeric findings. Intervals: (Wilson; by "
+        "project)."
+    )
+    add("")
+    add("## Projects checked in earlier reviews and projects the rules were tuned on")
+    add("")
+    add(
+        "Apart from the headline: findings on projects that were read before (the rules may have "
+        "changed because of them), and on the projects marked `tuned_on` (rules were developed "
+        "against them: real-code excerpts in the tests, rules changed for their findings)."
+    )
+    add("")
+    add(SHARE_HEADER.format(label="Projects"))
+    add(SHARE_RULE)
+    for group in (EARLIER, TUNED):
+        reads = measured.sample[group]
+        add(
+            _share_row(
+                f"{group}, numeric rules",
+                sum(1 for u in measured.units[group] if u.code not in API_RULES),
+                [r for r in reads if r.unit.code not in API_RULES],
+                seed,
+            )
+        )
+        add(_share_row(f"{group}, all default rules", len(measured.units[group]), reads, seed))
+    add("")
+    add(f"## Per rule, first contact (on by default only with at least {MIN_READS} reads)")
+    add("")
+    add(SHARE_HEADER.format(label="Rule") + f" {MIN_READS}+ reads |")
+    add(SHARE_RULE + " --- |")
+    by_rule: dict[str, list[Read]] = {}
+    for read in measured.first_reads:
+        by_rule.setdefault(read.unit.code, []).append(read)
+    opt_in = set(run_data.get("opt_in", ()))
+    codes = sorted(
+        {u.code for u in first_units} | {c for c in run_data.get("static_rules", ()) if c not in opt_in}
+    )
+    for code in codes:
+        reads = by_rule.get(code, [])
+        read_count = sum(1 for r in reads if r.status != UNREAD)
+        units = sum(1 for u in first_units if u.code == code)
+        add(_share_row(code, units, reads, seed, ["yes" if read_count >= MIN_READS else "no"]))
+    add("")
+    add(
+        f"A rule's row reads its findings in the uniform sample and, where that holds fewer than "
+        f"{per_rule}, more of its first-contact findings drawn uniformly from the rule's own (up to "
+        f"{per_rule}, or all it has). A rule that found nothing reads `-`."
+    )
+    add("")
+    if run_data.get("show_conditional"):
+        add("## Conditional findings (`--show-conditional`)")
+        add("")
+        add(
+            "Findings amplint hides by default because their half precision rests on nothing in the "
+            "project; recorded apart, in no share above."
+        )
+        add("")
+        add("| Rule | " + " | ".join(GROUPS) + " |")
+        add("| --- |" + " ---: |" * len(GROUPS))
+        groups = {p.name: corpus.group(p) for p in corpus.projects}
+        shown = dedup(f for f in run_data.get("conditional", []) if f["project"] in groups)
+        for code in sorted({u.code for u in shown}):
+            cells = [str(sum(1 for u in shown if u.code == code and groups[u.project] == g)) for g in GROUPS]
+            add(f"| {code} | " + " | ".join(cells) + " |")
+        add("")
     add("## How this page was made")
     add("")
     add("```bash")
@@ -768,86 +1227,69 @@ def render_report(
     source = meta.get("source") or f"commit `{meta.get('commit')}`"
     loads = [x for x in run_data.get("load_average_1min") or [] if x is not None]
     load = f" (1-minute load average {loads[0]} at the start, {loads[-1]} at the end)" if loads else ""
+    conditional = (
+        ", and again with `--show-conditional`"
+        if run_data.get("show_conditional")
+        else " (this amplint has no `--show-conditional`)"
+    )
     add(
-        f"`fetch` downloads and unpacks the pinned projects, `run` checks each with "
-        f"`{meta['command']} check <folder> --format json --exit-zero --no-cache`, `report` writes this "
-        f"page. Findings from {source}, {meta.get('version') or 'amplint'}; Python "
-        f"{run_data['python']}, {run_data['cpus']} CPUs{load}, run started {run_data['started']}; "
-        f"the projects one after another, {run_data['wall_seconds']:.1f} s in all. "
-        "Verdicts from `benchmarks/precision_verdicts.toml`; "
-        f"sample of {sample_size} with seed {seed}: the findings ranked by a hash of the seed and their "
-        "verdict key, the lowest ranks taken, so the same findings give the same sample, a finding "
-        "stays sampled while others come and go, and the first *k* rows of the sample table are "
-        "themselves a uniform sample."
+        f"`fetch` downloads and unpacks the pinned projects (the sdist where the corpus says so: it "
+        f"ships the tests, examples and configs that show how the code runs), `run` checks each in "
+        f"its folder with `{meta['command']} check . --format json --exit-zero --no-cache`"
+        f"{conditional}, `report` writes this page. Findings from {source}, "
+        f"{meta.get('version') or 'amplint'}; Python {run_data['python']}, {run_data['cpus']} CPUs"
+        f"{load}, run started {run_data['started']}; the projects one after another, "
+        f"{run_data['wall_seconds']:.1f} s in all. Verdicts from `benchmarks/precision_verdicts.toml`; "
+        f"seed {seed} (review {review_no}'s, `benchmarks/precision_corpus.toml`): the findings ranked "
+        "by a hash of the seed and their key, the lowest ranks taken, so the same findings give the "
+        "same sample, a finding stays sampled while others come and go, and the first *k* rows of a "
+        "sample table are themselves a uniform sample."
     )
     add("")
     add("## Corpus")
     add("")
-    add("| Project | Version | Checked | Files | Lines | Findings | Seconds | By rule |")
-    add("| --- | --- | --- | ---: | ---: | ---: | ---: | --- |")
+    add(
+        "| Project | Version | Archive | First checked | Package | Files | Lines | Findings | In package "
+        "| Counted once | Seconds | By rule |"
+    )
+    add("| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    counted = Counter(u.project for units in measured.units.values() for u in units)
     for p in projects:
-        mark = " †" if p.get("tuned_on") else ""
+        project = manifest.get(p["name"])
+        mark = " †" if project is not None and project.tuned_on else ""
+        checked = (project.first_checked if project else None) or "this review"
+        lead = f"| {p['name']}{mark} | {p['version']} | {p['archive']} | {checked} | `{p['package']}` "
         if "error" in p:
             add(
-                f"| {p['name']}{mark} | {p['version']} | `{p['checked']}` | {p['files']:,} | {p['lines']:,} "
-                f"| failed | {p['seconds']:.1f} | exit {p['returncode']} |"
+                f"{lead}| {p['files']:,} | {p['lines']:,} | failed | | | {p['seconds']:.1f} "
+                f"| exit {p['returncode']} |"
             )
             continue
         rules = ", ".join(f"{code[3:]}: {n}" for code, n in p["by_rule"].items())
         add(
-            f"| {p['name']}{mark} | {p['version']} | `{p['checked']}` | {p['files']:,} | {p['lines']:,} "
-            f"| {p['findings']:,} | {p['seconds']:.1f} | {rules} |"
+            f"{lead}| {p['files']:,} | {p['lines']:,} | {p['findings']:,} | {p['package_findings']:,} "
+            f"| {counted[p['name']]:,} | {p['seconds']:.1f} | {rules} |"
         )
     total_files = sum(p["files"] for p in projects)
     total_lines = sum(p["lines"] for p in projects)
     total_seconds = sum(p["seconds"] for p in projects)
     add(
-        f"| **{len(projects)} projects** | | | **{total_files:,}** | **{total_lines:,}** "
-        f"| **{len(findings):,}** | **{total_seconds:.1f}** | |"
+        f"| **{len(projects)} projects** | | | | | **{total_files:,}** | **{total_lines:,}** "
+        f"| **{len(findings):,}** | **{sum(p.get('package_findings', 0) for p in projects):,}** "
+        f"| **{sum(counted.values()):,}** | **{total_seconds:.1f}** | |"
     )
     add("")
     add(
-        "Files and lines count the `.py` files of the checked folder. † marks the projects amplint's "
-        "rules were developed against (docs/measured.md); the held-out rows below "
-        'leave them out. "By rule" gives `AMP`-less codes.'
+        "Files and lines count the `.py` files of the whole unpacked project; findings are all of the "
+        "check's, in package those under the package folder (the ones sampled), counted once after "
+        "merging identical lines and copies. † marks the projects the rules were tuned on. "
+        '"By rule" gives `AMP`-less codes.'
     )
     unparsable = sum(1 for f in findings if f["code"] in NOT_SAMPLED)
     if unparsable:
         add(
             f"{unparsable} findings are {'/'.join(sorted(NOT_SAMPLED))} (unparsable files): counted, not sampled."
         )
-    add("")
-    add("## Per rule")
-    add("")
-    add("| Rule | Findings | Sampled | Real | Worth a look | False | Unread | Useful |")
-    add("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
-    by_rule = Counter(f["code"] for f in findings)
-    sampled_status: dict[str, list[str]] = {}
-    for finding, (status, _) in zip([*sample, *extra], [*statuses, *extra_statuses], strict=True):
-        sampled_status.setdefault(finding["code"], []).append(status)
-    opt_in = set(run_data.get("opt_in", ()))
-    # A rule that ran and found nothing has its row too: no number, and the page says so.
-    for code in sorted({*by_rule, *run_data.get("static_rules", ())}):
-        label = f"{code} (opt-in)" if code in opt_in else code
-        add(_rule_row(label, by_rule[code], sampled_status.get(code, [])))
-    all_statuses = [s for s, _ in statuses]
-    default = [f for f in findings if f["code"] not in NOT_SAMPLED and f["code"] not in opt_in]
-    add(_rule_row("**all, default rules**", len(default), all_statuses))
-    held_out = [s for f, (s, _) in zip(sample, statuses, strict=True) if f["project"] not in tuned]
-    held_out_findings = sum(1 for f in default if f["project"] not in tuned)
-    add(_rule_row("held-out projects", held_out_findings, held_out))
-    add("")
-    add(
-        "Findings: all findings of the rule in the corpus; the held-out row counts only the projects "
-        "without †. Sampled rows are split by verdict; useful % is over the read ones only. A rule's "
-        f"row reads its findings in the uniform sample and, where that holds fewer than {per_rule}, "
-        f"more of its findings drawn uniformly from the rule's own (up to {per_rule}, or all it has); "
-        "the **all** and held-out rows count the uniform sample only, which is drawn from the findings "
-        "of the rules that are on by default (what `amplint check` reports without `--select`). "
-        "Opt-in rules run in the review with `extend-select` and are measured by their own rows. A rule "
-        "that found nothing in the corpus reads `-`: no number backs it here, only its examples, cut "
-        "from the real public code its docs name."
-    )
     add("")
     notes: list[str] = []
     for p in projects:
@@ -857,27 +1299,14 @@ def render_report(
                 f"amplint failed on {p['name']} {p['version']} (exit {p['returncode']}: {_md(message)}), so "
                 "none of its findings are counted."
             )
-    seen: set[Key] = set()
-    shared = []
-    for i, finding in enumerate(sample, 1):
-        key = finding_key(finding)
-        if key in seen:
-            shared.append(str(i))
-        seen.add(key)
-    if shared:
+        if "conditional_error" in p:
+            notes.append(
+                f"The `--show-conditional` run failed on {p['name']}: {_md(p['conditional_error'])}."
+            )
+    if dismissed:
         notes.append(
-            f"A verdict is keyed by project, file, rule and the text of the flagged line, so identical "
-            f"lines in one file share it: sample rows {', '.join(shared)} repeat the key of an earlier row."
-        )
-    # AMP008 is an API deprecation, not a numeric hazard, and easy to judge: the rest on their own.
-    api = sum(1 for finding in sample if finding["code"] == "AMP008")
-    numeric = [s for f, s in zip(sample, statuses, strict=True) if f["code"] != "AMP008" and s[0] != UNREAD]
-    if api and numeric:
-        useful = sum(1 for verdict, _ in numeric if verdict != "false")
-        notes.append(
-            f"AMP008 (a deprecated API, not a numeric hazard) is {api} of the {len(sample)} sampled findings; "
-            f"the sampled findings of the other default rules, the numeric ones, read "
-            f"{useful_cell(useful, len(numeric))} useful ({len(numeric)} read)."
+            f"{dismissed} sampled verdicts are marked real or worth a look but their reason calls the "
+            'problem unlikely or harmless: they count as false (their rows show "false").'
         )
     if stale:
         notes.append(
@@ -893,27 +1322,31 @@ def render_report(
     for note in notes:
         add(f"- {note}")
     add("")
-    add("## Sample")
-    add("")
-    add("| # | Project | File:line | Rule | Verdict | Reason |")
-    add("| ---: | --- | --- | --- | --- | --- |")
-    for i, (finding, (status, reason)) in enumerate(zip(sample, statuses, strict=True), 1):
-        add(
-            f"| {i} | {finding['project']} | `{_md(finding['path'])}:{finding['line']}` | {finding['code']} "
-            f"| {status} | {_md(reason)} |"
-        )
-    if extra:
+    tables = (
+        ("Sample: first contact", measured.sample[FIRST]),
+        ("More numeric findings: first contact (up to `--sample-numeric`)", measured.more_numeric),
+        (
+            f"Per-rule supplement: first contact (rules with fewer than {per_rule} in the sample)",
+            measured.extra,
+        ),
+        ("Sample: checked before", measured.sample[EARLIER]),
+        ("Sample: tuned on", measured.sample[TUNED]),
+    )
+    for title, reads in tables:
+        if not reads:
+            continue
+        add(f"## {title}")
         add("")
-        add(f"## Per-rule supplement (rules with fewer than {per_rule} findings in the uniform sample)")
-        add("")
-        add("| # | Project | File:line | Rule | Verdict | Reason |")
-        add("| ---: | --- | --- | --- | --- | --- |")
-        for i, (finding, (status, reason)) in enumerate(zip(extra, extra_statuses, strict=True), 1):
+        add("| # | Project | File:line | Rule | Copies | Verdict | Reason |")
+        add("| --- | --- | --- | --- | ---: | --- | --- |")
+        for read in reads:
+            f = read.unit.first
+            reason = read.verdict.reason if read.verdict else ""
             add(
-                f"| s{i} | {finding['project']} | `{_md(finding['path'])}:{finding['line']}` | "
-                f"{finding['code']} | {status} | {_md(reason)} |"
+                f"| {measured.labels[read.unit.key]} | {f['project']} | `{_md(f['path'])}:{f['line']}` | "
+                f"{f['code']} | {len(read.unit.members)} | {read.status} | {_md(reason)} |"
             )
-    add("")
+        add("")
     return "\n".join(out)
 
 
@@ -921,105 +1354,136 @@ def _toml_string(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)  # a JSON string is a valid TOML basic string
 
 
-def render_reading_aid(
-    run_data: dict[str, Any],
-    sample: Sequence[dict[str, Any]],
-    statuses: Sequence[tuple[str, str]],
-    corpus: Path,
-    context: int,
+def render_finding(
+    label: str, read: Read, group: str, version: str, lines: Sequence[str], context: int
 ) -> str:
-    folders = {p["name"]: f"{p['name']}-{p['version']}" for p in run_data["projects"]}
-    out = [
-        "# Reading aid for the precision sample",
-        "",
-        f"Each sampled finding with {context} lines of code either side (`>` marks the flagged line) and a "
-        "verdict stub for `benchmarks/precision_verdicts.toml`. Not committed.",
-        "",
-    ]
-    for i, (finding, (status, reason)) in enumerate(zip(sample, statuses, strict=True), 1):
-        path, _, cell_part = finding["path"].partition(":cell ")
-        cell = int(cell_part) if cell_part else None
-        lines = _file_lines(corpus / folders[finding["project"]], path, cell)
-        line = finding["line"]
-        first, last = max(1, line - context), min(len(lines), line + context)
-        width = len(str(last))
-        out.append(
-            f"## #{i} {finding['project']}: {finding['path']}:{line}:{finding['column']} "
-            f"{finding['code']} [{status}]"
-        )
-        out.append("")
-        out.append(finding["message"])
-        if status != UNREAD:
-            out.append(f"\nVerdict: {status}: {reason}")
-        out.append("")
-        out.append("```python")
-        for n in range(first, last + 1):
-            out.append(f"{'>' if n == line else ' '}{n:>{width}} | {lines[n - 1]}")
-        out.append("```")
-        out.append("")
-        out.append("```toml")
-        out.append("[[verdict]]")
-        for key in ("project", "path", "code", "source"):
-            out.append(f"{key} = {_toml_string(finding[key])}")
-        out.append(f"line = {line}")
-        out.append(f"verdict = {_toml_string('' if status == UNREAD else status)}")
-        out.append(f"reason = {_toml_string(reason)}")
-        out.append("```")
-        out.append("")
+    """One self-contained block of the reading aid: where, what amplint says and why, the code
+    around it, and the verdict stub to paste."""
+    f = read.unit.first
+    line = f["line"]
+    out = [f"## {label}: {f['project']} {version}, `{f['path']}:{line}`, {f['code']}", ""]
+    out.append(f"- project: {f['project']} {version} ({group})")
+    out.append(f"- where: `{f['path']}`, line {line}, column {f['column']}")
+    others = [f"`{m['path']}:{m['line']}`" for m in read.unit.members[1:]]
+    if others:
+        out.append(f"- the same line also at: {', '.join(others)} (counted once)")
+    out.append(f"- rule: {f['code']}")
+    out.append(f"- message: {f['message']}")
+    for step in f.get("why") or []:
+        out.append(f"- why: line {step.get('line')}:{step.get('column')}: {step.get('message')}")
+    if read.verdict is not None:
+        out.append(f"- verdict so far: {read.status}: {read.verdict.reason}")
+    out.append("")
+    first, last = max(1, line - context), min(len(lines), line + context)
+    width = len(str(last))
+    out.append("```python")
+    for n in range(first, last + 1):
+        out.append(f"{'>' if n == line else ' '}{n:>{width}} | {lines[n - 1]}")
+    out.append("```")
+    out.append("")
+    out.append("```toml")
+    out.append(f"# {label}")
+    out.append("[[verdict]]")
+    for key in ("project", "path", "code", "source"):
+        out.append(f"{key} = {_toml_string(f[key])}")
+    out.append(f"line = {line}")
+    out.append(f"verdict = {_toml_string(read.verdict.verdict if read.verdict else '')}")
+    out.append(f"reason = {_toml_string(read.verdict.reason if read.verdict else '')}")
+    out.append("```")
+    out.append("")
     return "\n".join(out)
 
 
+def write_reading_aid(
+    run_data: dict[str, Any], corpus: Corpus, measured: Measured, corpus_dir: Path, context: int
+) -> list[Path]:
+    """The sampled findings, first contact first, in parts of AID_PART blocks (one reader each), with
+    an index; the folder is rewritten."""
+    folder = corpus_dir / AID_DIR
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    manifest = {p.name: p for p in corpus.projects}
+    versions = {p["name"]: p["version"] for p in run_data["projects"]}
+    ordered = [
+        *((FIRST, r) for r in measured.first_reads),
+        *((EARLIER, r) for r in measured.sample[EARLIER]),
+        *((TUNED, r) for r in measured.sample[TUNED]),
+    ]
+    parts: list[Path] = []
+    index = [
+        "# Reading aid for the precision review",
+        "",
+        f"Each part holds up to {AID_PART} sampled findings with {context} lines of code either side "
+        '(`>` marks the flagged line) and a verdict stub: fill in `verdict` ("real", "worth a '
+        'look" or "false") and `reason`, and paste it into `benchmarks/precision_verdicts.toml`. A '
+        "reason that calls the problem unlikely or harmless counts as false. Not committed.",
+        "",
+    ]
+    for start in range(0, len(ordered), AID_PART):
+        chunk = ordered[start : start + AID_PART]
+        path = folder / f"part-{start // AID_PART + 1:02d}.md"
+        blocks = []
+        for group, read in chunk:
+            f = read.unit.first
+            file_path, _, cell_part = f["path"].partition(":cell ")
+            project = manifest[f["project"]]
+            lines = _file_lines(corpus_dir / project.folder, file_path, int(cell_part) if cell_part else None)
+            label = measured.labels[read.unit.key]
+            blocks.append(render_finding(label, read, group, versions.get(f["project"], ""), lines, context))
+        path.write_text("\n".join(blocks), encoding="utf-8")
+        parts.append(path)
+        labels = [measured.labels[read.unit.key] for _, read in chunk]
+        unread = sum(1 for _, read in chunk if read.status == UNREAD)
+        index.append(f"- `{path.name}`: {labels[0]}-{labels[-1]} ({len(chunk)} findings, {unread} unread)")
+    (folder / "README.md").write_text("\n".join(index) + "\n", encoding="utf-8")
+    return parts
+
+
 def report(
-    corpus: Path,
+    corpus_dir: Path,
+    corpus: Corpus,
     verdicts_path: Path,
     output: Path,
     sample_size: int,
+    earlier_size: int,
     seed: int,
     context: int,
     command: str,
-    per_rule: int = DEFAULT_PER_RULE,
+    per_rule: int = MIN_READS,
+    numeric_size: int = 0,
 ) -> None:
-    run_file = corpus / RUN_FILE
+    run_file = corpus_dir / RUN_FILE
     if not run_file.is_file():
         raise ReviewError(f"{run_file} does not exist: run `run` first")
     run_data = json.loads(run_file.read_text(encoding="utf-8"))
+    if run_data.get("format") != 2:
+        raise ReviewError(f"{run_file} comes from an older version of this script: run `run` again")
     verdicts = load_verdicts(verdicts_path)
-    findings = population(run_data["findings"])
-    opt_in = set(run_data.get("opt_in", ()))
-    # The uniform sample is what a user sees with the defaults; opt-in rules get the supplement only.
-    sample = draw([f for f in findings if f["code"] not in opt_in], sample_size, seed)
-    extra = supplement(findings, sample, per_rule, seed)
-
-    def status(finding: dict[str, Any]) -> tuple[str, str]:
-        verdict = verdicts.get(finding_key(finding))
-        return (verdict.verdict, verdict.reason) if verdict else (UNREAD, "")
-
-    statuses = [status(f) for f in sample]
-    extra_statuses = [status(f) for f in extra]
+    measured = measure(run_data, corpus, verdicts, sample_size, earlier_size, per_rule, seed, numeric_size)
     keys = {finding_key(f) for f in run_data["findings"]}
     stale = sum(1 for key in verdicts if key not in keys)
+    sampled = [*measured.first_reads, *measured.sample[EARLIER], *measured.sample[TUNED]]
+    dismissed = sum(1 for r in sampled if r.verdict is not None and r.verdict.counted != r.verdict.verdict)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(
-        render_report(
-            run_data, sample, statuses, command, stale, sample_size, seed, extra, extra_statuses, per_rule
-        ),
+        render_report(run_data, corpus, measured, command, stale, seed, per_rule, dismissed) + "\n",
         encoding="utf-8",
     )
-    aid = corpus / AID_FILE
-    aid.write_text(
-        render_reading_aid(run_data, [*sample, *extra], [*statuses, *extra_statuses], corpus, context),
-        encoding="utf-8",
-    )
-    tally = Counter(status for status, _ in statuses)
-    read = sum(tally[v] for v in VERDICT_VALUES)
-    useful = tally["real"] + tally["worth a look"]
-    print(
-        f"sample of {len(sample)}: {read} read ({tally['real']} real, {tally['worth a look']} worth a look, "
-        f"{tally['false']} false), {tally[UNREAD]} unread; useful {useful_cell(useful, read)}"
-    )
-    unread = sum(1 for s, _ in extra_statuses if s == UNREAD)
-    print(f"per-rule supplement of {len(extra)} (at least {per_rule} per rule): {unread} unread")
-    print(f"wrote {output} and {aid}")
+    parts = write_reading_aid(run_data, corpus, measured, corpus_dir, context)
+    for group in GROUPS:
+        tally = _counts(measured.sample[group])
+        print(
+            f"{group}: {len(measured.units[group])} findings counted once, sample of "
+            f"{len(measured.sample[group])}: {tally['real']} real, {tally['worth a look']} worth a look, "
+            f"{tally['false']} false, {tally[UNREAD]} unread"
+        )
+    for label, reads in (
+        ("numeric findings past the sample", measured.more_numeric),
+        ("per-rule supplement", measured.extra),
+    ):
+        unread = sum(1 for r in reads if r.status == UNREAD)
+        print(f"first contact, {label}: {len(reads)}, {unread} unread")
+    print(f"wrote {output} and {len(parts)} reading-aid parts in {corpus_dir / AID_DIR}")
 
 
 # --- command line --------------------------------------------------------------------------------
@@ -1035,10 +1499,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST, help="the pinned projects")
     parser.add_argument("--verdicts", type=Path, default=DEFAULT_VERDICTS, help="hand-written verdicts")
     parser.add_argument("--output", "-o", type=Path, default=DEFAULT_REPORT, help="the Markdown report")
-    parser.add_argument("--sample", type=int, default=DEFAULT_SAMPLE, help="findings to sample")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="the sample's random seed")
     parser.add_argument(
-        "--per-rule", type=int, default=DEFAULT_PER_RULE, help="findings read per rule at least (or all)"
+        "--sample", type=int, default=DEFAULT_SAMPLE, help="first-contact findings in the uniform sample"
+    )
+    parser.add_argument(
+        "--sample-numeric",
+        type=int,
+        default=0,
+        help="first-contact findings of the numeric rules read at least (the sample's, then more)",
+    )
+    parser.add_argument(
+        "--sample-earlier",
+        type=int,
+        default=DEFAULT_SAMPLE_EARLIER,
+        help="findings sampled from the projects checked before, and from the tuned-on ones",
+    )
+    parser.add_argument("--seed", type=int, help="the sample's random seed (default: the current review's)")
+    parser.add_argument(
+        "--per-rule",
+        type=int,
+        default=MIN_READS,
+        help="first-contact findings read per rule at least (or all)",
     )
     parser.add_argument("--context", type=int, default=DEFAULT_CONTEXT, help="reading-aid lines either side")
     parser.add_argument("--only", help="comma-separated project names (fetch/run); default: all")
@@ -1052,7 +1533,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def display_command(args: argparse.Namespace, step: str) -> str:
+def display_command(args: argparse.Namespace, step: str, seed: int | None = None) -> str:
     """The command of `step` as typed from the repository root, without machine paths."""
     parts = ["python", "benchmarks/precision_review.py", step]
     defaults = {
@@ -1064,7 +1545,7 @@ def display_command(args: argparse.Namespace, step: str) -> str:
     wanted = {
         "fetch": ("corpus", "manifest"),
         "run": ("corpus", "manifest"),
-        "report": ("corpus", "verdicts", "output"),
+        "report": ("corpus", "manifest", "verdicts", "output"),
     }[step]
     for name in wanted:
         value: Path = getattr(args, name)
@@ -1080,18 +1561,24 @@ def display_command(args: argparse.Namespace, step: str) -> str:
         if args.jobs:
             parts += ["--jobs", str(args.jobs)]
     if step == "report":
-        parts += ["--sample", str(args.sample), "--seed", str(args.seed), "--per-rule", str(args.per_rule)]
+        parts += ["--sample", str(args.sample), "--sample-numeric", str(args.sample_numeric)]
+        parts += ["--sample-earlier", str(args.sample_earlier)]
+        parts += ["--seed", str(seed), "--per-rule", str(args.per_rule)]
     return shlex.join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.sample < 0 or args.context < 0:
-        print("--sample and --context must be >= 0", file=sys.stderr)
+    if min(args.sample, args.sample_numeric, args.sample_earlier, args.context, args.per_rule) < 0:
+        print(
+            "--sample, --sample-numeric, --sample-earlier, --per-rule and --context must be >= 0",
+            file=sys.stderr,
+        )
         return 2
-    corpus: Path = args.corpus.resolve()
+    corpus_dir: Path = args.corpus.resolve()
     try:
-        projects = load_corpus(args.manifest)
+        corpus = load_corpus(args.manifest)
+        projects = corpus.projects
         if args.only:
             wanted = {name.strip() for name in args.only.split(",") if name.strip()}
             unknown = wanted - {p.name for p in projects}
@@ -1102,24 +1589,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ReviewError("--rev and --amplint exclude each other")
         amplint = shlex.split(args.amplint) if args.amplint else None
         if args.step in ("fetch", "all"):
-            corpus.mkdir(parents=True, exist_ok=True)
-            fetch(projects, corpus)
+            corpus_dir.mkdir(parents=True, exist_ok=True)
+            fetch(projects, corpus_dir)
         if args.step in ("run", "all"):
             rev = _git("rev-parse", "--short=12", args.rev) if args.rev else None
             if args.rev:
                 args.rev = rev or args.rev  # the report names the commit, not a moving `HEAD`
             partial = bool(args.only) and args.step == "run"
-            run(projects, corpus, amplint, args.jobs, args.rev, display_command(args, "run"), partial)
+            run(projects, corpus_dir, amplint, args.jobs, args.rev, display_command(args, "run"), partial)
         if args.step in ("report", "all"):
+            seed = corpus.current.seed if args.seed is None else args.seed
             report(
+                corpus_dir,
                 corpus,
                 args.verdicts,
                 args.output,
                 args.sample,
-                args.seed,
+                args.sample_earlier,
+                seed,
                 args.context,
-                display_command(args, "report"),
+                display_command(args, "report", seed),
                 args.per_rule,
+                args.sample_numeric,
             )
     except ReviewError as exc:
         print(f"error: {exc}", file=sys.stderr)
