@@ -139,6 +139,7 @@ class _Project:
         self.modules: dict[str, list[str]] = {}  # a dotted suffix -> the files it may name
         self.index: dict[str, _File] = {}
         self.entries: list[tuple[str, int, ModeWhy]] = []  # (display, offset, why)
+        self.resolved: dict[tuple[str, str], str | None] = {}
 
     def add(self, display: str, relative: str, load: Loader) -> None:
         self.loaders[display] = load
@@ -161,6 +162,12 @@ class _Project:
 
     def resolve(self, importer: str, module: str) -> str | None:
         """The file of the project that `module` (dotted; leading dots relative to `importer`) names."""
+        key = (importer, module)
+        if key not in self.resolved:
+            self.resolved[key] = self._resolve(importer, module)
+        return self.resolved[key]
+
+    def _resolve(self, importer: str, module: str) -> str | None:
         dots = len(module) - len(module.lstrip("."))
         if dots:
             package = self.names[importer].split(".")
@@ -236,6 +243,9 @@ class _Project:
             queue.extend((*t, why) for t in self.targets(display, _words(scope), scope) if t[1] != owner)
         while queue:
             display, name, why = queue.popleft()  # breadth first: each chain found is a shortest one
+            if (display, name, why.mode) in seen:
+                continue
+            seen.add((display, name, why.mode))
             index = self.file(display)
             if name not in index.spans:
                 if name in index.imports:  # a re-export (`from .model import GPT` in `__init__`)
@@ -246,9 +256,6 @@ class _Project:
                     if exporter is not None and exporter != display:
                         queue.append((exporter, name, why))
                 continue
-            if (display, name, why.mode) in seen:
-                continue
-            seen.add((display, name, why.mode))
             step = why.through(name, _MAX_VIA)
             for known in (
                 reached.setdefault(display, {}),
@@ -386,8 +393,9 @@ def _suffixes(dotted: str) -> Iterator[str]:
 
 
 def _shared(one: str, other: str) -> int:
+    """How many leading folders two display paths share."""
     count = 0
-    for a, b in zip(PurePosixPath(one).parts, PurePosixPath(other).parts, strict=False):
+    for a, b in zip(one.split("/"), other.split("/"), strict=False):
         if a != b:
             break
         count += 1
