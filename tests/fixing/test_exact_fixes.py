@@ -16,7 +16,7 @@ from amplint.source import LineIndex, decode_source
 
 torch = pytest.importorskip("torch")
 
-EXACT = ("AMP008", "AMP021")
+EXACT = ("AMP008", "AMP015", "AMP021")
 
 
 def _fixed(code: str, *codes: str) -> str:
@@ -143,3 +143,62 @@ def test_the_joined_deprecated_autocast_gets_both_fixes() -> None:
     assert 'with torch.amp.autocast("cuda", dtype=torch.float16), torch.no_grad():' in _fixed(
         source, "AMP008", "AMP021"
     )
+
+
+FUNCTION = """\
+import torch
+
+
+class LinearFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return x.mm(weight.t())
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, weight = ctx.saved_tensors
+        return grad_output.mm(weight), grad_output.t().mm(x)
+
+
+def step(x, weight):
+    return LinearFunction.apply(x, weight)
+"""
+
+
+def _backward_under_cpu_autocast(code: str) -> torch.Tensor:
+    namespace: dict[str, object] = {}
+    exec(code, namespace)
+    x = torch.randn(4, 8, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = namespace["step"](x, torch.randn(6, 8, requires_grad=True))  # type: ignore[operator]
+    y.float().sum().backward()
+    assert x.grad is not None
+    return x.grad
+
+
+def test_the_custom_function_fix_covers_cpu_autocast() -> None:
+    """Unfixed, the bfloat16 gradient meets the float32 saved weight; a `device_type="cuda"` pair
+    leaves that crash under CPU autocast; the fix's pair does not."""
+    with pytest.raises(RuntimeError, match="same dtype"):
+        _backward_under_cpu_autocast(FUNCTION)
+    fixed = _fixed(FUNCTION, "AMP015")
+    with pytest.raises(RuntimeError, match="same dtype"):
+        _backward_under_cpu_autocast(
+            fixed.replace('"cuda" if torch.cuda.is_available() else "cpu"', '"cuda"')
+        )
+    assert _backward_under_cpu_autocast(fixed).dtype == torch.float32
+
+
+def test_two_stacked_decorator_pairs_restore_the_wrong_state() -> None:
+    """Why the fix writes one pair: stacked pairs share `ctx._dtype` and `ctx._fwd_used_autocast`,
+    so the outer device restores the inner one's state (here, autocast off) and still raises."""
+    stacked = FUNCTION.replace(
+        "    def forward",
+        '    @torch.amp.custom_fwd(device_type="cpu")\n    @torch.amp.custom_fwd(device_type="xpu")\n    def forward',
+    ).replace(
+        "    def backward",
+        '    @torch.amp.custom_bwd(device_type="cpu")\n    @torch.amp.custom_bwd(device_type="xpu")\n    def backward',
+    )
+    with pytest.raises(RuntimeError, match="same dtype"):
+        _backward_under_cpu_autocast(stacked)
