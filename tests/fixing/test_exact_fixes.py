@@ -16,7 +16,7 @@ from amplint.source import LineIndex, decode_source
 
 torch = pytest.importorskip("torch")
 
-EXACT = ("AMP008", "AMP015", "AMP021")
+EXACT = ("AMP004", "AMP008", "AMP015", "AMP021")
 
 
 def _fixed(code: str, *codes: str) -> str:
@@ -202,3 +202,39 @@ def test_two_stacked_decorator_pairs_restore_the_wrong_state() -> None:
     )
     with pytest.raises(RuntimeError, match="same dtype"):
         _backward_under_cpu_autocast(stacked)
+
+
+PADDING = """\
+import torch
+
+
+def attend(scores, attention_mask):
+    mask = attention_mask[:, None, :, :].to(scores.dtype)
+    mask = (1.0 - mask) * torch.finfo(torch.float32).min
+    return torch.softmax(scores + mask, dim=-1)
+"""
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_padding_mask_fix_keeps_fully_masked_rows_finite(dtype: torch.dtype) -> None:
+    """A padded query row masks every key: unfixed, `finfo(float32).min` is -inf in half precision
+    and the row is NaN; fixed, the row is finite in every dtype and every other row is unchanged."""
+    fixed = _fixed(PADDING, "AMP004")
+    assert "torch.finfo(mask.dtype).min" in fixed
+    padding = torch.ones(2, 8, dtype=torch.bool)
+    padding[1, 5:] = False
+    pairs = padding[:, :, None] & padding[:, None, :]
+    scores = (torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(0)) * 3).to(dtype)
+    probs = {}
+    for name, code in (("old", PADDING), ("fixed", fixed)):
+        namespace: dict[str, object] = {}
+        exec(code, namespace)
+        probs[name] = namespace["attend"](scores, pairs)  # type: ignore[operator]
+    whole = ~pairs.any(-1)[:, None, :].expand(2, 4, 8)  # the query rows with every key masked
+    assert whole.any()
+    assert torch.isfinite(probs["fixed"]).all()
+    assert torch.equal(probs["fixed"][~whole], probs["old"][~whole])
+    if dtype != torch.float32:
+        assert probs["old"][whole].isnan().all()
+    else:
+        assert torch.equal(probs["fixed"], probs["old"])
