@@ -105,6 +105,28 @@ def test_the_cpu_autocast_rewrite_computes_in_the_old_dtype_inside_another_regio
     assert torch.equal(outputs["old"], outputs["fixed"])
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        "torch.cuda.amp.GradScaler()",
+        "torch.cuda.amp.GradScaler(2.0**14, 3.0, 0.25, 10, False)",
+        "torch.cpu.amp.GradScaler(1024.0, enabled=True)",
+    ],
+)
+def test_the_grad_scaler_rewrite_keeps_every_argument(call: str) -> None:
+    """`torch.amp.GradScaler(device, init_scale, growth_factor, ...)`: the old positional order
+    follows the device."""
+    source = f"import torch\n\nscaler = {call}\n"
+    fixed = _fixed(source, "AMP008").splitlines()[-1].removeprefix("scaler = ")
+    assert fixed.startswith("torch.amp.GradScaler(")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the deprecated API, and a CUDA scaler without CUDA
+        old, new = eval(call, {"torch": torch}), eval(fixed, {"torch": torch})
+    assert type(new) is torch.amp.GradScaler and isinstance(old, torch.amp.GradScaler)
+    # Every setting the constructor keeps (a CUDA scaler without CUDA keeps only that it is off).
+    assert vars(new) == vars(old) and "_device" in vars(new)
+
+
 def test_an_autocast_with_keyword_arguments_unpacked_gets_no_fix() -> None:
     """`**kwargs` may hold a dtype: adding `dtype=` could pass it twice."""
     result = lint_text(
