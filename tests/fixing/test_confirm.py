@@ -330,7 +330,7 @@ def test_each_fix_is_judged_and_the_failing_one_rolled_back(tmp_path: Path) -> N
         "(block.py:factory returned bfloat16, now float32)",
     ]
     text = path.read_text(encoding="utf-8")
-    assert "torch.log_softmax(scores, dim=-1, dtype=torch.float32)" in text
+    assert "torch.log_softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))" in text
     assert "self.w_lora(x).sigmoid()" in text  # as it was
     assert "Fixed 1 finding, 1 remaining." in done.stdout
 
