@@ -87,7 +87,10 @@ class FixOutcome:
 
     def marks(self) -> list[tuple[int, int, str]]:
         """Each written fix as `(first line, last line, "<applicability> fix: <code>")` in the text
-        that was read, for `unified_diff` to mark the hunks it falls in."""
+        that was read, for `unified_diff` to mark the hunks it falls in; none for a notebook, whose
+        fixes count lines within cells and whose diff is of the .ipynb file."""
+        if len(self.lines) != len(self.applied):
+            return []
         return [
             (first, last, f"{d.fix.applicability} fix: {d.code}")
             for d, (first, last) in zip(self.applied, self.lines, strict=True)

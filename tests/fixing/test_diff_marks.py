@@ -3,6 +3,7 @@ the place of a section heading, so that the diff still applies with `patch` and 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -83,3 +84,21 @@ def test_a_mark_goes_to_the_hunks_its_lines_fall_in() -> None:
     new = old.replace("line 2\n", "line two\n").replace("line 25\n", "line twenty-five\n")
     diff = unified_diff("f.py", old, new, [(2, 2, "safe fix: A"), (25, 25, "unsafe fix: B")])
     assert _hunks(diff) == ["@@ -1,5 +1,5 @@ safe fix: A", "@@ -22,7 +22,7 @@ unsafe fix: B"]
+
+
+def test_a_notebook_diff_is_left_unmarked(tmp_path: Path) -> None:
+    """A notebook's fixes count lines within its cells; its diff is of the .ipynb file."""
+    cell = 'import torch\n\n\ndef f(m, x):\n    with torch.autocast("cpu") and torch.no_grad():\n        return m(x)\n'
+    notebook = {
+        "cells": [
+            {"cell_type": "code", "metadata": {}, "source": cell, "outputs": [], "execution_count": None}
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    write(tmp_path / "n.ipynb", json.dumps(notebook, indent=1))
+    proc = amplint_run(tmp_path, "check", *SELECT, "--diff", "--unsafe-fixes", "n.ipynb")
+    assert proc.returncode == 1, proc.stderr
+    assert 'torch.autocast(\\"cpu\\"), torch.no_grad()' in proc.stdout
+    assert all(re.fullmatch(r"@@ -\d+(,\d+)? \+\d+(,\d+)? @@", hunk) for hunk in _hunks(proc.stdout))
