@@ -490,7 +490,7 @@ def test_the_cast_point_is_the_start_of_the_chain(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("expression", "operand", "fixed"),
     [
-        ("h * self.scale", (6, None), "h.to(torch.float32) * self.scale"),
+        ("h * self.scale", (6, None), "h.to(torch.promote_types(h.dtype, torch.float32)) * self.scale"),
         ("self.scale * (x @ self.w)", (7, 30), "self.scale * (x @ self.w).to(torch.float32)"),
         ("x @ self.w + h", (7, 16), "(x @ self.w).to(torch.float32) + h"),
     ],
