@@ -4,12 +4,13 @@ a half-written or unparsable file."""
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amplint.diagnostics import Confidence, Diagnostic, Edit
+from amplint.diagnostics import UNSAFE, Confidence, Diagnostic, Edit
 from amplint.rule import Rule
 from amplint.rules.runner import FileResult, lint_source
 from amplint.source import LineIndex, SourceFile, replace_file
@@ -84,10 +85,25 @@ class FixOutcome:
     applied: list[Diagnostic] = field(
         default_factory=list
     )  # the fixes written, each as reported in its round
+    # For each fix in `applied`, the first and last line it edits in the text that was read (a
+    # later round's lines traced back through the earlier rounds' edits); empty where not known.
+    lines: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
         return self.result.source is not None and self.new_text != self.result.source.text
+
+    def marks(self) -> list[tuple[int, int, str]]:
+        """Each written fix as `(first line, last line, "<applicability> fix: <code>")` in the text
+        that was read, for `unified_diff` to mark the hunks it falls in; none for a notebook, whose
+        fixes count lines within cells and whose diff is of the .ipynb file."""
+        if len(self.lines) != len(self.applied):
+            return []
+        return [
+            (first, last, f"{d.fix.applicability} fix: {d.code}")
+            for d, (first, last) in zip(self.applied, self.lines, strict=True)
+            if d.fix is not None
+        ]
 
 
 def fix_source(
@@ -105,6 +121,7 @@ def fix_source(
     text = source.text
     result = lint_source(source, rules, display, profile=profile)
     applied: list[Diagnostic] = []
+    lines: list[tuple[int, int]] = []
     for _ in range(MAX_ROUNDS):
         candidates = _fix_edits(result.diagnostics, unsafe, conditional)
         if not candidates:
@@ -113,10 +130,16 @@ def fix_source(
         new_text, _ = apply_edits(text, edits)
         if new_text == text:
             break
+        original = _original_line(source.text, text)
+        for diagnostic in chosen:
+            assert diagnostic.fix is not None
+            first = min(edit.line for edit in diagnostic.fix.edits)
+            last = max(edit.end_line for edit in diagnostic.fix.edits)
+            lines.append((original(first), original(last)))
         try:
             cst.parse_module(new_text)
         except cst.ParserSyntaxError as exc:
-            outcome = FixOutcome(result, text, len(applied), applied=applied)
+            outcome = FixOutcome(result, text, len(applied), applied=applied, lines=lines[: len(applied)])
             outcome.errors.append(
                 f"{display}: a fix produced invalid code ({exc.message}); file left unchanged"
             )
@@ -130,19 +153,51 @@ def fix_source(
             profile=profile,
         )
     result.source = source
-    return FixOutcome(result, text, len(applied), applied=applied)
+    return FixOutcome(result, text, len(applied), applied=applied, lines=lines)
 
 
-def unified_diff(display: str, old: str, new: str) -> str:
+def _original_line(original: str, current: str) -> Callable[[int], int]:
+    """Maps a line of `current` (`original` after earlier rounds of fixes) to the line of `original`
+    it comes from: the same line where it is unchanged, else the first line of what it replaced."""
+    if current == original:
+        return lambda line: line
+    old, new = original.splitlines(), current.splitlines()
+    origin = [len(old) + 1] * (len(new) + 1)
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        for j in range(j1, j2):
+            origin[j] = i1 + (j - j1) + 1 if tag == "equal" else min(i1 + (j - j1), max(i1, i2 - 1)) + 1
+    return lambda line: origin[min(line, len(new) + 1) - 1]
+
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? ")
+
+
+def unified_diff(display: str, old: str, new: str, marks: Sequence[tuple[int, int, str]] = ()) -> str:
+    """The diff from `old` to `new`. `marks` (`FixOutcome.marks`) name the fixes of each hunk after
+    its `@@` range, where a section heading goes: `patch` and `git apply` read past it."""
     lines = difflib.unified_diff(
         old.splitlines(keepends=True),
         new.splitlines(keepends=True),
         f"a/{display.lstrip('/')}",
         f"b/{display.lstrip('/')}",
     )
-    return "".join(
-        line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n" for line in lines
-    )
+    out = []
+    for line in lines:
+        hunk = _HUNK.match(line) if marks else None
+        if hunk is not None:
+            start, count = int(hunk[1]), int(hunk[2] or 1)
+            end = max(start, start + count - 1)
+            names = sorted(
+                {mark for first, last, mark in marks if first <= end and last >= start}, key=_least_safe
+            )
+            line = f"{line.rstrip()} {'; '.join(names)}\n" if names else line
+        out.append(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def _least_safe(mark: str) -> tuple[int, str]:
+    """Unsafe fixes first: the first mark of a hunk says what applying it does."""
+    return (not mark.startswith(UNSAFE), mark)
 
 
 def write_atomic(source: SourceFile, new_text: str, *, was: str | None = None) -> None:

@@ -3,7 +3,9 @@
 A chain of ops left in low precision (AMP101) is fixed where it starts, right after the last
 low-precision product: the input of its first op is upcast, RWKV7-style,
 `self.w_lora(xw).sigmoid()` -> `self.w_lora(xw).to(torch.float32).sigmoid()`, or, when the chain
-starts with arithmetic on the product, `(x @ w * scale).sigmoid()` -> `(x @ w).to(torch.float32) * scale`.
+starts with arithmetic on the product, `(x @ w * scale).sigmoid()` -> `(x @ w).to(torch.float32) * scale`;
+an input whose dtype a name tells goes to `torch.promote_types(h.dtype, torch.float32)`, which keeps
+float64 code in float64 (`amplint.static.consumers.upcast_dtype`).
 The graph knows each op, its line and column; the expression is found there in the file as it is
 now, so a file edited since the trace gets a fix for its current text, or none when the line no
 longer holds the expression. The rule gives the points earliest first; the first one found wins.
@@ -19,6 +21,7 @@ from amplint.diagnostics import Fix
 from amplint.rule import CastPoint
 from amplint.rules.runner import render_fix
 from amplint.source import LineIndex, SourceFile
+from amplint.static.consumers import upcast_dtype
 from amplint.static.context import FileContext, FixPlan
 from amplint.static.patterns import argument, callee_name, method_call, upcast_input, with_method
 from amplint.static.scopes import walk
@@ -59,7 +62,7 @@ def upcast_fix(source: SourceFile, points: Sequence[CastPoint]) -> tuple[Fix | N
             reasons.append(found)
             continue
         node, replacement, description = found
-        float32, missing_import = ctx.float32()
+        float32, missing_import = upcast_dtype(ctx, replacement.node, replacement.data)
         plan = FixPlan(description, ((node, replacement(float32)),), missing_import)
         fix = render_fix(ctx, plan, LineIndex(source.text))
         if fix is not None:
@@ -72,7 +75,7 @@ _Found = tuple[cst.CSTNode, "_Replacement", str]
 
 
 class _Replacement:
-    """The edited expression, given the float32 dtype expression to upcast with."""
+    """The edited expression, given the dtype expression to upcast to."""
 
     def __init__(self, node: cst.BaseExpression, data: cst.BaseExpression) -> None:
         self.node, self.data = node, data

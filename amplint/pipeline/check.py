@@ -225,7 +225,8 @@ def _fixed(
     if diff:
         run.fixed += outcome.fixed
         run.applied.extend(outcome.applied)
-        run.diffs.append(unified_diff(display, source.text, outcome.new_text))
+        marks = outcome.marks() if unsafe else ()  # which hunks change numerics on purpose
+        run.diffs.append(unified_diff(display, source.text, outcome.new_text, marks))
         # Report what is there now, not what the fixed text would contain.
         return lint(source, rules, display, profile=profile)
     if write:

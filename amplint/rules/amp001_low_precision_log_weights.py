@@ -11,6 +11,7 @@ import libcst as cst
 from amplint.diagnostics import UNSAFE, Confidence, Diagnostic
 from amplint.rule import Rule, Verdict, dtype_keeping_fix
 from amplint.runtime.chains import HALF, describe_error, measured_error, upcast_reached, where
+from amplint.static.consumers import upcast_dtype
 from amplint.static.context import FileContext, Finding
 from amplint.static.flow import Flow, Hit, Policy, analyse, names_read
 from amplint.static.patterns import argument, callee_name, function_call, is_matmul, method_call, upcast_input
@@ -70,6 +71,10 @@ class LowPrecisionLogWeights(Rule):
     input is one tensor whose dtype can be read there, the fix also casts the result back at those
     places (`torch.exp(-torch.sigmoid(x.to(torch.float32))).to(x.dtype)`) and is safe; otherwise it
     leaves the weight float32 and is unsafe.
+
+    Where the dtype of the value it upcasts can be read from a tensor (`x`, not a module's output
+    or a sum of two tensors), the fix upcasts to `torch.promote_types(x.dtype, torch.float32)`: float32
+    for half values, while float64 code stays float64 (a plain float32 would lower its precision).
 
     ## References
     - PyTorch autocast op reference: https://pytorch.org/docs/stable/amp.html#autocast-op-reference
@@ -235,7 +240,7 @@ def _finding(ctx: FileContext, call: cst.Call, kind: str, label: str) -> Finding
     )
     source = _input(ctx, call)
     assert source is not None
-    float32, missing_import = ctx.float32()
+    float32, missing_import = upcast_dtype(ctx, call, source)
     fixed = upcast_input(call, source, float32)
     shown = " ".join(ctx.code(fixed).split())
     return Finding(

@@ -19,6 +19,7 @@ from amplint.static.attention import (
     submodule,
     why_half,
 )
+from amplint.static.consumers import upcast_dtype
 from amplint.static.context import FileContext, Finding
 from amplint.static.dtypes import DTYPE, DtypeFacts, Fact
 from amplint.static.flow import Flow, Policy, analyse
@@ -71,6 +72,10 @@ class HalfPrecisionSoftmax(Rule):
     their own, the result is cast back to the logits' dtype where it leaves that code and the fix is
     safe; where they meet another tensor of unknown dtype or leave at once, they stay float32 and
     the fix is unsafe.
+
+    Where the dtype of the value it upcasts can be read from a tensor (`x`, not a module's output
+    or a sum of two tensors), the fix upcasts to `torch.promote_types(x.dtype, torch.float32)`: float32
+    for half values, while float64 code stays float64 (a plain float32 would lower its precision).
 
     ## References
     - `torch.nn.functional.log_softmax(input, dim, dtype=...)`
@@ -161,19 +166,15 @@ def _log_softmax_finding(ctx: FileContext, call: cst.Call, fact: Fact) -> Findin
             help="call `torch.log_softmax(x, dim=..., dtype=torch.float32)` instead of the module",
             evidence=fact.why,
         )
-    float32, missing_import = ctx.float32()
+    data = method_call(ctx, call, frozenset({"log_softmax"})) or argument(call, 0, "input") or call
+    float32, missing_import = upcast_dtype(ctx, call, data)
     fixed = with_dtype(call, float32, softmax_dtype_argument(ctx, call))
     return Finding(
         call,
         f"{_MESSAGE}: `log_softmax` rounds each log-probability to the half dtype; pass "
         f"`dtype=torch.float32`; {why}",
         fix=dtype_keeping_fix(
-            ctx,
-            call,
-            fixed,
-            method_call(ctx, call, frozenset({"log_softmax"})) or argument(call, 0, "input") or call,
-            "Compute the log-probabilities in float32",
-            missing_import,
+            ctx, call, fixed, data, "Compute the log-probabilities in float32", missing_import
         ),
         help=f"`{' '.join(ctx.code(fixed).split())}`",
         evidence=fact.why,

@@ -113,7 +113,10 @@ class MaskConstantOverflow(Rule):
     scores = scores.masked_fill(attention_mask == 0, torch.finfo(scores.dtype).min)
     ```
     Build additive masks in the dtype they are added in, from `torch.finfo(dtype).min`, as
-    transformers does.
+    transformers does. Where the mask is made floating here (cast to the scores' dtype), the fix
+    writes that: `(1.0 - mask) * torch.finfo(torch.float32).min` becomes
+    `(1.0 - mask) * torch.finfo(mask.dtype).min`, which stays finite in float16 and bfloat16, so a
+    fully masked row softmaxes to finite values; every other row computes as before.
 
     ## References
     - `torch.finfo`: https://pytorch.org/docs/stable/type_info.html
@@ -376,7 +379,35 @@ def _finite(ctx: FileContext, site: _Site, flags: set[str], into: list[Fact]) ->
             f"dtype, or added in place to float16 scores): {_NAN_ROWS}"
         )
         help = "build the mask in the dtype it is added in, from `torch.finfo(dtype).min`"
+        if found is made:
+            fix = _product_fix(ctx, site)
+            if fix is not None:
+                plan, help = fix
+                message = f"{message}; {_why(found, both)}"
+                return Finding(site.node, message, fix=plan, help=help, evidence=found.why)
     return Finding(site.node, f"{message}; {_why(found, both)}", help=help, evidence=found.why)
+
+
+def _product_fix(ctx: FileContext, site: _Site) -> tuple[FixPlan, str] | None:
+    """`(1.0 - mask) * torch.finfo(mask.dtype).min` for `(1.0 - mask) * <constant>` (transformers'
+    form): the extreme of the mask's own dtype, which this code made floating (it is half here), so
+    a fully masked row stays finite once added to scores of that dtype. Only for a mask that is a
+    name or attribute, alone or subtracted from 1; `max` where the product is subtracted."""
+    mask = site.tensor
+    if isinstance(mask, cst.BinaryOperation) and isinstance(mask.operator, cst.Subtract):
+        mask = mask.right  # `1.0 - mask`: `_mask_like` saw a number on the left
+    written = ctx.facts.number(site.value)
+    if not isinstance(mask, (cst.Name, cst.Attribute)) or mask.lpar or written is None:
+        return None
+    if ctx.facts.of(mask).kind != TENSOR or not ctx.facts.of(mask).may_be_half:
+        return None
+    torch, missing = ctx.torch_name()
+    dtype = cst.Attribute(value=mask, attr=cst.Name("dtype"))
+    finfo = cst.Call(func=cst.Attribute(value=torch, attr=cst.Name("finfo")), args=[cst.Arg(value=dtype)])
+    replacement = cst.Attribute(value=finfo, attr=cst.Name("min" if written < 0 else "max"))
+    shown = ctx.code(replacement)
+    plan = FixPlan(f"Mask with `{shown}`", ((site.value, replacement),), missing)
+    return plan, f"build the mask from its own dtype's extreme: `{shown}`"
 
 
 def _why(fact: Fact, both: bool) -> str:
@@ -546,11 +577,8 @@ def _with_fix(ctx: FileContext, site: _Site, message: str, fact: Fact | None = N
         dtype = cst.Attribute(value=tensor, attr=cst.Name("dtype"))
         finfo = cst.Call(func=cst.Attribute(value=torch, attr=cst.Name("finfo")), args=[cst.Arg(value=dtype)])
         replacement = cst.Attribute(value=finfo, attr=cst.Name("min"))
-        args = [
-            arg.with_changes(value=replacement) if arg.value is site.value else arg for arg in site.node.args
-        ]
-        if any(arg.value is replacement for arg in args):
+        if any(arg.value is site.value for arg in site.node.args):
             shown = ctx.code(replacement)
-            fix = FixPlan(f"Mask with `{shown}`", ((site.node, site.node.with_changes(args=args)),), missing)
+            fix = FixPlan(f"Mask with `{shown}`", ((site.value, replacement),), missing)
             return Finding(site.node, message, fix=fix, help=f"mask with `{shown}`", evidence=evidence)
     return Finding(site.node, message, help="use `torch.finfo(<scores>.dtype).min`", evidence=evidence)

@@ -10,6 +10,7 @@ import libcst as cst
 
 from amplint.rule import Rule, Verdict
 from amplint.runtime.chains import half_precision_verdict
+from amplint.static.consumers import upcast_dtype
 from amplint.static.context import FileContext, Finding, FixPlan
 from amplint.static.dtypes import SCALAR, TENSOR, Fact
 from amplint.static.flow import Flow, Hit, Policy, analyse
@@ -90,6 +91,10 @@ class HalfPrecisionNormStatistics(Rule):
     Where the statistic feeds `rsqrt`/`sqrt` and nothing else, `--fix` makes the smaller change of
     computing the statistic and its root in float32 and casting the factor back to the input's
     dtype, so that every dtype downstream stays as it was.
+
+    Where the dtype of the value it upcasts can be read from a tensor (`x`, not a module's output
+    or a sum of two tensors), the fix upcasts to `torch.promote_types(x.dtype, torch.float32)`: float32
+    for half values, while float64 code stays float64 (a plain float32 would lower its precision).
 
     ## References
     - transformers `LlamaRMSNorm`, `T5LayerNorm` (the float32 variance was added for fp16 T5)
@@ -304,7 +309,7 @@ def _finding(ctx: FileContext, scope: Scope, stat: Statistic, hits: list[Hit]) -
         # Several uses, no root to cast back, or a square computed on another line: no mechanical edit.
         return Finding(stat.call, message, help=_HELP, evidence=evidence)
     root = cst.ensure_type(roots[0], cst.Call)
-    float32, missing_import = ctx.float32()
+    float32, missing_import = upcast_dtype(ctx, stat.call, stat.data)
     upcast = with_method(stat.data, "to", float32)
     if stat.kind == "mul" and isinstance(stat.square, cst.BinaryOperation):
         new_square = stat.square.with_changes(left=upcast, right=upcast)

@@ -12,6 +12,7 @@ from amplint.diagnostics import UNSAFE
 from amplint.rule import Rule, Verdict, dtype_keeping_fix
 from amplint.runtime.chains import half_precision_verdict
 from amplint.static.attention import is_softmax
+from amplint.static.consumers import upcast_dtype
 from amplint.static.context import FileContext, Finding
 from amplint.static.dtypes import SCALAR, DtypeFacts
 from amplint.static.flow import Flow, Policy, analyse, value_children
@@ -114,6 +115,10 @@ class HalfPrecisionAccumulation(Rule):
     on an H100 (torch 2.11, 4,096 terms) the largest error of bf16 `cumsum`, `logcumsumexp` and
     `cumprod` fell from 0.50, 0.090 and 0.0125 to 0.125, 0.031 and 0.0019. CPU kernels keep the
     running value in float32 already (`python benchmarks/gpu_scans.py` measures both).
+
+    Where the dtype of the value it upcasts can be read from a tensor (`x`, not a module's output
+    or a sum of two tensors), the fix upcasts to `torch.promote_types(x.dtype, torch.float32)`: float32
+    for half values, while float64 code stays float64 (a plain float32 would lower its precision).
 
     ## References
     - flash-linear-attention `chunk_global_cumsum` and its layers' `torch.cumsum(g.float(), dim=1)`
@@ -288,7 +293,7 @@ def _finding(ctx: FileContext, call: cst.Call, op: str, data: cst.BaseExpression
     )
     what = "probabilities" if probabilities else "a log-decay or gate"
     message = f"`{op}` accumulates {what} in half precision ({origin}): {autocast}; {hazard}; {dtype}"
-    float32, missing_import = ctx.float32()
+    float32, missing_import = upcast_dtype(ctx, call, data)
     if op == "logcumsumexp":
         fixed = call.deep_replace(data, with_method(data, "to", float32))
         description = f"Upcast the input of `{op}` to float32"

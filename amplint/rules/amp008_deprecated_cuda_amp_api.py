@@ -10,6 +10,7 @@ import libcst as cst
 
 from amplint.diagnostics import DISPLAY_ONLY, Severity
 from amplint.rule import Rule
+from amplint.static.autocast import DEFAULT_DTYPE
 from amplint.static.context import FileContext, Finding, FixPlan
 from amplint.static.imports import dotted_name, import_aliases
 from amplint.static.scopes import walk
@@ -79,7 +80,12 @@ class DeprecatedCudaAmpApi(Rule):
         loss = model(x)
     ```
     Positional arguments of the old `autocast` become keywords (`enabled=`, `dtype=`,
-    `cache_enabled=`); `@torch.cuda.amp.custom_fwd(cast_inputs=...)` becomes
+    `cache_enabled=`). A call without a dtype gets the old default: `torch.cuda.amp.autocast()`
+    becomes `torch.amp.autocast("cuda", dtype=torch.float16)` and `torch.cpu.amp.autocast()`
+    `torch.amp.autocast("cpu", dtype=torch.bfloat16)`, because `torch.amp.autocast` without one takes
+    the dtype of an enclosing autocast region: nested in a bfloat16 region, a bare rename would run
+    the block in bfloat16 instead of float16 (a call passing `**kwargs` gets no fix, as they may
+    hold a dtype). `@torch.cuda.amp.custom_fwd(cast_inputs=...)` becomes
     `@torch.amp.custom_fwd(device_type="cuda", cast_inputs=...)`. A name imported from
     `torch.cuda.amp` is rewritten at each use to `torch.amp.<name>` (adding `import torch` where the
     module lacks it); the import itself is left in place, and a linter such as ruff (F401) removes it
@@ -145,7 +151,12 @@ class DeprecatedCudaAmpApi(Rule):
             extra = annotations.pop(api.kind, None) if finding.fix is not None else None
             if extra and finding.fix is not None:
                 fix = finding.fix
-                finding = replace(finding, fix=replace(fix, replacements=(*fix.replacements, *extra)))
+                names = ", ".join(f"`{ctx.code(new)}`" for _, new in extra)
+                finding = replace(
+                    finding,
+                    fix=replace(fix, replacements=(*fix.replacements, *extra)),
+                    help=f"{finding.help}, and {names} in annotations",
+                )
             yield _for_supported_torch(ctx, api, finding)
 
 
@@ -284,15 +295,17 @@ def _message(ctx: FileContext, node: cst.BaseExpression, api: _Api) -> str:
     )
 
 
-def _with_first(call: cst.Call, first: cst.Arg, rest: list[cst.Arg]) -> cst.Call:
-    """`call` with `first` put before the arguments `rest`, separated as the call separates its own."""
-    if not rest:
-        return call.with_changes(args=[first])
-    own = rest[0].comma
+def _with_first(call: cst.Call, first: list[cst.Arg], rest: list[cst.Arg]) -> cst.Call:
+    """`call` with the arguments `first` put before `rest`, separated as the call separates its own."""
+    own = rest[0].comma if rest else None
     separator = own.whitespace_after if isinstance(own, cst.Comma) else cst.SimpleWhitespace(" ")
     if isinstance(separator, cst.ParenthesizedWhitespace):
         separator = cst.SimpleWhitespace(" ")  # one argument per line: keep the others where they are
-    return call.with_changes(args=[first.with_changes(comma=cst.Comma(whitespace_after=separator)), *rest])
+    comma = cst.Comma(whitespace_after=separator)
+    # Every new argument but a last one with nothing after it takes a comma.
+    separated = [arg.with_changes(comma=comma) for arg in first[:-1]]
+    separated.append(first[-1].with_changes(comma=comma) if rest else first[-1])
+    return call.with_changes(args=[*separated, *rest])
 
 
 def _with_last(call: cst.Call, last: cst.Arg) -> cst.Call:
@@ -323,24 +336,28 @@ def _call_finding(ctx: FileContext, call: cst.Call, node: cst.BaseExpression, ap
     func, missing = _new_name(ctx, api.kind)
     args = list(call.args)
     fixed: cst.Call | None = None
+    unfixable = f'pass the old positional arguments by keyword to `torch.amp.{api.kind}("{api.device}", ...)`'
     if api.kind == "autocast":
         converted = _autocast_keywords(args)
-        if converted is not None:
-            fixed = _with_first(call.with_changes(func=func), cst.Arg(_string(api.device)), converted)
+        dtype = _old_default_dtype(ctx, api, converted or [])
+        if dtype is None:
+            unfixable = (
+                f'use `torch.amp.autocast("{api.device}", dtype=torch.{DEFAULT_DTYPE[api.device]}, ...)` '
+                "(the old default dtype) unless the `**` arguments pass a dtype"
+            )
+        elif converted is not None:
+            first = [cst.Arg(_string(api.device)), *dtype]
+            fixed = _with_first(call.with_changes(func=func), first, converted)
     elif api.kind == "GradScaler":
-        fixed = _with_first(call.with_changes(func=func), cst.Arg(_string(api.device)), args)
+        fixed = _with_first(call.with_changes(func=func), [cst.Arg(_string(api.device))], args)
     else:
         device = _keyword("device_type", _string(api.device))
         renamed = call.with_changes(func=func)
         passes_function = any(arg.keyword is None for arg in args)
-        fixed = _with_last(renamed, device) if passes_function else _with_first(renamed, device, args)
+        fixed = _with_last(renamed, device) if passes_function else _with_first(renamed, [device], args)
     message = _message(ctx, node, api)
     if fixed is None:
-        return Finding(
-            call,
-            message,
-            help=f'pass the old positional arguments by keyword to `torch.amp.{api.kind}("{api.device}", ...)`',
-        )
+        return Finding(call, message, help=unfixable)
     description = f"Use `torch.amp.{api.kind}` with the device"
     return Finding(
         call,
@@ -348,6 +365,18 @@ def _call_finding(ctx: FileContext, call: cst.Call, node: cst.BaseExpression, ap
         fix=FixPlan(description, ((call, fixed),), missing),
         help=f"`{' '.join(ctx.code(fixed).split())}`",
     )
+
+
+def _old_default_dtype(ctx: FileContext, api: _Api, args: list[cst.Arg]) -> list[cst.Arg] | None:
+    """The `dtype=` argument that keeps the old API's default: `torch.amp.autocast` without a dtype
+    inherits an enclosing autocast's instead. Empty where the call passes a dtype; None where a
+    `**` argument may pass one (adding it would raise)."""
+    if any(arg.keyword is not None and arg.keyword.value == "dtype" for arg in args):
+        return []
+    if any(arg.star == "**" for arg in args):
+        return None
+    torch, _ = ctx.torch_name()
+    return [_keyword("dtype", cst.Attribute(value=torch, attr=cst.Name(DEFAULT_DTYPE[api.device])))]
 
 
 def _autocast_keywords(args: list[cst.Arg]) -> list[cst.Arg] | None:
@@ -397,4 +426,8 @@ def _reference_finding(ctx: FileContext, node: cst.BaseExpression, api: _Api) ->
         advice = f'use `functools.partial(torch.amp.{api.kind}, device_type="{api.device}")`'
     else:
         advice = f'use `torch.amp.{api.kind}` and pass `"{api.device}"` first where it is called'
+        if api.kind == "autocast":
+            advice += (
+                f", with `dtype=torch.{DEFAULT_DTYPE[api.device]}` where no dtype is passed (the old default)"
+            )
     return Finding(node, _message(ctx, node, api), help=advice)

@@ -37,6 +37,8 @@ _CONVOLUTIONS = frozenset(
 # `torch.autograd.grad` alone is not: it differentiates the graph forward recorded, whose dtypes are fixed.
 _RECOMPUTE = frozenset({"torch.enable_grad"})
 _CASTS = frozenset({"to", "type", "type_as", "float", "double", "half", "bfloat16"})
+# Code that runs only on a CUDA device: a Triton kernel, a compiled extension, a custom op, CUDA calls.
+_CUDA_ONLY = re.compile(r"triton|\btl\.|\.cuda\b|torch\.ops\.|_C\.|cupy", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -98,10 +100,15 @@ class CustomFunctionWithoutAmpDecorators(Rule):
         @torch.amp.custom_bwd(device_type="cuda")
         def backward(ctx, grad_output): ...
     ```
-    The fix adds the missing decorator (for the CUDA device; it is a no-op outside CUDA autocast)
-    right above `def`, below `@staticmethod`; with `custom_fwd` already present it reuses its
-    device, and a wrapper's counterpart (`autocast_custom_bwd` next to `autocast_custom_fwd`)
-    where the module has one. A `forward` that must run in float32 (a custom kernel) takes
+    The fix adds the missing decorator right above `def`, below `@staticmethod`; with `custom_fwd`
+    already present it reuses its device, and a wrapper's counterpart (`autocast_custom_bwd` next
+    to `autocast_custom_fwd`) where the module has one. A pair covers one device's autocast (two
+    stacked pairs share the state they record, and the outer one restores the inner one's), so
+    the fix names the device of the autocast regions the module applies the Function in
+    (`device_type="cpu"` under `torch.autocast("cpu")`); where the caller chooses, a Function
+    without Triton or other CUDA-only code gets `device_type="cuda" if torch.cuda.is_available()
+    else "cpu"`, which covers CPU autocast on a machine without CUDA, and one with CUDA-only code
+    `device_type="cuda"`. A `forward` that must run in float32 (a custom kernel) takes
     `custom_fwd(device_type="cuda", cast_inputs=torch.float32)` instead: decide which applies.
 
     ## References
@@ -234,9 +241,11 @@ def _check_function(
         f"forward's outputs are half precision where {ctx.facts.describe(why, backward.name)}"
     )
     torch, missing = ctx.torch_name()
-    fwd_edit = _insert_below(ctx, indents, forward, fwd, _torch_decorator(torch, "custom_fwd", "cuda"))
-    bwd_edit = _insert_below(ctx, indents, backward, bwd, _torch_decorator(torch, "custom_bwd", "cuda"))
-    help = 'decorate `forward` with `@torch.amp.custom_fwd(device_type="cuda")` and `backward` with `@torch.amp.custom_bwd(device_type="cuda")`'
+    device = _device(ctx, cls, torch)
+    decorators = [_torch_decorator(torch, kind, device) for kind in ("custom_fwd", "custom_bwd")]
+    fwd_edit = _insert_below(ctx, indents, forward, fwd, decorators[0])
+    bwd_edit = _insert_below(ctx, indents, backward, bwd, decorators[1])
+    help = f"decorate `forward` with `@{ctx.code(decorators[0])}` and `backward` with `@{ctx.code(decorators[1])}`"
     fix = (
         FixPlan("Add `custom_fwd`/`custom_bwd`", (fwd_edit, bwd_edit), missing)
         if fwd_edit and bwd_edit
@@ -306,15 +315,37 @@ def _finding(
     )
 
 
-def _torch_decorator(torch: cst.BaseExpression, kind: str, device: str) -> cst.Call:
+def _device(ctx: FileContext, cls: cst.ClassDef, torch: cst.BaseExpression) -> cst.BaseExpression:
+    """The `device_type` of the decorators to add. One pair records and restores one device's
+    autocast state (two stacked pairs share `ctx._dtype`, so the outer one restores the inner one's
+    state): the device of the autocast regions the module applies the Function in, where they agree;
+    else, for a Function that can run on CPU (no Triton or other CUDA-only code), the device this
+    process computes on, so that CPU autocast is covered on a machine without CUDA; else CUDA."""
+    name = cls.name.value
+    devices = {
+        state.device
+        for call in ctx.index.calls
+        if isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "apply"
+        and isinstance(call.func.value, cst.Name)
+        and call.func.value.value == name
+        for state in ctx.facts.autocast_at(call)
+        if state.device and state.where is not None
+    }
+    if len(devices) == 1:
+        return cst.SimpleString(f'"{devices.pop()}"')
+    if _CUDA_ONLY.search(ctx.code(cls)):
+        return cst.SimpleString('"cuda"')
+    return cst.parse_expression(f'"cuda" if {ctx.code(torch)}.cuda.is_available() else "cpu"')
+
+
+def _torch_decorator(torch: cst.BaseExpression, kind: str, device: cst.BaseExpression | str) -> cst.Call:
     func = cst.Attribute(value=cst.Attribute(value=torch, attr=cst.Name("amp")), attr=cst.Name(kind))
     equal = cst.AssignEqual(
         whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
     )
-    return cst.Call(
-        func=func,
-        args=[cst.Arg(keyword=cst.Name("device_type"), value=cst.SimpleString(f'"{device}"'), equal=equal)],
-    )
+    value = cst.SimpleString(f'"{device}"') if isinstance(device, str) else device
+    return cst.Call(func=func, args=[cst.Arg(keyword=cst.Name("device_type"), value=value, equal=equal)])
 
 
 def _counterpart(

@@ -22,8 +22,10 @@ AUTOCAST = frozenset(
         "torch.cpu.amp.autocast",
     }
 )
-# The dtype each autocast defaults to when the call names none.
-_DEFAULT_DTYPE = {"cuda": "float16", "cpu": "bfloat16"}
+# The dtype each autocast defaults to when the call names none (outside any other autocast region:
+# `torch.amp.autocast(device)` takes an enclosing region's, the old `torch.cuda.amp`/`torch.cpu.amp`
+# ones always these).
+DEFAULT_DTYPE = {"cuda": "float16", "cpu": "bfloat16"}
 # The dtypes an autocast call may name: a float32 one is CUDA autocast computing in float32 (its
 # "low" dtype), which CPU autocast refuses and disables itself for.
 _AUTOCAST_DTYPES = {
@@ -75,7 +77,7 @@ def autocast_settings(ctx: FileContext, call: cst.Call) -> tuple[str | None, str
         dtype_arg = argument(call, 1, "dtype")
         enabled_arg = argument(call, 2, "enabled")
     if dtype_arg is None:
-        dtype = _DEFAULT_DTYPE.get(device or "")
+        dtype = DEFAULT_DTYPE.get(device or "")
     else:
         name = dtype_arg.attr.value if isinstance(dtype_arg, cst.Attribute) else _literal(dtype_arg)
         dtype = _AUTOCAST_DTYPES.get(name or "")

@@ -141,6 +141,27 @@ def dtype_source(
     return _dtype_source(ctx, scope, data) if scope is not None else None
 
 
+def upcast_dtype(
+    ctx: FileContext, upcast: cst.BaseExpression, data: cst.BaseExpression
+) -> tuple[cst.BaseExpression, bool]:
+    """The dtype to upcast `data` (read by `upcast`) to, and whether `import torch` must be added:
+    `torch.promote_types(x.dtype, torch.float32)`, float32 for a half `x` and float64 kept (a plain
+    float32 is a downcast for float64 code), where a tensor of `data`'s dtype can be named without
+    computing anything twice (`data` itself, a name or attribute, or `dtype_source`); else float32."""
+    float32, missing = ctx.float32()
+    if all(isinstance(n, (cst.Name, cst.Attribute)) for n in walk(data)):
+        dtype: cst.BaseExpression | None = cst.Attribute(
+            value=data.with_changes(lpar=[], rpar=[]), attr=cst.Name("dtype")
+        )
+    else:
+        dtype = dtype_source(ctx, upcast, data)
+    if dtype is None:
+        return float32, missing
+    torch, _ = ctx.torch_name()
+    promote = cst.Attribute(value=torch, attr=cst.Name("promote_types"))
+    return cst.Call(func=promote, args=[cst.Arg(dtype), cst.Arg(float32)]), missing
+
+
 def _scope_of(ctx: FileContext, node: cst.CSTNode) -> Scope | None:
     function = ctx.function_of(node) or ctx.module
     return next((s for s in ctx.scopes if s.node is function), None)

@@ -331,7 +331,7 @@ def test_each_fix_is_judged_and_the_failing_one_rolled_back(tmp_path: Path) -> N
         "(block.py:factory returned bfloat16, now float32)",
     ]
     text = path.read_text(encoding="utf-8")
-    assert "torch.log_softmax(scores, dim=-1, dtype=torch.float32)" in text
+    assert "torch.log_softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))" in text
     assert "self.w_lora(x).sigmoid()" in text  # as it was
     assert "Fixed 1 finding, 1 remaining." in done.stdout
 
@@ -491,7 +491,7 @@ def test_the_cast_point_is_the_start_of_the_chain(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("expression", "operand", "fixed"),
     [
-        ("h * self.scale", (6, None), "h.to(torch.float32) * self.scale"),
+        ("h * self.scale", (6, None), "h.to(torch.promote_types(h.dtype, torch.float32)) * self.scale"),
         ("self.scale * (x @ self.w)", (7, 30), "self.scale * (x @ self.w).to(torch.float32)"),
         ("x @ self.w + h", (7, 16), "(x @ self.w).to(torch.float32) + h"),
     ],

@@ -29,6 +29,10 @@ of the fixed code is the reference. For a bad example with a fix, in each half d
   dtype lands either side);
   for the rules whose point is precision, it is smaller in bfloat16 or float16.
 
+Run in float64, the fixed code returns the dtypes the unfixed code returns there and narrows no
+float64 value to a lower precision that the unfixed code keeps (an upcast to a plain float32 is a
+downcast for float64 code), save the listed fixes whose upcast value has no dtype to read.
+
 A bad example without a fix shows its hazard in bfloat16 or float16: it raises, goes non-finite
 where float64 is finite, or is off by more than rounding. Good examples with a `run` snippet must
 run in every dtype and stay finite where the reference is.
@@ -221,3 +225,56 @@ def test_every_rule_with_fixes_has_runnable_examples() -> None:
     """Each static rule that offers fixes has at least one bad example that the harness runs."""
     missing = [rule.code for rule in STATIC if rule.fixable() and not any(ex.run for ex in rule.bad)]
     assert missing == []
+
+
+# Fixes that still upcast to a plain float32: the value they upcast has no one tensor to read its
+# dtype from without computing it twice (`amplint.static.consumers.upcast_dtype`).
+FLOAT32_UPCASTS = {
+    "AMP001-4": "`(a + b)`: the sum of two tensors",
+    "AMP003-1": "`student(x)`: a module's output",
+    "AMP006-2": "`(x - u)`: two tensors, though `u` is a mean of `x`",
+}
+
+
+class _Narrowings(TorchDispatchMode):
+    """Counts the ops that take a float64 tensor and return a floating tensor of less precision:
+    an upcast written as `.float()` or `dtype=torch.float32` does that to float64 code."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        inputs = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        if any(t.dtype == torch.float64 for t in inputs) and any(
+            t.is_floating_point() and t.dtype != torch.float64
+            for t in torch.utils._pytree.tree_leaves(out)
+            if isinstance(t, torch.Tensor)
+        ):
+            self.ops.append(str(func))
+        return out
+
+
+def narrowings(code: str, run: str) -> list[str]:
+    with _Narrowings() as mode:
+        execute(code, run, torch.float64)
+    return mode.ops
+
+
+@pytest.mark.parametrize("case", BAD, ids=_id)
+def test_the_fix_keeps_float64_code_in_float64(case: tuple[type[Rule], int, Bad]) -> None:
+    """An upcast to float32 is a downcast for float64 code: run in float64, the fixed code returns
+    the dtypes the unfixed code returns there, and narrows no float64 value the unfixed code keeps."""
+    _, _, example = case
+    before, raised = attempt(lambda: execute(example.code, example.run, torch.float64))
+    if raised is not None:
+        return  # the bug is a crash: the fixed code's float64 run is the reference of the test above
+    after = execute(example.fixed or "", example.run, torch.float64)
+    kept = narrowings(example.code, example.run)
+    narrowed = narrowings(example.fixed or "", example.run)
+    if _id(case) in FLOAT32_UPCASTS:
+        assert narrowed != kept, "the fix keeps float64 now: take it off FLOAT32_UPCASTS"
+    else:
+        assert [(t.dtype, t.shape) for t in tensors(after)] == [(t.dtype, t.shape) for t in tensors(before)]
+        assert narrowed == kept, f"the fixed code narrows float64 values: {narrowed}"
