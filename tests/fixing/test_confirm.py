@@ -453,7 +453,7 @@ def test_the_graph_fixes_a_chain_the_static_pass_cannot_see(tmp_path: Path) -> N
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stderr.splitlines() == [
         "amplint: fix gate.py:11 AMP101: verified: the finding is gone and no new one appeared",
-        "amplint: fix gate.py:14 AMP014: kept, not verified: the trace did not confirm the finding (static)",
+        "amplint: fix gate.py:14 AMP014: kept, not verified: the trace did not confirm the finding (conditional)",
     ]
     assert "return self.proj(x).to(torch.float32).sigmoid()" in path.read_text(encoding="utf-8")
 
