@@ -370,6 +370,11 @@ def _check(args: argparse.Namespace) -> int:
     _warn_settings(settings)
     if settings.runtime and (problem := _runtime_problem(settings)) is not None:
         return _error(problem)
+    if not (stdin or args.no_cache or args.show_settings or args.explain) and settings.cache_dir is not None:
+        from amplint.pipeline.cache import cache_directory, refusal
+
+        if (problem := refusal(cache_directory(settings), settings.root)) is not None:
+            return _error(f"{problem}; name a new or empty folder, or run with --no-cache")
     if args.show_settings:
         return _show_settings(paths, settings)
     if args.explain:
@@ -710,7 +715,7 @@ def _clean(args: argparse.Namespace) -> int:
     if isinstance(settings, int):
         return settings
     try:
-        print(clean(cache_directory(settings.with_overrides(cache_dir=args.cache_dir))))
+        print(clean(cache_directory(settings.with_overrides(cache_dir=args.cache_dir)), settings.root))
     except OSError as exc:
         return _error(f"cannot remove the cache: {exc}")
     return EXIT_CLEAN

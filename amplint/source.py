@@ -179,6 +179,13 @@ def replace_file(path: Path, data: bytes, *, expected: bytes | None = None) -> N
             _renamed(path, data, stat.S_IMODE(st.st_mode))
 
 
+def current_umask() -> int:
+    """The process's umask (reading it means setting it: set back at once)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
 _EUID = os.geteuid() if hasattr(os, "geteuid") else -1
 _EGID = os.getegid() if hasattr(os, "getegid") else -1
 
@@ -208,9 +215,7 @@ def _temporary(path: Path, data: bytes, mode: int) -> str:
 
 def _renamed(path: Path, data: bytes, mode: int | None) -> None:
     if mode is None:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
+        mode = 0o666 & ~current_umask()
     tmp = _temporary(path, data, mode)
     try:
         os.replace(tmp, path)

@@ -159,6 +159,13 @@ def _check_files(
         from amplint.pipeline.cache import Cache, cache_directory
 
         store = Cache(cache_directory(settings), settings, readonly=diff, profile=profile)
+        if store.refused is not None:
+            # A folder the configuration names is an error to fix; the default one, only not used.
+            if settings.cache_dir is not None:
+                run.errors.append(store.refused)
+            else:
+                run.warnings.append(f"{store.refused}; going on without it")
+            store = None
     # Cache hits, and (without fix/diff) every file checked in-process or in a pool.
     done = precheck(
         files,
