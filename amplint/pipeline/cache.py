@@ -39,7 +39,7 @@ from typing import Any
 from amplint.config import Settings
 from amplint.diagnostics import APPLICABILITIES, CellEdit, Confidence, Diagnostic, Edit, Fix, Severity
 from amplint.results import FileResult
-from amplint.source import SourceError, current_umask, decode_source
+from amplint.source import SourceError, current_umask, decode_source, within
 from amplint.static.profile import CALLER, Profile
 
 __all__ = ["CACHE_DIR_NAME", "Cache", "cache_directory", "clean", "refusal"]
@@ -81,8 +81,11 @@ def _protected(directory: Path, root: Path) -> str | None:
         return "is the file system's root"
     if real == os.path.realpath(os.path.expanduser("~")):
         return "is the home folder"
-    for what, base in (("the project", root), ("the working directory", Path.cwd())):
-        if os.path.commonpath([real, os.path.realpath(base)]) == real:
+    bases = [("the project", root)]
+    with contextlib.suppress(OSError):  # a working directory since deleted holds nothing
+        bases.append(("the working directory", Path.cwd()))
+    for what, base in bases:
+        if within(os.path.realpath(base), real):
             return f"holds {what}"
     if os.path.lexists(directory / ".git"):
         return "holds a git repository (.git)"

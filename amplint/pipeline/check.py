@@ -47,6 +47,15 @@ class CheckRun:
     warnings: list[str] = field(default_factory=list)  # worth saying, not failing for (the cache)
     # The precision profile the files were checked under: one per configuration, the last one here.
     profile: Profile = CALLER
+    # The folders a fix may write in: those checked and the project's (`write_roots`).
+    roots: tuple[Path, ...] = ()
+
+
+def write_roots(paths: Sequence[Path], settings: Settings) -> tuple[Path, ...]:
+    """The folders amplint writes in for a run over `paths`: each folder named, the folder of each
+    file named, and the project root. A file whose real place lies outside them (through a
+    symbolic link) is checked, never written."""
+    return (*(path if path.is_dir() else path.parent for path in paths), settings.root)
 
 
 def project_profile(settings: Settings, files: Sequence[Path]) -> Profile:
@@ -105,7 +114,7 @@ def run_check(
     found = discover(paths, settings)
     if progress is not None:
         progress.total = len(found.files)
-    run = CheckRun()
+    run = CheckRun(roots=write_roots(paths, settings))
     for path, message in found.problems:
         problem = unparsable_diagnostic(display_path(path), message)
         if _keep(settings, problem, path):
@@ -252,7 +261,7 @@ def _fixed(
         return lint(source, rules, display, profile=profile)
     if write:
         try:
-            write_atomic(source, outcome.new_text, was=source.text)
+            write_atomic(source, outcome.new_text, was=source.text, roots=run.roots)
         except WriteRefused as exc:  # the file is left as it was, and its findings with it
             run.warnings.append(f"{display}: {exc}")
             return lint(source, rules, display, profile=profile)
@@ -355,8 +364,11 @@ def add_noqa(run: CheckRun) -> tuple[int, list[str]]:
             if text == source.text:
                 continue
             compile(text, display, "exec")  # never write a file that no longer parses
-            write_atomic(source, text, was=source.text)
-        except (SourceError, WriteRefused, OSError, SyntaxError) as exc:
+            write_atomic(source, text, was=source.text, roots=run.roots)
+        except WriteRefused as exc:  # it says why, and that the file is left as it is
+            left.append(f"{display}: {exc}")
+            continue
+        except (SourceError, OSError, SyntaxError) as exc:
             left.append(f"{display}: not changed: {exc}")
             continue
         changed += len(codes_by_line) - len(skipped)
