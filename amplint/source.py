@@ -153,7 +153,10 @@ class WriteRefused(Exception):
 
 def within(path: str, folder: str) -> bool:
     """Whether the absolute path `path` is `folder` or below it."""
-    return os.path.commonpath([path, folder]) == folder
+    try:
+        return os.path.commonpath([path, folder]) == folder
+    except ValueError:  # on two drives (Windows)
+        return False
 
 
 def escapes(path: Path, roots: Sequence[Path]) -> Path | None:
@@ -177,8 +180,8 @@ def replace_file(
 
     An existing file without write permission is left alone; with `expected` (the bytes the caller
     read and changed), a file is written only if it still holds them, checked under an exclusive
-    lock that another amplint writing the same file also takes, and again (inode, size and
-    modification time) once the new bytes are complete beside it, just before they replace it. Each
+    lock that another amplint writing the same file also takes, and again (inode, size, modification
+    time and bytes) once the new bytes are complete beside it, just before they replace it. Each
     raises WriteRefused. The new bytes are always written whole to a copy first: a full disk fails
     that copy, never the file, and an error that leaves the copy names it. With `roots` (the folders
     being checked and the project's), a file whose real place lies outside them is left alone
