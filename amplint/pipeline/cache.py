@@ -27,7 +27,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import stat
 import sys
 import tempfile
@@ -309,6 +308,8 @@ def _make(directory: Path) -> None:
     `.gitignore`, then renamed into place (over an empty folder; never over anything else), so that
     no process sees a cache folder without its tag. Failing to rename is not an error here: another
     process may have made it, and the caller looks."""
+    import shutil  # here: a run answered from the cache neither makes nor removes a folder
+
     directory.parent.mkdir(parents=True, exist_ok=True)
     building = tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.", suffix=".tmp")
     try:
@@ -434,6 +435,9 @@ def _remove(directory: Path) -> None:
 
 
 def _delete(directory: Path) -> None:
+    """Delete a folder of amplint's that is out of every writer's way."""
+    import shutil
+
     for _ in range(3):  # a writer that resolved its path before the rename may add a file
         shutil.rmtree(directory, ignore_errors=True)
         if not os.path.lexists(directory):
