@@ -307,13 +307,14 @@ def _in_place(path: Path, data: bytes, original: bytes, st: os.stat_result, tmp:
     fails anyway, the old bytes are put back, and if even that fails the new ones are kept at `tmp`."""
     fd = os.open(path, os.O_WRONLY)
     try:
-        fs = os.fstatvfs(fd)
-        block = fs.f_frsize or 4096
-        grows = -(-len(data) // block) * block - st.st_blocks * 512
-        if grows > fs.f_bavail * fs.f_frsize:
-            raise WriteRefused(
-                f"not enough free space to rewrite it in place ({grows} more bytes); left as it is"
-            )
+        if hasattr(os, "fstatvfs"):  # POSIX, where the blocks a file holds and those free are known
+            fs = os.fstatvfs(fd)
+            block = fs.f_frsize or 4096
+            grows = -(-len(data) // block) * block - st.st_blocks * 512
+            if grows > fs.f_bavail * fs.f_frsize:
+                raise WriteRefused(
+                    f"not enough free space to rewrite it in place ({grows} more bytes); left as it is"
+                )
         try:
             _write_all(fd, data)
         except OSError as exc:
