@@ -1,12 +1,13 @@
 """No code of the checked repository runs while amplint checks it: a repository holding modules named
 like the standard library's (`json.py`, `tomllib.py`, `tokenize.py`, ...) is checked by every way
 amplint is started (the console script, `python -m amplint`, the GitHub Action's commands as
-action.yml writes them, the pre-commit hook's entry, the language server's command), and none of
-those modules is imported."""
+action.yml writes them, the pre-commit hook's entry, the language server's command, the worker
+pool under each start method), and none of those modules is imported."""
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import shlex
 import subprocess
@@ -178,4 +179,33 @@ def test_the_language_server_command(tmp_path: Path) -> None:
 
     diagnostics = asyncio.run(session())
     assert [d.code for d in diagnostics] == [HAZARD_CODE]
+    assert ran(root) == []
+
+
+# A program outside the repository that checks it with a pool of two workers started by `method`.
+POOL_RUNNER = """\
+import multiprocessing
+import sys
+
+if __name__ == "__main__":
+    multiprocessing.set_start_method(sys.argv[1])
+    from amplint.cli import main
+
+    sys.exit(main(["check", "--no-cache", "--jobs", "2", "."]))
+"""
+
+
+@pytest.mark.skipif(
+    sys.version_info < (3, 11),
+    reason="PYTHONSAFEPATH, which keeps a new interpreter's working directory off"
+    " its import path, came in Python 3.11",
+)
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_the_worker_pool_under_every_start_method(tmp_path: Path, method: str) -> None:
+    # These start each worker (and their helpers) as a new interpreter run with `-c` in the repository.
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"no {method} start method here")
+    root = plant(tmp_path / "repo")
+    runner = write(tmp_path / "runner" / "run.py", POOL_RUNNER)
+    checked(root, [sys.executable, str(runner), method])
     assert ran(root) == []
