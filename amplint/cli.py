@@ -385,6 +385,17 @@ def _check(args: argparse.Namespace) -> int:
     _warn_settings(settings)
     if settings.runtime and (problem := _runtime_problem(settings)) is not None:
         return _error(problem)
+    from amplint.pipeline.check import write_roots
+
+    roots = write_roots(paths, settings)
+    for named in (args.output, args.write_baseline):
+        if (refused := _escaping(named, roots)) is not None:
+            return refused
+    if not (stdin or args.no_cache or args.show_settings or args.explain) and settings.cache_dir is not None:
+        from amplint.pipeline.cache import cache_directory, refusal
+
+        if (problem := refusal(cache_directory(settings), settings.root)) is not None:
+            return _error(f"{problem}; name a new or empty folder, or run with --no-cache")
     if args.show_settings:
         return _show_settings(paths, settings)
     if args.explain:
@@ -768,7 +779,7 @@ def _clean(args: argparse.Namespace) -> int:
     if isinstance(settings, int):
         return settings
     try:
-        print(clean(cache_directory(settings.with_overrides(cache_dir=args.cache_dir))))
+        print(clean(cache_directory(settings.with_overrides(cache_dir=args.cache_dir)), settings.root))
     except OSError as exc:
         return _error(f"cannot remove the cache: {exc}")
     return EXIT_CLEAN
@@ -872,6 +883,8 @@ def _trace(args: argparse.Namespace) -> int:
             report = render_text(graph, nodes)
             if findings:
                 report += "\n" + render("text", findings, sources=sources, color=False)
+    if (refused := _escaping(args.output, [Path.cwd()])) is not None:
+        return refused
     written = _write_report(report, args.output, sys.stdout)
     if written is not None:
         return written
@@ -892,6 +905,8 @@ def _lock(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("torch") is None:
         return _error("amplint lock traces the model and needs torch: pip install 'amplint[runtime]'")
     mode: Mode = "check" if args.check else "update" if args.update else "write"
+    if (refused := _escaping(args.output, [settings.root])) is not None:
+        return refused
     try:
         run = run_lock(
             settings, args.targets, mode=mode, path=lock_path(settings, args.lockfile), timeout=args.timeout
@@ -919,6 +934,18 @@ def _color(args: argparse.Namespace) -> bool:
     if args.output is not None or args.no_color or os.environ.get("NO_COLOR"):
         return False
     return bool(os.environ.get("FORCE_COLOR")) or sys.stdout.isatty()
+
+
+def _escaping(path: Path | None, roots: Sequence[Path]) -> int | None:
+    """An exit code when writing `path`, which lies in one of `roots`, would land outside them through
+    a symbolic link (one committed to the repository, say)."""
+    from amplint.source import escapes
+
+    if path is None or (target := escapes(path, roots)) is None:
+        return None
+    return _error(
+        f"{path} leads to {target} through a symbolic link, outside the checked folders; not written"
+    )
 
 
 def _write_report(report: str, output: Path | None, stream: TextIO) -> int | None:

@@ -11,6 +11,7 @@ import stat
 import tempfile
 import tokenize
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,33 +153,79 @@ class WriteRefused(Exception):
     """A file amplint will not write; the message says why, for the user."""
 
 
-def replace_file(path: Path, data: bytes, *, expected: bytes | None = None) -> None:
+def within(path: str, folder: str) -> bool:
+    """Whether the absolute path `path` is `folder` or below it."""
+    try:
+        return os.path.commonpath([path, folder]) == folder
+    except ValueError:  # on two drives (Windows)
+        return False
+
+
+def escapes(path: Path, roots: Sequence[Path]) -> Path | None:
+    """Where a write to `path` would really land, when `path` lies inside one of `roots` but that
+    place lies outside all of them (a symbolic link, of the file or of a folder on its way, leads
+    out); None otherwise. A path outside every root is one the user named there: not an escape."""
+    if not any(within(os.path.abspath(path), os.path.abspath(root)) for root in roots):
+        return None
+    real = os.path.realpath(path)
+    if any(within(real, os.path.realpath(root)) for root in roots):
+        return None
+    return Path(real)
+
+
+def replace_file(
+    path: Path, data: bytes, *, expected: bytes | None = None, roots: Sequence[Path] | None = None
+) -> None:
     """Write `data` to `path` so that nothing is lost: readers see the old or the new bytes, never a
     mix, and the file keeps its mode, owner, group and hard links. A link's target is written, not
     the link; a new file gets the mode the umask gives.
 
     An existing file without write permission is left alone; with `expected` (the bytes the caller
     read and changed), a file is written only if it still holds them, checked under an exclusive
-    lock that another amplint writing the same file also takes. Both raise WriteRefused."""
+    lock that another amplint writing the same file also takes, and again (inode, size, modification
+    time and bytes) once the new bytes are complete beside it, just before they replace it. Each
+    raises WriteRefused. The new bytes are always written whole to a copy first: a full disk fails
+    that copy, never the file, and an error that leaves the copy names it. With `roots` (the folders
+    being checked and the project's), a file whose real place lies outside them is left alone
+    (WriteRefused)."""
+    if roots is not None and (target := escapes(path, roots)) is not None:
+        raise WriteRefused(f"a symbolic link leads to {target}, outside the checked folders; left as it is")
     path = path.resolve() if path.is_symlink() else path
     try:
         handle = open(path, "rb")  # noqa: SIM115 - held for the lock, closed below
     except FileNotFoundError:
         if expected is not None:
             raise WriteRefused("deleted since it was read; not written again") from None
-        _renamed(path, data, None)
+        tmp = _temporary(path, data, 0o666 & ~current_umask())
+        _swap(tmp, lambda: os.replace(tmp, path))
         return
     with handle:
         _lock(handle)
         st = os.fstat(handle.fileno())
         if not st.st_mode & 0o222:
             raise WriteRefused("read-only (no write permission); left as it is")
-        if expected is not None and path.read_bytes() != expected:
+        original = handle.read()
+        if expected is not None and original != expected:
             raise WriteRefused("changed on disk since it was read; left as it is")
-        if st.st_nlink > 1 or (st.st_uid, st.st_gid) != (_EUID, _EGID):
-            _in_place(path, data)  # a rename would break the links or give the file to us
-        else:
-            _renamed(path, data, stat.S_IMODE(st.st_mode))
+        # A rename would break hard links or give the file to us: those are rewritten in place.
+        in_place = st.st_nlink > 1 or (st.st_uid, st.st_gid) != (_EUID, _EGID)
+        tmp = _temporary(path, data, 0o600 if in_place else stat.S_IMODE(st.st_mode))
+
+        def write() -> None:
+            _unchanged(path, st, original)
+            if in_place:
+                _in_place(path, data, original, st, tmp)
+            else:
+                os.replace(tmp, path)
+
+        _swap(tmp, write)
+
+
+def current_umask() -> int:
+    """The process's umask (reading it means setting it: set back at once)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 _EUID = os.geteuid() if hasattr(os, "geteuid") else -1
@@ -194,46 +241,105 @@ def _lock(handle: io.BufferedReader) -> None:
 
 
 def _temporary(path: Path, data: bytes, mode: int) -> str:
-    """A complete, synced copy of `data` beside `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".amplint")
+    """A complete, synced and verified copy of `data` beside `path`; an OSError that says so when it
+    cannot be made (a full disk), with nothing left behind."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".amplint")
+    except OSError as exc:
+        raise OSError(f"cannot make a copy beside it ({exc.strerror or exc}); left as it is") from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
+        if Path(tmp).read_bytes() != data:
+            raise WriteRefused("the copy written beside it reads back wrong; left as it is")
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(
+            f"cannot write the new content beside it ({exc.strerror or exc}); left as it is"
+        ) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return tmp
 
 
-def _renamed(path: Path, data: bytes, mode: int | None) -> None:
-    if mode is None:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    tmp = _temporary(path, data, mode)
+class _Kept(OSError):
+    """A failed write whose fixed copy is kept, at the path it names."""
+
+
+def _swap(tmp: str, write: Callable[[], None]) -> None:
+    """Run `write`, which puts the copy at `tmp` in place; the copy is removed whatever happens,
+    unless the error says where it is kept."""
+    kept = False
     try:
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        write()
+    except _Kept:
+        kept = True
         raise
+    finally:
+        if not kept:
+            Path(tmp).unlink(missing_ok=True)
 
 
-def _in_place(path: Path, data: bytes) -> None:
-    """Write through the file's own inode (its links, owner and group stay), after a verified copy
-    beside it that is kept if the write fails, so that the new bytes are never lost."""
-    tmp = _temporary(path, data, 0o600)
-    if Path(tmp).read_bytes() != data:
-        Path(tmp).unlink(missing_ok=True)
-        raise WriteRefused("could not make a verified copy beside it; left as it is")
-    with open(path, "r+b") as handle:
-        handle.write(data)
-        handle.truncate()
-        handle.flush()
-        os.fsync(handle.fileno())
-    Path(tmp).unlink()
+def _unchanged(path: Path, before: os.stat_result, original: bytes) -> None:
+    """The compare of compare-and-swap: the file is the one that was read (inode, size, modification
+    time, and its bytes, as a save within one tick of the clock keeps the time), checked once the new
+    bytes are complete and just before they replace it."""
+    try:
+        now = os.stat(path)
+        same = (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) == (
+            before.st_dev,
+            before.st_ino,
+            before.st_size,
+            before.st_mtime_ns,
+        )
+        if same and path.read_bytes() == original:
+            return
+    except FileNotFoundError:
+        raise WriteRefused("deleted while the fix was written; not written again") from None
+    raise WriteRefused("changed on disk while the fix was written; left as it is")
+
+
+def _in_place(path: Path, data: bytes, original: bytes, st: os.stat_result, tmp: str) -> None:
+    """Write through the file's own inode (its links, owner and group stay). Only when the disk has
+    room for what the file grows by, so that the write cannot stop half way for want of space; if it
+    fails anyway, the old bytes are put back, and if even that fails the new ones are kept at `tmp`."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        if hasattr(os, "fstatvfs"):  # POSIX, where the blocks a file holds and those free are known
+            fs = os.fstatvfs(fd)
+            block = fs.f_frsize or 4096
+            grows = -(-len(data) // block) * block - st.st_blocks * 512
+            if grows > fs.f_bavail * fs.f_frsize:
+                raise WriteRefused(
+                    f"not enough free space to rewrite it in place ({grows} more bytes); left as it is"
+                )
+        try:
+            _write_all(fd, data)
+        except OSError as exc:
+            try:
+                _write_all(fd, original)
+            except OSError:
+                raise _Kept(
+                    f"could not rewrite it in place ({exc.strerror or exc}) nor put its old content "
+                    f"back; the fixed content is kept in {tmp}"
+                ) from None
+            raise OSError(f"could not rewrite it in place ({exc.strerror or exc}); left as it was") from None
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """`data` as the whole content of the open file `fd`, synced."""
+    view = memoryview(data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.ftruncate(fd, len(data))
+    os.fsync(fd)
 
 
 def shown_lines(text: str, lines: set[int]) -> str:

@@ -7,6 +7,7 @@ import difflib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import libcst as cst
 
@@ -200,9 +201,12 @@ def _least_safe(mark: str) -> tuple[int, str]:
     return (not mark.startswith(UNSAFE), mark)
 
 
-def write_atomic(source: SourceFile, new_text: str, *, was: str | None = None) -> None:
+def write_atomic(
+    source: SourceFile, new_text: str, *, was: str | None = None, roots: Sequence[Path] | None
+) -> None:
     """Replace the file with `new_text` (`source.replace_file`): mode, owner, group, hard links,
     encoding, BOM and line endings (already in `new_text`) are kept. With `was` (the text the fix
-    was made from), only if the file still holds it and may be written (else WriteRefused)."""
+    was made from), only if the file still holds it and may be written; with `roots`, only if it
+    really lies inside them (else WriteRefused)."""
     expected = source.encode(was) if was is not None else None
-    replace_file(source.path, source.encode(new_text), expected=expected)
+    replace_file(source.path, source.encode(new_text), expected=expected, roots=roots)

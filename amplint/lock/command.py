@@ -102,7 +102,8 @@ def run_lock(
         [target for target in old.targets if target.name not in names] if old is not None and targets else []
     )
     try:
-        write(path, Lockfile(__version__, torch_version, (*kept, *(target for target, _ in traced))))
+        lock = Lockfile(__version__, torch_version, (*kept, *(target for target, _ in traced)))
+        write(path, lock, roots=[settings.root])
     except WriteRefused as exc:
         raise LockError(f"{shown}: {exc}") from None
     run.status = f"wrote {shown} ({len(traced)} target(s) traced)"

@@ -298,6 +298,7 @@ def read(path: Path) -> Lockfile:
     return loads(text)
 
 
-def write(path: Path, lock: Lockfile) -> None:
-    """Written beside it, then moved over it (`source.replace_file`): a reader never sees half a lock."""
-    replace_file(path, dumps(lock).encode("utf-8"))
+def write(path: Path, lock: Lockfile, *, roots: Sequence[Path]) -> None:
+    """Written beside it, then moved over it (`source.replace_file`): a reader never sees half a lock.
+    A lock in one of `roots` whose real place lies outside them (a symbolic link) is left alone."""
+    replace_file(path, dumps(lock).encode("utf-8"), roots=roots)

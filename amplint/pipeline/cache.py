@@ -8,20 +8,28 @@ one of them misses; nothing is ever invalidated in place. An entry holds the fil
 (fixes included) as JSON, without the path, so that a warm run reports exactly what a cold run does.
 
 The cache lives in `.amplint_cache/` in the project root (the directory of the configuration file,
-else the working directory), marked with a CACHEDIR.TAG and a `.gitignore` of `*`. Entries are written
-to a temporary file and renamed into place, so processes sharing the cache see whole entries or
-none; an entry that cannot be read or decoded is a miss. A cache that cannot be created or written
-turns the cache off for the rest of the run, with one warning, and the check goes on.
+else the working directory), or in the folder `cache-dir` names. amplint makes that folder whole
+(built under a temporary name with its CACHEDIR.TAG and a `.gitignore` of `*`, then renamed into
+place) and afterwards uses, prunes and removes only a folder holding its own tag: a folder it did not
+make (one holding other files, a symbolic link, the project or a folder above it, the home folder, a
+git repository) is never tagged, ignored, pruned or deleted. Entries are written to a temporary file
+and renamed into place, so processes sharing the cache see whole entries or none; an entry that
+cannot be read or decoded is a miss. A cache that cannot be created or written turns the cache off
+for the rest of the run, with one warning, and the check goes on.
 
 This module imports neither libcst nor the rules: a run answered from the cache never loads them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
+import stat
 import sys
+import tempfile
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -31,9 +39,9 @@ from amplint.config import Settings
 from amplint.diagnostics import APPLICABILITIES, CellEdit, Confidence, Diagnostic, Edit, Fix, Severity
 from amplint.pipeline.precision import Precision
 from amplint.results import FileResult
-from amplint.source import SourceError, decode_source
+from amplint.source import SourceError, current_umask, decode_source, within
 
-__all__ = ["CACHE_DIR_NAME", "Cache", "cache_directory", "clean"]
+__all__ = ["CACHE_DIR_NAME", "Cache", "cache_directory", "clean", "refusal"]
 
 CACHE_DIR_NAME = ".amplint_cache"
 _FORMAT = 2  # bump when the entry layout changes
@@ -41,6 +49,8 @@ _FORMAT = 2  # bump when the entry layout changes
 # amplint, libcst or Python starts a new one, and a run that writes keeps the few most recently used
 # of the others (two environments sharing a checkout keep theirs) and removes the rest.
 _KEEP_OTHER_VERSIONS = 3
+_VERSION_DIR = re.compile(r"v[0-9]+-[0-9a-f]{16}")
+_REMOVING_DIR = re.compile(r"\.removing-v[0-9]+-[0-9a-f]{16}-[0-9]+-[0-9a-f]{8}")
 _CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"
     "# This file is a cache directory tag created by amplint.\n"
@@ -51,6 +61,64 @@ _GITIGNORE = "# Automatically created by amplint.\n*\n"
 
 def cache_directory(settings: Settings) -> Path:
     return settings.cache_dir or settings.root / CACHE_DIR_NAME
+
+
+def refusal(directory: Path, root: Path) -> str | None:
+    """Why `directory` cannot hold the cache of the project in `root`, for the user; None when it is
+    absent (amplint makes it), empty (amplint replaces it with its own) or amplint's."""
+    problem = _not_ours(directory, root, emptying=False)
+    if problem is None:
+        return None
+    return f"the cache folder {directory} {problem}: amplint keeps its cache only in a folder it made"
+
+
+def _protected(directory: Path, root: Path) -> str | None:
+    """Why `directory` is never amplint's, whatever it holds: `/`, the home folder, the project or
+    the working directory or a folder above them, a git repository."""
+    real = os.path.realpath(directory)
+    if real == os.path.realpath(os.sep):
+        return "is the file system's root"
+    if real == os.path.realpath(os.path.expanduser("~")):
+        return "is the home folder"
+    bases = [("the project", root)]
+    with contextlib.suppress(OSError):  # a working directory since deleted holds nothing
+        bases.append(("the working directory", Path.cwd()))
+    for what, base in bases:
+        if within(os.path.realpath(base), real):
+            return f"holds {what}"
+    if os.path.lexists(directory / ".git"):
+        return "holds a git repository (.git)"
+    return None
+
+
+def _not_ours(directory: Path, root: Path, *, emptying: bool) -> str | None:
+    """Why `directory` cannot be used as amplint's cache (`emptying`: removed), None when it can."""
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder"
+    problem = _protected(directory, root)
+    if problem is not None:
+        return problem
+    if emptying and os.path.ismount(directory):
+        return "is a mount point"
+    if _is_ours(directory):
+        return None
+    if emptying:
+        return "holds no CACHEDIR.TAG that amplint wrote"
+    try:
+        with os.scandir(directory) as entries:
+            if next(entries, None) is None:
+                return None
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return "holds files amplint did not write (no CACHEDIR.TAG of amplint's)"
 
 
 def _code_fingerprint() -> bytes:
@@ -108,6 +176,8 @@ class Cache:
         self.settings = settings
         self.readonly = readonly
         self.warning: str | None = None  # why the cache was turned off, for one message
+        # Why the folder is not amplint's (then nothing is read or written), for one message.
+        self.refused = refusal(directory, settings.root)
         self._prepared = False
         self._counter = 0
         selection = f"select {','.join(settings.select)}\0extend-select {','.join(settings.extend_select)}\0"
@@ -129,6 +199,8 @@ class Cache:
     def load(self, key: str, display: str) -> list[Diagnostic] | None:
         """The diagnostics stored under `key`, reported under `display`; None for a miss (no entry, or
         one that cannot be read or decoded)."""
+        if self.refused is not None:
+            return None
         try:
             data = (self.entries / key).read_bytes()
         except OSError:
@@ -159,7 +231,13 @@ class Cache:
     def store(self, key: str, result: FileResult) -> None:
         """Remember a result under `key` (the key of the bytes that produced it). A result with
         internal errors or warnings is not stored: the next run tries again, and reports them again."""
-        if self.readonly or self.warning is not None or result.internal_errors or result.warnings:
+        if (
+            self.readonly
+            or self.refused is not None
+            or self.warning is not None
+            or result.internal_errors
+            or result.warnings
+        ):
             return
         blob = _encode(key, result.diagnostics)
         if blob is None:
@@ -204,31 +282,53 @@ class Cache:
     def _prepare(self) -> None:
         if self._prepared:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        for name, text in (("CACHEDIR.TAG", _CACHEDIR_TAG), (".gitignore", _GITIGNORE)):
-            marker = self.directory / name
-            if not marker.exists():
-                try:
-                    with open(marker, "x", encoding="utf-8") as handle:
-                        handle.write(text)
-                except FileExistsError:
-                    pass  # another process made it
+        if _not_ours(self.directory, self.settings.root, emptying=False) is None and not _is_ours(
+            self.directory
+        ):
+            _make(self.directory)  # absent or empty: made whole, or made meanwhile by another process
+        if not _is_ours(self.directory):
+            raise OSError(f"{self.directory} is not a cache amplint made")
         self.entries.mkdir(exist_ok=True)
         self._prepared = True
         self._prune()
 
     def _prune(self) -> None:
-        """Remove the entries of all but the most recently used other versions of the code."""
+        """Remove the entries of all but the most recently used other versions of the code: amplint's
+        version folders only (its names, real folders, in the folder holding its tag)."""
         try:
-            others = [
-                (entry.stat().st_mtime, entry)
-                for entry in self.directory.iterdir()
-                if entry.name.startswith(f"v{_FORMAT}-") and entry != self.entries and entry.is_dir()
-            ]
+            with os.scandir(self.directory) as scan:
+                others = [
+                    (entry.stat(follow_symlinks=False).st_mtime, Path(entry.path))
+                    for entry in scan
+                    if _VERSION_DIR.fullmatch(entry.name)
+                    and entry.name != self.entries.name
+                    and entry.is_dir(follow_symlinks=False)
+                ]
         except OSError:
             return
         for _, old in sorted(others, reverse=True)[_KEEP_OTHER_VERSIONS:]:
             _remove(old)
+
+
+def _make(directory: Path) -> None:
+    """Make the cache folder whole: built beside it under a temporary name, with its tag and its
+    `.gitignore`, then renamed into place (over an empty folder; never over anything else), so that
+    no process sees a cache folder without its tag. Failing to rename is not an error here: another
+    process may have made it, and the caller looks."""
+    import shutil  # here: a run answered from the cache neither makes nor removes a folder
+
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    building = tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.", suffix=".tmp")
+    try:
+        os.chmod(building, 0o777 & ~current_umask())  # as `mkdir` makes it (mkdtemp's folder is private)
+        for name, text in (("CACHEDIR.TAG", _CACHEDIR_TAG), (".gitignore", _GITIGNORE)):
+            with open(os.path.join(building, name), "x", encoding="utf-8") as handle:
+                handle.write(text)
+        with contextlib.suppress(OSError):
+            os.rename(building, directory)
+    finally:
+        if os.path.lexists(building):
+            shutil.rmtree(building, ignore_errors=True)
 
 
 def _encode(key: str, diagnostics: Iterable[Diagnostic]) -> bytes | None:
@@ -330,43 +430,76 @@ def _decode(item: Any, display: str) -> Diagnostic:
     )
 
 
-def _remove(directory: Path) -> bool:
-    """Remove a directory that other processes may still be writing to: renamed out of their way
-    first (atomic), then deleted. False when it could not be renamed (already gone, or not ours)."""
-    import shutil
-
+def _remove(directory: Path) -> None:
+    """Remove one of amplint's version folders, which other processes may still be writing to:
+    renamed out of their way first (atomic), then deleted."""
     doomed = directory.with_name(f".removing-{directory.name}-{os.getpid()}-{os.urandom(4).hex()}")
     try:
         os.rename(directory, doomed)
     except OSError:
-        return False
+        return  # already gone (another process pruned it)
+    _delete(doomed)
+
+
+def _delete(directory: Path) -> None:
+    """Delete a folder of amplint's that is out of every writer's way."""
+    import shutil
+
     for _ in range(3):  # a writer that resolved its path before the rename may add a file
-        shutil.rmtree(doomed, ignore_errors=True)
-        if not os.path.lexists(doomed):
+        shutil.rmtree(directory, ignore_errors=True)
+        if not os.path.lexists(directory):
             break
-    return True
 
 
-def _is_ours(tag: Path) -> bool:
+def _is_ours(directory: Path) -> bool:
+    """Whether `directory` holds amplint's tag: a plain file with exactly its text."""
+    return _holds(directory / "CACHEDIR.TAG", _CACHEDIR_TAG)
+
+
+def _holds(path: Path, text: str) -> bool:
+    """Whether `path` is a plain file (not a link) holding exactly `text`."""
+    expected = text.encode("utf-8")
     try:
-        return tag.read_text(encoding="utf-8", errors="replace") == _CACHEDIR_TAG
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return False
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            return stat.S_ISREG(os.fstat(fd).st_mode) and handle.read(len(expected) + 1) == expected
+        except OSError:
+            return False
 
 
-def clean(directory: Path) -> str:
-    """Remove a cache directory; what was done, for the user. Raises OSError when it cannot."""
+def clean(directory: Path, root: Path) -> str:
+    """Remove the cache in `directory` (`root`: the project's folder); what was done, for the user.
+    Only what amplint provably wrote goes: its version folders, tag and `.gitignore` in a folder
+    holding its tag; the folder itself when nothing else is left. Raises OSError when it cannot, or
+    when the folder is not amplint's."""
     if not os.path.lexists(directory):
         return f"no cache at {directory}"
-    real_dir = directory.is_dir() and not directory.is_symlink()
-    ours = real_dir and _is_ours(directory / "CACHEDIR.TAG")
-    if not ours and directory.name != CACHE_DIR_NAME:
-        # `--cache-dir` can name any path: only a folder amplint made (its tag written) is removed.
-        raise OSError(f"{directory} is not a cache amplint made (no amplint CACHEDIR.TAG in it); not removed")
-    if directory.is_symlink() or not directory.is_dir():
-        directory.unlink()
-    elif not _remove(directory):
-        import shutil
-
-        shutil.rmtree(directory)  # could not be renamed: remove in place (raises if it cannot)
+    problem = _not_ours(directory, root, emptying=True)
+    if problem is not None:
+        raise OSError(f"{directory} {problem}; it is not a cache amplint made, and nothing in it was removed")
+    with os.scandir(directory) as scan:
+        doomed = [
+            Path(entry.path)
+            for entry in scan
+            if (_VERSION_DIR.fullmatch(entry.name) or _REMOVING_DIR.fullmatch(entry.name))
+            and entry.is_dir(follow_symlinks=False)
+        ]
+    for folder in doomed:
+        if _VERSION_DIR.fullmatch(folder.name):
+            _remove(folder)
+        else:
+            _delete(folder)  # left by a run that was stopped while it pruned
+    # The tag goes last: a clean that is stopped leaves a folder still recognised as amplint's.
+    for name, text in ((".gitignore", _GITIGNORE), ("CACHEDIR.TAG", _CACHEDIR_TAG)):
+        if _holds(directory / name, text):
+            (directory / name).unlink()
+    try:
+        os.rmdir(directory)
+    except OSError:
+        return (
+            f"removed amplint's cache from {directory}; the folder stays, holding files amplint did not write"
+        )
     return f"removed {directory}"

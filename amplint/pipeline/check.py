@@ -50,6 +50,15 @@ class CheckRun:
     # Findings not shown because their half precision rests on nothing in the project.
     conditional: int = 0
     show_conditional: bool = False  # shown, and fixed, all the same (--show-conditional)
+    # The folders a fix may write in: those checked and the project's (`write_roots`).
+    roots: tuple[Path, ...] = ()
+
+
+def write_roots(paths: Sequence[Path], settings: Settings) -> tuple[Path, ...]:
+    """The folders amplint writes in for a run over `paths`: each folder named, the folder of each
+    file named, and the project root. A file whose real place lies outside them (through a
+    symbolic link) is checked, never written."""
+    return (*(path if path.is_dir() else path.parent for path in paths), settings.root)
 
 
 def _keep(settings: Settings, diagnostic: Diagnostic, path: Path) -> bool:
@@ -90,7 +99,7 @@ def run_check(
     found = discover(paths, settings)
     if progress is not None:
         progress.total = len(found.files)
-    run = CheckRun(show_conditional=settings.show_conditional)
+    run = CheckRun(show_conditional=settings.show_conditional, roots=write_roots(paths, settings))
     for path, message in found.problems:
         problem = unparsable_diagnostic(display_path(path), message)
         if _keep(settings, problem, path):
@@ -143,6 +152,13 @@ def _check_files(
         from amplint.pipeline.cache import Cache, cache_directory
 
         store = Cache(cache_directory(settings), settings, readonly=diff, precision=precision)
+        if store.refused is not None:
+            # A folder the configuration names is an error to fix; the default one, only not used.
+            if settings.cache_dir is not None:
+                run.errors.append(store.refused)
+            else:
+                run.warnings.append(f"{store.refused}; going on without it")
+            store = None
     # Cache hits, and (without fix/diff) every file checked in-process or in a pool.
     done = precheck(
         files,
@@ -231,7 +247,7 @@ def _fixed(
         return lint(source, rules, display, profile=profile)
     if write:
         try:
-            write_atomic(source, outcome.new_text, was=source.text)
+            write_atomic(source, outcome.new_text, was=source.text, roots=run.roots)
         except WriteRefused as exc:  # the file is left as it was, and its findings with it
             run.warnings.append(f"{display}: {exc}")
             return lint(source, rules, display, profile=profile)
@@ -335,8 +351,11 @@ def add_noqa(run: CheckRun) -> tuple[int, list[str]]:
             if text == source.text:
                 continue
             compile(text, display, "exec")  # never write a file that no longer parses
-            write_atomic(source, text, was=source.text)
-        except (SourceError, WriteRefused, OSError, SyntaxError) as exc:
+            write_atomic(source, text, was=source.text, roots=run.roots)
+        except WriteRefused as exc:  # it says why, and that the file is left as it is
+            left.append(f"{display}: {exc}")
+            continue
+        except (SourceError, OSError, SyntaxError) as exc:
             left.append(f"{display}: not changed: {exc}")
             continue
         changed += len(codes_by_line) - len(skipped)

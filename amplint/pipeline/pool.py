@@ -15,6 +15,7 @@ itself, and the parent imports neither libcst nor multiprocessing unless it has 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -132,7 +133,10 @@ def precheck(
     if not tasks:
         return done
     workers = _workers(jobs, tasks)
-    results = _run_pool(tasks, settings, precision, workers, tell) if workers > 1 else {}
+    results: dict[int, FileResult] = {}
+    if workers > 1:
+        with _safe_path():
+            results = _run_pool(tasks, settings, precision, workers, tell)
     for index, task in enumerate(tasks):
         result = results.get(index)
         if result is None:
@@ -226,6 +230,23 @@ def _shown(result: FileResult) -> SourceFile | None:
     if is_notebook(result.path):
         return result.source
     return replace(result.source, text=shown_lines(result.source.text, {d.line for d in result.diagnostics}))
+
+
+@contextlib.contextmanager
+def _safe_path() -> Iterator[None]:
+    """PYTHONSAFEPATH (Python 3.11+) while the pool lives: a worker that `spawn` or `forkserver`
+    starts, and their helper processes, are new interpreters run with `-c`, which would put the
+    working directory (the checked repository) first on the import path, where a repository's own
+    `multiprocessing.py` would run in place of the standard library's."""
+    before = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["PYTHONSAFEPATH"]
+        else:
+            os.environ["PYTHONSAFEPATH"] = before
 
 
 def _run_pool(

@@ -62,7 +62,7 @@ def fix_and_verify(
         new_text, count = _with_graph_fixes(path, original, before)
         if count:
             try:
-                write_atomic(original, new_text, was=original.text)
+                write_atomic(original, new_text, was=original.text, roots=before_run.roots)
             except WriteRefused:
                 continue  # the check that applies the static fixes next reports why
             from_graph += count
@@ -85,7 +85,7 @@ def fix_and_verify(
         if all(outcome.kept for outcome in judged):
             outcomes.extend(judged)
         else:
-            write_atomic(original, original.text)
+            write_atomic(original, original.text, roots=before_run.roots)
             failed[path] = original
     if not failed:
         run.diagnostics = after
@@ -128,7 +128,7 @@ def _one_at_a_time(
                     _outcome(fix, False, "rolled back: it does not parse with the fixes kept before it")
                 )
                 continue
-            write_atomic(original, candidate)
+            write_atomic(original, candidate, roots=state.roots)
             again = _traced(paths, settings, trace, jobs)
             run, now, failed_trace = again.run, again.diagnostics, again.failed
             # The fix's own finding is looked up in original coordinates; new ones against the last
@@ -142,7 +142,7 @@ def _one_at_a_time(
                 kept.extend(fix.fix.edits)
                 text, current, state = candidate, now, run
             else:
-                write_atomic(original, text)
+                write_atomic(original, text, roots=state.roots)
     state.diagnostics = current
     return outcomes, state
 

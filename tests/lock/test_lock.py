@@ -542,3 +542,22 @@ def test_a_lockfile_from_a_newer_format_or_hand_edited_is_an_error(
     done = lock_cli("--check")
     assert done.returncode == 2 and "amplint.lock does not exist" in done.stderr
     assert lock_cli("--check", "--update").returncode == 2
+
+
+def test_update_never_writes_a_lock_outside_the_project(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, lock_cli: Callable[..., Done]
+) -> None:
+    lock = _project(tmp_path)
+    assert lock_cli().returncode == 0
+    outside = tmp_path_factory.mktemp("outside") / "amplint.lock"
+    lock.rename(outside)
+    lock.symlink_to(outside)  # committed to the repository, leading out of it
+    write(tmp_path / "model.py", TINY.replace("self.proj(x).exp()", "self.proj(x).sigmoid()"))
+    unchanged = _unchanged(outside)
+    done = lock_cli("--update")
+    assert done.returncode == 2
+    assert (
+        f"amplint: error: amplint.lock: a symbolic link leads to {outside}, outside the checked folders"
+        in (done.stderr)
+    )
+    assert unchanged() and lock.is_symlink()

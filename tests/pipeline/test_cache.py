@@ -24,7 +24,7 @@ from support import (
     write,
 )
 
-from amplint.pipeline.cache import _FORMAT
+from amplint.pipeline.cache import _CACHEDIR_TAG, _FORMAT
 from amplint.results import UNPARSABLE, UNPARSABLE_NAME, UNPARSABLE_SEVERITY
 from amplint.rules.amp900_unparsable_file import UnparsableFile
 
@@ -269,6 +269,7 @@ def test_two_processes_sharing_one_cache(tmp_path: Path) -> None:
 
 def test_entries_of_old_code_versions_are_pruned(tmp_path: Path) -> None:
     root = project(tmp_path)
+    amplint_run(root, "check", "--select", "AMP006", "pkg")  # amplint makes the folder
     old = [root / CACHE / f"v{_FORMAT}-{index:016x}" for index in range(6)]
     for index, directory in enumerate(old):
         write(directory / "entry", "{}")
@@ -322,3 +323,197 @@ def test_extend_select_takes_part_in_the_key(tmp_path: Path) -> None:
     assert json.loads(first.stdout)["diagnostics"] == [] and (tmp_path / CACHE).is_dir()
     opted = amplint_run(tmp_path, "check", "--format", "json", "--extend-select", "AMP014", "gate.py")
     assert [d["code"] for d in json.loads(opted.stdout)["diagnostics"]] == ["AMP014"]
+
+
+# A folder amplint did not make is never tagged, ignored, pruned or deleted: each case below is one
+# that once lost or hid a user's files.
+REFUSED = "amplint keeps its cache only in a folder it made"
+
+
+def repository(root: Path) -> Path:
+    """A project under git, with work in progress (a file git does not track yet)."""
+    write(root / "pkg" / "decay.py", HAZARD)
+    if shutil.which("git"):
+        subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    write(root / "notes.txt", "uncommitted work\n")
+    return root
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
+
+
+def legacy_tag(directory: Path) -> None:
+    """The tag an earlier amplint wrote into whatever folder `cache-dir` named."""
+    write(directory / "CACHEDIR.TAG", _CACHEDIR_TAG)
+
+
+@pytest.mark.parametrize("cache_dir", ["..", "."])
+def test_a_cache_dir_holding_the_project_is_refused_and_never_cleaned(tmp_path: Path, cache_dir: str) -> None:
+    home = tmp_path / "home"
+    write(home / "sibling" / "work.py", CLEAN)
+    root = repository(home / "project")
+    write(root / "pyproject.toml", f'[tool.amplint]\ncache-dir = "{cache_dir}"\n')
+    before = tree(home)
+    proc = amplint_run(root, "check", ".")
+    assert proc.returncode == 2
+    assert f"the cache folder {(root / cache_dir).resolve()} holds the project" in proc.stderr
+    assert tree(home) == before  # no tag, no .gitignore, no entries
+    legacy_tag(root / cache_dir)  # as an earlier amplint left it: still not proof enough
+    before = tree(home)
+    proc = amplint_run(root, "clean")
+    assert proc.returncode == 2
+    assert "nothing in it was removed" in proc.stderr
+    assert tree(home) == before
+
+
+def test_clean_never_removes_a_git_repository_or_the_home_folder(tmp_path: Path) -> None:
+    root = repository(tmp_path / "project")
+    checkout = tmp_path / "checkout"
+    write(checkout / ".git" / "HEAD", "ref: refs/heads/main\n")
+    home = tmp_path / "home"
+    write(home / ".bashrc", "# mine\n")
+    for folder, why in ((checkout, "holds a git repository (.git)"), (home, "is the home folder")):
+        legacy_tag(folder)
+        before = tree(folder)
+        proc = subprocess.run(
+            [sys.executable, "-m", "amplint", "clean", "--cache-dir", str(folder)],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "HOME": str(home)},
+            timeout=120,
+        )
+        assert proc.returncode == 2 and why in proc.stderr, proc.stderr
+        assert tree(folder) == before
+
+
+def test_a_cache_dir_holding_other_files_is_refused(tmp_path: Path) -> None:
+    # `--cache-dir ../releases` once pruned the user's `v2-release-*` folders as old cache versions.
+    root = repository(tmp_path / "project")
+    releases = tmp_path / "releases"
+    for name in ("v2-release-1", "v2-release-2", f"v{_FORMAT}-{0:016x}"):
+        write(releases / name / "notes.txt", "a release\n")
+    before = tree(releases)
+    proc = amplint_run(root, "check", "--cache-dir", "../releases", "pkg")
+    assert proc.returncode == 2
+    assert "holds files amplint did not write" in proc.stderr and REFUSED in proc.stderr
+    assert tree(releases) == before
+    proc = amplint_run(root, "clean", "--cache-dir", "../releases")
+    assert proc.returncode == 2
+    assert tree(releases) == before
+
+
+def test_pruning_touches_only_amplint_version_folders(tmp_path: Path) -> None:
+    # A folder an earlier amplint tagged, which also holds the user's folders: only amplint's go.
+    root = repository(tmp_path / "project")
+    cache = tmp_path / "shared"
+    legacy_tag(cache)
+    for index in range(5):
+        write(cache / f"v{_FORMAT}-release-{index}" / "notes.txt", "a release\n")
+        write(cache / f"v{_FORMAT}-{index:016x}" / "entry", "{}")
+        os.utime(cache / f"v{_FORMAT}-{index:016x}", (1_000_000 + index, 1_000_000 + index))
+    (cache / f"v{_FORMAT}-{9:016x}").symlink_to(cache / f"v{_FORMAT}-release-0")
+    proc = amplint_run(root, "check", "--cache-dir", str(cache), "pkg")
+    assert proc.returncode == 1, proc.stderr
+    names = {p.name for p in cache.iterdir()}
+    assert {f"v{_FORMAT}-release-{index}" for index in range(5)} <= names
+    assert {f"v{_FORMAT}-{index:016x}" for index in range(2)}.isdisjoint(names)  # the oldest two
+    assert {f"v{_FORMAT}-{index:016x}" for index in range(2, 5)} <= names
+    assert (cache / f"v{_FORMAT}-{9:016x}").is_symlink()
+    assert (cache / f"v{_FORMAT}-release-0" / "notes.txt").is_file()
+
+
+def test_a_committed_symlink_cache_is_neither_used_nor_cleaned(tmp_path: Path) -> None:
+    root = repository(tmp_path / "project")
+    elsewhere = tmp_path / "elsewhere"
+    legacy_tag(elsewhere)
+    for index in range(6):
+        write(elsewhere / f"v{_FORMAT}-{index:016x}" / "data", "not amplint's\n")
+    (root / CACHE).symlink_to("../elsewhere")
+    before = tree(elsewhere)
+    proc = amplint_run(root, "check", "pkg")
+    assert proc.returncode == 1  # the findings, checked without the cache
+    assert f"{HAZARD_CODE}" in proc.stdout
+    assert f"the cache folder {root / CACHE} is a symbolic link" in proc.stderr
+    assert tree(elsewhere) == before
+    proc = amplint_run(root, "clean")
+    assert proc.returncode == 2 and "is a symbolic link" in proc.stderr
+    assert (root / CACHE).is_symlink() and tree(elsewhere) == before
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_a_cache_dir_in_the_source_never_hides_it(tmp_path: Path) -> None:
+    # `--cache-dir src` once wrote a `.gitignore` of `*` into src: git and amplint stopped seeing it.
+    root = repository(tmp_path / "project")
+    before = tree(root / "pkg")
+    proc = amplint_run(root, "check", "--cache-dir", "pkg", "pkg")
+    assert proc.returncode == 2 and "holds files amplint did not write" in proc.stderr
+    assert tree(root / "pkg") == before
+    write(root / "pkg" / "new.py", HAZARD)
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"], cwd=root, capture_output=True, text=True
+    )
+    assert "pkg/new.py" in status.stdout
+    again = amplint_run(root, "check", "--no-cache", "pkg")
+    assert again.returncode == 1 and "pkg/new.py" in again.stdout
+
+
+def test_a_new_or_empty_cache_dir_is_made_and_cleaned_whole(tmp_path: Path) -> None:
+    root = project(tmp_path / "project")
+    (tmp_path / "empty").mkdir()
+    for name in ("empty", "nested/new"):
+        folder = tmp_path / name
+        proc = amplint_run(root, "check", "--cache-dir", str(folder), "pkg")
+        assert proc.returncode == 1 and "warning" not in proc.stderr, proc.stderr
+        assert (folder / ".gitignore").read_text(encoding="utf-8").splitlines()[-1] == "*"
+        assert entries_of(folder)
+        proc = amplint_run(root, "clean", "--cache-dir", str(folder))
+        assert (proc.returncode, proc.stdout.strip()) == (0, f"removed {folder}")
+        assert not folder.exists()
+    assert (tmp_path / "nested").is_dir()  # a folder above the cache is never removed
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def entries_of(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and p.parent != folder]
+
+
+def test_clean_leaves_what_amplint_did_not_write(tmp_path: Path) -> None:
+    root = project(tmp_path / "project")
+    amplint_run(root, "check", "pkg")
+    write(root / CACHE / "mine.txt", "the user's\n")
+    write(root / CACHE / ".gitignore", "*.log\n")  # edited by the user: no longer amplint's
+    proc = amplint_run(root, "clean")
+    assert proc.returncode == 0, proc.stderr
+    assert "the folder stays" in proc.stdout
+    assert sorted(p.name for p in (root / CACHE).iterdir()) == [".gitignore", "mine.txt"]
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A real small tmpfs; skipped where this machine cannot mount one (needs root)."""
+    point = tmp_path / "mnt"
+    point.mkdir()
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root and mount(8)")
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(point)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
+
+
+def test_clean_never_empties_a_mount_point(tmp_path: Path, tmpfs: Path) -> None:
+    root = project(tmp_path / "project")
+    legacy_tag(tmpfs)
+    write(tmpfs / f"v{_FORMAT}-{0:016x}" / "entry", "{}")
+    write(tmpfs / "data.bin", "the volume's\n")
+    before = tree(tmpfs)
+    proc = amplint_run(root, "clean", "--cache-dir", str(tmpfs))
+    assert proc.returncode == 2 and "is a mount point" in proc.stderr
+    assert tree(tmpfs) == before
