@@ -736,9 +736,10 @@ class DtypeFacts:
             return _OTHER  # `x.to(device)` moves, it does not cast
         if _INTEGER_NAME.search(name):
             return _INTEGER  # token ids, positions, counts (`input_ids`, `num_heads`): no floating dtype
-        if function.name.value == "__init__" and "Tensor" not in annotation:
+        if function.name.value == "__init__" and "Tensor" not in annotation and self._module_class(function):
             # A module's settings (`scale`, `temperature`, `dim`): numbers, not activations; a tensor
-            # it keeps is a parameter or buffer, in the weights' dtype.
+            # it keeps is a parameter or buffer, in the weights' dtype. (A plain class, such as a
+            # distribution over logits, is built from tensors.)
             return _SCALAR
         if any(
             (self.ctx.qualified(_called(d.decorator)) or "").startswith("triton.")
@@ -752,6 +753,11 @@ class DtypeFacts:
         return self._caller_tensor(
             param, f"`{name}` is an input of `{function.name.value}`, in the caller's dtype"
         )
+
+    def _module_class(self, function: cst.FunctionDef) -> bool:
+        """A method of a class with a base class other than `object` (a module, in model code)."""
+        klass = self._class_of.get(function)
+        return klass is not None and any(self.ctx.code(base.value) != "object" for base in klass.bases)
 
     def _inherited_hook(self, function: cst.FunctionDef) -> bool:
         """A private method that this file never calls, of a class derived from one defined in
