@@ -1635,6 +1635,13 @@ class DtypeFacts:
         self, qualified: str, node: cst.Call, positional: list[Fact], keywords: dict[str, Fact], frame: _Frame
     ) -> Fact:
         module, _, name = qualified.rpartition(".")
+        if qualified == "functools.reduce" and len(positional) > 1 and positional[1].items:
+            # `reduce(torch.promote_types, (x.dtype, scale.dtype, torch.float32))` (k-diffusion)
+            items = list(positional[1].items)
+            if self.ctx.qualified(node.args[0].value) == "torch.promote_types" and any(
+                f.kind == DTYPE for f in items
+            ):
+                return self._promote_types(node, items)
         if not module.startswith("torch"):
             if module == "math" or module == "numpy" or module == "np":
                 return _SCALAR
@@ -1650,12 +1657,7 @@ class DtypeFacts:
         if name == "finfo" or name == "iinfo":
             return positional[0] if positional and positional[0].kind == DTYPE else _OTHER
         if name == "promote_types" and len(positional) == 2 and any(f.kind == DTYPE for f in positional):
-            # `torch.promote_types(x.dtype, torch.float32)`: the wider of the two dtypes, whatever the
-            # other is (a `dtype` parameter, in the caller's dtypes: float32 still)
-            promoted = promote([replace(f, kind=TENSOR) for f in positional])
-            names = "/".join(_SHORT[d] for d in ops.FLOATS if d in promoted.dtypes)
-            why = (*promoted.why[-(_MAX_WHY - 1) :], Step(node, f"`promote_types` gives {names}"))
-            return replace(promoted, kind=DTYPE, why=why)
+            return self._promote_types(node, positional)
         dtype = keywords.get("dtype")
         if name in ops.FLOAT_FACTORIES or name == "arange":
             if dtype is not None and dtype.kind == DTYPE:
@@ -1703,6 +1705,14 @@ class DtypeFacts:
         if equation is not None and not ops.einsum_contracts(equation):
             name = "mul"  # `einsum("i,j->ij", t, inv_freq)`: an outer product, no matmul
         return self._tensor_op(name, inputs, node, keywords, frame)
+
+    def _promote_types(self, node: cst.Call, dtypes: list[Fact]) -> Fact:
+        """`torch.promote_types(x.dtype, torch.float32)`: the widest of the dtypes, whatever the others
+        are (a `dtype` parameter, in the caller's dtypes: float32 still)."""
+        promoted = promote([replace(f, kind=TENSOR) for f in dtypes])
+        names = "/".join(_SHORT[d] for d in ops.FLOATS if d in promoted.dtypes)
+        why = (*promoted.why[-(_MAX_WHY - 1) :], Step(node, f"`promote_types` gives {names}"))
+        return replace(promoted, kind=DTYPE, why=why)
 
     def _adapted(self, name: str, node: cst.Call, positional: list[Fact]) -> Fact:
         """A model PEFT prepares: `get_peft_model` freezes the base, which keeps its dtype, and trains
