@@ -80,7 +80,7 @@ class MaskConstantOverflow(Rule):
     bfloat16 only, the float16 hazards are not reported. Left alone: masks of float32 tensors,
     `torch.finfo(dtype).min`, constants chosen per dtype, `-1e4` and `-10000`, additive masks that
     stay float32, and `-inf` in causal, windowed or top-k masks (they keep every row's diagonal or
-    maximum), in key-padding masks (`mask[:, None, None, :]`, masks from lengths: a whole row only
+    maximum; a buffer the module registers from `torch.tril` too), in key-padding masks (`mask[:, None, None, :]`, masks from lengths: a whole row only
     for an empty input), in a mask the caller passes in (flagged only where the module shows that
     rows can be masked whole), or when the NaN is masked away after the softmax.
 
@@ -244,7 +244,7 @@ def _check_scope(ctx: FileContext, scope: Scope, sites: Mapping[cst.CSTNode, _Si
         site = sites.get(node)
         if site is not None:
             origin[node] = node
-            flags[node] = _mask_shape(site.mask, flow, parameters)
+            flags[node] = _mask_shape(ctx, site.mask, flow, parameters)
             if (
                 isinstance(node, cst.Call)
                 and callee_name(node) == "masked_fill_"
@@ -428,8 +428,11 @@ def _cast_here(fact: Fact) -> bool:
 # -- whether a mask can cover a whole row ------------------------------------------------------
 
 
-def _mask_shape(mask: cst.BaseExpression | None, flow: Flow, parameters: frozenset[str] | None) -> set[str]:
-    """What a mask's expression, and what its names were bound to, show: `structural` (built from
+def _mask_shape(
+    ctx: FileContext, mask: cst.BaseExpression | None, flow: Flow, parameters: frozenset[str] | None
+) -> set[str]:
+    """What a mask's expression, what its names were bound to, and the buffers it reads were
+    registered from (nanoGPT's `self.bias`, a `torch.tril`), show: `structural` (built from
     positions, causal or windowed, or relative to a row's maximum or top-k: every row keeps an
     entry; not if it mentions padding), `key_only` (a padding mask broadcast over keys,
     `mask[:, None, None, :]`, or made from lengths: a whole row only for an all-padding input),
@@ -448,6 +451,12 @@ def _mask_shape(mask: cst.BaseExpression | None, flow: Flow, parameters: frozens
                     history = flow.history.get(node.value, [])[-3:]
                     bound += [b for b in history if isinstance(b, cst.BaseExpression) and b is not mask]
         frontier = bound
+    parts += [
+        node
+        for part in parts
+        if isinstance(part, cst.Attribute) and isinstance(part.value, cst.Name) and part.value.value == "self"
+        for node in walk(_registered(ctx, part.attr.value) or cst.Name("_"))
+    ]
     words = [
         n.value if isinstance(n, cst.Name) else n.attr.value
         for n in parts
@@ -468,6 +477,16 @@ def _mask_shape(mask: cst.BaseExpression | None, flow: Flow, parameters: frozens
     if parameters is not None and _from_caller(mask, flow, parameters):
         flags.add("caller")
     return flags
+
+
+def _registered(ctx: FileContext, name: str) -> cst.BaseExpression | None:
+    """The value this file registers as the buffer `name` (`self.register_buffer("bias", ...)`)."""
+    for call in ctx.index.calls:
+        if callee_name(call) == "register_buffer" and len(call.args) > 1:
+            first = call.args[0].value
+            if isinstance(first, cst.SimpleString) and first.evaluated_value == name:
+                return call.args[1].value
+    return None
 
 
 def _from_caller(mask: cst.BaseExpression, flow: Flow, parameters: frozenset[str], depth: int = 0) -> bool:

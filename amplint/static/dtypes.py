@@ -736,9 +736,10 @@ class DtypeFacts:
             return _OTHER  # `x.to(device)` moves, it does not cast
         if _INTEGER_NAME.search(name):
             return _INTEGER  # token ids, positions, counts (`input_ids`, `num_heads`): no floating dtype
-        if function.name.value == "__init__" and "Tensor" not in annotation:
+        if function.name.value == "__init__" and "Tensor" not in annotation and self._module_class(function):
             # A module's settings (`scale`, `temperature`, `dim`): numbers, not activations; a tensor
-            # it keeps is a parameter or buffer, in the weights' dtype.
+            # it keeps is a parameter or buffer, in the weights' dtype. (A plain class, such as a
+            # distribution over logits, is built from tensors.)
             return _SCALAR
         if any(
             (self.ctx.qualified(_called(d.decorator)) or "").startswith("triton.")
@@ -752,6 +753,11 @@ class DtypeFacts:
         return self._caller_tensor(
             param, f"`{name}` is an input of `{function.name.value}`, in the caller's dtype"
         )
+
+    def _module_class(self, function: cst.FunctionDef) -> bool:
+        """A method of a class with a base class other than `object` (a module, in model code)."""
+        klass = self._class_of.get(function)
+        return klass is not None and any(self.ctx.code(base.value) != "object" for base in klass.bases)
 
     def _inherited_hook(self, function: cst.FunctionDef) -> bool:
         """A private method that this file never calls, of a class derived from one defined in
@@ -1629,6 +1635,13 @@ class DtypeFacts:
         self, qualified: str, node: cst.Call, positional: list[Fact], keywords: dict[str, Fact], frame: _Frame
     ) -> Fact:
         module, _, name = qualified.rpartition(".")
+        if qualified == "functools.reduce" and len(positional) > 1 and positional[1].items:
+            # `reduce(torch.promote_types, (x.dtype, scale.dtype, torch.float32))` (k-diffusion)
+            items = list(positional[1].items)
+            if self.ctx.qualified(node.args[0].value) == "torch.promote_types" and any(
+                f.kind == DTYPE for f in items
+            ):
+                return self._promote_types(node, items)
         if not module.startswith("torch"):
             if module == "math" or module == "numpy" or module == "np":
                 return _SCALAR
@@ -1644,12 +1657,7 @@ class DtypeFacts:
         if name == "finfo" or name == "iinfo":
             return positional[0] if positional and positional[0].kind == DTYPE else _OTHER
         if name == "promote_types" and len(positional) == 2 and any(f.kind == DTYPE for f in positional):
-            # `torch.promote_types(x.dtype, torch.float32)`: the wider of the two dtypes, whatever the
-            # other is (a `dtype` parameter, in the caller's dtypes: float32 still)
-            promoted = promote([replace(f, kind=TENSOR) for f in positional])
-            names = "/".join(_SHORT[d] for d in ops.FLOATS if d in promoted.dtypes)
-            why = (*promoted.why[-(_MAX_WHY - 1) :], Step(node, f"`promote_types` gives {names}"))
-            return replace(promoted, kind=DTYPE, why=why)
+            return self._promote_types(node, positional)
         dtype = keywords.get("dtype")
         if name in ops.FLOAT_FACTORIES or name == "arange":
             if dtype is not None and dtype.kind == DTYPE:
@@ -1697,6 +1705,14 @@ class DtypeFacts:
         if equation is not None and not ops.einsum_contracts(equation):
             name = "mul"  # `einsum("i,j->ij", t, inv_freq)`: an outer product, no matmul
         return self._tensor_op(name, inputs, node, keywords, frame)
+
+    def _promote_types(self, node: cst.Call, dtypes: list[Fact]) -> Fact:
+        """`torch.promote_types(x.dtype, torch.float32)`: the widest of the dtypes, whatever the others
+        are (a `dtype` parameter, in the caller's dtypes: float32 still)."""
+        promoted = promote([replace(f, kind=TENSOR) for f in dtypes])
+        names = "/".join(_SHORT[d] for d in ops.FLOATS if d in promoted.dtypes)
+        why = (*promoted.why[-(_MAX_WHY - 1) :], Step(node, f"`promote_types` gives {names}"))
+        return replace(promoted, kind=DTYPE, why=why)
 
     def _adapted(self, name: str, node: cst.Call, positional: list[Fact]) -> Fact:
         """A model PEFT prepares: `get_peft_model` freezes the base, which keeps its dtype, and trains

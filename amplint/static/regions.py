@@ -12,7 +12,9 @@ every statement outside a function stay, so what rules read module-wide (the imp
 are modules, the names of the module's functions, parameter defaults, module constants) is what the
 whole file says. A skipped body must not change a finding elsewhere either: the bodies that call a
 function whose body is kept stay (rules judge a parameter by what every caller passes), and so do
-the bodies that read a module-level constant (rules resolve `EPS = 1e-12` where it is used).
+the bodies that read a module-level constant (rules resolve `EPS = 1e-12` where it is used), and
+the bodies that call a submodule built by a wanted constructor (`self.attend = nn.Softmax(dim=-1)`
+makes `self.attend(dots)` a softmax).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def skip_bodies(
     bodies = [body for body in bodies if body.start is not None]
     if not bodies:
         return None
-    wanted = words | _constants(tree.body, lines)
+    wanted = words | _constants(tree.body, lines) | _submodules(tree, words)
     needed = _needed(bodies, wanted, pattern)
     if len(needed) == len(bodies):
         return None
@@ -144,6 +146,26 @@ def _needed(bodies: list[_Body], wanted: frozenset[str], pattern: re.Pattern[str
             break
         needed |= frontier
     return needed
+
+
+def _submodules(tree: ast.Module, words: frozenset[str]) -> frozenset[str]:
+    """Attributes assigned a module whose constructor is a wanted word (`self.attend =
+    nn.Softmax(dim=-1)`): a body that calls `self.attend(dots)` is a softmax's body."""
+    return frozenset(
+        target.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+        for target in node.targets
+        if isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and target.value.id == "self"
+        and _called_name(node.value.func) in words
+    )
+
+
+def _called_name(func: ast.expr) -> str:
+    """`Softmax` for `nn.Softmax` and `Softmax`."""
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 def _constants(body: Sequence[ast.stmt], lines: Sequence[str]) -> frozenset[str]:

@@ -645,8 +645,16 @@ def test_promote_types_with_float32_is_wide_whatever_the_other_dtype() -> None:
         def rms(x, dtype):
             work = torch.promote_types(dtype, torch.float32)
             return x.to(work)
+
+        def rms(x, scale):
+            dtype = reduce(torch.promote_types, (x.dtype, scale.dtype, torch.float32))
+            return x.to(dtype)
         """
     assert fact(code, 5, "x.to(work)").dtypes == {"float32"}
+    # k-diffusion folds it over several dtypes with `functools.reduce`.
+    assert fact("from functools import reduce\n" + textwrap.dedent(code), 10, "x.to(dtype)").dtypes == {
+        "float32"
+    }
 
 
 def test_a_modules_settings_are_numbers_not_dtype_evidence() -> None:
@@ -669,3 +677,16 @@ def test_a_modules_settings_are_numbers_not_dtype_evidence() -> None:
     assert scaled.dtypes == CALLER
     assert "scale" not in scaled.explain() and "config" not in scaled.explain()
     assert fact(code, 11, "self.table").may_be_half
+
+
+def test_a_plain_class_is_built_from_tensors() -> None:
+    # esm 2.0.0's `CategoricalMixture(param)` keeps the logits it is given: not a module's setting.
+    code = """\
+        class CategoricalMixture:
+            def __init__(self, param):
+                self.logits = param
+
+            def log_prob(self):
+                return self.logits.log_softmax(-1)
+        """
+    assert fact(code, 6, "self.logits.log_softmax(-1)").may_be_half

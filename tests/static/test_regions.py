@@ -105,6 +105,24 @@ def test_bodies_of_called_helpers_are_kept() -> None:
     assert "return x + 1" not in skipped
 
 
+def test_body_calling_a_softmax_submodule_is_kept() -> None:
+    # `self.attend` is an `nn.Softmax`: the body that calls it holds a softmax.
+    text = (
+        "class Attention(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        self.attend = nn.Softmax(dim=-1)\n"
+        "        self.proj = nn.Linear(4, 4)\n\n"
+        "    def forward(self, dots):\n"
+        "        return self.attend(dots)\n\n"
+        "    def project(self, x):\n"
+        "        return self.proj(x)\n"
+    )
+    skipped = skip_bodies(text, *_marks("AMP003"))
+    assert skipped is not None
+    assert "return self.attend(dots)" in skipped
+    assert "return self.proj(x)" not in skipped
+
+
 def test_body_reading_a_module_constant_is_kept() -> None:
     skipped = skip_bodies(MODULE, *_marks("AMP003"))
     assert skipped is not None
