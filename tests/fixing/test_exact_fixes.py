@@ -22,7 +22,7 @@ EXACT = ("AMP004", "AMP008", "AMP015", "AMP021")
 def _fixed(code: str, *codes: str) -> str:
     rules = [rule_by_code(c) for c in codes]
     return fix_source(
-        decode_source(code.encode(), Path("example.py")), rules, "example.py", unsafe=True
+        decode_source(code.encode(), Path("example.py")), rules, "example.py", unsafe=True, conditional=True
     ).new_text
 
 

@@ -37,10 +37,11 @@ def test_bad_example_is_flagged_and_fixed(case: tuple[type[Rule], int, Bad], tmp
         assert all(d.fix is None for d in result.diagnostics)
         return
     source = decode_source(example.code.encode(), tmp_path / "example.py")
-    outcome = fix_source(source, [rule], "example.py", unsafe=True)
+    # An example runs in its caller's dtype (its findings are conditional): fixed as --show-conditional does.
+    outcome = fix_source(source, [rule], "example.py", unsafe=True, conditional=True)
     assert outcome.new_text == example.fixed
     # `--fix` alone applies it only when its fixes are safe.
-    safe_only = fix_source(source, [rule], "example.py")
+    safe_only = fix_source(source, [rule], "example.py", conditional=True)
     safe = all(d.fix.applicability == SAFE for d in found if d.fix is not None)
     assert (safe_only.new_text == example.fixed) == safe
     assert not [d for d in lint_text(outcome.new_text, [rule]).diagnostics if d.code == rule.code]
