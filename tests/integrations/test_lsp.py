@@ -35,7 +35,7 @@ async def _session(root: Path, text: str, uri_name: str = "model.py") -> dict:
                 text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
             )
         )
-        opened = await asyncio.wait_for(published.get(), 60)
+        opened = await published.get()
         everything = types.Range(
             start=types.Position(line=0, character=0), end=types.Position(line=99, character=0)
         )
@@ -52,7 +52,7 @@ async def _session(root: Path, text: str, uri_name: str = "model.py") -> dict:
                 content_changes=[types.TextDocumentContentChangeWholeDocument(text="x = 1\n")],
             )
         )
-        changed = await asyncio.wait_for(published.get(), 60)
+        changed = await published.get()
         await client.shutdown_async(None)
         client.exit(None)
         return {"uri": uri, "opened": opened, "actions": actions or [], "changed": changed}

@@ -264,7 +264,6 @@ def test_permission_denied_subprocess(tmp_path: Path) -> None:
             cwd=tmp_path,
             capture_output=True,
             text=True,
-            timeout=120,
         )
         assert "Traceback" not in proc.stderr
         diagnostics = json.loads(proc.stdout)["diagnostics"]

@@ -54,7 +54,6 @@ def run(root: Path, *args: str, start_method: str | None = None) -> subprocess.C
         cwd=root,
         capture_output=True,
         text=True,
-        timeout=300,
     )
 
 
@@ -110,7 +109,6 @@ def test_rule_crash_in_a_worker_is_reported_as_without_the_pool(tmp_path: Path) 
             cwd=root,
             capture_output=True,
             text=True,
-            timeout=300,
         )
 
     sequential, pooled = crashed("1"), crashed("2")
@@ -140,7 +138,6 @@ def test_jobs_decides_whether_workers_start(tmp_path: Path) -> None:
             cwd=root,
             capture_output=True,
             text=True,
-            timeout=300,
         )
         assert proc.returncode == 1, proc.stderr
         return {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}

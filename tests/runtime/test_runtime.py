@@ -202,9 +202,7 @@ def test_graph_round_trips_through_json(tmp_path: Path) -> None:
 
 
 def _amplint(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "amplint", *args], capture_output=True, text=True, cwd=cwd, timeout=300
-    )
+    return subprocess.run([sys.executable, "-m", "amplint", *args], capture_output=True, text=True, cwd=cwd)
 
 
 def test_trace_command_json_in_a_child_process() -> None:
