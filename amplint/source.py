@@ -65,6 +65,12 @@ class SourceFile:
         data = text.encode(self.encoding)
         return codecs.BOM_UTF8 + data if self.bom else data
 
+    @classmethod
+    def of_text(cls, text: str, path: Path) -> SourceFile:
+        """Text that is already decoded (an editor's buffer, a string): its coding cookie said how
+        the bytes were read and has no say over the text; encoded back as UTF-8 if ever written."""
+        return cls(path=path, text=text, encoding="utf-8", bom=False, newline=dominant_newline(text))
+
 
 def dominant_newline(text: str) -> str:
     counts: dict[str, int] = {}

@@ -276,27 +276,57 @@ def check_stdin(
     nothing was fixed); `diff` adds the diff to the run. Nothing is written, nothing cached."""
     path = Path(filename) if filename else Path(STDIN)
     display = display_path(path) if filename else STDIN
-    run = CheckRun(files_checked=1)
     if len(raw) > settings.max_file_size:
-        result = too_large(path, display, len(raw), settings.max_file_size)
-    else:
-        try:
-            source = decode_source(raw, path)
-        except SourceError as exc:
-            result = unreadable(path, display, exc)
-        else:
-            run.profile = _profile(settings, [(path, raw)])
-            result = _check_text(
-                run, source, path, display, settings, fix=fix, diff=diff, unsafe=unsafe_fixes
-            )
+        return _finish(
+            CheckRun(files_checked=1),
+            too_large(path, display, len(raw), settings.max_file_size),
+            settings,
+            path,
+        ), (raw if fix else None)
+    try:
+        source = decode_source(raw, path)
+    except SourceError as exc:
+        return _finish(CheckRun(files_checked=1), unreadable(path, display, exc), settings, path), (
+            raw if fix else None
+        )
+    run, fixed = check_source(source, display, settings, fix=fix, diff=diff, unsafe_fixes=unsafe_fixes)
+    if not fix:
+        return run, None
+    return run, raw if fixed is None else source.encode(fixed)
+
+
+def check_source(
+    source: SourceFile,
+    display: str,
+    settings: Settings,
+    *,
+    fix: bool = False,
+    diff: bool = False,
+    unsafe_fixes: bool = False,
+) -> tuple[CheckRun, str | None]:
+    """Check decoded code as the file `source.path` (which need not exist); with `fix`, also the
+    fixed text (None when nothing was fixed). Nothing is written, nothing cached. The language
+    server checks an editor's text this way: never through bytes, so no encoding can lose a
+    character of it."""
+    path = source.path
+    run = CheckRun(files_checked=1)
+    data = source.text.encode("utf-8", errors="surrogatepass")
+    if len(data) > settings.max_file_size:
+        return _finish(run, too_large(path, display, len(data), settings.max_file_size), settings, path), None
+    run.profile = _profile(settings, [(path, data)])
+    result = _check_text(run, source, path, display, settings, fix=fix, diff=diff, unsafe=unsafe_fixes)
+    _finish(run, result, settings, path)
+    return run, result.source.text if fix and run.fixed and result.source is not None else None
+
+
+def _finish(run: CheckRun, result: FileResult, settings: Settings, path: Path) -> CheckRun:
+    """`run` with the outcome of its one file."""
     run.errors.extend(result.internal_errors)
     run.warnings.extend(result.warnings)
     if result.source is not None and result.diagnostics:
-        run.sources[display] = result.source.text
+        run.sources[result.display] = result.source.text
     run.diagnostics = sort_diagnostics([d for d in result.diagnostics if _keep(settings, d, path)])
-    if not fix:
-        return run, None
-    return run, raw if result.source is None or not run.fixed else result.source.encode(result.source.text)
+    return run
 
 
 def _check_text(

@@ -18,7 +18,6 @@ from amplint.source import (
     LineIndex,
     SourceError,
     SourceFile,
-    decode_source,
     display_path,
     python_ast,
     python_compiles,
@@ -57,7 +56,7 @@ def lint_text(
 ) -> FileResult:
     """Lint source text. `profile`: the half dtypes the code runs in; by default both (library code
     runs in whatever dtype its caller picks), as for a project where nothing sets one."""
-    source = decode_source(text.encode("utf-8"), Path(path))
+    source = SourceFile.of_text(text, Path(path))
     return lint_source(source, rules, path, profile=profile)
 
 
