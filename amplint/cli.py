@@ -489,6 +489,7 @@ _SHOWN_KEYS = (
     "extend_exclude",
     "precision",
     "torch_version",
+    "target_version",
     "max_file_size",
     "cache_dir",
 )
@@ -524,6 +525,7 @@ def _show_settings(paths: list[Path], settings: Settings) -> int:
         f"extend-exclude: {', '.join(settings.extend_exclude) or '-'}",
         f"precision: {settings.precision}",
         f"torch-version: {settings.torch_version or 'any (none declared)'}",
+        f"target-version: {settings.target_version or f'{profile.python[0]}.{profile.python[1]} (none declared: the newest amplint parses)'}",
         f"max-file-size: {settings.max_file_size}",
         f"cache-dir: {cache_directory(settings)}",
         f"profile: {profile.describe()}",

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from amplint.gitignore import PatternSet
-from amplint.static.profile import PRECISIONS, Profile, TorchRange, configured
+from amplint.static.profile import NEWEST_PYTHON, PRECISIONS, Profile, TorchRange, configured
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -78,6 +78,7 @@ _KNOWN_KEYS = (
     "precision",
     "runtime",
     "select",
+    "target-version",
     "torch-version",
 )
 _PRECISION_EXPECTED = "one of " + ", ".join(f'"{value}"' for value in PRECISIONS)
@@ -140,6 +141,34 @@ def _validate_torch(value: object, where: str) -> str:
     return value
 
 
+_TARGET_EXPECTED = 'a Python version such as "py312" or "3.12"'
+
+
+def _validate_target(value: object, where: str) -> str:
+    """`target-version` as "3.12"; "py312", "py3.12" and "3.12" all name it."""
+    match = re.fullmatch(r"(?:py)?3\.?(\d{1,2})", value.strip().lower()) if isinstance(value, str) else None
+    if match is None or not 0 <= int(match[1]) <= NEWEST_PYTHON[1]:
+        newest = f"3.{NEWEST_PYTHON[1]}"
+        raise ConfigError(f"{where} must be {_TARGET_EXPECTED} (up to {newest}), got {_show(value)}")
+    return f"3.{int(match[1])}"
+
+
+def _python_requirement(data: Mapping[str, Any]) -> str:
+    """The oldest Python `[project] requires-python` admits, as "3.10"; "" when it names no lower
+    bound (or in a spelling amplint cannot read): its grammar is what the project's code must parse in."""
+    project = data.get("project")
+    requires = project.get("requires-python") if isinstance(project, dict) else None
+    if not isinstance(requires, str):
+        return ""
+    lows = [
+        (int(match[1]), int(match[2]))
+        for spec in requires.split(",")
+        if (match := re.fullmatch(r"\s*(?:>=|~=|==|===|>)\s*(\d+)\.(\d+)[\w.*]*\s*", spec))
+    ]
+    low = min(lows, default=None)
+    return f"{low[0]}.{low[1]}" if low is not None and low[0] == 3 and low <= NEWEST_PYTHON else ""
+
+
 def _torch_dependency(data: Mapping[str, Any]) -> str:
     """The torch requirement in `[project] dependencies` (without the name), or ""."""
     project = data.get("project")
@@ -178,6 +207,9 @@ class Settings:
     # The torch the project supports, as a requirement (">=2.1,<2.6"); "" for any. From
     # `torch-version`, else the torch entry of `[project] dependencies` in the nearest pyproject.toml.
     torch_version: str = ""
+    # The Python whose grammar the code follows ("3.12"); "" for the newest amplint's parser knows.
+    # From `target-version`, else the lower bound of `requires-python` in the nearest pyproject.toml.
+    target_version: str = ""
     # Larger files are not parsed (an AMP900 says so): libcst needs hundreds of bytes of memory per
     # byte of source, and the largest hand-written modules are a few hundred kilobytes.
     max_file_size: int = 1_048_576
@@ -203,11 +235,13 @@ class Settings:
     def configured_profile(self) -> Profile | None:
         """The precision profile `precision` names; None for "auto" (detect it from the files)."""
         profile = configured(self.precision)
-        return None if profile is None else self.with_torch(profile)
+        return None if profile is None else self.for_project(profile)
 
-    def with_torch(self, profile: Profile) -> Profile:
-        """`profile` with the torch versions the project supports."""
-        return replace(profile, torch=TorchRange.parse(self.torch_version))
+    def for_project(self, profile: Profile) -> Profile:
+        """`profile` with the torch versions and the Python the project supports."""
+        major, _, minor = self.target_version.partition(".")
+        python = (int(major), int(minor)) if self.target_version else NEWEST_PYTHON
+        return replace(profile, torch=TorchRange.parse(self.torch_version), python=python)
 
     def is_selected(self, code: str, *, opt_in: bool = False) -> bool:
         """Whether `code` is on: the longest matching prefix in select (and extend-select) and ignore
@@ -442,6 +476,8 @@ def _settings_from_table(table: object, path: Path, section: str, chain: tuple[P
         changes["max_file_size"] = _validate_size(table["max-file-size"], f"{prefix}'max-file-size'")
     if "torch-version" in table:
         changes["torch_version"] = _validate_torch(table["torch-version"], f"{prefix}'torch-version'")
+    if "target-version" in table:
+        changes["target_version"] = _validate_target(table["target-version"], f"{prefix}'target-version'")
     if "cache-dir" in table:
         directory = table["cache-dir"]
         if not isinstance(directory, str) or not directory.strip():
@@ -484,10 +520,10 @@ def load_settings(
         path = Path(os.path.abspath(cwd / config_file))
         if not path.is_file():
             raise ConfigError(f"{config_file}: config file not found")
-        return _declared_torch(_load_file(path), start)
+        return _declared(_load_file(path), start)
     found = find_config(start)
     settings = Settings(root=cwd) if found is None else _load_file(found)
-    return _declared_torch(replace(settings, nearest=True), start)
+    return _declared(replace(settings, nearest=True), start)
 
 
 def nearest_settings(settings: Settings) -> Callable[[Path], Settings]:
@@ -511,24 +547,29 @@ def nearest_settings(settings: Settings) -> Callable[[Path], Settings]:
         if found is None:
             return settings
         if found not in loaded:
-            own = _declared_torch(replace(_load_file(found), nearest=True), found.parent)
+            own = _declared(replace(_load_file(found), nearest=True), found.parent)
             loaded[found] = own.with_overrides(**dict(settings.overrides))
         return loaded[found]
 
     return settings_of
 
 
-def _declared_torch(settings: Settings, start: Path) -> Settings:
-    """`settings` with the torch requirement of the nearest `pyproject.toml` above `start`, unless
-    `torch-version` already says which torch the project supports."""
-    if settings.torch_version:
-        return settings
+def _declared(settings: Settings, start: Path) -> Settings:
+    """`settings` with what the nearest `pyproject.toml` above `start` declares of the project: its
+    torch requirement unless `torch-version` says which torch it supports, the lower bound of its
+    `requires-python` unless `target-version` says which Python."""
     for directory in (start, *start.parents):
         candidate = directory / "pyproject.toml"
-        if candidate.is_file():
-            declared = _torch_dependency(_read_toml(candidate))
-            if not declared:
-                return settings
-            origins = (*settings.origins, ("torch_version", f"{candidate} [project] dependencies"))
-            return replace(settings, torch_version=declared, origins=origins)
+        if not candidate.is_file():
+            continue
+        data = _read_toml(candidate)
+        changes: dict[str, Any] = {}
+        if not settings.torch_version:
+            changes["torch_version"] = _torch_dependency(data)
+        if not settings.target_version:
+            changes["target_version"] = _python_requirement(data)
+        changes = {key: value for key, value in changes.items() if value}
+        where = {"torch_version": "[project] dependencies", "target_version": "[project] requires-python"}
+        origins = (*settings.origins, *((key, f"{candidate} {where[key]}") for key in changes))
+        return replace(settings, **changes, origins=origins) if changes else settings
     return settings

@@ -20,15 +20,25 @@ NEWLINE = re.compile(r"\r\n|\r|\n")
 _BINARY_PROBE = 8192
 
 
-def python_ast(text: str, filename: str = "<amplint>", *, compiled: bool = False) -> ast.Module:
+def python_ast(
+    text: str, filename: str = "<amplint>", *, compiled: bool = False, feature_version: int = -1
+) -> ast.Module:
     """The file parsed by Python's own parser (fast, C), as `compile` raises on it (SyntaxError,
     ValueError for NUL bytes, RecursionError, MemoryError); with `compiled`, also compiled from the
     tree, which raises on what only the compiler refuses (`return` outside a function, a late
-    `from __future__ import`). The file's own SyntaxWarnings (`1if x`, "\\d") are not amplint's to
-    print."""
+    `from __future__ import`). `feature_version` (a minor version of Python 3): parsed in that older
+    grammar, as `ast.parse` does. The file's own SyntaxWarnings (`1if x`, "\\d") are not amplint's
+    to print."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        tree = compile(text, filename, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        tree = compile(
+            text,
+            filename,
+            "exec",
+            flags=ast.PyCF_ONLY_AST,
+            dont_inherit=True,
+            _feature_version=feature_version,
+        )
         assert isinstance(tree, ast.Module)
         if compiled:
             compile(tree, filename, "exec", dont_inherit=True)

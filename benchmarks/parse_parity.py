@@ -54,7 +54,11 @@ def run(folders: list[Path], jobs: int | None = None) -> dict[str, object]:
             command = [sys.executable, "-m", "amplint", "check", "--select", "AMP", "--extend-select", OPT_IN]
             command += ["--format", "json", "--no-cache", "--exit-zero", "--output", str(output), "--config"]
             config = Path(directory) / "amplint.toml"
-            config.write_text('exclude = []\nmax-file-size = "1MiB"\n', encoding="utf-8")
+            # The running Python's grammar: AMP900 must be where its `compile()` raises.
+            running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+            config.write_text(
+                f'exclude = []\nmax-file-size = "1MiB"\ntarget-version = "{running}"\n', encoding="utf-8"
+            )
             command += [str(config), *(["--jobs", str(jobs)] if jobs else []), *chunk]
             proc = subprocess.run(command, capture_output=True, text=True, cwd=directory)
             if proc.returncode != 0:

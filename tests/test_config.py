@@ -107,7 +107,7 @@ def test_unknown_key_is_a_warning_naming_the_key_and_the_known_ones(tmp_path: Pa
     assert message.startswith(f"{tmp_path / 'pyproject.toml'}: [tool.amplint] unknown key 'selct' ignored")
     assert (
         "known keys: cache-dir, exclude, extend, extend-exclude, extend-select, ignore, max-file-size, per-file-ignores, precision, "
-        "runtime, select, torch-version" in message
+        "runtime, select, target-version, torch-version" in message
     )
     assert "did you mean 'select'?" in message
     assert settings.select == Settings().select  # ignored: the defaults stand

@@ -59,7 +59,7 @@ def project_profile(settings: Settings, files: Sequence[Path]) -> Profile:
 
 def _profile(settings: Settings, contents: Iterable[tuple[Path, bytes | SourceError]]) -> Profile:
     """`precision` from the settings, or the profile the code in `contents` sets."""
-    return settings.configured_profile or settings.with_torch(detect(_texts(contents)))
+    return settings.configured_profile or settings.for_project(detect(_texts(contents)))
 
 
 def _texts(contents: Iterable[tuple[Path, bytes | SourceError]]) -> Iterator[tuple[str, bytes | str]]:

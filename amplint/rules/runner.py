@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,7 +25,7 @@ from amplint.source import (
     read_source,
 )
 from amplint.static.context import FileContext, Finding, FixPlan
-from amplint.static.profile import CALLER, Profile
+from amplint.static.profile import CALLER, NEWEST_PYTHON, Profile
 from amplint.static.regions import region_marks, skip_bodies
 
 __all__ = [
@@ -70,36 +71,23 @@ def lint_source(
     words = frozenset(_WORD.findall(text)) if rules else frozenset()
     active = [rule for rule in rules if not rule.triggers or rule.triggers & words]
     # Python's own (fast, C) parser decides whether the file is broken: AMP900 exactly where it
-    # refuses the file, whatever libcst, which accepts some of those, makes of it.
-    tree = _python_tree(text, display, tree=bool(active))
+    # refuses the file in the grammar of the project's Python, whatever libcst, which accepts some of
+    # those, makes of it. Syntax newer than the running Python is libcst's to read.
+    tree = _python_tree(text, display, tree=bool(active), python=profile.python)
     if isinstance(tree, Diagnostic):
         result.diagnostics.append(tree)
         return result
     if not active or tree is None:
         return result
-    marks = region_marks(active)
-    parsed = (skip_bodies(text, *marks, tree=tree) if marks is not None else None) or text
-    try:
-        module = cst.parse_module(parsed)
-    except cst.ParserSyntaxError as exc:
-        # Python accepted it: the file is not broken, only beyond libcst; not checked, and said so.
-        first = exc.message.splitlines()[0] if exc.message else "syntax"
-        result.libcst_rejected = unparsable_diagnostic(
-            display, f"SyntaxError: {exc.message}", exc.raw_line, exc.raw_column + 1
-        )
-        result.warnings.append(
-            f"{display}:{exc.raw_line}:{exc.raw_column + 1}: not checked: Python accepts it, but "
-            f"amplint's parser (libcst) does not ({first})"
-        )
-        return result
-    except RecursionError:
-        result.diagnostics.append(
-            unparsable_diagnostic(display, f"{_TOO_DEEP} to parse; the file was not checked")
-        )
-        return result
-    except MemoryError:
-        result.diagnostics.append(unparsable_diagnostic(display, _OUT_OF_MEMORY))
-        return result
+    if isinstance(tree, cst.Module):
+        module, parsed = tree, text
+    else:
+        marks = region_marks(active)
+        parsed = (skip_bodies(text, *marks, tree=tree) if marks is not None else None) or text
+        parsed_module = _libcst_module(parsed, display, result)
+        if parsed_module is None:
+            return result
+        module = parsed_module
     ctx = FileContext(source.path, module, words, parsed, profile=profile)
     lines = LineIndex(text)
     too_deep: list[str] = []
@@ -134,16 +122,59 @@ _OUT_OF_MEMORY = "out of memory while checking it (lower max-file-size?); the fi
 _TRACE_FRAMES = 12
 
 
-def _python_tree(text: str, display: str, *, tree: bool = True) -> ast.Module | Diagnostic | None:
-    """Python's own parse of the file (None without `tree`: only compiled), or the AMP900
-    diagnostic saying why it rejects it: exactly where `compile(text, path, "exec")` raises."""
+def _libcst_module(text: str, display: str, result: FileResult) -> cst.Module | None:
+    """libcst's parse of text Python accepts; None when it fails, said in `result`."""
     try:
-        if not tree:
+        return cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        # Python accepted it: the file is not broken, only beyond libcst; not checked, and said so.
+        first = exc.message.splitlines()[0] if exc.message else "syntax"
+        result.libcst_rejected = unparsable_diagnostic(
+            display, f"SyntaxError: {exc.message}", exc.raw_line, exc.raw_column + 1
+        )
+        result.warnings.append(
+            f"{display}:{exc.raw_line}:{exc.raw_column + 1}: not checked: Python accepts it, but "
+            f"amplint's parser (libcst) does not ({first})"
+        )
+    except RecursionError:
+        result.diagnostics.append(
+            unparsable_diagnostic(display, f"{_TOO_DEEP} to parse; the file was not checked")
+        )
+    except MemoryError:
+        result.diagnostics.append(unparsable_diagnostic(display, _OUT_OF_MEMORY))
+    return None
+
+
+_RUNNING = sys.version_info[:2]
+
+
+def _python_tree(
+    text: str, display: str, *, tree: bool = True, python: tuple[int, int] = NEWEST_PYTHON
+) -> ast.Module | cst.Module | Diagnostic | None:
+    """Python's own parse of the file (None without `tree`: only compiled), or the AMP900
+    diagnostic saying why the project's Python (`python`) rejects it: exactly where `compile(text,
+    path, "exec")` raises, in the grammar of `python` when that is not newer than the running Python.
+    When it is newer, syntax the running parser does not know yet is libcst's to read: a file only
+    the running parser refuses is valid, and libcst's parse of it stands for Python's."""
+    older = python < _RUNNING
+    name = f"Python {python[0]}.{python[1]}"
+    try:
+        if not tree and not older:
             python_compiles(text, display)
             return None
-        return python_ast(text, display, compiled=True)
+        parsed = python_ast(text, display, compiled=True, feature_version=python[1] if older else -1)
+        return parsed if tree else None
     except SyntaxError as exc:
-        return unparsable_diagnostic(display, f"SyntaxError: {exc.msg}", exc.lineno or 1, exc.offset or 1)
+        # A parser's limits ("too many nested parentheses") bind newer Pythons as well.
+        if python > _RUNNING and not exc.msg.startswith("too many"):
+            newer = _newer_syntax(text)
+            if newer is not None:
+                return newer
+            # Broken in the newer grammar too: the running parser's message says best where.
+            name = f"Python {_RUNNING[0]}.{_RUNNING[1]}, and not newer syntax that {name} accepts"
+        return unparsable_diagnostic(
+            display, f"SyntaxError: {exc.msg} (refused by {name})", exc.lineno or 1, exc.offset or 1
+        )
     except ValueError as exc:
         return unparsable_diagnostic(display, f"SyntaxError: {exc}")
     except RecursionError:
@@ -154,9 +185,27 @@ def _python_tree(text: str, display: str, *, tree: bool = True) -> ast.Module | 
         return unparsable_diagnostic(display, "too large for Python's own parser; the file was not checked")
 
 
-def _compile_error(text: str, display: str) -> Diagnostic | None:
-    """The AMP900 diagnostic for text that Python rejects, else None."""
-    error = _python_tree(text, display, tree=False)
+def _newer_syntax(text: str) -> cst.Module | None:
+    """libcst's parse of a file the running Python refused, when the refusal is its parser's and
+    libcst's newer grammar accepts the file; None when the file is broken there too, or when the
+    compiler, not the parser, refused it (a late `from __future__ import` is wrong in every Python)."""
+    try:
+        python_ast(text)
+    except SyntaxError:
+        pass
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    else:
+        return None  # the parser accepts it: what the compiler refused is refused by newer ones too
+    try:
+        return cst.parse_module(text)
+    except (cst.ParserSyntaxError, RecursionError, MemoryError):
+        return None
+
+
+def _compile_error(text: str, display: str, python: tuple[int, int] = NEWEST_PYTHON) -> Diagnostic | None:
+    """The AMP900 diagnostic for text that the project's Python rejects, else None."""
+    error = _python_tree(text, display, tree=False, python=python)
     return error if isinstance(error, Diagnostic) else None
 
 

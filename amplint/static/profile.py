@@ -116,6 +116,11 @@ def _show(version: Version) -> str:
 
 
 ANY_TORCH = TorchRange()
+# The newest Python whose grammar libcst, amplint's parser, knows (max of its
+# KNOWN_PYTHON_VERSION_STRINGS, which tests/static/test_parse_parity.py compares): the grammar a
+# project that declares no Python is checked in. Spelled out so that a run the cache answers never
+# imports libcst.
+NEWEST_PYTHON = (3, 15)
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,9 @@ class Profile:
     # The torch versions the project supports (`torch-version`, or its declared dependency): which
     # replacement APIs exist for it, and whether a deprecation reaches it.
     torch: TorchRange = ANY_TORCH
+    # The Python whose grammar the code follows (`target-version`, or the lower bound of
+    # `requires-python`): AMP900 is where that Python would refuse the file.
+    python: tuple[int, int] = NEWEST_PYTHON
 
     def __post_init__(self) -> None:
         # Rules compare against these names: a typo here would silently turn a rule off.
@@ -164,7 +172,7 @@ class Profile:
     def key(self) -> str:
         """What the result cache keys on: the dtypes and the origin (messages may name it), not the
         evidence, so a new cast of an already known dtype does not re-lint the project."""
-        return f"{self.origin}:{'+'.join(sorted(self.half)) or 'float32'}:torch{self.torch.describe()}"
+        return f"{self.origin}:{'+'.join(sorted(self.half)) or 'float32'}:torch{self.torch.describe()}:py{self.python[0]}.{self.python[1]}"
 
 
 CALLER = Profile(BOTH, "caller")
