@@ -54,7 +54,7 @@ def project_profile(settings: Settings, files: Sequence[Path]) -> Profile:
     files, read one at a time as the scan asks for them."""
     from amplint.pipeline.pool import read_files
 
-    return _profile(settings, read_files(files))
+    return _profile(settings, read_files(files, settings.max_file_size))
 
 
 def _profile(settings: Settings, contents: Iterable[tuple[Path, bytes | SourceError]]) -> Profile:
@@ -206,9 +206,7 @@ def _fix_file(
     run: CheckRun, path: Path, rules: list[type[Rule]], display: str, *, write: bool, unsafe: bool, limit: int
 ) -> FileResult:
     try:
-        if path.stat().st_size > limit:
-            return too_large(path, display, path.stat().st_size, limit)
-        source = read_source(path)
+        source = read_source(path, limit)
     except SourceError as exc:
         return unreadable(path, display, exc)
     return _fixed(run, source, path, rules, display, unsafe=unsafe, diff=not write, write=write)

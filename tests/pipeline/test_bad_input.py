@@ -204,15 +204,15 @@ def test_permission_denied_in_process(tmp_path: Path, monkeypatch: pytest.Monkey
     d.mkdir()
     (d / "good.py").write_text(HAZARD, encoding="utf-8")
     (d / "secret.py").write_text(HAZARD, encoding="utf-8")
-    real_read_bytes = Path.read_bytes
+    real_open = os.open
 
-    def read_bytes(self: Path) -> bytes:
-        if self.name == "secret.py":
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read_bytes(self)
+    def open_file(path: str | Path, *args: int) -> int:
+        if Path(path).name == "secret.py":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args)
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(os, "open", open_file)
     for fix in (False, True):
         run = run_check([Path("proj")], load_settings([Path("proj")]), fix=fix)
         assert run.errors == []
@@ -564,3 +564,41 @@ def test_a_runtime_target_that_names_no_model_is_a_usage_error(
     assert proc.returncode == 2
     assert f"amplint: error: {message}" in proc.stderr and "Traceback" not in proc.stderr
     assert (tmp_path / "model.py").read_text(encoding="utf-8") == HAZARD  # nothing written
+
+
+def _run_in_1gib(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """amplint with its address space capped at 1 GiB: reading a 3 GiB file, or /dev/zero to its end,
+    fails there instead of taking the machine."""
+    import resource
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    return subprocess.run(
+        [sys.executable, "-m", "amplint", *args], cwd=cwd, capture_output=True, text=True, preexec_fn=cap
+    )
+
+
+def test_a_huge_file_is_refused_from_its_size_before_it_is_read(tmp_path: Path) -> None:
+    with open(tmp_path / "huge.py", "wb") as handle:
+        handle.truncate(3 << 30)  # sparse: 3 GiB that cost no disk
+    write(tmp_path / "model.py", HAZARD)
+    for extra in ((), ("--fix",)):
+        done = _run_in_1gib(tmp_path, "check", ".", "--no-cache", "--format", "json", *extra)
+        assert done.returncode == 1, done.stderr[-2000:]
+        found = {d["path"]: d["message"] for d in json.loads(done.stdout)["diagnostics"]}
+        assert found["huge.py"].startswith("file too large to check (3221.2 MB, over max-file-size")
+
+
+def test_an_ignore_file_or_source_that_leads_into_dev_is_not_read(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").symlink_to("/dev/zero")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / ".gitignore").symlink_to("/dev/urandom")
+    write(tmp_path / "sub" / "model.py", HAZARD)
+    done = _run_in_1gib(tmp_path, "check", ".", "--no-cache", "--format", "json")
+    assert done.returncode == 1, done.stderr[-2000:]
+    found = {(d["path"], d["code"]): d["message"] for d in json.loads(done.stdout)["diagnostics"]}
+    assert ("sub/model.py", HAZARD_CODE) in found
+    assert "leads into /dev" in found[(".gitignore", "AMP900")]
+    assert "leads into /dev" in found[("sub/.gitignore", "AMP900")]
