@@ -323,6 +323,7 @@ def _check(args: argparse.Namespace) -> int:
     from amplint.config import ConfigError, load_settings
     from amplint.pipeline.check import run_check
     from amplint.report import ReportSummary, render
+    from amplint.rules import check_codes
 
     if args.fix and args.diff:
         return _error("--fix and --diff cannot be used together")
@@ -365,6 +366,7 @@ def _check(args: argparse.Namespace) -> int:
             torch_version=args.torch_version,
             cache_dir=args.cache_dir,
         )
+        check_codes(settings)
     except ConfigError as exc:
         return _error(str(exc))
     _warn_settings(settings)

@@ -85,7 +85,12 @@ _PRECISION_EXPECTED = "one of " + ", ".join(f'"{value}"' for value in PRECISIONS
 
 
 class ConfigError(Exception):
-    """A configuration problem; the message names the file (or CLI flag) and the offending key."""
+    """A configuration problem; the message names the file (or CLI flag) and the offending key.
+    `path`: the configuration file at fault, where one is (the files below it go unchecked)."""
+
+    def __init__(self, message: str, path: Path | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 def _show(value: object) -> str:
@@ -411,8 +416,16 @@ def find_config(start: Path) -> Path | None:
     return None
 
 
+# Deeper `extend` chains are a mistake, not a layout: said in one line, before Python's own limit.
+_MAX_EXTEND_DEPTH = 64
+
+
 def _load_file(path: Path, chain: tuple[Path, ...] = ()) -> Settings:
     """The settings `path` holds, after those of the file it extends (if any)."""
+    if len(chain) >= _MAX_EXTEND_DEPTH:
+        raise ConfigError(
+            f"{chain[0]}: 'extend' chain deeper than {_MAX_EXTEND_DEPTH} files (reached {path})", chain[0]
+        )
     if path in chain:
         cycle = " -> ".join(str(p) for p in (*chain, path))
         raise ConfigError(f"{chain[-1]}: 'extend' makes a cycle: {cycle}")
@@ -532,24 +545,39 @@ def nearest_settings(settings: Settings) -> Callable[[Path], Settings]:
     with `--config` (or built by hand) apply to every file."""
     if not settings.nearest:
         return lambda path: settings
-    configs: dict[str, Path | None] = {}  # folder -> its nearest configuration, each folder looked at once
-    loaded: dict[Path, Settings] = {} if settings.config_path is None else {settings.config_path: settings}
+    # folder -> its nearest configuration (or why it cannot be read), each folder looked at once
+    configs: dict[str, Path | ConfigError | None] = {}
+    loaded: dict[Path, Settings | ConfigError] = (
+        {} if settings.config_path is None else {settings.config_path: settings}
+    )
 
-    def config_of(folder: str) -> Path | None:
+    def config_of(folder: str) -> Path | ConfigError | None:
         if folder not in configs:
             parent = os.path.dirname(folder)
-            found = _config_in(Path(folder))
+            try:
+                found: Path | ConfigError | None = _config_in(Path(folder))
+            except ConfigError as exc:  # only a pyproject.toml is read to find one
+                found = ConfigError(str(exc), Path(folder) / "pyproject.toml")
             configs[folder] = found if found is not None or parent == folder else config_of(parent)
         return configs[folder]
 
     def settings_of(path: Path) -> Settings:
+        """Raises ConfigError naming the broken configuration that the file falls under."""
         found = config_of(os.path.dirname(os.path.abspath(path)))
+        if isinstance(found, ConfigError):
+            raise found
         if found is None:
             return settings
         if found not in loaded:
-            own = _declared(replace(_load_file(found), nearest=True), found.parent)
-            loaded[found] = own.with_overrides(**dict(settings.overrides))
-        return loaded[found]
+            try:
+                own = _declared(replace(_load_file(found), nearest=True), found.parent)
+                loaded[found] = own.with_overrides(**dict(settings.overrides))
+            except ConfigError as exc:
+                loaded[found] = ConfigError(str(exc), exc.path or found)
+        result = loaded[found]
+        if isinstance(result, ConfigError):
+            raise result
+        return result
 
     return settings_of
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from amplint.config import Settings, nearest_settings
+from amplint.config import ConfigError, Settings, nearest_settings
 from amplint.diagnostics import Diagnostic, sort_diagnostics
 from amplint.pipeline.discovery import discover
 from amplint.pipeline.notebook import (
@@ -19,7 +19,7 @@ from amplint.pipeline.notebook import (
 from amplint.pipeline.progress import Progress
 from amplint.results import UNPARSABLE, FileResult, too_large, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
-from amplint.rules import rules_for
+from amplint.rules import check_codes, rules_for
 from amplint.source import (
     SourceError,
     SourceFile,
@@ -111,10 +111,26 @@ def run_check(
         if _keep(settings, problem, path):
             run.diagnostics.append(problem)
     # Each file is checked under the nearest configuration above it: one group per configuration.
+    # One that cannot be used (broken TOML, a bad value, a code that matches no rule) is one
+    # diagnostic, and the files under it go unchecked; the others are checked.
+    check_codes(settings)
     settings_of = nearest_settings(settings)
     groups: dict[int, tuple[Settings, list[Path]]] = {}
+    broken: set[str] = set()
     for path in found.files:
-        own = settings_of(path)
+        try:
+            own = settings_of(path)
+            if id(own) not in groups and own is not settings:
+                check_codes(own)
+        except ConfigError as exc:
+            where = display_path(exc.path or path.parent)
+            if where not in broken:
+                broken.add(where)
+                message = f"configuration not used, the files under it not checked: {exc}"
+                run.diagnostics.append(unparsable_diagnostic(where, message))
+            if progress is not None:
+                progress.advance()
+            continue
         if own is settings or not own.is_excluded(path, is_dir=False):
             groups.setdefault(id(own), (own, []))[1].append(path)
         elif progress is not None:
@@ -306,6 +322,7 @@ def check_source(
     fixed text (None when nothing was fixed). Nothing is written, nothing cached. The language
     server checks an editor's text this way: never through bytes, so no encoding can lose a
     character of it."""
+    check_codes(settings)
     path = source.path
     run = CheckRun(files_checked=1)
     data = source.text.encode("utf-8", errors="surrogatepass")
