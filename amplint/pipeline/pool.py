@@ -16,6 +16,9 @@ itself, and the parent imports neither libcst nor multiprocessing unless it has 
 from __future__ import annotations
 
 import os
+import signal
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -196,6 +199,32 @@ _worker_profile: Profile = CALLER
 def _initialize(settings: Settings, profile: Profile) -> None:
     global _worker_settings, _worker_profile
     _worker_settings, _worker_profile = settings, profile
+    _die_with_parent()
+
+
+def _die_with_parent() -> None:
+    """End this worker when the process that started it ends, however it ends (SIGKILL included):
+    on Linux the kernel sends SIGKILL then; elsewhere a thread watches for the parent to be gone. (A
+    forkserver, which starts workers on some platforms, ends with the run's process in turn.)"""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        registered = libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        registered = False
+    if os.getppid() != parent:  # gone while the request was made
+        os._exit(1)
+    if not registered:
+        threading.Thread(target=_watch, args=(parent,), daemon=True).start()
+
+
+def _watch(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1)
+    os._exit(1)
 
 
 def _check_batch(batch: list[tuple[int, str, str]]) -> list[_Outcome]:
