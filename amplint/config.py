@@ -34,6 +34,7 @@ __all__ = [
     "find_config",
     "load_settings",
     "nearest_settings",
+    "parse_size",
     "validate_codes",
 ]
 
@@ -119,9 +120,18 @@ def _validate_patterns(values: object, where: str) -> tuple[str, ...]:
     return tuple(values)
 
 
-def _validate_size(value: object, where: str) -> int:
-    """A size in bytes: an integer, or a string with a unit ("2MB", "512 KiB")."""
-    units = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2}
+def parse_size(value: object, where: str) -> int:
+    """A size in bytes: an integer, or a string with a unit ("2MB", "512 KiB", "16GiB")."""
+    units = {
+        "": 1,
+        "b": 1,
+        "kb": 1000,
+        "kib": 1024,
+        "mb": 1000**2,
+        "mib": 1024**2,
+        "gb": 1000**3,
+        "gib": 1024**3,
+    }
     match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", value) if isinstance(value, str) else None
     if isinstance(value, int) and not isinstance(value, bool):
         size = value
@@ -486,7 +496,7 @@ def _settings_from_table(table: object, path: Path, section: str, chain: tuple[P
     if "precision" in table:
         changes["precision"] = _validate_precision(table["precision"], f"{prefix}'precision'")
     if "max-file-size" in table:
-        changes["max_file_size"] = _validate_size(table["max-file-size"], f"{prefix}'max-file-size'")
+        changes["max_file_size"] = parse_size(table["max-file-size"], f"{prefix}'max-file-size'")
     if "torch-version" in table:
         changes["torch_version"] = _validate_torch(table["torch-version"], f"{prefix}'torch-version'")
     if "target-version" in table:
