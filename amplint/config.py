@@ -225,9 +225,9 @@ class Settings:
     # The Python whose grammar the code follows ("3.12"); "" for the newest amplint's parser knows.
     # From `target-version`, else the lower bound of `requires-python` in the nearest pyproject.toml.
     target_version: str = ""
-    # Larger files are not parsed (an AMP900 says so): libcst needs hundreds of bytes of memory per
-    # byte of source, and the largest hand-written modules are a few hundred kilobytes.
-    max_file_size: int = 1_048_576
+    # Larger files are not read (an AMP900 says so, from the file's size). Generated modules run to
+    # megabytes; past 1 MiB a file is checked a part at a time, its memory following the part.
+    max_file_size: int = 16 * 1024 * 1024
     cache_dir: Path | None = (
         None  # `cache-dir` (relative to `root`) or `--cache-dir`; None: root/.amplint_cache
     )

@@ -7,11 +7,9 @@ import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-import libcst as cst
-
 from amplint.diagnostics import Diagnostic, Edit
 from amplint.rule import Rule
-from amplint.rules.runner import FileResult, lint_source
+from amplint.rules.runner import FileResult, invalid_code, lint_source
 from amplint.source import LineIndex, SourceFile, replace_file
 from amplint.static.profile import CALLER, Profile
 
@@ -103,13 +101,10 @@ def fix_source(
         new_text, _ = apply_edits(text, edits)
         if new_text == text:
             break
-        try:
-            cst.parse_module(new_text)
-        except cst.ParserSyntaxError as exc:
+        invalid = invalid_code(new_text, display, profile)
+        if invalid is not None:
             outcome = FixOutcome(result, text, len(applied), applied=applied)
-            outcome.errors.append(
-                f"{display}: a fix produced invalid code ({exc.message}); file left unchanged"
-            )
+            outcome.errors.append(f"{display}: a fix produced invalid code ({invalid}); file left unchanged")
             return outcome
         applied.extend(chosen)
         text = new_text

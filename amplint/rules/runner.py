@@ -6,7 +6,8 @@ import ast
 import re
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import libcst as cst
@@ -70,6 +71,188 @@ def lint_source(
         return result
     words = frozenset(_WORD.findall(text)) if rules else frozenset()
     active = [rule for rule in rules if not rule.triggers or rule.triggers & words]
+    if len(text) > LARGE:
+        return _lint_in_parts(source, active, display, profile, result)
+    return _lint_whole(text, active, words, display, profile, result)
+
+
+# Text past this many characters is checked a part at a time (`_lint_in_parts`): Python's compiler
+# takes about a hundred bytes of memory per byte of source, libcst several hundred.
+LARGE = 1_048_576
+_PART = 512 * 1024
+# Where a top-level statement may start: a line at column 0 that is neither blank, a comment, a
+# closing bracket, nor the continuation of a compound statement.
+_STATEMENT_START = re.compile(r"^(?![ \t\r\n#)\]}]|(?:else|elif|except|finally)\b)", re.MULTILINE)
+# A whole import statement on one line (a docstring's "from here on" is not one).
+_NAMES = r"[\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*"
+_IMPORT_LINE = re.compile(
+    rf"^(?:import[ \t]+{_NAMES}|from[ \t]+[\w.]+[ \t]+import[ \t]+{_NAMES})[ \t]*$", re.MULTILINE
+)
+
+
+def _cuts(text: str) -> list[tuple[int, int]]:
+    """(start, end) offsets of consecutive parts of `text` of about `_PART` characters, each cut
+    where a top-level statement may start (a cut inside a string or brackets shows when the part is
+    compiled)."""
+    cuts, start = [], 0
+    for match in _STATEMENT_START.finditer(text, _PART):
+        if match.start() - start >= _PART:
+            cuts.append((start, match.start()))
+            start = match.start()
+    cuts.append((start, len(text)))
+    return cuts
+
+
+# A part of a large file as Python parsed it: its syntax tree, libcst's module where the syntax is
+# newer than the running Python, None where only compiled, or why it is refused.
+_Parsed = ast.Module | cst.Module | Diagnostic | None
+
+
+def _compiled(
+    text: str, display: str, profile: Profile, wanted: frozenset[str] = frozenset()
+) -> Iterator[tuple[int, int, int, _Parsed]]:
+    """The parts of `text` with their first line, each compiled alone at the file's lines (parsed
+    into a tree when it holds one of the `wanted` words); a part that fails, and fails differently
+    with the next one's text added, was cut inside a statement and is joined to the next."""
+    parts = _cuts(text)
+    index, line, counted = 0, 1, 0
+    while index < len(parts):
+        start, end = parts[index]
+        line += text.count("\n", counted, start)
+        counted = start
+        tree = bool(wanted) and not wanted.isdisjoint(_WORD.findall(text, start, end))
+        parsed = _part(text[start:end], display, line, profile, tree)
+        while isinstance(parsed, Diagnostic) and index + 1 < len(parts):
+            joined = _part(text[start : parts[index + 1][1]], display, line, profile, tree)
+            if isinstance(joined, Diagnostic) and (joined.line, joined.column) == (
+                parsed.line,
+                parsed.column,
+            ):
+                break  # the same error with more text: the file's, not the cut's
+            index += 1
+            end = parts[index][1]
+            parsed = joined
+        yield start, end, line, parsed
+        index += 1
+
+
+def _part(part: str, display: str, first_line: int, profile: Profile, tree: bool) -> _Parsed:
+    """One part of a large file compiled (and with `tree` parsed) as `_python_tree` does, its AMP900
+    at the file's line. A part after the first follows a statement: one `pass` line stands for what
+    comes before it (a late `from __future__` stays late)."""
+    lead = "" if first_line == 1 else "pass\n"
+    parsed = _python_tree(lead + part, display, tree=tree, python=profile.python)
+    if not isinstance(parsed, Diagnostic):
+        return parsed
+    line = max(parsed.line + first_line - 1 - (1 if lead else 0), 1)
+    return replace(parsed, line=line, end_line=line)
+
+
+def invalid_code(text: str, display: str, profile: Profile = CALLER) -> str | None:
+    """Why a fix's result is not valid code, or None when it is: libcst parses it, or for a large
+    file (which libcst never reads whole), Python compiles every part of it."""
+    if len(text) > LARGE:
+        errors = (parsed for *_, parsed in _compiled(text, display, profile))
+        return next((error.message for error in errors if isinstance(error, Diagnostic)), None)
+    try:
+        cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        return exc.message
+    return None
+
+
+def _lint_in_parts(
+    source: SourceFile, active: Sequence[type[Rule]], display: str, profile: Profile, result: FileResult
+) -> FileResult:
+    """A large file, checked so that memory follows a part and time the code the rules need. Python
+    compiles it a part at a time (about `_PART` characters). The rules read only its top-level
+    statements that hold a word some active rule looks for (found in Python's tree of the part),
+    parsed by libcst as modules of their own whose positions are the file's: the file's one-line
+    imports on the first line, one string over the lines between the statements kept."""
+    text = source.text
+    triggers = frozenset().union(*(rule.triggers for rule in active))
+    imports = "; ".join(match.group().strip() for match in _IMPORT_LINE.finditer(text))
+    kept: list[tuple[int, str]] = []  # (first line, statement) of those the rules need
+    for start, _, first_line, parsed in _compiled(
+        text, display, profile, triggers if active else frozenset()
+    ):
+        if isinstance(parsed, Diagnostic):
+            result.diagnostics = [parsed]
+            return result
+        part = text[start:_]
+        if isinstance(parsed, cst.Module):  # newer syntax than the running Python: the part whole
+            kept.append((first_line, part))
+        elif parsed is not None:
+            kept += _statements(part, parsed, first_line, triggers)
+    batch: list[tuple[int, str]] = []
+    size = 0
+    for statement in kept:  # libcst reads about a part's worth at a time
+        batch.append(statement)
+        size += len(statement[1])
+        if size >= _PART:
+            _lint_kept(source, batch, imports, active, display, profile, result)
+            batch, size = [], 0
+    _lint_kept(source, batch, imports, active, display, profile, result)
+    result.diagnostics = sort_diagnostics(result.diagnostics)
+    return result
+
+
+def _statements(
+    part: str, tree: ast.Module, first_line: int, triggers: frozenset[str]
+) -> list[tuple[int, str]]:
+    """The top-level statements of a part (parsed after a lead line when not the file's first) that
+    hold a trigger word, with their line in the file."""
+    lines = part.splitlines(keepends=True)
+    shift = 0 if first_line == 1 else 1  # the lead `pass` line
+    found = []
+    for statement in tree.body[shift:]:
+        decorators: list[ast.expr] = getattr(statement, "decorator_list", None) or []
+        begin = min([statement.lineno, *(d.lineno for d in decorators)]) - shift
+        end = (statement.end_lineno or statement.lineno) - shift
+        code = "".join(lines[begin - 1 : end])
+        if not triggers.isdisjoint(_WORD.findall(code)):
+            found.append((begin + first_line - 1, code))
+    return found
+
+
+def _lint_kept(
+    source: SourceFile,
+    kept: list[tuple[int, str]],
+    imports: str,
+    active: Sequence[type[Rule]],
+    display: str,
+    profile: Profile,
+    result: FileResult,
+) -> None:
+    """Run the rules over statements of a large file, laid out at their own lines, into `result`."""
+    if not kept:
+        return
+    pieces = [imports]
+    line = 1  # the last line written so far
+    for first_line, statement in kept:
+        body = statement.rstrip("\r\n")
+        gap = first_line - line - 1  # lines to skip between what is written and the statement
+        pieces.append('\n"""' + "\n" * (gap - 1) + '"""\n' if gap >= 2 else "\n" * (gap + 1))
+        pieces.append(body)
+        line = first_line + body.count("\n")
+    module = "".join(pieces) + "\n"
+    words = frozenset(_WORD.findall(module))
+    wanted = [rule for rule in active if not rule.triggers or rule.triggers & words]
+    found = _lint_whole(module, wanted, words, display, profile, FileResult(source.path, display, source))
+    result.diagnostics += [d for d in found.diagnostics if d.line >= kept[0][0]]
+    result.internal_errors += found.internal_errors
+    result.warnings += found.warnings
+    result.libcst_rejected = result.libcst_rejected or found.libcst_rejected
+
+
+def _lint_whole(
+    text: str,
+    active: Sequence[type[Rule]],
+    words: frozenset[str],
+    display: str,
+    profile: Profile,
+    result: FileResult,
+) -> FileResult:
     # Python's own (fast, C) parser decides whether the file is broken: AMP900 exactly where it
     # refuses the file in the grammar of the project's Python, whatever libcst, which accepts some of
     # those, makes of it. Syntax newer than the running Python is libcst's to read.
@@ -88,7 +271,7 @@ def lint_source(
         if parsed_module is None:
             return result
         module = parsed_module
-    ctx = FileContext(source.path, module, words, parsed, profile=profile)
+    ctx = FileContext(result.path, module, words, parsed, profile=profile)
     lines = LineIndex(text)
     too_deep: list[str] = []
     for rule in active:

@@ -533,8 +533,8 @@ def test_a_tree_of_pathological_files_costs_one_diagnostic_each(tmp_path: Path) 
     assert ("model.py", HAZARD_CODE) in found
     refused = {name for name, text in files.items() if _python_refuses(text)}
     assert refused == {"parens_250.py"}
-    # AMP900 on the file Python refuses, and on the one over max-file-size (skipped, saying why).
-    assert {path for path, code in found if code == "AMP900"} == {"parens_250.py", "list_200000.py"}
+    # AMP900 on the file Python refuses only: the 2 MB list is checked, a part at a time.
+    assert {path for path, code in found if code == "AMP900"} == {"parens_250.py"}
     assert len(proc.stderr.encode()) < 100_000 and "Traceback" not in proc.stderr
 
 
@@ -602,3 +602,50 @@ def test_an_ignore_file_or_source_that_leads_into_dev_is_not_read(tmp_path: Path
     assert ("sub/model.py", HAZARD_CODE) in found
     assert "leads into /dev" in found[(".gitignore", "AMP900")]
     assert "leads into /dev" in found[("sub/.gitignore", "AMP900")]
+
+
+def _generated(blocks: int, hazard_every: int) -> str:
+    """A generated module: functions, tables, a multi-line string with column-0 lines that look like
+    statements (a cut there shows only when compiled), and the hazard every `hazard_every` blocks."""
+    parts = ["import torch\nimport torch.nn.functional as F\n\n"]
+    for i in range(blocks):
+        parts.append(f"\ndef layer_{i}(x, w):\n    y = F.linear(x, w)\n    return y * {i}\n\n")
+        if i % 40 == 0:
+            parts.append(f"TABLE_{i} = {{" + ", ".join(f"'k{j}': {j}" for j in range(100)) + "}\n")
+        if i % 997 == 0:
+            parts.append('DOC = """\nx = torch.cuda.amp.GradScaler()\nelse:\n"""\n')
+        if i % hazard_every == hazard_every - 1:
+            parts.append(f"def scaler_{i}():\n    return torch.cuda.amp.GradScaler()\n\n")
+    return "".join(parts)
+
+
+def test_a_large_valid_module_is_checked_and_fixed(tmp_path: Path) -> None:
+    text = _generated(25_000, 5_000)
+    assert len(text) > 2_300_000
+    write(tmp_path / "generated.py", text)
+    lines = [
+        n
+        for n, line in enumerate(text.splitlines(), 1)
+        if line.endswith("return torch.cuda.amp.GradScaler()")
+    ]
+    _, found = check_json(tmp_path, "generated.py", "--no-cache")
+    assert [(d["code"], d["line"], d["column"]) for d in found] == [(HAZARD_CODE, n, 12) for n in lines]
+    fixed = amplint_run(tmp_path, "check", "generated.py", "--no-cache", "--fix")
+    assert fixed.returncode == 0, fixed.stderr
+    expected = text.replace(
+        "    return torch.cuda.amp.GradScaler()", '    return torch.amp.GradScaler("cuda")'
+    )
+    assert (tmp_path / "generated.py").read_text(encoding="utf-8") == expected
+
+
+def test_a_large_module_broken_late_is_refused_where_python_refuses_it(tmp_path: Path) -> None:
+    text = _generated(12_000, 100_000)
+    broken = text + "\ndef tail(:\n    pass\n"
+    write(tmp_path / "generated.py", broken)
+    _, found = check_json(tmp_path, "generated.py", "--no-cache")
+    error = only(by_path(found), "generated.py")
+    try:
+        compile(broken, "generated.py", "exec")
+    except SyntaxError as exc:
+        assert (error["line"], error["column"]) == (exc.lineno, exc.offset)
+        assert error["message"].startswith(f"SyntaxError: {exc.msg}")
