@@ -1,7 +1,7 @@
 """Cost of checking one large valid file: wall time and peak memory of `amplint check` on a generated
 10 MB module, and on a notebook of 10 MB whose outputs hold a plot.
 
-    python benchmarks/large_file.py [--megabytes 10] [--cpus 0,1] [--fix]
+    python benchmarks/large_file.py [--megabytes 10] [--cpus 0,1] [--fix] [--no-trigger]
 
 The module is what code generators write: small functions (`F.linear`, a scale), a table every 40
 functions, a multi-line string whose lines look like statements, and a deprecated
@@ -24,16 +24,16 @@ import time
 from pathlib import Path
 
 
-def module(megabytes: float) -> str:
+def module(megabytes: float, trigger: bool = True) -> str:
     parts = ["import torch\nimport torch.nn.functional as F\n\n"]
     size, i = len(parts[0]), 0
     while size < megabytes * 1_000_000:
         block = f"\ndef layer_{i}(x, w):\n    y = F.linear(x, w)\n    return y * {i}\n\n"
         if i % 40 == 0:
             block += f"TABLE_{i} = {{" + ", ".join(f"'k{j}': {j}" for j in range(100)) + "}\n"
-        if i % 997 == 0:
+        if i % 997 == 0 and trigger:
             block += 'DOC = """\nx = torch.cuda.amp.GradScaler()\nelse:\n"""\n'
-        if i % 5000 == 4999:
+        if i % 5000 == 4999 and trigger:
             block += f"def scaler_{i}():\n    return torch.cuda.amp.GradScaler()\n\n"
         parts.append(block)
         size += len(block)
@@ -93,11 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--megabytes", type=float, default=10.0)
     parser.add_argument("--cpus", default="0,1", help="the CPUs the check may run on")
     parser.add_argument("--fix", action="store_true", help="also time `--fix` on the module")
+    parser.add_argument(
+        "--no-trigger", action="store_true", help="a module without any rule's trigger word: only compiled"
+    )
     args = parser.parse_args(argv)
     cpus = {int(cpu) for cpu in args.cpus.split(",")}
     with tempfile.TemporaryDirectory() as directory:
         folder = Path(directory)
-        (folder / "generated.py").write_text(module(args.megabytes), encoding="utf-8")
+        (folder / "generated.py").write_text(module(args.megabytes, not args.no_trigger), encoding="utf-8")
         (folder / "plots.ipynb").write_text(notebook(args.megabytes), encoding="utf-8")
         rows = [measure(folder, "generated.py", cpus, False), measure(folder, "plots.ipynb", cpus, False)]
         if args.fix:
