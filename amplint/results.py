@@ -30,7 +30,9 @@ class FileResult:
     libcst_rejected: Diagnostic | None = None
 
 
-def unparsable_diagnostic(display: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
+def unparsable_diagnostic(
+    display: str, message: str, line: int = 1, column: int = 1, help: str | None = None
+) -> Diagnostic:
     return Diagnostic(
         code=UNPARSABLE,
         name=UNPARSABLE_NAME,
@@ -41,6 +43,7 @@ def unparsable_diagnostic(display: str, message: str, line: int = 1, column: int
         end_line=line,
         end_column=column,
         severity=UNPARSABLE_SEVERITY,
+        help=help,
     )
 
 

@@ -340,7 +340,6 @@ def _python_tree(
     When it is newer, syntax the running parser does not know yet is libcst's to read: a file only
     the running parser refuses is valid, and libcst's parse of it stands for Python's."""
     older = python < _RUNNING
-    name = f"Python {python[0]}.{python[1]}"
     try:
         if not tree and not older:
             python_compiles(text, display)
@@ -348,15 +347,18 @@ def _python_tree(
         parsed = python_ast(text, display, compiled=True, feature_version=python[1] if older else -1)
         return parsed if tree else None
     except SyntaxError as exc:
-        # A parser's limits ("too many nested parentheses") bind newer Pythons as well.
-        if python > _RUNNING and not exc.msg.startswith("too many"):
-            newer = _newer_syntax(text)
+        target = f"Python {python[0]}.{python[1]}"
+        why = f"{target}, the project's Python, refuses it"
+        if python > _RUNNING:
+            # A parser's limits ("too many nested parentheses") bind newer Pythons as well.
+            newer = None if exc.msg.startswith("too many") else _newer_syntax(text)
             if newer is not None:
                 return newer
             # Broken in the newer grammar too: the running parser's message says best where.
-            name = f"Python {_RUNNING[0]}.{_RUNNING[1]}, and not newer syntax that {name} accepts"
+            running = f"Python {_RUNNING[0]}.{_RUNNING[1]}"
+            why = f"{running} refuses it, and it is not newer syntax that {target} accepts"
         return unparsable_diagnostic(
-            display, f"SyntaxError: {exc.msg} (refused by {name})", exc.lineno or 1, exc.offset or 1
+            display, f"SyntaxError: {exc.msg}", exc.lineno or 1, exc.offset or 1, help=why
         )
     except ValueError as exc:
         return unparsable_diagnostic(display, f"SyntaxError: {exc}")
