@@ -259,6 +259,18 @@ def _parser() -> argparse.ArgumentParser:
         help="memory the replay may use beyond the weights (default: what is available)",
     )
     trace.add_argument("--timeout", type=_seconds, default=300.0, help="seconds before the trace is given up")
+    trace.add_argument(
+        "--memory-limit",
+        type=_gigabytes,
+        metavar="GB",
+        help="memory the target's process may take (default: three quarters of the machine's)",
+    )
+    trace.add_argument(
+        "--output-limit",
+        type=_count,
+        metavar="BYTES",
+        help="bytes of a failing target's output shown, from its end (default 65536)",
+    )
     trace.add_argument("--in-process", action="store_true", help="trace in this process (for debugging)")
 
     lock = commands.add_parser(
@@ -336,6 +348,7 @@ def _check(args: argparse.Namespace) -> int:
     from amplint.config import ConfigError, load_settings
     from amplint.pipeline.check import run_check
     from amplint.report import ReportSummary, render
+    from amplint.rules import check_codes
 
     if args.fix and args.diff:
         return _error("--fix and --diff cannot be used together")
@@ -380,6 +393,7 @@ def _check(args: argparse.Namespace) -> int:
             modes=args.modes,
             show_conditional=args.show_conditional,
         )
+        check_codes(settings)
     except ConfigError as exc:
         return _error(str(exc))
     _warn_settings(settings)
@@ -517,6 +531,7 @@ _SHOWN_KEYS = (
     "precision",
     "modes",
     "torch_version",
+    "target_version",
     "max_file_size",
     "cache_dir",
 )
@@ -555,6 +570,7 @@ def _show_settings(paths: list[Path], settings: Settings) -> int:
         f"precision: {settings.precision}",
         f"modes: {', '.join(settings.modes) or 'auto (found in the project)'}",
         f"torch-version: {settings.torch_version or 'any (none declared)'}",
+        f"target-version: {settings.target_version or f'{precision.default.python[0]}.{precision.default.python[1]} (none declared: the newest amplint parses)'}",
         f"max-file-size: {settings.max_file_size}",
         f"cache-dir: {cache_directory(settings)}",
         f"show-conditional: {str(settings.show_conditional).lower()}",
@@ -687,14 +703,23 @@ def _read_sources(diagnostics: Sequence[Diagnostic], sources: dict[str, str]) ->
                 sources[diagnostic.path] = Path(diagnostic.path).read_text(encoding="utf-8")
 
 
-def _seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value}")
-    return seconds
+def _positive(unit: str) -> Callable[[str], float]:
+    """An argparse type for a positive, finite number of `unit`."""
+
+    def parse(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number of {unit}, got {value!r}") from None
+        if not math.isfinite(number) or number <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number of {unit}, got {value}")
+        return number
+
+    return parse
+
+
+_seconds = _positive("seconds")
+_gigabytes = _positive("gigabytes")
 
 
 def _at_least_one(what: str, unit: str = "") -> Callable[[str], int]:
@@ -843,6 +868,8 @@ def _trace(args: argparse.Namespace) -> int:
         "weights": None if args.weights is None else str(args.weights.resolve()),
         "limits": limits,
         "max_memory": None if args.max_memory is None else int(args.max_memory * 1024**3),
+        "memory_limit": None if args.memory_limit is None else int(args.memory_limit * 1024**3),
+        "output_limit": args.output_limit,
     }
     try:
         if args.in_process:

@@ -21,7 +21,7 @@ from typing import Any
 
 from amplint.gitignore import PatternSet
 from amplint.static.modes import mode_named
-from amplint.static.profile import MODE_NAMES, PRECISIONS, Profile, TorchRange, configured
+from amplint.static.profile import MODE_NAMES, NEWEST_PYTHON, PRECISIONS, Profile, TorchRange, configured
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -35,6 +35,7 @@ __all__ = [
     "find_config",
     "load_settings",
     "nearest_settings",
+    "parse_size",
     "validate_codes",
 ]
 
@@ -81,13 +82,19 @@ _KNOWN_KEYS = (
     "runtime",
     "select",
     "show-conditional",
+    "target-version",
     "torch-version",
 )
 _PRECISION_EXPECTED = "one of " + ", ".join(f'"{value}"' for value in PRECISIONS)
 
 
 class ConfigError(Exception):
-    """A configuration problem; the message names the file (or CLI flag) and the offending key."""
+    """A configuration problem; the message names the file (or CLI flag) and the offending key.
+    `path`: the configuration file at fault, where one is (the files below it go unchecked)."""
+
+    def __init__(self, message: str, path: Path | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 def _show(value: object) -> str:
@@ -116,9 +123,18 @@ def _validate_patterns(values: object, where: str) -> tuple[str, ...]:
     return tuple(values)
 
 
-def _validate_size(value: object, where: str) -> int:
-    """A size in bytes: an integer, or a string with a unit ("2MB", "512 KiB")."""
-    units = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2}
+def parse_size(value: object, where: str) -> int:
+    """A size in bytes: an integer, or a string with a unit ("2MB", "512 KiB", "16GiB")."""
+    units = {
+        "": 1,
+        "b": 1,
+        "kb": 1000,
+        "kib": 1024,
+        "mb": 1000**2,
+        "mib": 1024**2,
+        "gb": 1000**3,
+        "gib": 1024**3,
+    }
     match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", value) if isinstance(value, str) else None
     if isinstance(value, int) and not isinstance(value, bool):
         size = value
@@ -141,6 +157,34 @@ def _validate_torch(value: object, where: str) -> str:
     except ValueError as exc:
         raise ConfigError(f'{where} must be a torch requirement such as ">=2.1,<2.6": {exc}') from None
     return value
+
+
+_TARGET_EXPECTED = 'a Python version such as "py312" or "3.12"'
+
+
+def _validate_target(value: object, where: str) -> str:
+    """`target-version` as "3.12"; "py312", "py3.12" and "3.12" all name it."""
+    match = re.fullmatch(r"(?:py)?3\.?(\d{1,2})", value.strip().lower()) if isinstance(value, str) else None
+    if match is None or not 0 <= int(match[1]) <= NEWEST_PYTHON[1]:
+        newest = f"3.{NEWEST_PYTHON[1]}"
+        raise ConfigError(f"{where} must be {_TARGET_EXPECTED} (up to {newest}), got {_show(value)}")
+    return f"3.{int(match[1])}"
+
+
+def _python_requirement(data: Mapping[str, Any]) -> str:
+    """The oldest Python `[project] requires-python` admits, as "3.10"; "" when it names no lower
+    bound (or in a spelling amplint cannot read): its grammar is what the project's code must parse in."""
+    project = data.get("project")
+    requires = project.get("requires-python") if isinstance(project, dict) else None
+    if not isinstance(requires, str):
+        return ""
+    lows = [
+        (int(match[1]), int(match[2]))
+        for spec in requires.split(",")
+        if (match := re.fullmatch(r"\s*(?:>=|~=|==|===|>)\s*(\d+)\.(\d+)[\w.*]*\s*", spec))
+    ]
+    low = min(lows, default=None)
+    return f"{low[0]}.{low[1]}" if low is not None and low[0] == 3 and low <= NEWEST_PYTHON else ""
 
 
 def _torch_dependency(data: Mapping[str, Any]) -> str:
@@ -198,9 +242,12 @@ class Settings:
     # The torch the project supports, as a requirement (">=2.1,<2.6"); "" for any. From
     # `torch-version`, else the torch entry of `[project] dependencies` in the nearest pyproject.toml.
     torch_version: str = ""
-    # Larger files are not parsed (an AMP900 says so): libcst needs hundreds of bytes of memory per
-    # byte of source, and the largest hand-written modules are a few hundred kilobytes.
-    max_file_size: int = 1_048_576
+    # The Python whose grammar the code follows ("3.12"); "" for the newest amplint's parser knows.
+    # From `target-version`, else the lower bound of `requires-python` in the nearest pyproject.toml.
+    target_version: str = ""
+    # Larger files are not read (an AMP900 says so, from the file's size). Generated modules run to
+    # megabytes; past 1 MiB a file is checked a part at a time, its memory following the part.
+    max_file_size: int = 16 * 1024 * 1024
     cache_dir: Path | None = (
         None  # `cache-dir` (relative to `root`) or `--cache-dir`; None: root/.amplint_cache
     )
@@ -223,11 +270,13 @@ class Settings:
     def configured_profile(self) -> Profile | None:
         """The precision profile `precision` names; None for "auto" (detect it from the files)."""
         profile = configured(self.precision)
-        return None if profile is None else self.with_torch(profile)
+        return None if profile is None else self.for_project(profile)
 
-    def with_torch(self, profile: Profile) -> Profile:
-        """`profile` with the torch versions the project supports."""
-        return replace(profile, torch=TorchRange.parse(self.torch_version))
+    def for_project(self, profile: Profile) -> Profile:
+        """`profile` with the torch versions and the Python the project supports."""
+        major, _, minor = self.target_version.partition(".")
+        python = (int(major), int(minor)) if self.target_version else NEWEST_PYTHON
+        return replace(profile, torch=TorchRange.parse(self.torch_version), python=python)
 
     def is_selected(self, code: str, *, opt_in: bool = False) -> bool:
         """Whether `code` is on: the longest matching prefix in select (and extend-select) and ignore
@@ -405,8 +454,16 @@ def find_config(start: Path) -> Path | None:
     return None
 
 
+# Deeper `extend` chains are a mistake, not a layout: said in one line, before Python's own limit.
+_MAX_EXTEND_DEPTH = 64
+
+
 def _load_file(path: Path, chain: tuple[Path, ...] = ()) -> Settings:
     """The settings `path` holds, after those of the file it extends (if any)."""
+    if len(chain) >= _MAX_EXTEND_DEPTH:
+        raise ConfigError(
+            f"{chain[0]}: 'extend' chain deeper than {_MAX_EXTEND_DEPTH} files (reached {path})", chain[0]
+        )
     if path in chain:
         cycle = " -> ".join(str(p) for p in (*chain, path))
         raise ConfigError(f"{chain[-1]}: 'extend' makes a cycle: {cycle}")
@@ -474,9 +531,11 @@ def _settings_from_table(table: object, path: Path, section: str, chain: tuple[P
             raise ConfigError(f"{prefix}'show-conditional' must be true or false, got {_show(value)}")
         changes["show_conditional"] = value
     if "max-file-size" in table:
-        changes["max_file_size"] = _validate_size(table["max-file-size"], f"{prefix}'max-file-size'")
+        changes["max_file_size"] = parse_size(table["max-file-size"], f"{prefix}'max-file-size'")
     if "torch-version" in table:
         changes["torch_version"] = _validate_torch(table["torch-version"], f"{prefix}'torch-version'")
+    if "target-version" in table:
+        changes["target_version"] = _validate_target(table["target-version"], f"{prefix}'target-version'")
     if "cache-dir" in table:
         directory = table["cache-dir"]
         if not isinstance(directory, str) or not directory.strip():
@@ -519,10 +578,10 @@ def load_settings(
         path = Path(os.path.abspath(cwd / config_file))
         if not path.is_file():
             raise ConfigError(f"{config_file}: config file not found")
-        return _declared_torch(_load_file(path), start)
+        return _declared(_load_file(path), start)
     found = find_config(start)
     settings = Settings(root=cwd) if found is None else _load_file(found)
-    return _declared_torch(replace(settings, nearest=True), start)
+    return _declared(replace(settings, nearest=True), start)
 
 
 def nearest_settings(settings: Settings) -> Callable[[Path], Settings]:
@@ -531,39 +590,59 @@ def nearest_settings(settings: Settings) -> Callable[[Path], Settings]:
     with `--config` (or built by hand) apply to every file."""
     if not settings.nearest:
         return lambda path: settings
-    configs: dict[str, Path | None] = {}  # folder -> its nearest configuration, each folder looked at once
-    loaded: dict[Path, Settings] = {} if settings.config_path is None else {settings.config_path: settings}
+    # folder -> its nearest configuration (or why it cannot be read), each folder looked at once
+    configs: dict[str, Path | ConfigError | None] = {}
+    loaded: dict[Path, Settings | ConfigError] = (
+        {} if settings.config_path is None else {settings.config_path: settings}
+    )
 
-    def config_of(folder: str) -> Path | None:
+    def config_of(folder: str) -> Path | ConfigError | None:
         if folder not in configs:
             parent = os.path.dirname(folder)
-            found = _config_in(Path(folder))
+            try:
+                found: Path | ConfigError | None = _config_in(Path(folder))
+            except ConfigError as exc:  # only a pyproject.toml is read to find one
+                found = ConfigError(str(exc), Path(folder) / "pyproject.toml")
             configs[folder] = found if found is not None or parent == folder else config_of(parent)
         return configs[folder]
 
     def settings_of(path: Path) -> Settings:
+        """Raises ConfigError naming the broken configuration that the file falls under."""
         found = config_of(os.path.dirname(os.path.abspath(path)))
+        if isinstance(found, ConfigError):
+            raise found
         if found is None:
             return settings
         if found not in loaded:
-            own = _declared_torch(replace(_load_file(found), nearest=True), found.parent)
-            loaded[found] = own.with_overrides(**dict(settings.overrides))
-        return loaded[found]
+            try:
+                own = _declared(replace(_load_file(found), nearest=True), found.parent)
+                loaded[found] = own.with_overrides(**dict(settings.overrides))
+            except ConfigError as exc:
+                loaded[found] = ConfigError(str(exc), exc.path or found)
+        result = loaded[found]
+        if isinstance(result, ConfigError):
+            raise result
+        return result
 
     return settings_of
 
 
-def _declared_torch(settings: Settings, start: Path) -> Settings:
-    """`settings` with the torch requirement of the nearest `pyproject.toml` above `start`, unless
-    `torch-version` already says which torch the project supports."""
-    if settings.torch_version:
-        return settings
+def _declared(settings: Settings, start: Path) -> Settings:
+    """`settings` with what the nearest `pyproject.toml` above `start` declares of the project: its
+    torch requirement unless `torch-version` says which torch it supports, the lower bound of its
+    `requires-python` unless `target-version` says which Python."""
     for directory in (start, *start.parents):
         candidate = directory / "pyproject.toml"
-        if candidate.is_file():
-            declared = _torch_dependency(_read_toml(candidate))
-            if not declared:
-                return settings
-            origins = (*settings.origins, ("torch_version", f"{candidate} [project] dependencies"))
-            return replace(settings, torch_version=declared, origins=origins)
+        if not candidate.is_file():
+            continue
+        data = _read_toml(candidate)
+        changes: dict[str, Any] = {}
+        if not settings.torch_version:
+            changes["torch_version"] = _torch_dependency(data)
+        if not settings.target_version:
+            changes["target_version"] = _python_requirement(data)
+        changes = {key: value for key, value in changes.items() if value}
+        where = {"torch_version": "[project] dependencies", "target_version": "[project] requires-python"}
+        origins = (*settings.origins, *((key, f"{candidate} {where[key]}") for key in changes))
+        return replace(settings, **changes, origins=origins) if changes else settings
     return settings

@@ -283,11 +283,9 @@ class PatternSet:
         return self.match_relative(rel, is_dir) is True
 
 
-def load_gitignore(path: Path, base: Path | None = None) -> PatternSet:
-    """Read a `.gitignore`-format file; patterns are anchored at `base` (default: the file's directory).
-
-    Raises OSError when the file cannot be read.
-    """
+def load_gitignore(data: bytes, base: Path) -> PatternSet:
+    """The patterns of a `.gitignore`-format file's bytes, anchored at `base` (its directory, or the
+    folder it applies to)."""
     # git works on bytes; surrogateescape keeps undecodable names matchable against os.scandir's names.
-    text = path.read_bytes().decode("utf-8", "surrogateescape")
-    return PatternSet(text.split("\n"), path.parent if base is None else base)
+    text = data.decode("utf-8", "surrogateescape")
+    return PatternSet(text.split("\n"), base)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from amplint.diagnostics import Diagnostic, Severity
-from amplint.source import SourceError, SourceFile
+from amplint.source import SourceError, SourceFile, too_large_message
 
 # AMP900 (`amplint/rules/amp900_unparsable_file.py`), spelled out here so that this module does not
 # import the rule (and libcst with it); tests/pipeline/test_cache.py checks that the two agree.
@@ -30,7 +30,9 @@ class FileResult:
     libcst_rejected: Diagnostic | None = None
 
 
-def unparsable_diagnostic(display: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
+def unparsable_diagnostic(
+    display: str, message: str, line: int = 1, column: int = 1, help: str | None = None
+) -> Diagnostic:
     return Diagnostic(
         code=UNPARSABLE,
         name=UNPARSABLE_NAME,
@@ -41,6 +43,7 @@ def unparsable_diagnostic(display: str, message: str, line: int = 1, column: int
         end_line=line,
         end_column=column,
         severity=UNPARSABLE_SEVERITY,
+        help=help,
     )
 
 
@@ -53,12 +56,4 @@ def unreadable(path: Path, display: str, error: SourceError) -> FileResult:
 
 def too_large(path: Path, display: str, size: int, limit: int) -> FileResult:
     """The result for a file over `max-file-size`: one AMP900, nothing parsed."""
-    message = (
-        f"file too large to check ({_size(size)}, over max-file-size {_size(limit)}); "
-        "raise max-file-size in [tool.amplint] to check it"
-    )
-    return FileResult(path, display, None, [unparsable_diagnostic(display, message)])
-
-
-def _size(size: int) -> str:
-    return f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.1f} KB"
+    return FileResult(path, display, None, [unparsable_diagnostic(display, too_large_message(size, limit))])

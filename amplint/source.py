@@ -21,15 +21,25 @@ NEWLINE = re.compile(r"\r\n|\r|\n")
 _BINARY_PROBE = 8192
 
 
-def python_ast(text: str, filename: str = "<amplint>", *, compiled: bool = False) -> ast.Module:
+def python_ast(
+    text: str, filename: str = "<amplint>", *, compiled: bool = False, feature_version: int = -1
+) -> ast.Module:
     """The file parsed by Python's own parser (fast, C), as `compile` raises on it (SyntaxError,
     ValueError for NUL bytes, RecursionError, MemoryError); with `compiled`, also compiled from the
     tree, which raises on what only the compiler refuses (`return` outside a function, a late
-    `from __future__ import`). The file's own SyntaxWarnings (`1if x`, "\\d") are not amplint's to
-    print."""
+    `from __future__ import`). `feature_version` (a minor version of Python 3): parsed in that older
+    grammar, as `ast.parse` does. The file's own SyntaxWarnings (`1if x`, "\\d") are not amplint's
+    to print."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        tree = compile(text, filename, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        tree = compile(
+            text,
+            filename,
+            "exec",
+            flags=ast.PyCF_ONLY_AST,
+            dont_inherit=True,
+            _feature_version=feature_version,
+        )
         assert isinstance(tree, ast.Module)
         if compiled:
             compile(tree, filename, "exec", dont_inherit=True)
@@ -65,6 +75,12 @@ class SourceFile:
     def encode(self, text: str) -> bytes:
         data = text.encode(self.encoding)
         return codecs.BOM_UTF8 + data if self.bom else data
+
+    @classmethod
+    def of_text(cls, text: str, path: Path) -> SourceFile:
+        """Text that is already decoded (an editor's buffer, a string): its coding cookie said how
+        the bytes were read and has no say over the text; encoded back as UTF-8 if ever written."""
+        return cls(path=path, text=text, encoding="utf-8", bom=False, newline=dominant_newline(text))
 
 
 def dominant_newline(text: str) -> str:
@@ -102,20 +118,58 @@ def decode_source(raw: bytes, path: Path) -> SourceFile:
     return SourceFile(path=path, text=text, encoding=encoding, bom=bom, newline=dominant_newline(text))
 
 
-def read_bytes(path: Path) -> bytes:
-    """The file's bytes; a SourceError saying why when it cannot be read."""
+class FileTooLarge(SourceError):
+    """A file over the size amplint may read (`max-file-size`), found from its size before reading."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(too_large_message(size, limit))
+        self.size = size
+        self.limit = limit
+
+
+def too_large_message(size: int, limit: int) -> str:
+    return (
+        f"file too large to check ({_size(size)}, over max-file-size {_size(limit)}); "
+        "raise max-file-size in [tool.amplint] to check it"
+    )
+
+
+def _size(size: int) -> str:
+    return f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.1f} KB"
+
+
+def read_bytes(path: Path, limit: int | None = None) -> bytes:
+    """The file's bytes; a SourceError saying why when it cannot be read. Reading is bounded before it
+    starts: a file over `limit` bytes is refused from its size (FileTooLarge), and what is not a
+    regular file (a device, a pipe, a socket, a link into /dev) is never read, so that no file, by
+    its size or its kind, can make amplint read without end."""
     try:
-        return path.read_bytes()
+        if os.path.realpath(path).startswith("/dev/"):
+            raise SourceError("a device (its path leads into /dev), not a source file; not read")
+        # Non-blocking: opening a named pipe would wait for a writer.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(fd, "rb") as handle:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise SourceError("is a directory")
+            if not stat.S_ISREG(st.st_mode):
+                raise SourceError("not a regular file (a device, pipe or socket); not read")
+            if limit is not None and st.st_size > limit:
+                raise FileTooLarge(st.st_size, limit)
+            data = handle.read(-1 if limit is None else limit + 1)
     except PermissionError:
         raise SourceError("permission denied") from None
     except IsADirectoryError:
         raise SourceError("is a directory") from None
     except OSError as exc:
         raise SourceError(exc.strerror or str(exc)) from None
+    if limit is not None and len(data) > limit:  # it grew since it was measured
+        raise FileTooLarge(len(data), limit)
+    return data
 
 
-def read_source(path: Path) -> SourceFile:
-    return decode_source(read_bytes(path), path)
+def read_source(path: Path, limit: int | None = None) -> SourceFile:
+    return decode_source(read_bytes(path, limit), path)
 
 
 class LineIndex:

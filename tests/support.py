@@ -42,7 +42,6 @@ def amplint_run(cwd: Path, *args: str | Path) -> subprocess.CompletedProcess[str
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=120,
     )
 
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support import amplint_run, write
+from support import HAZARD, HAZARD_CODE, amplint_run, write
 
 from amplint.config import DEFAULT_EXCLUDE, ConfigError, Settings, find_config, load_settings
 
@@ -107,7 +107,8 @@ def test_unknown_key_is_a_warning_naming_the_key_and_the_known_ones(tmp_path: Pa
     assert message.startswith(f"{tmp_path / 'pyproject.toml'}: [tool.amplint] unknown key 'selct' ignored")
     assert (
         "known keys: cache-dir, exclude, extend, extend-exclude, extend-select, ignore, max-file-size, modes, "
-        "per-file-ignores, precision, runtime, select, show-conditional, torch-version" in message
+        "per-file-ignores, precision, runtime, select, show-conditional, target-version, torch-version"
+        in message
     )
     assert "did you mean 'select'?" in message
     assert settings.select == Settings().select  # ignored: the defaults stand
@@ -438,3 +439,65 @@ def test_show_settings_for_a_file_says_where_each_setting_came_from(tmp_path: Pa
     root = amplint_run(tmp_path, "check", "--show-settings", "pkg_a/sample.py").stdout.splitlines()
     assert f"config file: {tmp_path / 'pyproject.toml'}" in root
     assert "precision: auto" in root
+
+
+# --- clear failures ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "config", "expected"),
+    [
+        (("--select", "AMP08"), "", "--select names 'AMP08', which matches no rule; did you mean 'AMP008'?"),
+        (("--ignore", "AMP2"), "", "--ignore names 'AMP2', which matches no rule; did you mean"),
+        (
+            (),
+            'select = ["AMP999"]\n',
+            "'select' names 'AMP999', which matches no rule; did you mean 'AMP900'?",
+        ),
+        ((), 'extend-select = ["AMP0021"]\n', "'extend-select' has an invalid rule code 'AMP0021'"),
+        (
+            (),
+            '[tool.amplint.per-file-ignores]\n"tests/*" = ["AMP07"]\n',
+            "'per-file-ignores 'tests/*'' names 'AMP07'",
+        ),
+    ],
+)
+def test_a_code_that_matches_no_rule_is_an_error_naming_the_nearest(
+    tmp_path: Path, args: tuple[str, ...], config: str, expected: str
+) -> None:
+    write(tmp_path / "pyproject.toml", "[tool.amplint]\n" + config)
+    write(tmp_path / "a.py", HAZARD)
+    done = amplint_run(tmp_path, "check", ".", "--no-cache", *args)
+    assert done.returncode == 2, done.stdout
+    assert expected in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_a_broken_configuration_in_a_subfolder_is_one_diagnostic_and_the_run_goes_on(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", "[tool.amplint]\n")
+    write(tmp_path / "a.py", HAZARD)
+    write(tmp_path / "vendor" / "pyproject.toml", "[tool.amplint\nselect =")  # not TOML
+    write(tmp_path / "vendor" / "deep" / "b.py", HAZARD)
+    write(tmp_path / "vendor" / "c.py", HAZARD)
+    write(tmp_path / "tests" / "data" / "amplint.toml", 'select = ["AMP999"]\n')
+    write(tmp_path / "tests" / "data" / "d.py", HAZARD)
+    done = amplint_run(tmp_path, "check", ".", "--no-cache", "--format", "json")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    found = [(d["path"], d["code"], d["message"]) for d in json.loads(done.stdout)["diagnostics"]]
+    assert [(path, code) for path, code, _ in found] == [
+        ("a.py", HAZARD_CODE),
+        ("tests/data/amplint.toml", "AMP900"),
+        ("vendor/pyproject.toml", "AMP900"),
+    ]
+    assert "invalid TOML" in found[2][2] and "matches no rule" in found[1][2]
+
+
+def test_a_deep_extend_chain_is_one_line(tmp_path: Path) -> None:
+    for depth in range(500):
+        write(tmp_path / f"c{depth}.toml", f'extend = "c{depth + 1}.toml"\n')
+    write(tmp_path / "c500.toml", 'select = ["AMP"]\n')
+    write(tmp_path / "a.py", HAZARD)
+    done = amplint_run(tmp_path, "check", ".", "--no-cache", "--config", "c0.toml")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"amplint: error: {tmp_path / 'c0.toml'}: 'extend' chain deeper than 64 files (reached {tmp_path / 'c64.toml'})"
+    ]

@@ -20,7 +20,6 @@ def _amplint(
         cwd=cwd,
         input=stdin,
         capture_output=True,
-        timeout=120,
         env={**environment, **(env or {})},
     )
 

@@ -17,7 +17,6 @@ def test_build_makes_a_complete_sdist_and_wheel(tmp_path: Path) -> None:
         [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(tmp_path), str(ROOT)],
         capture_output=True,
         text=True,
-        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (sdist,) = tmp_path.glob("amplint-*.tar.gz")

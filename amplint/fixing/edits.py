@@ -9,11 +9,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import libcst as cst
-
 from amplint.diagnostics import UNSAFE, Confidence, Diagnostic, Edit
 from amplint.rule import Rule
-from amplint.rules.runner import FileResult, lint_source
+from amplint.rules.runner import FileResult, invalid_code, lint_source
 from amplint.source import LineIndex, SourceFile, replace_file
 from amplint.static.profile import CALLER, Profile
 
@@ -137,13 +135,10 @@ def fix_source(
             first = min(edit.line for edit in diagnostic.fix.edits)
             last = max(edit.end_line for edit in diagnostic.fix.edits)
             lines.append((original(first), original(last)))
-        try:
-            cst.parse_module(new_text)
-        except cst.ParserSyntaxError as exc:
+        invalid = invalid_code(new_text, display, profile)
+        if invalid is not None:
             outcome = FixOutcome(result, text, len(applied), applied=applied, lines=lines[: len(applied)])
-            outcome.errors.append(
-                f"{display}: a fix produced invalid code ({exc.message}); file left unchanged"
-            )
+            outcome.errors.append(f"{display}: a fix produced invalid code ({invalid}); file left unchanged")
             return outcome
         applied.extend(chosen)
         text = new_text

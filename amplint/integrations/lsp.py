@@ -4,12 +4,15 @@ Diagnostics are published when a Python document is opened, changed or saved, fr
 editor holds, checked as the file it is (its `[tool.amplint]` configuration and per-file ignores
 apply). Each finding with a fix offers it as a quick fix (the title says when the fix is unsafe); the
 `source.fixAll.amplint` action applies every safe fix at once, as `amplint check --fix` would.
-Positions are converted between amplint's code points and the UTF-16 units LSP counts by default.
+The text checked and fixed is the editor's own: a coding cookie or a BOM said how the file's
+bytes were read and never touches it. Positions are converted between amplint's code points and the
+units of the position encoding negotiated with the editor (the first of `general.positionEncodings`
+that is UTF-8, UTF-16 or UTF-32; UTF-16 when the editor offers none), announced in
+`capabilities.positionEncoding`.
 """
 
 from __future__ import annotations
 
-import tokenize
 from pathlib import Path
 
 from lsprotocol import types
@@ -19,8 +22,8 @@ from pygls.uris import to_fs_path
 from amplint import __version__
 from amplint.config import ConfigError, load_settings
 from amplint.diagnostics import SAFE, UNSAFE, Diagnostic, Edit, Severity
-from amplint.pipeline.check import CheckRun, check_stdin
-from amplint.source import NEWLINE, SourceError, decode_source
+from amplint.pipeline.check import CheckRun, check_source
+from amplint.source import NEWLINE, SourceFile, display_path
 
 FIX_ALL = f"{types.CodeActionKind.SourceFixAll.value}.amplint"
 _SEVERITY = {
@@ -34,15 +37,26 @@ _SEVERITY = {
 _Found = list[tuple[Diagnostic, types.Diagnostic]]
 
 
-class _Lines:
-    """A document's lines, to turn amplint's 1-based code-point columns into LSP positions."""
+# Code units per character of each position encoding: the bytes of a code point's encoding, divided.
+_UNITS: dict[str, tuple[str, int]] = {
+    types.PositionEncodingKind.Utf8.value: ("utf-8", 1),
+    types.PositionEncodingKind.Utf16.value: ("utf-16-le", 2),
+    types.PositionEncodingKind.Utf32.value: ("utf-32-le", 4),
+}
 
-    def __init__(self, text: str) -> None:
+
+class _Lines:
+    """A document's lines, to turn amplint's 1-based code-point columns into LSP positions counted in
+    the negotiated encoding's units."""
+
+    def __init__(self, text: str, encoding: str | None) -> None:
         self.lines = NEWLINE.split(text)
+        self.codec, self.width = _UNITS.get(encoding or "", _UNITS[types.PositionEncodingKind.Utf16.value])
 
     def position(self, line: int, column: int) -> types.Position:
         text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
-        units = len(text[: max(column - 1, 0)].encode("utf-16-le")) // 2
+        # A lone surrogate (text the editor could not decode) still counts as one unit of its own.
+        units = len(text[: max(column - 1, 0)].encode(self.codec, errors="surrogatepass")) // self.width
         return types.Position(line=max(line - 1, 0), character=units)
 
     def whole(self) -> types.Range:
@@ -70,23 +84,17 @@ class AmplintServer(LanguageServer):
         None when it cannot be checked (the reason is shown to the user)."""
         document = self.workspace.get_text_document(uri)
         path = Path(to_fs_path(uri) or document.filename or "untitled.py")
-        text = document.source
-        try:
-            # Bytes as the file would hold them: a coding cookie decides how amplint decodes them.
-            encoding = tokenize.detect_encoding(iter(text.encode("utf-8").splitlines(True)[:2]).__next__)[0]
-            raw = text.encode(encoding, errors="replace")
-        except (SyntaxError, LookupError):
-            raw = text.encode("utf-8")
         try:
             # The file need not exist: its configuration is searched for from its folder upward.
-            run, fixed = check_stdin(raw, str(path), load_settings([path]), fix=fix)
+            return check_source(
+                SourceFile.of_text(document.source, path), display_path(path), load_settings([path]), fix=fix
+            )
         except ConfigError as exc:
             self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=str(exc)))
             return None
-        try:
-            return run, None if fixed is None else decode_source(fixed, path).text
-        except SourceError:
-            return run, None
+
+    def lines(self, uri: str) -> _Lines:
+        return _Lines(self.workspace.get_text_document(uri).source, self.workspace.position_encoding)
 
     def publish(self, uri: str) -> None:
         document = self.workspace.get_text_document(uri)
@@ -94,7 +102,7 @@ class AmplintServer(LanguageServer):
         if checked is None:
             return
         run, _ = checked
-        lines = _Lines(document.source)
+        lines = self.lines(uri)
         found = [(d, self.to_lsp(d, lines)) for d in run.diagnostics]
         self.checked[uri] = found
         self.text_document_publish_diagnostics(
@@ -151,7 +159,7 @@ def _code_actions(ls: AmplintServer, params: types.CodeActionParams) -> list[typ
     wanted = params.context.only
     actions: list[types.CodeAction] = []
     found = ls.checked.get(uri, [])
-    lines = _Lines(ls.workspace.get_text_document(uri).source)
+    lines = ls.lines(uri)
     if wanted is None or types.CodeActionKind.QuickFix in wanted:
         for diagnostic, shown in found:
             fix = diagnostic.fix

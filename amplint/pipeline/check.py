@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from amplint.config import Settings, nearest_settings
+from amplint.config import ConfigError, Settings, nearest_settings
 from amplint.diagnostics import Confidence, Diagnostic, sort_diagnostics
 from amplint.pipeline.discovery import discover
 from amplint.pipeline.notebook import (
@@ -20,7 +20,7 @@ from amplint.pipeline.precision import Precision, project_precision
 from amplint.pipeline.progress import Progress
 from amplint.results import UNPARSABLE, FileResult, too_large, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
-from amplint.rules import rules_for
+from amplint.rules import check_codes, rules_for
 from amplint.source import (
     SourceError,
     SourceFile,
@@ -105,10 +105,26 @@ def run_check(
         if _keep(settings, problem, path):
             run.diagnostics.append(problem)
     # Each file is checked under the nearest configuration above it: one group per configuration.
+    # One that cannot be used (broken TOML, a bad value, a code that matches no rule) is one
+    # diagnostic, and the files under it go unchecked; the others are checked.
+    check_codes(settings)
     settings_of = nearest_settings(settings)
     groups: dict[int, tuple[Settings, list[Path]]] = {}
+    broken: set[str] = set()
     for path in found.files:
-        own = settings_of(path)
+        try:
+            own = settings_of(path)
+            if id(own) not in groups and own is not settings:
+                check_codes(own)
+        except ConfigError as exc:
+            where = display_path(exc.path or path.parent)
+            if where not in broken:
+                broken.add(where)
+                message = f"configuration not used, the files under it not checked: {exc}"
+                run.diagnostics.append(unparsable_diagnostic(where, message))
+            if progress is not None:
+                progress.advance()
+            continue
         if own is settings or not own.is_excluded(path, is_dir=False):
             groups.setdefault(id(own), (own, []))[1].append(path)
         elif progress is not None:
@@ -207,9 +223,7 @@ def _fix_file(
     run: CheckRun, path: Path, rules: list[type[Rule]], display: str, *, write: bool, unsafe: bool, limit: int
 ) -> FileResult:
     try:
-        if path.stat().st_size > limit:
-            return too_large(path, display, path.stat().st_size, limit)
-        source = read_source(path)
+        source = read_source(path, limit)
     except SourceError as exc:
         return unreadable(path, display, exc)
     return _fixed(run, source, path, rules, display, unsafe=unsafe, diff=not write, write=write)
@@ -278,27 +292,62 @@ def check_stdin(
     nothing was fixed); `diff` adds the diff to the run. Nothing is written, nothing cached."""
     path = Path(filename) if filename else Path(STDIN)
     display = display_path(path) if filename else STDIN
-    run = CheckRun(files_checked=1, show_conditional=settings.show_conditional)
     if len(raw) > settings.max_file_size:
-        result = too_large(path, display, len(raw), settings.max_file_size)
-    else:
-        try:
-            source = decode_source(raw, path)
-        except SourceError as exc:
-            result = unreadable(path, display, exc)
-        else:
-            run.precision = project_precision(settings, [path], {path: raw})
-            result = _check_text(
-                run, source, path, display, settings, fix=fix, diff=diff, unsafe=unsafe_fixes
-            )
+        return _finish(
+            CheckRun(files_checked=1, show_conditional=settings.show_conditional),
+            too_large(path, display, len(raw), settings.max_file_size),
+            settings,
+            path,
+        ), (raw if fix else None)
+    try:
+        source = decode_source(raw, path)
+    except SourceError as exc:
+        return _finish(
+            CheckRun(files_checked=1, show_conditional=settings.show_conditional),
+            unreadable(path, display, exc),
+            settings,
+            path,
+        ), (raw if fix else None)
+    run, fixed = check_source(source, display, settings, fix=fix, diff=diff, unsafe_fixes=unsafe_fixes)
+    if not fix:
+        return run, None
+    return run, raw if fixed is None else source.encode(fixed)
+
+
+def check_source(
+    source: SourceFile,
+    display: str,
+    settings: Settings,
+    *,
+    fix: bool = False,
+    diff: bool = False,
+    unsafe_fixes: bool = False,
+) -> tuple[CheckRun, str | None]:
+    """Check decoded code as the file `source.path` (which need not exist); with `fix`, also the
+    fixed text (None when nothing was fixed). Nothing is written, nothing cached. The language
+    server checks an editor's text this way: never through bytes, so no encoding can lose a
+    character of it."""
+    check_codes(settings)
+    path = source.path
+    run = CheckRun(files_checked=1, show_conditional=settings.show_conditional)
+    data = source.text.encode("utf-8", errors="surrogatepass")
+    if len(data) > settings.max_file_size:
+        return _finish(run, too_large(path, display, len(data), settings.max_file_size), settings, path), None
+    # The project around the file gives it its execution modes, read with this text in its place.
+    run.precision = project_precision(settings, [path], {path: data})
+    result = _check_text(run, source, path, display, settings, fix=fix, diff=diff, unsafe=unsafe_fixes)
+    _finish(run, result, settings, path)
+    return run, result.source.text if fix and run.fixed and result.source is not None else None
+
+
+def _finish(run: CheckRun, result: FileResult, settings: Settings, path: Path) -> CheckRun:
+    """`run` with the outcome of its one file."""
     run.errors.extend(result.internal_errors)
     run.warnings.extend(result.warnings)
     if result.source is not None and result.diagnostics:
-        run.sources[display] = result.source.text
+        run.sources[result.display] = result.source.text
     run.diagnostics = sort_diagnostics(_kept(run, settings, result.diagnostics, path))
-    if not fix:
-        return run, None
-    return run, raw if result.source is None or not run.fixed else result.source.encode(result.source.text)
+    return run
 
 
 def _check_text(

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from amplint.config import Settings
 from amplint.gitignore import PatternSet, load_gitignore
+from amplint.source import SourceError, read_bytes
 
 __all__ = ["Discovery", "discover"]
 
@@ -30,6 +31,8 @@ __all__ = ["Discovery", "discover"]
 _Ignores = tuple[tuple[PatternSet, str], ...]
 # What a walk picks up: Python files and Jupyter notebooks (as ruff does).
 _SUFFIXES = (".py", ".ipynb")
+# git, too, reads no ignore file over 100 MiB.
+IGNORE_FILE_LIMIT = 100 * 1024 * 1024
 
 
 @dataclass
@@ -103,12 +106,12 @@ class _Walker:
             self.problems.append((path, "not a regular file or directory"))
 
     def _load(self, file: str, base: str, into: list[tuple[PatternSet, str]]) -> None:
-        try:
-            patterns = load_gitignore(Path(file), Path(base))
-        except FileNotFoundError:
+        if not os.path.exists(file):
             return
-        except OSError as exc:
-            self.problems.append((Path(file), f"cannot read: {describe_error(file, exc)}"))
+        try:
+            patterns = load_gitignore(read_bytes(Path(file), IGNORE_FILE_LIMIT), Path(base))
+        except SourceError as exc:
+            self.problems.append((Path(file), f"cannot read: {exc.message}"))
             return
         if patterns:
             into.append((patterns, ""))

@@ -425,7 +425,7 @@ def _load(source: SourceFile, display: str) -> _Notebook:
     return notebook
 
 
-def _read(source: SourceFile, display: str) -> _Notebook:
+def _read(source: SourceFile, display: str, profile: Profile) -> _Notebook:
     """The notebook with its code cells as Python: IPython syntax masked, cells that do not parse
     reported and left out."""
     from amplint.rules.runner import _compile_error
@@ -433,7 +433,7 @@ def _read(source: SourceFile, display: str) -> _Notebook:
     notebook = _load(source, display)
     for cell in notebook.cells:
         cell.masked = _mask(cell.text)
-        error = None if cell.masked is None else _compile_error(cell.masked.text, display)
+        error = None if cell.masked is None else _compile_error(cell.masked.text, display, profile.python)
         if error is not None:
             cell.masked = None
             notebook.problems.append(replace(error, extra={**error.extra, **cell.where(error.line)}))
@@ -497,7 +497,7 @@ def lint_notebook(
 ) -> FileResult:
     """Check a notebook read with `read_source`."""
     try:
-        notebook = _read(source, display)
+        notebook = _read(source, display, profile)
     except NotebookError as exc:
         return _notebook_error(source, display, exc)
     return _lint(notebook, rules, display, profile)
@@ -526,7 +526,7 @@ def fix_notebook(
     from amplint.fixing.edits import FixOutcome, fix_source
 
     try:
-        notebook = _read(source, display)
+        notebook = _read(source, display, profile)
     except NotebookError as exc:
         return FixOutcome(_notebook_error(source, display, exc), source.text)
     result = _lint(notebook, rules, display, profile)

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,7 +28,7 @@ from typing import TYPE_CHECKING
 from amplint.config import Settings
 from amplint.diagnostics import Diagnostic
 from amplint.pipeline.precision import Precision
-from amplint.results import FileResult, too_large, unparsable_diagnostic, unreadable
+from amplint.results import FileResult, unparsable_diagnostic, unreadable
 from amplint.source import SourceError, SourceFile, decode_source, display_path, read_bytes, shown_lines
 from amplint.static.profile import CALLER, Profile
 
@@ -48,9 +51,9 @@ class _Task:
     key: str | None  # the cache key of the bytes read when the cache was asked
 
 
-def _bytes_of(task: _Task) -> bytes | SourceError:
+def _bytes_of(task: _Task, limit: int) -> bytes | SourceError:
     """The file's bytes, read when it is checked: a run keeps no file's bytes longer than that."""
-    return _read(task.path)
+    return _read(task.path, limit)
 
 
 def usable_cpus() -> int:
@@ -63,15 +66,16 @@ def usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def read_files(files: Sequence[Path]) -> Iterator[tuple[Path, bytes | SourceError]]:
-    """Each file with its bytes, or why it cannot be read, one at a time (none is kept)."""
+def read_files(files: Sequence[Path], limit: int) -> Iterator[tuple[Path, bytes | SourceError]]:
+    """Each file with its bytes (none over `limit`), or why it cannot be read, one at a time (none
+    is kept)."""
     for path in files:
-        yield path, _read(path)
+        yield path, _read(path, limit)
 
 
-def _read(path: Path) -> bytes | SourceError:
+def _read(path: Path, limit: int) -> bytes | SourceError:
     try:
-        return read_bytes(path)
+        return read_bytes(path, limit)
     except SourceError as exc:
         return exc
 
@@ -84,8 +88,6 @@ def check_bytes(
     from amplint.rules import rules_for
     from amplint.rules.runner import lint_source
 
-    if len(raw) > settings.max_file_size:
-        return too_large(path, display, len(raw), settings.max_file_size)
     try:
         source = decode_source(raw, path)
     except SourceError as exc:
@@ -115,7 +117,7 @@ def precheck(
         return done
     for path in files:
         display = display_path(path)
-        raw = _read(path)
+        raw = _read(path, settings.max_file_size)
         if isinstance(raw, SourceError):
             if not fix:
                 done[path] = unreadable(path, display, raw)
@@ -140,7 +142,7 @@ def precheck(
     for index, task in enumerate(tasks):
         result = results.get(index)
         if result is None:
-            raw = _bytes_of(task)
+            raw = _bytes_of(task, settings.max_file_size)
             result = (
                 unreadable(task.path, task.display, raw)
                 if isinstance(raw, SourceError)
@@ -156,7 +158,7 @@ def precheck(
 
 def _unchanged(cache: Cache, task: _Task) -> bool:
     """The file still holds the bytes its cache key was computed from."""
-    raw = _read(task.path)
+    raw = _read(task.path, cache.settings.max_file_size)
     return isinstance(raw, bytes) and cache.key(task.path, task.display, raw) == task.key
 
 
@@ -203,6 +205,32 @@ _worker_precision: Precision = Precision()
 def _initialize(settings: Settings, precision: Precision) -> None:
     global _worker_settings, _worker_precision
     _worker_settings, _worker_precision = settings, precision
+    _die_with_parent()
+
+
+def _die_with_parent() -> None:
+    """End this worker when the process that started it ends, however it ends (SIGKILL included):
+    on Linux the kernel sends SIGKILL then; elsewhere a thread watches for the parent to be gone. (A
+    forkserver, which starts workers on some platforms, ends with the run's process in turn.)"""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        registered = libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        registered = False
+    if os.getppid() != parent:  # gone while the request was made
+        os._exit(1)
+    if not registered:
+        threading.Thread(target=_watch, args=(parent,), daemon=True).start()
+
+
+def _watch(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1)
+    os._exit(1)
 
 
 def _check_batch(batch: list[tuple[int, str, str]]) -> list[_Outcome]:
@@ -210,7 +238,7 @@ def _check_batch(batch: list[tuple[int, str, str]]) -> list[_Outcome]:
     assert _worker_settings is not None, "the pool initializer sets the settings"
     outcomes: list[_Outcome] = []
     for index, path, display in batch:
-        raw = _read(Path(path))
+        raw = _read(Path(path), _worker_settings.max_file_size)
         if isinstance(raw, SourceError):
             result = unreadable(Path(path), display, raw)
         else:

@@ -76,7 +76,7 @@ def project_precision(
     if settings.modes:
         whys = tuple(ModeWhy(mode_named(name), "", 0, name, (), "configured") for name in settings.modes)
         half = frozenset(why.mode.dtype for why in whys)
-        return Precision(settings.with_torch(Profile(half, "configured", modes=whys)))
+        return Precision(settings.for_project(Profile(half, "configured", modes=whys)))
     if configured is not None:
         return Precision(configured)
     from amplint.pipeline.discovery import discover
@@ -91,14 +91,16 @@ def project_precision(
     found = index_modes(
         entry
         for full in sorted(project | own | extra)
-        for entry in _files(full, full.removeprefix(prefix).replace(os.sep, "/"), given)
+        for entry in _files(
+            full, full.removeprefix(prefix).replace(os.sep, "/"), given, settings.max_file_size
+        )
     )
     # A file no entry point reaches is its caller's, as in a project that sets no precision.
-    return Precision(settings.with_torch(CALLER), found, root)
+    return Precision(settings.for_project(CALLER), found, root)
 
 
 def _files(
-    full: str, relative: str, given: Mapping[str, bytes]
+    full: str, relative: str, given: Mapping[str, bytes], limit: int
 ) -> Iterator[tuple[str, str, Callable[[], bytes]]]:
     """(display, path from the root, reader) of a file, or of each code cell of a notebook (under
     the name reports give it: a setting in a cell is named `nb.ipynb:cell 3:2`)."""
@@ -107,9 +109,9 @@ def _files(
         if full in given:
             return given[full]
         try:
-            return read_bytes(Path(full))
+            return read_bytes(Path(full), limit)
         except SourceError:
-            return b""  # unreadable: its own check says so
+            return b""  # unreadable or too large: its own check says so
 
     display = display_path(full)
     if not full.endswith(SUFFIX):

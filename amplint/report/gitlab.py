@@ -21,7 +21,8 @@ def _fingerprint(diagnostic: Diagnostic, occurrence: int) -> str:
     unique within the report: GitLab shows only the first finding of a fingerprint and compares the
     fingerprints of two pipelines to tell new findings from fixed ones."""
     key = "\0".join((diagnostic.code, diagnostic.location, diagnostic.message, str(occurrence)))
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+    # A file name that is not UTF-8 reaches here as surrogate escapes of its bytes.
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 def issue(diagnostic: Diagnostic, occurrence: int) -> dict[str, Any]:

@@ -7,12 +7,13 @@ whose package also holds the `amplint lock` command that runs these rules."""
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import pkgutil
 from functools import cache
 from pathlib import Path
 
-from amplint.config import Settings
+from amplint.config import ConfigError, Settings
 from amplint.results import UNPARSABLE
 from amplint.rule import Rule
 from amplint.static.profile import CALLER, Profile
@@ -62,6 +63,48 @@ def rules_for(settings: Settings, path: Path, profile: Profile = CALLER) -> list
         for rule in selected_rules(settings, profile)
         if rule.code != UNPARSABLE and not settings.is_ignored_for(rule.code, path)
     ]
+
+
+@cache
+def known_codes() -> list[str]:
+    """Every rule's code, from its module's name (`amp008_*`): a run the cache answers imports no rule."""
+    return sorted(
+        info.name[:6].upper() for info in pkgutil.iter_modules(__path__) if info.name.startswith("amp")
+    )
+
+
+def check_codes(settings: Settings) -> None:
+    """Raise ConfigError when `select`, `extend-select`, `ignore` or `per-file-ignores` names a code or
+    prefix that matches no rule (`AMP08`, `AMP999`): a typo would otherwise turn rules off, or leave
+    them on, without a word. The message says where it was written and names the nearest code."""
+    codes = known_codes()
+    named = [
+        ("select", "select", settings.select),
+        ("extend_select", "extend-select", settings.extend_select),
+        ("ignore", "ignore", settings.ignore),
+        *(("per_file_ignores", f"per-file-ignores {glob!r}", own) for glob, own in settings.per_file_ignores),
+    ]
+    for field, key, values in named:
+        for value in values:
+            if any(code.startswith(value) for code in codes):
+                continue
+            origin = settings.origin(field)
+            where = origin if origin.startswith("--") else f"{origin}: '{key}'"
+            # The most similar code; of equally similar ones, the one sharing the longest start.
+            nearest = max(
+                codes,
+                key=lambda code: (
+                    difflib.SequenceMatcher(None, value, code).ratio(),
+                    next(
+                        (i for i, (a, b) in enumerate(zip(value, code, strict=False)) if a != b), len(value)
+                    ),
+                ),
+            )
+            raise ConfigError(
+                f"{where} names {value!r}, which matches no rule; did you mean {nearest!r}? "
+                "(`amplint rule --all` lists them)",
+                settings.config_path if not origin.startswith("--") else None,
+            )
 
 
 def rule_by_code(code: str) -> type[Rule] | None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import libcst as cst
@@ -18,7 +20,6 @@ from amplint.source import (
     LineIndex,
     SourceError,
     SourceFile,
-    decode_source,
     display_path,
     python_ast,
     python_compiles,
@@ -26,7 +27,7 @@ from amplint.source import (
 )
 from amplint.static.context import FileContext, Finding, FixPlan
 from amplint.static.dtypes import CALLER_CLAUSE
-from amplint.static.profile import CALLER, Profile
+from amplint.static.profile import CALLER, NEWEST_PYTHON, Profile
 from amplint.static.regions import region_marks, skip_bodies
 
 __all__ = [
@@ -58,7 +59,7 @@ def lint_text(
 ) -> FileResult:
     """Lint source text. `profile`: the half dtypes the code runs in; by default both (library code
     runs in whatever dtype its caller picks), as for a project where nothing sets one."""
-    source = decode_source(text.encode("utf-8"), Path(path))
+    source = SourceFile.of_text(text, Path(path))
     return lint_source(source, rules, path, profile=profile)
 
 
@@ -71,38 +72,207 @@ def lint_source(
         return result
     words = frozenset(_WORD.findall(text)) if rules else frozenset()
     active = [rule for rule in rules if not rule.triggers or rule.triggers & words]
+    if len(text) > LARGE:
+        return _lint_in_parts(source, active, display, profile, result)
+    return _lint_whole(text, active, words, display, profile, result)
+
+
+# Text past this many characters is checked a part at a time (`_lint_in_parts`): Python's compiler
+# takes about a hundred bytes of memory per byte of source, libcst several hundred.
+LARGE = 1_048_576
+_PART = 512 * 1024
+# Where a top-level statement may start: a line at column 0 that is neither blank, a comment, a
+# closing bracket, nor the continuation of a compound statement.
+_STATEMENT_START = re.compile(r"^(?![ \t\r\n#)\]}]|(?:else|elif|except|finally)\b)", re.MULTILINE)
+# A whole import statement on one line (a docstring's "from here on" is not one).
+_NAMES = r"[\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*"
+_IMPORT_LINE = re.compile(
+    rf"^(?:import[ \t]+{_NAMES}|from[ \t]+[\w.]+[ \t]+import[ \t]+{_NAMES})[ \t]*$", re.MULTILINE
+)
+
+
+def _cuts(text: str) -> list[tuple[int, int]]:
+    """(start, end) offsets of consecutive parts of `text` of about `_PART` characters, each cut
+    where a top-level statement may start (a cut inside a string or brackets shows when the part is
+    compiled)."""
+    cuts, start = [], 0
+    for match in _STATEMENT_START.finditer(text, _PART):
+        if match.start() - start >= _PART:
+            cuts.append((start, match.start()))
+            start = match.start()
+    cuts.append((start, len(text)))
+    return cuts
+
+
+# A part of a large file as Python parsed it: its syntax tree, libcst's module where the syntax is
+# newer than the running Python, None where only compiled, or why it is refused.
+_Parsed = ast.Module | cst.Module | Diagnostic | None
+
+
+def _compiled(
+    text: str, display: str, profile: Profile, wanted: frozenset[str] = frozenset()
+) -> Iterator[tuple[int, int, int, _Parsed]]:
+    """The parts of `text` with their first line, each compiled alone at the file's lines (parsed
+    into a tree when it holds one of the `wanted` words); a part that fails, and fails differently
+    with the next one's text added, was cut inside a statement and is joined to the next."""
+    parts = _cuts(text)
+    index, line, counted = 0, 1, 0
+    while index < len(parts):
+        start, end = parts[index]
+        line += text.count("\n", counted, start)
+        counted = start
+        tree = bool(wanted) and not wanted.isdisjoint(_WORD.findall(text, start, end))
+        parsed = _part(text[start:end], display, line, profile, tree)
+        while isinstance(parsed, Diagnostic) and index + 1 < len(parts):
+            joined = _part(text[start : parts[index + 1][1]], display, line, profile, tree)
+            if isinstance(joined, Diagnostic) and (joined.line, joined.column) == (
+                parsed.line,
+                parsed.column,
+            ):
+                break  # the same error with more text: the file's, not the cut's
+            index += 1
+            end = parts[index][1]
+            parsed = joined
+        yield start, end, line, parsed
+        index += 1
+
+
+def _part(part: str, display: str, first_line: int, profile: Profile, tree: bool) -> _Parsed:
+    """One part of a large file compiled (and with `tree` parsed) as `_python_tree` does, its AMP900
+    at the file's line. A part after the first follows a statement: one `pass` line stands for what
+    comes before it (a late `from __future__` stays late)."""
+    lead = "" if first_line == 1 else "pass\n"
+    parsed = _python_tree(lead + part, display, tree=tree, python=profile.python)
+    if not isinstance(parsed, Diagnostic):
+        return parsed
+    line = max(parsed.line + first_line - 1 - (1 if lead else 0), 1)
+    return replace(parsed, line=line, end_line=line)
+
+
+def invalid_code(text: str, display: str, profile: Profile = CALLER) -> str | None:
+    """Why a fix's result is not valid code, or None when it is: libcst parses it, or for a large
+    file (which libcst never reads whole), Python compiles every part of it."""
+    if len(text) > LARGE:
+        errors = (parsed for *_, parsed in _compiled(text, display, profile))
+        return next((error.message for error in errors if isinstance(error, Diagnostic)), None)
+    try:
+        cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        return exc.message
+    return None
+
+
+def _lint_in_parts(
+    source: SourceFile, active: Sequence[type[Rule]], display: str, profile: Profile, result: FileResult
+) -> FileResult:
+    """A large file, checked so that memory follows a part and time the code the rules need. Python
+    compiles it a part at a time (about `_PART` characters). The rules read only its top-level
+    statements that hold a word some active rule looks for (found in Python's tree of the part),
+    parsed by libcst as modules of their own whose positions are the file's: the file's one-line
+    imports on the first line, one string over the lines between the statements kept."""
+    text = source.text
+    triggers = frozenset().union(*(rule.triggers for rule in active))
+    imports = "; ".join(match.group().strip() for match in _IMPORT_LINE.finditer(text))
+    kept: list[tuple[int, str]] = []  # (first line, statement) of those the rules need
+    for start, _, first_line, parsed in _compiled(
+        text, display, profile, triggers if active else frozenset()
+    ):
+        if isinstance(parsed, Diagnostic):
+            result.diagnostics = [parsed]
+            return result
+        part = text[start:_]
+        if isinstance(parsed, cst.Module):  # newer syntax than the running Python: the part whole
+            kept.append((first_line, part))
+        elif parsed is not None:
+            kept += _statements(part, parsed, first_line, triggers)
+    batch: list[tuple[int, str]] = []
+    size = 0
+    for statement in kept:  # libcst reads about a part's worth at a time
+        batch.append(statement)
+        size += len(statement[1])
+        if size >= _PART:
+            _lint_kept(source, batch, imports, active, display, profile, result)
+            batch, size = [], 0
+    _lint_kept(source, batch, imports, active, display, profile, result)
+    result.diagnostics = sort_diagnostics(result.diagnostics)
+    return result
+
+
+def _statements(
+    part: str, tree: ast.Module, first_line: int, triggers: frozenset[str]
+) -> list[tuple[int, str]]:
+    """The top-level statements of a part (parsed after a lead line when not the file's first) that
+    hold a trigger word, with their line in the file."""
+    lines = part.splitlines(keepends=True)
+    shift = 0 if first_line == 1 else 1  # the lead `pass` line
+    found = []
+    for statement in tree.body[shift:]:
+        decorators: list[ast.expr] = getattr(statement, "decorator_list", None) or []
+        begin = min([statement.lineno, *(d.lineno for d in decorators)]) - shift
+        end = (statement.end_lineno or statement.lineno) - shift
+        code = "".join(lines[begin - 1 : end])
+        if not triggers.isdisjoint(_WORD.findall(code)):
+            found.append((begin + first_line - 1, code))
+    return found
+
+
+def _lint_kept(
+    source: SourceFile,
+    kept: list[tuple[int, str]],
+    imports: str,
+    active: Sequence[type[Rule]],
+    display: str,
+    profile: Profile,
+    result: FileResult,
+) -> None:
+    """Run the rules over statements of a large file, laid out at their own lines, into `result`."""
+    if not kept:
+        return
+    pieces = [imports]
+    line = 1  # the last line written so far
+    for first_line, statement in kept:
+        body = statement.rstrip("\r\n")
+        gap = first_line - line - 1  # lines to skip between what is written and the statement
+        pieces.append('\n"""' + "\n" * (gap - 1) + '"""\n' if gap >= 2 else "\n" * (gap + 1))
+        pieces.append(body)
+        line = first_line + body.count("\n")
+    module = "".join(pieces) + "\n"
+    words = frozenset(_WORD.findall(module))
+    wanted = [rule for rule in active if not rule.triggers or rule.triggers & words]
+    found = _lint_whole(module, wanted, words, display, profile, FileResult(source.path, display, source))
+    result.diagnostics += [d for d in found.diagnostics if d.line >= kept[0][0]]
+    result.internal_errors += found.internal_errors
+    result.warnings += found.warnings
+    result.libcst_rejected = result.libcst_rejected or found.libcst_rejected
+
+
+def _lint_whole(
+    text: str,
+    active: Sequence[type[Rule]],
+    words: frozenset[str],
+    display: str,
+    profile: Profile,
+    result: FileResult,
+) -> FileResult:
     # Python's own (fast, C) parser decides whether the file is broken: AMP900 exactly where it
-    # refuses the file, whatever libcst, which accepts some of those, makes of it.
-    tree = _python_tree(text, display, tree=bool(active))
+    # refuses the file in the grammar of the project's Python, whatever libcst, which accepts some of
+    # those, makes of it. Syntax newer than the running Python is libcst's to read.
+    tree = _python_tree(text, display, tree=bool(active), python=profile.python)
     if isinstance(tree, Diagnostic):
         result.diagnostics.append(tree)
         return result
     if not active or tree is None:
         return result
-    marks = region_marks(active)
-    parsed = (skip_bodies(text, *marks, tree=tree) if marks is not None else None) or text
-    try:
-        module = cst.parse_module(parsed)
-    except cst.ParserSyntaxError as exc:
-        # Python accepted it: the file is not broken, only beyond libcst; not checked, and said so.
-        first = exc.message.splitlines()[0] if exc.message else "syntax"
-        result.libcst_rejected = unparsable_diagnostic(
-            display, f"SyntaxError: {exc.message}", exc.raw_line, exc.raw_column + 1
-        )
-        result.warnings.append(
-            f"{display}:{exc.raw_line}:{exc.raw_column + 1}: not checked: Python accepts it, but "
-            f"amplint's parser (libcst) does not ({first})"
-        )
-        return result
-    except RecursionError:
-        result.diagnostics.append(
-            unparsable_diagnostic(display, f"{_TOO_DEEP} to parse; the file was not checked")
-        )
-        return result
-    except MemoryError:
-        result.diagnostics.append(unparsable_diagnostic(display, _OUT_OF_MEMORY))
-        return result
-    ctx = FileContext(source.path, module, words, parsed, profile=profile)
+    if isinstance(tree, cst.Module):
+        module, parsed = tree, text
+    else:
+        marks = region_marks(active)
+        parsed = (skip_bodies(text, *marks, tree=tree) if marks is not None else None) or text
+        parsed_module = _libcst_module(parsed, display, result)
+        if parsed_module is None:
+            return result
+        module = parsed_module
+    ctx = FileContext(result.path, module, words, parsed, profile=profile)
     lines = LineIndex(text)
     too_deep: list[str] = []
     for rule in active:
@@ -136,16 +306,61 @@ _OUT_OF_MEMORY = "out of memory while checking it (lower max-file-size?); the fi
 _TRACE_FRAMES = 12
 
 
-def _python_tree(text: str, display: str, *, tree: bool = True) -> ast.Module | Diagnostic | None:
-    """Python's own parse of the file (None without `tree`: only compiled), or the AMP900
-    diagnostic saying why it rejects it: exactly where `compile(text, path, "exec")` raises."""
+def _libcst_module(text: str, display: str, result: FileResult) -> cst.Module | None:
+    """libcst's parse of text Python accepts; None when it fails, said in `result`."""
     try:
-        if not tree:
+        return cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        # Python accepted it: the file is not broken, only beyond libcst; not checked, and said so.
+        first = exc.message.splitlines()[0] if exc.message else "syntax"
+        result.libcst_rejected = unparsable_diagnostic(
+            display, f"SyntaxError: {exc.message}", exc.raw_line, exc.raw_column + 1
+        )
+        result.warnings.append(
+            f"{display}:{exc.raw_line}:{exc.raw_column + 1}: not checked: Python accepts it, but "
+            f"amplint's parser (libcst) does not ({first})"
+        )
+    except RecursionError:
+        result.diagnostics.append(
+            unparsable_diagnostic(display, f"{_TOO_DEEP} to parse; the file was not checked")
+        )
+    except MemoryError:
+        result.diagnostics.append(unparsable_diagnostic(display, _OUT_OF_MEMORY))
+    return None
+
+
+_RUNNING = sys.version_info[:2]
+
+
+def _python_tree(
+    text: str, display: str, *, tree: bool = True, python: tuple[int, int] = NEWEST_PYTHON
+) -> ast.Module | cst.Module | Diagnostic | None:
+    """Python's own parse of the file (None without `tree`: only compiled), or the AMP900
+    diagnostic saying why the project's Python (`python`) rejects it: exactly where `compile(text,
+    path, "exec")` raises, in the grammar of `python` when that is not newer than the running Python.
+    When it is newer, syntax the running parser does not know yet is libcst's to read: a file only
+    the running parser refuses is valid, and libcst's parse of it stands for Python's."""
+    older = python < _RUNNING
+    try:
+        if not tree and not older:
             python_compiles(text, display)
             return None
-        return python_ast(text, display, compiled=True)
+        parsed = python_ast(text, display, compiled=True, feature_version=python[1] if older else -1)
+        return parsed if tree else None
     except SyntaxError as exc:
-        return unparsable_diagnostic(display, f"SyntaxError: {exc.msg}", exc.lineno or 1, exc.offset or 1)
+        target = f"Python {python[0]}.{python[1]}"
+        why = f"{target}, the project's Python, refuses it"
+        if python > _RUNNING:
+            # A parser's limits ("too many nested parentheses") bind newer Pythons as well.
+            newer = None if exc.msg.startswith("too many") else _newer_syntax(text)
+            if newer is not None:
+                return newer
+            # Broken in the newer grammar too: the running parser's message says best where.
+            running = f"Python {_RUNNING[0]}.{_RUNNING[1]}"
+            why = f"{running} refuses it, and it is not newer syntax that {target} accepts"
+        return unparsable_diagnostic(
+            display, f"SyntaxError: {exc.msg}", exc.lineno or 1, exc.offset or 1, help=why
+        )
     except ValueError as exc:
         return unparsable_diagnostic(display, f"SyntaxError: {exc}")
     except RecursionError:
@@ -156,9 +371,27 @@ def _python_tree(text: str, display: str, *, tree: bool = True) -> ast.Module | 
         return unparsable_diagnostic(display, "too large for Python's own parser; the file was not checked")
 
 
-def _compile_error(text: str, display: str) -> Diagnostic | None:
-    """The AMP900 diagnostic for text that Python rejects, else None."""
-    error = _python_tree(text, display, tree=False)
+def _newer_syntax(text: str) -> cst.Module | None:
+    """libcst's parse of a file the running Python refused, when the refusal is its parser's and
+    libcst's newer grammar accepts the file; None when the file is broken there too, or when the
+    compiler, not the parser, refused it (a late `from __future__ import` is wrong in every Python)."""
+    try:
+        python_ast(text)
+    except SyntaxError:
+        pass
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    else:
+        return None  # the parser accepts it: what the compiler refused is refused by newer ones too
+    try:
+        return cst.parse_module(text)
+    except (cst.ParserSyntaxError, RecursionError, MemoryError):
+        return None
+
+
+def _compile_error(text: str, display: str, python: tuple[int, int] = NEWEST_PYTHON) -> Diagnostic | None:
+    """The AMP900 diagnostic for text that the project's Python rejects, else None."""
+    error = _python_tree(text, display, tree=False, python=python)
     return error if isinstance(error, Diagnostic) else None
 
 

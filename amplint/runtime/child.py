@@ -1,20 +1,25 @@
 """The trace, run in a child process: an abort inside torch (a C++ terminate) ends this process,
-not the user's command, and a hang is ended by the parent's timeout.
+not the user's command, and a hang is ended by the parent's timeout. The child runs in a process
+group of its own, which the timeout ends whole (processes the target started too), under a memory
+limit (`memory-limit`, by default three quarters of the machine's memory), and only the last
+`output-limit` bytes of what it prints are shown.
 
     python -m amplint.runtime.child SPEC_JSON OUTPUT_JSON
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from amplint.runtime.gpu import DEFAULT_GPU, GPUS
 from amplint.runtime.graph import DtypeGraph, ValueLimits
@@ -60,7 +65,7 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         factory = load_factory(spec["target"])
         try:
             model, args, kwargs = call_factory(factory)
-        except TargetError:
+        except (TargetError, MemoryError):
             raise
         except Exception as exc:
             raise ChildError("the factory raised:\n" + "".join(traceback.format_exception(exc))) from None
@@ -158,31 +163,80 @@ def _floating(model: Any) -> list[Any]:
     return [p for p in parameters() if p.is_floating_point()] if callable(parameters) else []
 
 
+def default_memory_limit() -> int:
+    """Three quarters of the machine's memory: a target that would take it all fails alone."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * 3 // 4)
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - no sysconf (Windows)
+        return 0
+
+
+DEFAULT_OUTPUT_LIMIT = 64 * 1024  # bytes of a target's output shown when it fails
+
+
 def trace_in_child(spec: dict[str, Any], timeout: float) -> DtypeGraph:
+    memory = int(spec.get("memory_limit") or default_memory_limit())
+    shown = int(spec.get("output_limit") or DEFAULT_OUTPUT_LIMIT)
     with tempfile.TemporaryDirectory(prefix="amplint-trace-") as scratch:
         output = Path(scratch) / "graph.json"
         command = [sys.executable, "-m", "amplint.runtime.child", json.dumps(spec), str(output)]
-        try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=timeout, env=os.environ.copy()
+        # Output goes to a file, read back from its end: a target printing without end costs disk,
+        # never this process's memory.
+        with open(Path(scratch) / "output.txt", "w+b") as printed:
+            child = subprocess.Popen(
+                command,
+                stdout=printed,
+                stderr=printed,
+                env=os.environ.copy(),
+                start_new_session=True,  # its own process group: ended whole, grandchildren too
+                preexec_fn=(lambda: _cap_memory(memory)) if memory and os.name == "posix" else None,
             )
-        except subprocess.TimeoutExpired:
-            raise ChildError(
-                f"the trace did not finish within {timeout:g} s (raise it with --timeout)"
-            ) from None
-        if done.returncode == 0:
+            try:
+                returncode = child.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise ChildError(
+                    f"the trace did not finish within {timeout:g} s (raise it with --timeout)"
+                ) from None
+            finally:
+                _end_group(child)
+            message = _tail(printed, shown)
+        if returncode == 0 and output.is_file():
             return DtypeGraph.load(output)
-        message = done.stderr.strip() or done.stdout.strip()
-        if done.returncode == BAD_TARGET:
+        if returncode == BAD_TARGET:
             from amplint.runtime.target import TargetError
 
             raise TargetError(message or "the target could not be loaded")
-        if done.returncode < 0 or done.returncode > BAD_TARGET:
+        if returncode == 0:
+            raise ChildError(f"the target ended the process before the trace was written\n{message}".rstrip())
+        if returncode < 0 or returncode > BAD_TARGET:
             raise ChildError(
-                f"the trace aborted inside torch (exit status {done.returncode}); "
+                f"the trace aborted inside torch (exit status {returncode}); "
                 f"run with --in-process to see where.\n{message[-2000:]}"
             )
         raise ChildError(message)
+
+
+def _cap_memory(limit: int) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _end_group(child: subprocess.Popen[bytes]) -> None:
+    """End the child's process group (what the target started lives on otherwise), then the child."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+def _tail(printed: IO[bytes], limit: int) -> str:
+    """The last `limit` bytes of what the child printed, saying how much was left out."""
+    size = printed.seek(0, os.SEEK_END)
+    printed.seek(max(size - limit, 0))
+    text = printed.read().decode("utf-8", "replace").strip()
+    if size <= limit:
+        return text
+    return f"[{size - limit:,} bytes of the target's output left out; the last {limit:,} follow]\n{text}"
 
 
 def main(argv: list[str]) -> int:
@@ -195,6 +249,15 @@ def main(argv: list[str]) -> int:
     except TargetError as exc:  # no such file or factory, or a factory that returns no model
         print(exc, file=sys.stderr)
         return BAD_TARGET
+    except SystemExit as exc:  # `sys.exit()` in the target's code: its error, not a trace's result
+        print(f"the target called sys.exit({exc.code!r}) instead of returning (model, args)", file=sys.stderr)
+        return BAD_TARGET
+    except MemoryError:
+        print(
+            "the target ran out of memory (memory-limit in [tool.amplint.runtime], or --memory-limit)",
+            file=sys.stderr,
+        )
+        return FACTORY_FAILED
     except TraceError as exc:  # a ReplayError is a TraceError
         print(exc, file=sys.stderr)
         return USAGE

@@ -128,7 +128,7 @@ def unknown_keys(runtime: dict[str, Any]) -> list[str]:
     where = "[tool.amplint.runtime]"
     said = [
         f"{where} unknown key {key!r} ignored"
-        for key in sorted(set(runtime) - {"targets", "timeout", *_CHOICES, *LIMITS})
+        for key in sorted(set(runtime) - {"targets", "timeout", *_CHOICES, *LIMITS, *_CHILD})
     ]
     for entry in runtime.get("targets", []) if isinstance(runtime.get("targets"), list) else []:
         if isinstance(entry, dict) and isinstance(entry.get("target"), str):
@@ -144,6 +144,7 @@ def target_specs(runtime: dict[str, Any], targets: list[str] | None, root: Path)
     where = "[tool.amplint.runtime]"
     defaults = {key: _choice(runtime, key, _DEFAULTS[key], where) for key in _CHOICES}
     limits = value_limits(runtime, where)
+    child = child_limits(runtime)
     entries: list[object] = list(targets) if targets else runtime.get("targets", [])
     if not isinstance(entries, list):
         raise TargetError(f"{where} 'targets' must be a list of FILE.py:FACTORY strings or tables")
@@ -171,9 +172,29 @@ def target_specs(runtime: dict[str, Any], targets: list[str] | None, root: Path)
                 "limits": {**limits, **value_limits(table, named)},
                 "weights": None if weights is None else str(root / weights),
                 "compare_cpu": True,
+                **child,
             }
         )
     return specs
+
+
+# What the trace's child process may use (`amplint.runtime.child`): key -> the spec's key.
+_CHILD = {"memory-limit": "memory_limit", "output-limit": "output_limit"}
+
+
+def child_limits(runtime: dict[str, Any]) -> dict[str, int]:
+    """`memory-limit` and `output-limit` of `[tool.amplint.runtime]` in bytes, as a spec's keys;
+    those not set take the child's defaults."""
+    from amplint.config import ConfigError, parse_size
+
+    try:
+        return {
+            name: parse_size(runtime[key], f"[tool.amplint.runtime] '{key}'")
+            for key, name in _CHILD.items()
+            if key in runtime
+        }
+    except ConfigError as exc:
+        raise TargetError(str(exc)) from None
 
 
 def trace_timeout(runtime: dict[str, Any], given: float | None) -> float:

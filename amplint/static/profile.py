@@ -120,6 +120,11 @@ def _show(version: Version) -> str:
 
 
 ANY_TORCH = TorchRange()
+# The newest Python whose grammar libcst, amplint's parser, knows (max of its
+# KNOWN_PYTHON_VERSION_STRINGS, which tests/static/test_parse_parity.py compares): the grammar a
+# project that declares no Python is checked in. Spelled out so that a run the cache answers never
+# imports libcst.
+NEWEST_PYTHON = (3, 15)
 
 
 _SHORT = {BFLOAT16: "bf16", FLOAT16: "fp16"}
@@ -199,6 +204,9 @@ class Profile:
     # The modes of each top-level definition some entry reaches; where set, one it does not reach
     # runs in float32 (module-level code keeps the file's `modes`).
     definitions: tuple[tuple[str, tuple[ModeWhy, ...]], ...] = ()
+    # The Python whose grammar the code follows (`target-version`, or the lower bound of
+    # `requires-python`): AMP900 is where that Python would refuse the file.
+    python: tuple[int, int] = NEWEST_PYTHON
 
     def __post_init__(self) -> None:
         # Rules compare against these names: a typo here would silently turn a rule off.
@@ -232,12 +240,13 @@ class Profile:
         return f"{dtypes} ({why})"
 
     def key(self) -> str:
-        """What the result cache keys on: the dtypes and the origin, and a file's modes with their
-        evidence (its messages name them), not the project's evidence, so a new cast of an already
-        known dtype re-lints only the files it reaches."""
+        """What the result cache keys on: the dtypes, the origin and the Python, and a file's modes
+        with their evidence (its messages name them), not the project's evidence, so a new cast of an
+        already known dtype re-lints only the files it reaches."""
         modes = "|".join(why.describe() for why in self.modes)
         modes += "|".join(f"{name}={','.join(w.describe() for w in whys)}" for name, whys in self.definitions)
         key = f"{self.origin}:{'+'.join(sorted(self.half)) or 'float32'}:torch{self.torch.describe()}"
+        key += f":py{self.python[0]}.{self.python[1]}"
         return f"{key}:{modes}" if modes else key
 
     def modes_of(self, definition: str | None) -> tuple[ModeWhy, ...]:

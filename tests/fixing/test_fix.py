@@ -272,7 +272,6 @@ def test_fix_that_breaks_code_exits_2_from_cli(tmp_path: Path) -> None:
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "model.py" in proc.stderr

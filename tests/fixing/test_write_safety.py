@@ -85,7 +85,7 @@ def test_two_runs_at_once_leave_each_file_as_it_was_or_fixed(tmp_path: Path) -> 
         for _ in range(2)
     ]
     for run in runs:
-        run.communicate(timeout=120)
+        run.communicate()
     assert {path.read_text(encoding="utf-8") for path in paths} == {HAZARD_FIXED}
     assert sorted(p.name for p in (tmp_path / "pkg").iterdir()) == sorted(p.name for p in paths)
 

@@ -108,7 +108,6 @@ class Runner:
             env=env,
             capture_output=True,
             text=True,
-            timeout=600,
         )
         return StepResult(step.get("name", ""), result.returncode, result.stdout, result.stderr)
 

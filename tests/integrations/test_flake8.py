@@ -20,7 +20,6 @@ def flake8(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subproce
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=120,
         env=env,
     )
 

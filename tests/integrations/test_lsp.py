@@ -7,15 +7,25 @@ import asyncio
 import sys
 from pathlib import Path
 
+import pytest
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 from support import HAZARD, HAZARD_CODE, HAZARD_FIXED, write
 
 # A non-BMP character before the finding on its line: LSP counts UTF-16 units, amplint code points.
 WIDE = "import torch\n\n\ndef f():\n    s = '\U0001d538'; scaler = torch.cuda.amp.GradScaler()\n    return s, scaler\n"
+# Characters of one, two, three and four UTF-8 bytes (one or two UTF-16 units) before the finding,
+# in a file whose coding cookie says latin-1, which can encode none of the last three.
+MIXED = (
+    "# -*- coding: latin-1 -*-\nimport torch\n\n\ndef f():\n"
+    "    s = 'café € 😀 中文'; scaler = torch.cuda.amp.GradScaler()\n    return s, scaler\n"
+)
+ENCODINGS = {"utf-8": "utf-8", "utf-16": "utf-16-le", "utf-32": "utf-32-le"}
 
 
-async def _session(root: Path, text: str, uri_name: str = "model.py") -> dict:
+async def _session(
+    root: Path, text: str, uri_name: str = "model.py", offered: list[str] | None = None
+) -> dict:
     client = LanguageClient("amplint-test", "1")
     published: asyncio.Queue[types.PublishDiagnosticsParams] = asyncio.Queue()
 
@@ -25,8 +35,11 @@ async def _session(root: Path, text: str, uri_name: str = "model.py") -> dict:
 
     await client.start_io(sys.executable, "-m", "amplint", "server", cwd=str(root))
     try:
-        await client.initialize_async(
-            types.InitializeParams(capabilities=types.ClientCapabilities(), root_uri=root.as_uri())
+        general = None if offered is None else types.GeneralClientCapabilities(position_encodings=offered)
+        result = await client.initialize_async(
+            types.InitializeParams(
+                capabilities=types.ClientCapabilities(general=general), root_uri=root.as_uri()
+            )
         )
         client.initialized(types.InitializedParams())
         uri = (root / uri_name).as_uri()
@@ -35,7 +48,7 @@ async def _session(root: Path, text: str, uri_name: str = "model.py") -> dict:
                 text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
             )
         )
-        opened = await asyncio.wait_for(published.get(), 60)
+        opened = await published.get()
         everything = types.Range(
             start=types.Position(line=0, character=0), end=types.Position(line=99, character=0)
         )
@@ -52,29 +65,36 @@ async def _session(root: Path, text: str, uri_name: str = "model.py") -> dict:
                 content_changes=[types.TextDocumentContentChangeWholeDocument(text="x = 1\n")],
             )
         )
-        changed = await asyncio.wait_for(published.get(), 60)
+        changed = await published.get()
         await client.shutdown_async(None)
         client.exit(None)
-        return {"uri": uri, "opened": opened, "actions": actions or [], "changed": changed}
+        return {
+            "uri": uri,
+            "opened": opened,
+            "actions": actions or [],
+            "changed": changed,
+            "encoding": result.capabilities.position_encoding,
+        }
     finally:
         await client.stop()
 
 
-def _apply(text: str, edits: list[types.TextEdit]) -> str:
+def _apply(text: str, edits: list[types.TextEdit], encoding: str = "utf-16") -> str:
+    """The edits applied as an editor counting positions in `encoding` applies them."""
+    codec = ENCODINGS[encoding]
+    width = len("a".encode(codec))
     lines = text.splitlines(keepends=True)
     offsets = [0]
     for line in lines:
-        offsets.append(offsets[-1] + len(line.encode("utf-16-le")) // 2)
-    units = text.encode("utf-16-le")
+        offsets.append(offsets[-1] + len(line.encode(codec)) // width)
+    units = text.encode(codec)
 
     def at(position: types.Position) -> int:
-        return 2 * (offsets[min(position.line, len(lines))] + position.character)
+        return width * (offsets[min(position.line, len(lines))] + position.character)
 
     for edit in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
-        units = (
-            units[: at(edit.range.start)] + edit.new_text.encode("utf-16-le") + units[at(edit.range.end) :]
-        )
-    return units.decode("utf-16-le")
+        units = units[: at(edit.range.start)] + edit.new_text.encode(codec) + units[at(edit.range.end) :]
+    return units.decode(codec)
 
 
 def test_diagnostics_quick_fix_and_fix_all(tmp_path: Path) -> None:
@@ -107,3 +127,28 @@ def test_the_files_configuration_applies(tmp_path: Path) -> None:
     write(tmp_path / "pyproject.toml", '[tool.amplint]\nignore = ["AMP008"]\n')
     session = asyncio.run(_session(tmp_path, HAZARD))
     assert not session["opened"].diagnostics
+
+
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
+def test_each_offered_position_encoding_is_used_and_the_text_kept(tmp_path: Path, encoding: str) -> None:
+    # The client prefers `encoding`; the others follow, as Neovim offers UTF-8 first.
+    offered = [encoding, *(other for other in ENCODINGS if other != encoding)]
+    session = asyncio.run(_session(tmp_path, MIXED, offered=offered))
+    assert session["encoding"] == encoding
+    (diagnostic,) = session["opened"].diagnostics
+    line = MIXED.splitlines()[5]
+    codec = ENCODINGS[encoding]
+    start = len(line[: line.index("torch.cuda")].encode(codec)) // len("a".encode(codec))
+    assert (diagnostic.range.start.line, diagnostic.range.start.character) == (5, start)
+    fixed = MIXED.replace("torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")')
+    kinds = {action.kind: action for action in session["actions"]}
+    assert _apply(MIXED, kinds[types.CodeActionKind.QuickFix].edit.changes[session["uri"]], encoding) == fixed
+    # The cookie said how the file's bytes were read; the editor's text is fixed as text.
+    assert _apply(MIXED, kinds["source.fixAll.amplint"].edit.changes[session["uri"]], encoding) == fixed
+
+
+def test_an_encoding_the_server_lacks_is_not_chosen(tmp_path: Path) -> None:
+    session = asyncio.run(_session(tmp_path, MIXED, offered=["utf-7", "utf-32"]))
+    assert session["encoding"] == "utf-32"
+    (diagnostic,) = session["opened"].diagnostics
+    assert diagnostic.range.start.character == MIXED.splitlines()[5].index("torch.cuda")

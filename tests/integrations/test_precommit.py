@@ -105,7 +105,6 @@ class TryRepo:
             env=self.env,
             capture_output=True,
             text=True,
-            timeout=600,
         )
 
 

@@ -39,7 +39,6 @@ def _pytest(root: Path) -> subprocess.CompletedProcess[str]:
         cwd=root,
         capture_output=True,
         text=True,
-        timeout=600,
     )
 
 

@@ -204,15 +204,15 @@ def test_permission_denied_in_process(tmp_path: Path, monkeypatch: pytest.Monkey
     d.mkdir()
     (d / "good.py").write_text(HAZARD, encoding="utf-8")
     (d / "secret.py").write_text(HAZARD, encoding="utf-8")
-    real_read_bytes = Path.read_bytes
+    real_open = os.open
 
-    def read_bytes(self: Path) -> bytes:
-        if self.name == "secret.py":
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read_bytes(self)
+    def open_file(path: str | Path, *args: int) -> int:
+        if Path(path).name == "secret.py":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args)
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(os, "open", open_file)
     for fix in (False, True):
         run = run_check([Path("proj")], load_settings([Path("proj")]), fix=fix)
         assert run.errors == []
@@ -264,7 +264,6 @@ def test_permission_denied_subprocess(tmp_path: Path) -> None:
             cwd=tmp_path,
             capture_output=True,
             text=True,
-            timeout=120,
         )
         assert "Traceback" not in proc.stderr
         diagnostics = json.loads(proc.stdout)["diagnostics"]
@@ -534,8 +533,8 @@ def test_a_tree_of_pathological_files_costs_one_diagnostic_each(tmp_path: Path) 
     assert ("model.py", HAZARD_CODE) in found
     refused = {name for name, text in files.items() if _python_refuses(text)}
     assert refused == {"parens_250.py"}
-    # AMP900 on the file Python refuses, and on the one over max-file-size (skipped, saying why).
-    assert {path for path, code in found if code == "AMP900"} == {"parens_250.py", "list_200000.py"}
+    # AMP900 on the file Python refuses only: the 2 MB list is checked, a part at a time.
+    assert {path for path, code in found if code == "AMP900"} == {"parens_250.py"}
     assert len(proc.stderr.encode()) < 100_000 and "Traceback" not in proc.stderr
 
 
@@ -565,3 +564,88 @@ def test_a_runtime_target_that_names_no_model_is_a_usage_error(
     assert proc.returncode == 2
     assert f"amplint: error: {message}" in proc.stderr and "Traceback" not in proc.stderr
     assert (tmp_path / "model.py").read_text(encoding="utf-8") == HAZARD  # nothing written
+
+
+def _run_in_1gib(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """amplint with its address space capped at 1 GiB: reading a 3 GiB file, or /dev/zero to its end,
+    fails there instead of taking the machine."""
+    import resource
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    return subprocess.run(
+        [sys.executable, "-m", "amplint", *args], cwd=cwd, capture_output=True, text=True, preexec_fn=cap
+    )
+
+
+def test_a_huge_file_is_refused_from_its_size_before_it_is_read(tmp_path: Path) -> None:
+    with open(tmp_path / "huge.py", "wb") as handle:
+        handle.truncate(3 << 30)  # sparse: 3 GiB that cost no disk
+    write(tmp_path / "model.py", HAZARD)
+    for extra in ((), ("--fix",)):
+        done = _run_in_1gib(tmp_path, "check", ".", "--no-cache", "--format", "json", *extra)
+        assert done.returncode == 1, done.stderr[-2000:]
+        found = {d["path"]: d["message"] for d in json.loads(done.stdout)["diagnostics"]}
+        assert found["huge.py"].startswith("file too large to check (3221.2 MB, over max-file-size")
+
+
+def test_an_ignore_file_or_source_that_leads_into_dev_is_not_read(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").symlink_to("/dev/zero")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / ".gitignore").symlink_to("/dev/urandom")
+    write(tmp_path / "sub" / "model.py", HAZARD)
+    done = _run_in_1gib(tmp_path, "check", ".", "--no-cache", "--format", "json")
+    assert done.returncode == 1, done.stderr[-2000:]
+    found = {(d["path"], d["code"]): d["message"] for d in json.loads(done.stdout)["diagnostics"]}
+    assert ("sub/model.py", HAZARD_CODE) in found
+    assert "leads into /dev" in found[(".gitignore", "AMP900")]
+    assert "leads into /dev" in found[("sub/.gitignore", "AMP900")]
+
+
+def _generated(blocks: int, hazard_every: int) -> str:
+    """A generated module: functions, tables, a multi-line string with column-0 lines that look like
+    statements (a cut there shows only when compiled), and the hazard every `hazard_every` blocks."""
+    parts = ["import torch\nimport torch.nn.functional as F\n\n"]
+    for i in range(blocks):
+        parts.append(f"\ndef layer_{i}(x, w):\n    y = F.linear(x, w)\n    return y * {i}\n\n")
+        if i % 40 == 0:
+            parts.append(f"TABLE_{i} = {{" + ", ".join(f"'k{j}': {j}" for j in range(100)) + "}\n")
+        if i % 997 == 0:
+            parts.append('DOC = """\nx = torch.cuda.amp.GradScaler()\nelse:\n"""\n')
+        if i % hazard_every == hazard_every - 1:
+            parts.append(f"def scaler_{i}():\n    return torch.cuda.amp.GradScaler()\n\n")
+    return "".join(parts)
+
+
+def test_a_large_valid_module_is_checked_and_fixed(tmp_path: Path) -> None:
+    text = _generated(25_000, 5_000)
+    assert len(text) > 2_300_000
+    write(tmp_path / "generated.py", text)
+    lines = [
+        n
+        for n, line in enumerate(text.splitlines(), 1)
+        if line.endswith("return torch.cuda.amp.GradScaler()")
+    ]
+    _, found = check_json(tmp_path, "generated.py", "--no-cache")
+    assert [(d["code"], d["line"], d["column"]) for d in found] == [(HAZARD_CODE, n, 12) for n in lines]
+    fixed = amplint_run(tmp_path, "check", "generated.py", "--no-cache", "--fix")
+    assert fixed.returncode == 0, fixed.stderr
+    expected = text.replace(
+        "    return torch.cuda.amp.GradScaler()", '    return torch.amp.GradScaler("cuda")'
+    )
+    assert (tmp_path / "generated.py").read_text(encoding="utf-8") == expected
+
+
+def test_a_large_module_broken_late_is_refused_where_python_refuses_it(tmp_path: Path) -> None:
+    text = _generated(12_000, 100_000)
+    broken = text + "\ndef tail(:\n    pass\n"
+    write(tmp_path / "generated.py", broken)
+    _, found = check_json(tmp_path, "generated.py", "--no-cache")
+    error = only(by_path(found), "generated.py")
+    try:
+        compile(broken, "generated.py", "exec")
+    except SyntaxError as exc:
+        assert (error["line"], error["column"]) == (exc.lineno, exc.offset)
+        assert error["message"].startswith(f"SyntaxError: {exc.msg}")

@@ -97,7 +97,6 @@ def test_warm_run_does_not_load_the_parser(tmp_path: Path) -> None:
             cwd=root,
             capture_output=True,
             text=True,
-            timeout=120,
         )
         assert proc.returncode == 1, proc.stderr
         return {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
@@ -259,7 +258,7 @@ def test_two_processes_sharing_one_cache(tmp_path: Path) -> None:
         for _ in range(3)
     ]
     for run in runs:
-        stdout, stderr = run.communicate(timeout=120)
+        stdout, stderr = run.communicate()
         assert run.returncode == 1, stderr
         assert stdout == expected
         assert "warning" not in stderr

@@ -126,16 +126,16 @@ def test_is_ignored_applies_parent_directories() -> None:
     assert not patterns.is_ignored(Path("/repo/src/x.py"), is_dir=False)
 
 
-def test_load_gitignore_anchors_at_the_file_directory(tmp_path: Path) -> None:
+def test_load_gitignore_anchors_at_the_given_directory(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     gitignore = tmp_path / "sub" / ".gitignore"
     gitignore.write_bytes(b"/only-here\r\n*.tmp\n")
-    patterns = load_gitignore(gitignore)
+    patterns = load_gitignore(gitignore.read_bytes(), gitignore.parent)
     assert patterns.base == tmp_path / "sub"
     assert patterns.match(tmp_path / "sub" / "only-here", is_dir=False) is True  # CRLF stripped
     assert patterns.match(tmp_path / "sub" / "x" / "only-here", is_dir=False) is None
     assert patterns.match(tmp_path / "sub" / "x" / "a.tmp", is_dir=False) is True
-    assert len(load_gitignore(gitignore, base=tmp_path)) == 2
+    assert len(load_gitignore(gitignore.read_bytes(), tmp_path)) == 2
 
 
 # --- against git ---------------------------------------------------------------------------------
@@ -216,6 +216,6 @@ def test_agrees_with_git_check_ignore(tmp_path: Path, case: str) -> None:
         expected[name] = None if not source else not pattern.startswith("!")
     assert set(expected) == set(queries)
 
-    patterns = load_gitignore(repo / ".gitignore")
+    patterns = load_gitignore((repo / ".gitignore").read_bytes(), repo)
     actual = {rel: _git_like(patterns, rel, is_dir) for rel, is_dir in queries.items()}
     assert actual == expected

@@ -3,7 +3,9 @@ it, IPython syntax is left alone, and `--fix` rewrites only the source lines it 
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -366,3 +368,15 @@ def test_cell_that_only_libcst_rejects_is_a_warning_and_left_out(tmp_path: Path)
 def test_notebook_of_another_language_is_not_checked(tmp_path: Path) -> None:
     write(tmp_path / "r.ipynb", notebook_json(code("x <- c(1, 2)\nplot(x)"), language="R"))
     assert check_json(tmp_path, "r.ipynb") == (0, [])
+
+
+def test_a_notebook_over_a_mebibyte_with_one_plot_is_checked(tmp_path: Path) -> None:
+    """Outputs make a notebook large, not its code: one 1.5 MB plot, and the finding in a cell."""
+    plot = base64.b64encode(os.urandom(1_100_000)).decode()
+    output = {"data": {"image/png": plot}, "metadata": {}, "output_type": "display_data"}
+    text = notebook_json(code(HAZARD, execution_count=1, outputs=[output]))
+    assert len(text) > 1_048_576
+    write(tmp_path / "plots.ipynb", text)
+    returncode, found = check_json(tmp_path, "plots.ipynb", "--no-cache")
+    assert returncode == 1
+    assert [(d["code"], d["cell"]) for d in found] == [(HAZARD_CODE, 1)]

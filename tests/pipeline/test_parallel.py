@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,7 +55,6 @@ def run(root: Path, *args: str, start_method: str | None = None) -> subprocess.C
         cwd=root,
         capture_output=True,
         text=True,
-        timeout=300,
     )
 
 
@@ -110,7 +110,6 @@ def test_rule_crash_in_a_worker_is_reported_as_without_the_pool(tmp_path: Path) 
             cwd=root,
             capture_output=True,
             text=True,
-            timeout=300,
         )
 
     sequential, pooled = crashed("1"), crashed("2")
@@ -140,7 +139,6 @@ def test_jobs_decides_whether_workers_start(tmp_path: Path) -> None:
             cwd=root,
             capture_output=True,
             text=True,
-            timeout=300,
         )
         assert proc.returncode == 1, proc.stderr
         return {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
@@ -181,3 +179,46 @@ def test_a_worker_that_dies_costs_one_diagnostic_for_its_file(
         "the worker process checking it crashed (killed by a signal, or a fault in a parser); not checked",
     )
     assert by_file == {f"m{index:02}.py": ("AMP999", "checked") for index in range(12) if index != 5}
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            found |= {int(child) for child in (task / "children").read_text().split()}
+    except FileNotFoundError:  # the process or one of its threads ended meanwhile
+        pass
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")  # a zombie has ended; only its parent's reaping is left
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the process tree from /proc (Linux)")
+@pytest.mark.parametrize("signal_", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_the_workers_end_with_the_run(tmp_path: Path, signal_: signal.Signals) -> None:
+    for index in range(3000):
+        write(tmp_path / f"m{index}.py", HAZARD + f"# {index}\n")
+    run = subprocess.Popen(
+        [sys.executable, "-m", "amplint", "check", ".", "--no-cache", "--jobs", "2"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    workers: set[int] = set()
+    while len(workers) < 2 and run.poll() is None:
+        workers = _children(run.pid)
+    assert len(workers) >= 2, "the run ended before its workers were seen"
+    run.send_signal(signal_)
+    run.wait()
+    # The kernel ends them as their parent ends. Before, they checked every file left, for
+    # minutes; the minute here is only a guard against waiting for ever.
+    guard = time.monotonic() + 60
+    while any(_alive(pid) for pid in workers) and time.monotonic() < guard:
+        time.sleep(0.05)
+    assert not [pid for pid in workers if _alive(pid)]

@@ -20,7 +20,6 @@ def _stderr_on_a_terminal(cwd: Path, *args: str) -> bytes:
             cwd=cwd,
             stdout=subprocess.DEVNULL,
             stderr=secondary,
-            timeout=120,
             env={**os.environ, "NO_COLOR": "1"},
         )
         os.close(secondary)
@@ -49,6 +48,5 @@ def test_a_check_shows_progress_only_on_a_terminal(tmp_path: Path) -> None:
         [sys.executable, "-m", "amplint", "check", ".", "--no-cache"],
         cwd=tmp_path,
         capture_output=True,
-        timeout=120,
     )
     assert b"checking files" not in piped.stderr and b"\x1b" not in piped.stderr

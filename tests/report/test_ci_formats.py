@@ -5,6 +5,9 @@ documents for `artifacts:reports:codequality`, JSON Lines line by line, concise 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -14,7 +17,7 @@ from junitparser import Failure, JUnitXml
 from support import HAZARD, HAZARD_CODE, OTHERS, amplint_run, write
 
 from amplint.diagnostics import Diagnostic
-from amplint.report import render
+from amplint.report import FORMATS, render
 
 # GitLab's Code Quality report format (docs.gitlab.com, "Code Quality report format"): the fields it
 # requires, the severities it knows, lines counted from 1.
@@ -153,3 +156,24 @@ def test_markdown_summary_counts_links_and_escapes(monkeypatch: pytest.MonkeyPat
     assert text.startswith("### amplint: 501 findings in 501 files\n")
     assert "[`d/f0.py:1`](https://github.com/o/r/blob/abc/d/f0.py#L1)" in text
     assert text.count("| AMP008 | m |") == 500 and "And 1 more, not listed here" in text
+
+
+ODD_NAMES = [b"caf\xe9.py", b"new\nline.py", b"tab\there.py", b'quote"s.py', "é€😀.py".encode()]
+
+
+@pytest.mark.parametrize("format_", FORMATS)
+def test_every_format_reports_files_with_odd_names(tmp_path: Path, format_: str) -> None:
+    """Names that are not UTF-8, or hold a line break, a tab or a quote: one finding each, no crash."""
+    for name in ODD_NAMES:
+        (tmp_path / os.fsdecode(name)).write_text(HAZARD, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "amplint", "check", ".", "--no-cache", "--format", format_],
+        cwd=tmp_path,
+        capture_output=True,
+    )
+    assert done.returncode == 1, done.stderr.decode(errors="replace")[-2000:]
+    assert b"Traceback" not in done.stderr
+    if format_ == "gitlab":
+        issues = json.loads(done.stdout.decode("utf-8", "surrogateescape"))
+        assert sorted(issue["location"]["path"] for issue in issues) == sorted(map(os.fsdecode, ODD_NAMES))
+        assert len({issue["fingerprint"] for issue in issues}) == len(ODD_NAMES)

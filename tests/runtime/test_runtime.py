@@ -202,9 +202,7 @@ def test_graph_round_trips_through_json(tmp_path: Path) -> None:
 
 
 def _amplint(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "amplint", *args], capture_output=True, text=True, cwd=cwd, timeout=300
-    )
+    return subprocess.run([sys.executable, "-m", "amplint", *args], capture_output=True, text=True, cwd=cwd)
 
 
 def test_trace_command_json_in_a_child_process() -> None:
@@ -369,3 +367,61 @@ def test_trace_abort_in_the_child_becomes_an_error(tmp_path: Path) -> None:
     done = _amplint("trace", "abort.py:factory", cwd=tmp_path)
     assert done.returncode == 2
     assert "aborted" in done.stderr and "--in-process" in done.stderr
+
+
+def _gone(pid_file: Path) -> bool:
+    """Whether the process whose id the file holds has ended (a zombie has: only its reaping is left)."""
+    pid = int(pid_file.read_text())
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+_SPAWNS = (
+    "import subprocess, sys, time\nfrom pathlib import Path\n\n\ndef factory():\n"
+    "    child = subprocess.Popen(['sleep', '3600'], start_new_session=False)\n"
+    "    Path('grandchild.pid').write_text(str(child.pid))\n"
+)
+
+
+def test_trace_sys_exit_in_the_target_is_its_error(tmp_path: Path) -> None:
+    (tmp_path / "quits.py").write_text("import sys\n\n\ndef factory():\n    sys.exit(0)\n", encoding="utf-8")
+    done = _amplint("trace", "quits.py:factory", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "amplint: error: the target called sys.exit(0) instead of returning (model, args)"
+    ]
+
+
+def test_trace_caps_the_targets_memory(tmp_path: Path) -> None:
+    (tmp_path / "hungry.py").write_text("def factory():\n    return bytearray(8 << 30)\n", encoding="utf-8")
+    done = _amplint("trace", "hungry.py:factory", "--memory-limit", "2", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "the target ran out of memory" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_trace_shows_only_the_end_of_a_failing_targets_output(tmp_path: Path) -> None:
+    (tmp_path / "loud.py").write_text(
+        "def factory():\n    print('x' * 20_000_000)\n    raise ValueError('the end')\n", encoding="utf-8"
+    )
+    done = _amplint("trace", "loud.py:factory", cwd=tmp_path)
+    assert done.returncode == 2
+    assert len(done.stderr) < 70_000 and "ValueError: the end" in done.stderr
+    assert "bytes of the target's output left out; the last 65,536 follow" in done.stderr
+
+
+def test_trace_leaves_no_process_the_target_started(tmp_path: Path) -> None:
+    (tmp_path / "spawns.py").write_text(_SPAWNS + "    raise ValueError('no model')\n", encoding="utf-8")
+    done = _amplint("trace", "spawns.py:factory", cwd=tmp_path)
+    assert done.returncode == 2 and "no model" in done.stderr
+    assert _gone(tmp_path / "grandchild.pid")
+
+
+def test_trace_timeout_ends_the_targets_whole_process_group(tmp_path: Path) -> None:
+    # 30 s: a guard ten times above what importing torch and calling the factory take.
+    (tmp_path / "hangs.py").write_text(_SPAWNS + "    time.sleep(3600)\n", encoding="utf-8")
+    done = _amplint("trace", "hangs.py:factory", "--timeout", "30", cwd=tmp_path)
+    assert done.returncode == 2 and "did not finish within 30 s" in done.stderr
+    assert _gone(tmp_path / "grandchild.pid")

@@ -1,11 +1,20 @@
 """AMP900 on exactly the files Python rejects, on generated edge cases and a sample of the standard
-library (`benchmarks/parse_parity.py` runs the whole standard library and site-packages)."""
+library (`benchmarks/parse_parity.py` runs the whole standard library and site-packages), and none
+on valid code in the grammar of the project's Python."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import shutil
 import sysconfig
 from pathlib import Path
+
+import pytest
+from libcst import KNOWN_PYTHON_VERSION_STRINGS
+from support import amplint_run, write
+
+from amplint.static.profile import NEWEST_PYTHON
 
 _SPEC = importlib.util.spec_from_file_location(
     "parse_parity", Path(__file__).parents[2] / "benchmarks" / "parse_parity.py"
@@ -61,3 +70,50 @@ def test_a_sample_of_the_standard_library() -> None:
     result = parity.run([stdlib / "json", stdlib / "email", stdlib / "asyncio"])
     assert isinstance(result["files"], int) and result["files"] > 50
     assert (result["false_amp900"], result["missed_amp900"]) == ([], [])
+
+
+NEWER = Path(__file__).parent / "data" / "newer_python"
+
+
+def _amp(root: Path, *args: str) -> list[dict]:
+    done = amplint_run(root, "check", ".", "--no-cache", "--format", "json", *args)
+    assert done.returncode in (0, 1), done.stderr
+    return [
+        {k: d[k] for k in ("path", "code", "message", "help")} for d in json.loads(done.stdout)["diagnostics"]
+    ]
+
+
+def test_valid_python_312_and_313_is_checked_on_any_python(tmp_path: Path) -> None:
+    """The corpus uses PEP 695, 696 and 701 syntax, which Python 3.11's `compile()` refuses;
+    without a declared Python, the newest grammar libcst reads decides."""
+    shutil.copytree(NEWER, tmp_path / "corpus")
+    found = _amp(tmp_path / "corpus", "--extend-select", parity.OPT_IN)
+    assert [d["code"] for d in found if d["code"] == "AMP900"] == []
+    # Not skipped: the rules read the file (its deprecated GradScaler is found).
+    assert [(d["path"], d["code"]) for d in found] == [("type_aliases.py", "AMP008")]
+
+
+@pytest.mark.parametrize(
+    "declared",
+    ['[tool.amplint]\ntarget-version = "py311"\n', '[project]\nrequires-python = ">=3.11,<4"\n'],
+)
+def test_the_projects_python_decides_and_is_named(tmp_path: Path, declared: str) -> None:
+    shutil.copytree(NEWER, tmp_path, dirs_exist_ok=True)
+    write(tmp_path / "pyproject.toml", declared)
+    refused = {d["path"]: d["help"] for d in _amp(tmp_path) if d["code"] == "AMP900"}
+    # Python 3.11 has no `type` statement nor type parameters, whichever Python runs amplint.
+    assert {"type_aliases.py", "generic_classes.py", "type_defaults.py"} <= set(refused)
+    assert all(why == "Python 3.11, the project's Python, refuses it" for why in refused.values()), refused
+
+
+def test_a_target_version_amplint_cannot_read_is_refused(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", '[tool.amplint]\ntarget-version = "py27"\n')
+    write(tmp_path / "a.py", "x = 1\n")
+    done = amplint_run(tmp_path, "check", ".")
+    assert done.returncode == 2
+    assert "'target-version' must be a Python version such as \"py312\"" in done.stderr
+
+
+def test_the_newest_grammar_is_libcsts() -> None:
+    newest = max(KNOWN_PYTHON_VERSION_STRINGS, key=lambda v: tuple(map(int, v.split("."))))
+    assert tuple(map(int, newest.split("."))) == NEWEST_PYTHON

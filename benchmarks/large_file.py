@@ -1,0 +1,116 @@
+"""Cost of checking one large valid file: wall time and peak memory of `amplint check` on a generated
+10 MB module, and on a notebook of 10 MB whose outputs hold a plot.
+
+    python benchmarks/large_file.py [--megabytes 10] [--cpus 0,1] [--fix] [--no-trigger]
+
+The module is what code generators write: small functions (`F.linear`, a scale), a table every 40
+functions, a multi-line string whose lines look like statements, and a deprecated
+`torch.cuda.amp.GradScaler()` every 5,000 functions for the rules to find. Each case runs in a fresh
+process with the cache off (`--no-cache`), pinned to `--cpus` (two by default) where the platform
+allows; peak memory is the child's maximum resident set. The target (docs/usage.md): under 10 s and
+500 MB on 2 cores for 10 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def module(megabytes: float, trigger: bool = True) -> str:
+    parts = ["import torch\nimport torch.nn.functional as F\n\n"]
+    size, i = len(parts[0]), 0
+    while size < megabytes * 1_000_000:
+        block = f"\ndef layer_{i}(x, w):\n    y = F.linear(x, w)\n    return y * {i}\n\n"
+        if i % 40 == 0:
+            block += f"TABLE_{i} = {{" + ", ".join(f"'k{j}': {j}" for j in range(100)) + "}\n"
+        if i % 997 == 0 and trigger:
+            block += 'DOC = """\nx = torch.cuda.amp.GradScaler()\nelse:\n"""\n'
+        if i % 5000 == 4999 and trigger:
+            block += f"def scaler_{i}():\n    return torch.cuda.amp.GradScaler()\n\n"
+        parts.append(block)
+        size += len(block)
+        i += 1
+    return "".join(parts)
+
+
+def notebook(megabytes: float) -> str:
+    """A notebook with a few code cells and one cell whose output is a PNG of `megabytes`."""
+    code = ["import torch\n", "scaler = torch.cuda.amp.GradScaler()\n"]
+    png = base64.b64encode(os.urandom(int(megabytes * 1_000_000 * 3 / 4))).decode()
+    cells = [
+        {"cell_type": "code", "metadata": {}, "execution_count": 1, "outputs": [], "source": code},
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "execution_count": 2,
+            "outputs": [{"output_type": "display_data", "metadata": {}, "data": {"image/png": png}}],
+            "source": ["import matplotlib.pyplot as plt\n", "plt.plot([1, 2, 3])\n"],
+        },
+    ]
+    meta = {"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}}
+    return json.dumps({"cells": cells, "metadata": meta, "nbformat": 4, "nbformat_minor": 5})
+
+
+def measure(folder: Path, name: str, cpus: set[int], fix: bool) -> dict[str, object]:
+    command = [sys.executable, "-m", "amplint", "check", name, "--no-cache", "--jobs", str(len(cpus))]
+    command += ["--fix"] if fix else []
+
+    def pin() -> None:
+        if hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, cpus)
+
+    report = folder / "report.txt"
+    started = time.perf_counter()
+    with open(report, "w", encoding="utf-8") as out:
+        child = subprocess.Popen(command, cwd=folder, stdout=out, stderr=subprocess.DEVNULL, preexec_fn=pin)
+        _, status, usage = os.wait4(child.pid, 0)  # this child's own peak, not the largest so far
+    seconds = time.perf_counter() - started
+    child.returncode = os.waitstatus_to_exitcode(status)
+    stdout = report.read_text(encoding="utf-8")
+    return {
+        "file": name,
+        "megabytes": round((folder / name).stat().st_size / 1e6, 1),
+        "exit": child.returncode,
+        "amp900": stdout.count("AMP900"),
+        "findings": stdout.count("AMP008"),
+        "seconds": round(seconds, 2),
+        "peak_mb": round(usage.ru_maxrss / 1024, 1),  # kilobytes on Linux
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--megabytes", type=float, default=10.0)
+    parser.add_argument("--cpus", default="0,1", help="the CPUs the check may run on")
+    parser.add_argument("--fix", action="store_true", help="also time `--fix` on the module")
+    parser.add_argument(
+        "--no-trigger", action="store_true", help="a module without any rule's trigger word: only compiled"
+    )
+    args = parser.parse_args(argv)
+    cpus = {int(cpu) for cpu in args.cpus.split(",")}
+    with tempfile.TemporaryDirectory() as directory:
+        folder = Path(directory)
+        (folder / "generated.py").write_text(module(args.megabytes, not args.no_trigger), encoding="utf-8")
+        (folder / "plots.ipynb").write_text(notebook(args.megabytes), encoding="utf-8")
+        rows = [measure(folder, "generated.py", cpus, False), measure(folder, "plots.ipynb", cpus, False)]
+        if args.fix:
+            rows.append({**measure(folder, "generated.py", cpus, True), "file": "generated.py --fix"})
+    print("| File | MB | Exit | AMP900 | AMP008 | Seconds | Peak MB |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        print(" | ".join(["", *map(str, row.values()), ""]).strip())
+    return 0 if all(row["amp900"] == 0 for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
