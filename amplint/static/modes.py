@@ -28,6 +28,7 @@ from pathlib import PurePosixPath
 from amplint.static.profile import (
     AUTOCAST,
     CAST,
+    CAST_TENSOR,
     MODE_NAMES,
     Mode,
     ModeWhy,
@@ -79,6 +80,8 @@ _EXAMPLE_DIRS = {"examples", "example", "docs", "doc", "notebooks", "tutorials",
 
 def modes_of_setting(kind: str, dtypes: frozenset[str]) -> Iterator[Mode]:
     """The modes one precision setting makes (both dtypes where the scan could not tell which)."""
+    if kind == CAST_TENSOR:
+        return  # a tensor's cast is the engine's to follow, where the tensor goes
     for dtype in sorted(dtypes):
         if kind == CAST:
             yield Mode(CAST, dtype)

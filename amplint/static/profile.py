@@ -47,6 +47,8 @@ PRECISIONS: tuple[str, ...] = ("auto", "bf16", "fp16", "fp32")
 # The kinds of setting: the code runs under autocast (on a device), or its tensors are cast.
 AUTOCAST, CAST = "autocast", "cast"
 AUTOCAST_CUDA = f"{AUTOCAST}:cuda"
+# A cast of one tensor: that value is half, the code it flows into does not run in a mode for it.
+CAST_TENSOR = "cast:tensor"
 
 _HANDFUL = 5  # evidence kept per dtype: enough to show where, not a list of every cast
 _ALIASES = {
@@ -436,12 +438,12 @@ def _settings(code: bytes) -> Iterator[tuple[int, str, frozenset[str], str]]:
         yield match.start(), what, _dtypes(match["dtype"]), CAST
     for match in _CAST_METHOD.finditer(code):
         what = _qualified(code, match.start()) + _text(match.group())
-        yield match.start(), what, _dtypes(match["dtype"]), CAST
+        yield match.start(), what, _dtypes(match["dtype"]), _cast_kind(code, match.start())
     for match in _TO.finditer(code):
         cast = _TO_DTYPE.search(match["args"])
         if cast is not None:
             what = _qualified(code, match.start()) + _snippet(code, match.start(), match.end())
-            yield match.start(), what, _dtypes(cast["dtype"]), CAST
+            yield match.start(), what, _dtypes(cast["dtype"]), _cast_kind(code, match.start())
     for match in _DTYPE_ARG.finditer(code):
         start = match.start() - (6 if code.endswith(b"torch_", 0, match.start()) else 0)
         if _keyword(code, start):
@@ -450,7 +452,10 @@ def _settings(code: bytes) -> Iterator[tuple[int, str, frozenset[str], str]]:
             if b" else " in rest:  # `dtype=torch.bfloat16 if bf16 else torch.float16`
                 for other in _ANY_TORCH_HALF.finditer(rest):
                     dtypes, end = dtypes | _dtypes(other[1]), match.end() + other.end()
-            yield start, _snippet(code, start, end), dtypes, CAST
+            # `torch_dtype=` loads a model; `dtype=` makes a tensor, unless a model loader takes it.
+            line = code[code.rfind(b"\n", 0, start) + 1 : start]
+            module = code.startswith(b"torch_", start) or _LOADER.search(line) is not None
+            yield start, _snippet(code, start, end), dtypes, CAST if module else CAST_TENSOR
     for match in _GRAD_SCALER.finditer(code):
         if not _defines(code, match.start()) and not _DISABLED.search(_arguments(code, match.end())):
             what = _qualified(code, match.start()) + "GradScaler(...)"
@@ -473,6 +478,30 @@ def _settings(code: bytes) -> Iterator[tuple[int, str, frozenset[str], str]]:
         for match in flag.finditer(code):
             if _keyword(code, match.start()):
                 yield match.start(), _text(match.group()), _dtypes(match["name"]), AUTOCAST_CUDA
+
+
+# What a cast is called on decides what it casts: a model (its weights, hence how its code runs) or
+# a tensor (that value alone, which the engine follows where it is used). A model is built there
+# (`GPT().half()`), is `self` in a module, or is named as one (`model`, `self.unet`, `text_encoder`).
+_CONSTRUCTED = re.compile(rb"\b[A-Z]\w*\((?:[^()]|\([^()]*\))*\)\Z")
+_MODULE_NAME = re.compile(
+    rb"(?:\A|[._])(?:self|model|models|net|network|module|encoder|decoder|transformer|backbone|unet|vae|"
+    rb"pipe|pipeline|policy|actor|critic|generator|discriminator|tower|lm|llm|classifier|denoiser|"
+    rb"teacher|student|ema|engine|wrapper)(?:\Z|_)",
+    re.IGNORECASE,
+)
+_LOADER = re.compile(rb"from_pretrained|from_config|load_model|from_single_file")
+
+
+def _cast_kind(code: bytes, start: int) -> str:
+    """`CAST` for a cast of a model at `start` (the `.` of `.half()` or `.to(...)`), `CAST_TENSOR`
+    for a cast of a tensor."""
+    before = code[max(start - 200, 0) : start]
+    if _CONSTRUCTED.search(before) is not None:
+        return CAST
+    receiver = _QUALIFIER.search(before)
+    name = receiver.group().lower() if receiver is not None else b""
+    return CAST if name and _MODULE_NAME.search(name) is not None else CAST_TENSOR
 
 
 def _line_end(code: bytes, start: int) -> int:

@@ -113,10 +113,13 @@ def test_flake8_reads_the_projects_execution_modes(tmp_path: Path) -> None:
         "import torch\n\n\ndef log_probs(x):\n    return torch.log_softmax(x, dim=-1)\n",
     )
     assert flake8(tmp_path, "--select", "AMP", "gate.py").stdout == ""
-    # A script elsewhere in the project runs it cast to bfloat16: now it is a hazard, with evidence.
+    # A script elsewhere in the project runs it in bfloat16: now it is a hazard, with evidence.
     write(
         tmp_path / "run.py",
-        "import torch\nfrom gate import log_probs\n\nlog_probs(torch.ones(3).bfloat16())\n",
+        "import torch\nfrom gate import log_probs\n\ntorch.set_default_dtype(torch.bfloat16)\nlog_probs(torch.ones(3))\n",
     )
     found = flake8(tmp_path, "--select", "AMP", "gate.py").stdout
-    assert found.startswith("gate.py:5:12: AMP003 ") and "cast-bf16: `.bfloat16()` at run.py:4" in found
+    assert (
+        found.startswith("gate.py:5:12: AMP003 ")
+        and "cast-bf16: `set_default_dtype(torch.bfloat16)` at run.py:4" in found
+    )

@@ -123,13 +123,32 @@ def test_relative_and_star_imports(tmp_path: Path) -> None:
             "a/__init__.py": "",
             "a/b/__init__.py": "from .c import *\n",
             "a/b/c.py": "def deep(x):\n    return x\n",
-            "a/run.py": "from .b import deep\nimport torch\nx = deep(torch.ones(2).bfloat16())\n",
+            "a/run.py": "from .b import deep\nimport torch\n\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n    deep(torch.ones(2))\n",
         },
     )
     found = _index(root)
     assert [why.describe() for why in found.definitions["a/b/c.py"]["deep"]] == [
-        "cast-bf16: `.bfloat16()` at a/run.py:3 -> deep"
+        "autocast-bf16: `torch.autocast('cuda', dtype=torch.bfloat16)` at a/run.py:4 -> deep"
     ]
+
+
+def test_a_tensors_cast_is_no_execution_mode(tmp_path: Path) -> None:
+    # `logits.bfloat16()` makes that value half (the engine follows it); the names used beside it do
+    # not run in bf16 for it. A model's cast, a constructor's or `torch_dtype=` does set a mode.
+    root = _project(
+        tmp_path,
+        {
+            "lib.py": "def head(x):\n    return x\n",
+            "run.py": "import torch\nfrom lib import head\n\n\ndef main(logits):\n    y = logits.bfloat16()\n    return head(torch.zeros(3, dtype=torch.float16))\n",
+        },
+    )
+    found = _index(root)
+    assert found.entries == [] and found.definitions == {}
+    write(
+        root / "run.py",
+        "from lib import head\n\n\ndef main(model):\n    model.half()\n    return head(model)\n",
+    )
+    assert [why.mode.name for why in _index(root).definitions["lib.py"]["head"]] == ["cast-fp16"]
 
 
 def test_a_docstring_or_comment_sets_nothing_and_a_def_inside_a_string_is_no_definition(

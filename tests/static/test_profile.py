@@ -218,11 +218,14 @@ def test_may_be_describe_and_key() -> None:
     assert Profile(frozenset(), "configured").describe() == "float32 only (configured)"
     assert CALLER.describe().startswith("bfloat16 or float16 (nothing in the project sets it")
     # The key: the dtypes, the origin and the torch range, never the evidence.
-    assert bf16.key() == Profile(BF16, "detected").key() == "detected:bfloat16:torchany"
-    assert Profile(BF16, "detected", torch=TorchRange.parse(">=2.1")).key() == "detected:bfloat16:torch>=2.1"
+    assert bf16.key() == Profile(BF16, "detected").key() == "detected:bfloat16:torchany:py3.15"
+    assert (
+        Profile(BF16, "detected", torch=TorchRange.parse(">=2.1")).key()
+        == "detected:bfloat16:torch>=2.1:py3.15"
+    )
     keys = {CALLER.key(), Profile(BOTH, "detected").key(), bf16.key(), Profile(BF16, "configured").key()}
     assert len(keys) == 4
-    assert Profile(frozenset(), "configured").key() == "configured:float32:torchany"
+    assert Profile(frozenset(), "configured").key() == "configured:float32:torchany:py3.15"
     with pytest.raises(ValueError):
         Profile(frozenset({"float32"}), "configured")
     with pytest.raises(ValueError):
@@ -364,9 +367,12 @@ class _Probe(Rule):
 
 
 def test_lint_text_takes_a_profile() -> None:
-    assert lint_text("x = 1\n", [_Probe]).diagnostics[0].message == "profile caller:bfloat16+float16:torchany"
+    assert (
+        lint_text("x = 1\n", [_Probe]).diagnostics[0].message
+        == "profile caller:bfloat16+float16:torchany:py3.15"
+    )
     given = lint_text("x = 1\n", [_Probe], profile=Profile(BF16, "configured"))
-    assert given.diagnostics[0].message == "profile configured:bfloat16:torchany"
+    assert given.diagnostics[0].message == "profile configured:bfloat16:torchany:py3.15"
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
@@ -376,19 +382,28 @@ def test_the_profile_reaches_every_file(tmp_path: Path, monkeypatch: pytest.Monk
     for module in (api, rules):  # the in-process path and the workers
         monkeypatch.setattr(module, "rules_for", lambda settings, path, profile: [_Probe])
     files = [write(tmp_path / f"m{index}.py", f"def f{index}(x):\n    return x\n") for index in range(3)]
-    files.append(write(tmp_path / "train.py", "from m0 import f0\n\nf0(x.bfloat16())\n"))
+    files.append(
+        write(
+            tmp_path / "train.py",
+            "import torch\nfrom m0 import f0\n\ntorch.set_default_dtype(torch.bfloat16)\nf0(x)\n",
+        )
+    )
     settings = Settings(root=tmp_path)
     monkeypatch.chdir(tmp_path)
     run = run_check(files, settings, jobs=jobs)
     reached = run.precision.of(display_path(files[0]))
     assert reached.half == BF16 and reached.origin == "detected"
-    assert [why.describe() for why in reached.modes] == ["cast-bf16: `x.bfloat16()` at train.py:3 -> f0"]
+    assert [why.describe() for why in reached.modes] == [
+        "cast-bf16: `set_default_dtype(torch.bfloat16)` at train.py:4 -> f0"
+    ]
     messages = sorted(d.message for d in run.diagnostics)
-    assert messages == sorted([f"profile {reached.key()}", *["profile caller:bfloat16+float16:torchany"] * 3])
+    assert messages == sorted(
+        [f"profile {reached.key()}", *["profile caller:bfloat16+float16:torchany:py3.15"] * 3]
+    )
     configured = Precision(Profile(FP16, "configured"))
     done = precheck(files, settings, cache=None, jobs=jobs, precision=configured)
     assert {result.diagnostics[0].message for result in done.values()} == {
-        "profile configured:float16:torchany"
+        "profile configured:float16:torchany:py3.15"
     }
 
 
@@ -442,7 +457,10 @@ def test_a_changed_profile_misses_the_cache(tmp_path: Path) -> None:
     assert _entries(tmp_path) == caller | bf16
     # A script that runs `rms_norm` in float16 changes that file's profile alone: it and the new
     # file are checked, `lib.py` is answered from the cache.
-    write(tmp_path / "pkg" / "train.py", "from model import rms_norm\n\nrms_norm(x.half())\n")
+    write(
+        tmp_path / "pkg" / "train.py",
+        "import torch\nfrom model import rms_norm\n\ntorch.set_default_dtype(torch.float16)\nrms_norm(x)\n",
+    )
     amplint_run(tmp_path, "check", "pkg")
     detected = _entries(tmp_path) - caller - bf16
     assert len(detected) == 2
