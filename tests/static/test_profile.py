@@ -203,12 +203,15 @@ def test_may_be_describe_and_key() -> None:
     assert bf16.describe() == "bfloat16 only (detected)"
     assert Profile(frozenset(), "configured").describe() == "float32 only (configured)"
     assert CALLER.describe().startswith("bfloat16 or float16 (nothing in the project sets it")
-    # The key: the dtypes, the origin and the torch range, never the evidence.
-    assert bf16.key() == Profile(BF16, "detected").key() == "detected:bfloat16:torchany"
-    assert Profile(BF16, "detected", torch=TorchRange.parse(">=2.1")).key() == "detected:bfloat16:torch>=2.1"
+    # The key: the dtypes, the origin, the torch range and the Python, never the evidence.
+    assert bf16.key() == Profile(BF16, "detected").key() == "detected:bfloat16:torchany:py3.15"
+    assert (
+        Profile(BF16, "detected", torch=TorchRange.parse(">=2.1")).key()
+        == "detected:bfloat16:torch>=2.1:py3.15"
+    )
     keys = {CALLER.key(), Profile(BOTH, "detected").key(), bf16.key(), Profile(BF16, "configured").key()}
     assert len(keys) == 4
-    assert Profile(frozenset(), "configured").key() == "configured:float32:torchany"
+    assert Profile(frozenset(), "configured").key() == "configured:float32:torchany:py3.15"
     with pytest.raises(ValueError):
         Profile(frozenset({"float32"}), "configured")
     with pytest.raises(ValueError):
@@ -348,9 +351,12 @@ class _Probe(Rule):
 
 
 def test_lint_text_takes_a_profile() -> None:
-    assert lint_text("x = 1\n", [_Probe]).diagnostics[0].message == "profile caller:bfloat16+float16:torchany"
+    assert (
+        lint_text("x = 1\n", [_Probe]).diagnostics[0].message
+        == "profile caller:bfloat16+float16:torchany:py3.15"
+    )
     given = lint_text("x = 1\n", [_Probe], profile=Profile(BF16, "configured"))
-    assert given.diagnostics[0].message == "profile configured:bfloat16:torchany"
+    assert given.diagnostics[0].message == "profile configured:bfloat16:torchany:py3.15"
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
@@ -366,10 +372,10 @@ def test_the_profile_reaches_every_file(tmp_path: Path, monkeypatch: pytest.Monk
     assert run.profile.half == BF16 and run.profile.origin == "detected"
     (path, line, what), *_ = run.profile.evidence
     assert path.endswith("train.py") and (line, what) == (1, "model.bfloat16()")
-    assert [d.message for d in run.diagnostics] == ["profile detected:bfloat16:torchany"] * 4
+    assert [d.message for d in run.diagnostics] == ["profile detected:bfloat16:torchany:py3.15"] * 4
     done = precheck(files, settings, cache=None, jobs=jobs, profile=Profile(FP16, "configured"))
     assert {result.diagnostics[0].message for result in done.values()} == {
-        "profile configured:float16:torchany"
+        "profile configured:float16:torchany:py3.15"
     }
 
 
