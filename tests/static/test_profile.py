@@ -217,7 +217,7 @@ def test_may_be_describe_and_key() -> None:
     assert bf16.describe() == "bfloat16 only (detected)"
     assert Profile(frozenset(), "configured").describe() == "float32 only (configured)"
     assert CALLER.describe().startswith("bfloat16 or float16 (nothing in the project sets it")
-    # The key: the dtypes, the origin and the torch range, never the evidence.
+    # The key: the dtypes, the origin, the torch range and the Python, never the evidence.
     assert bf16.key() == Profile(BF16, "detected").key() == "detected:bfloat16:torchany:py3.15"
     assert (
         Profile(BF16, "detected", torch=TorchRange.parse(">=2.1")).key()
