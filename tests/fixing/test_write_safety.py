@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import stat
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -98,24 +97,6 @@ def test_a_read_only_lockfile_is_not_replaced(tmp_path: Path) -> None:
     with pytest.raises(WriteRefused, match="read-only"):
         replace_file(lock, b"new\n")
     assert lock.read_text(encoding="utf-8") == "old\n"
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A real 64 KiB tmpfs; skipped where this machine cannot mount one (it needs root)."""
-    point = tmp_path / "disk"
-    point.mkdir()
-    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root and mount(8)")
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(point)], capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-    try:
-        yield point
-    finally:
-        subprocess.run(["umount", str(point)], check=True)
 
 
 def _fill(disk: Path, leave: int) -> None:

@@ -489,24 +489,6 @@ def test_clean_leaves_what_amplint_did_not_write(tmp_path: Path) -> None:
     assert sorted(p.name for p in (root / CACHE).iterdir()) == [".gitignore", "mine.txt"]
 
 
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A real small tmpfs; skipped where this machine cannot mount one (needs root)."""
-    point = tmp_path / "mnt"
-    point.mkdir()
-    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root and mount(8)")
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(point)], capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-    try:
-        yield point
-    finally:
-        subprocess.run(["umount", str(point)], check=True)
-
-
 def test_clean_never_empties_a_mount_point(tmp_path: Path, tmpfs: Path) -> None:
     root = project(tmp_path / "project")
     legacy_tag(tmpfs)
