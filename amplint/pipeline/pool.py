@@ -202,17 +202,19 @@ _worker_settings: Settings | None = None
 _worker_precision: Precision = Precision()
 
 
-def _initialize(settings: Settings, precision: Precision) -> None:
+def _initialize(settings: Settings, precision: Precision, parent: int | None) -> None:
     global _worker_settings, _worker_precision
     _worker_settings, _worker_precision = settings, precision
-    _die_with_parent()
+    _die_with_parent(parent)
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int | None) -> None:
     """End this worker when the process that started it ends, however it ends (SIGKILL included):
     on Linux the kernel sends SIGKILL then; elsewhere a thread watches for the parent to be gone. (A
-    forkserver, which starts workers on some platforms, ends with the run's process in turn.)"""
-    parent = os.getppid()
+    forkserver, which starts workers on some platforms, ends with the run's process in turn.)
+    `parent`: the run's pid where it forks the workers itself; a run that ended before this worker
+    got here has left it another parent already, which the worker could not tell from its own."""
+    parent = os.getppid() if parent is None else parent
     try:
         import ctypes
 
@@ -221,7 +223,7 @@ def _die_with_parent() -> None:
         registered = libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) == 0
     except (OSError, AttributeError):
         registered = False
-    if os.getppid() != parent:  # gone while the request was made
+    if os.getppid() != parent:  # gone before, or while, the request was made
         os._exit(1)
     if not registered:
         threading.Thread(target=_watch, args=(parent,), daemon=True).start()
@@ -321,11 +323,13 @@ def _pool_round(
     from concurrent.futures import Future, ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
+    context = multiprocessing.get_context()
+    forked = context.get_start_method() == "fork"
     executor = ProcessPoolExecutor(
         max_workers=workers,
-        mp_context=multiprocessing.get_context(),
+        mp_context=context,
         initializer=_initialize,
-        initargs=(settings, precision),
+        initargs=(settings, precision, os.getpid() if forked else None),
     )
     broken: list[int] = []
     try:
