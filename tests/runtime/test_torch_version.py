@@ -78,7 +78,8 @@ def test_a_replacement_the_oldest_supported_torch_lacks_is_never_applied(tmp_pat
     assert found["infer.py"]["fix"]["applicability"] == "safe"
     amplint_run(tmp_path, "check", ".", "--fix", "--unsafe-fixes", "--no-cache")
     assert (tmp_path / "train.py").read_text() == SCALER
-    assert 'torch.amp.autocast("cuda")' in (tmp_path / "infer.py").read_text()
+    # The old API meant float16: the rewrite keeps it (torch.amp.autocast alone inherits a region's).
+    assert 'torch.amp.autocast("cuda", dtype=torch.float16)' in (tmp_path / "infer.py").read_text()
 
 
 def test_no_finding_where_no_supported_torch_deprecates_the_api(tmp_path: Path) -> None:
