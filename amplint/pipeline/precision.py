@@ -85,12 +85,11 @@ def project_precision(
     # Absolute paths as strings: a project has thousands of files, and `Path` objects cost.
     own = {os.path.abspath(path) for path in files if not os.path.isdir(path)}
     project = {os.path.abspath(path) for path in discover([root], settings).files}
-    extra = {os.path.abspath(path) for path in overrides or {}}
     given = {os.path.abspath(path): raw for path, raw in (overrides or {}).items()}
     prefix = str(root).rstrip(os.sep) + os.sep
     found = index_modes(
         entry
-        for full in sorted(project | own | extra)
+        for full in sorted(project | own | given.keys())
         for entry in _files(
             full, full.removeprefix(prefix).replace(os.sep, "/"), given, settings.max_file_size
         )
