@@ -21,9 +21,9 @@ from amplint.static.attention import (
     score_operands,
     scores_returned_by,
     softmax_callees,
-    why_half,
 )
 from amplint.static.context import FileContext, Finding, scopes_holding
+from amplint.static.facts import why_half
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import function_call, method_call
 from amplint.static.scopes import walk
@@ -163,6 +163,7 @@ class HalfPrecisionAttentionScores(Rule):
                 help="use `torch.nn.functional.scaled_dot_product_attention`, scale the queries before "
                 "the product, or compute the scores in float32",
                 evidence=fact.why,
+                caller_only=fact.caller,
             )
 
 

@@ -16,7 +16,7 @@ from amplint.runtime.chains import half_precision_verdict
 from amplint.static.attention import is_softmax
 from amplint.static.constants import BF16_MAX, FP16_OVERFLOW
 from amplint.static.context import FileContext, Finding, FixPlan, scopes_holding
-from amplint.static.facts import TENSOR, Fact
+from amplint.static.facts import CALLER_CLAUSE, TENSOR, Fact
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import argument, callee_name, method_call
 from amplint.static.scopes import Scope, named_params, walk
@@ -384,8 +384,11 @@ def _finite(ctx: FileContext, site: _Site, flags: set[str], into: list[Fact]) ->
             if fix is not None:
                 plan, help = fix
                 message = f"{message}; {_why(found, both)}"
-                return Finding(site.node, message, fix=plan, help=help, evidence=found.why)
-    return Finding(site.node, f"{message}; {_why(found, both)}", help=help, evidence=found.why)
+                return Finding(
+                    site.node, message, fix=plan, help=help, evidence=found.why, caller_only=found.caller
+                )
+    message = f"{message}; {_why(found, both)}"
+    return Finding(site.node, message, help=help, evidence=found.why, caller_only=found.caller)
 
 
 def _product_fix(ctx: FileContext, site: _Site) -> tuple[FixPlan, str] | None:
@@ -415,9 +418,7 @@ def _why(fact: Fact, both: bool) -> str:
     if not fact.caller:
         return fact.explain()
     steps = "; ".join(step.text for step in fact.why)
-    return f"this holds when the caller runs it in {fact.half_names() if both else 'fp16'}" + (
-        f": {steps}" if steps else ""
-    )
+    return f"{CALLER_CLAUSE} {fact.half_names() if both else 'fp16'}" + (f": {steps}" if steps else "")
 
 
 def _cast_here(fact: Fact) -> bool:
@@ -584,6 +585,7 @@ def _with_fix(ctx: FileContext, site: _Site, message: str, fact: Fact | None = N
     """A finding whose fix puts `torch.finfo(<tensor>.dtype).min` in place of the constant, when the
     masked tensor is a plain name or attribute (cheap to name twice)."""
     evidence = fact.why if fact is not None else ()
+    caller = fact is not None and fact.caller
     tensor = site.tensor
     # The fix writes `<tensor>.dtype`: only of a name the engine knows holds a tensor there.
     if (
@@ -599,5 +601,7 @@ def _with_fix(ctx: FileContext, site: _Site, message: str, fact: Fact | None = N
         if any(arg.value is site.value for arg in site.node.args):
             shown = ctx.code(replacement)
             fix = FixPlan(f"Mask with `{shown}`", ((site.value, replacement),), missing)
-            return Finding(site.node, message, fix=fix, help=f"mask with `{shown}`", evidence=evidence)
-    return Finding(site.node, message, help="use `torch.finfo(<scores>.dtype).min`", evidence=evidence)
+            help = f"mask with `{shown}`"
+            return Finding(site.node, message, fix=fix, help=help, evidence=evidence, caller_only=caller)
+    help = "use `torch.finfo(<scores>.dtype).min`"
+    return Finding(site.node, message, help=help, evidence=evidence, caller_only=caller)

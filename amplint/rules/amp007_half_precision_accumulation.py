@@ -15,7 +15,7 @@ from amplint.static.attention import is_softmax
 from amplint.static.consumers import upcast_dtype
 from amplint.static.context import FileContext, Finding, scopes_holding
 from amplint.static.dtypes import DtypeFacts
-from amplint.static.facts import SCALAR
+from amplint.static.facts import SCALAR, why_half
 from amplint.static.flow import Flow, Policy, analyse, value_children
 from amplint.static.ops import HALF, autocast_policy
 from amplint.static.patterns import (
@@ -285,8 +285,7 @@ def _finding(ctx: FileContext, call: cst.Call, op: str, data: cst.BaseExpression
         if autocast_policy(op, "cuda") == "fp32"
         else f"no autocast upcasts `{op}`"
     )
-    steps = "; ".join(step.text for step in shown.why)
-    dtype = f"this holds when the caller runs it in {half}: {steps}" if shown.caller else shown.explain()
+    dtype = why_half(shown, half)
     first = half.split("/")[0]  # bf16 when both may be
     probabilities = origin == _SOFTMAX_ORIGIN
     hazard = (_PROBABILITIES if probabilities else _HAZARDS[op]).format(
@@ -306,4 +305,5 @@ def _finding(ctx: FileContext, call: cst.Call, op: str, data: cst.BaseExpression
         fix=dtype_keeping_fix(ctx, call, fixed, data, description, missing_import, accumulates=True),
         help=f"accumulate in float32: `{' '.join(ctx.code(fixed).split())}`",
         evidence=shown.why,
+        caller_only=shown.caller,
     )

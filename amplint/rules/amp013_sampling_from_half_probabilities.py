@@ -14,11 +14,10 @@ from amplint.static.attention import (
     is_multinomial,
     is_softmax,
     softmax_dtype_argument,
-    why_half,
 )
 from amplint.static.context import FileContext, Finding, scopes_holding
 from amplint.static.dtypes import DtypeFacts
-from amplint.static.facts import DTYPE, Fact
+from amplint.static.facts import DTYPE, Fact, why_half
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import argument, function_call, method_call
 from amplint.static.scopes import Scope
@@ -190,6 +189,7 @@ def _sampling_finding(
             f"pass `dtype=torch.float32` to the `{name}` on line {line}"
         ),
         evidence=fact.why,
+        caller_only=fact.caller,
     )
 
 
@@ -201,4 +201,5 @@ def _gumbel_finding(call: cst.Call, fact: Fact) -> Finding:
         f"overflow and the noise is rounded; {why_half(fact)}",
         help="upcast the logits first: `gumbel_softmax(logits.float(), ...)` and cast the result back",
         evidence=fact.why,
+        caller_only=fact.caller,
     )

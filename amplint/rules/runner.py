@@ -26,7 +26,6 @@ from amplint.source import (
     read_source,
 )
 from amplint.static.context import FileContext, Finding, FixPlan
-from amplint.static.facts import CALLER_CLAUSE
 from amplint.static.profile import CALLER, NEWEST_PYTHON, Profile
 from amplint.static.regions import region_marks, skip_bodies
 
@@ -419,7 +418,7 @@ def _diagnostic(
 def _conditional(ctx: FileContext, finding: Finding) -> bool:
     """A finding that says it holds only in the caller's half dtype, where no configured precision
     says the code runs so: no execution mode of the project reaches it, nothing makes it happen."""
-    return ctx.profile.origin != "configured" and CALLER_CLAUSE in finding.message
+    return ctx.profile.origin != "configured" and finding.caller_only
 
 
 def _evidence(ctx: FileContext, finding: Finding) -> dict[str, object]:
