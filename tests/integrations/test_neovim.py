@@ -1,4 +1,4 @@
-"""Neovim 0.11 with the configuration docs/integrations.md gives, headless (`nvim --headless`), on a
+"""Neovim 0.11 with each configuration docs/integrations.md gives, headless (`nvim --headless`), on a
 file with several findings: the diagnostics appear where `amplint check` reports them, and applying
 the quick fixes one after another, as a user does, leaves exactly what `amplint check --fix` writes.
 
@@ -94,16 +94,20 @@ def _nvim() -> str:
     return found
 
 
-def _documented_config() -> str:
-    """The Lua that docs/integrations.md gives for Neovim 0.11."""
+def _documented_config(heading: str) -> str:
+    """The Lua that docs/integrations.md gives after `heading`."""
     text = DOCS.read_text(encoding="utf-8")
-    section = text[text.index("Neovim 0.11 or later") :]
+    section = text[text.index(heading) :]
     match = re.search(r"```lua\n(.*?)```", section, re.DOTALL)
     assert match is not None
     return match.group(1)
 
 
-def test_neovim_shows_the_findings_and_its_quick_fixes_give_the_clis_fix(tmp_path: Path) -> None:
+# The setup for Neovim 0.11, and the one for 0.8 to 0.10 (which 0.11 still runs).
+@pytest.mark.parametrize("heading", ["Neovim 0.11 or later", "Neovim 0.8 to 0.10"])
+def test_neovim_shows_the_findings_and_its_quick_fixes_give_the_clis_fix(
+    tmp_path: Path, heading: str
+) -> None:
     nvim = _nvim()
     version = subprocess.run([nvim, "--version"], capture_output=True, text=True, check=True).stdout
     major, minor = map(int, re.search(r"NVIM v(\d+)\.(\d+)", version).groups())  # type: ignore[union-attr]
@@ -121,7 +125,7 @@ def test_neovim_shows_the_findings_and_its_quick_fixes_give_the_clis_fix(tmp_pat
     expected = cli.read_text(encoding="utf-8")
     assert expected != SOURCE
 
-    init = write(tmp_path / "init.lua", _documented_config())
+    init = write(tmp_path / "init.lua", _documented_config(heading))
     driver = write(tmp_path / "driver.lua", DRIVER)
     out = tmp_path / "seen.json"
     home = tmp_path / "home"
