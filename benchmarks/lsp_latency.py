@@ -1,6 +1,6 @@
 """Latency of `amplint server` under typing: ten edits sent back to back to a 5,000-line file, and the
 time from the last of them to the diagnostics of its version (median of the runs). Also how many
-checks the server ran for each burst (it logs each one).
+checks the server ran for each burst and how long they took (it logs each one).
 
     python benchmarks/lsp_latency.py [--lines 5000] [--edits 10] [--runs 5]
 
@@ -107,6 +107,7 @@ class Editor:
 class Burst:
     latency: float  # seconds from the last edit sent to its version's diagnostics
     checks: int  # checks the server ran for the burst
+    check_s: float  # the seconds they took, as the server logged them
     first_published: int | None  # the version of the first diagnostics published after the burst
 
 
@@ -131,7 +132,8 @@ async def burst(editor: Editor, name: str, text: str, edits: int) -> Burst:
         published = await editor.diagnostics(uri)
     latency = time.perf_counter() - sent
     ran = [message for message in editor.checks[before:] if message.startswith(f"amplint: checked {uri} ")]
-    return Burst(latency, len(ran), first.version)
+    seconds = sum(float(message.rsplit(" in ", 1)[1].removesuffix(" s")) for message in ran)
+    return Burst(latency, len(ran), seconds, first.version)
 
 
 async def measure(lines: int, edits: int, runs: int) -> list[Burst]:
@@ -159,6 +161,7 @@ def main() -> None:
                 "latency_s": [round(b.latency, 3) for b in bursts],
                 "median_latency_s": round(statistics.median(b.latency for b in bursts), 3),
                 "checks_per_burst": [b.checks for b in bursts],
+                "check_s": [round(b.check_s, 3) for b in bursts],
             },
             indent=1,
         )

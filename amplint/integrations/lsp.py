@@ -230,6 +230,10 @@ class AmplintServer(LanguageServer):
         except ConfigError as exc:
             self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=str(exc)))
             return None
+        except Exception as exc:  # a bug: said in the editor, as pygls says a failed handler's
+            message = f"amplint: checking {target.uri} failed: {type(exc).__name__}: {exc}"
+            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
+            return None
         what = "fixed" if fix else "checked"
         self.window_log_message(
             types.LogMessageParams(
