@@ -205,9 +205,18 @@ def _parser() -> argparse.ArgumentParser:
         help="text, json and html report the trace too; the other formats its findings only",
     )
     trace.add_argument("--output", "-o", type=Path, metavar="FILE", help="write the report to FILE")
-    trace.add_argument("--op", metavar="PATTERN", help="only ops matching this glob (e.g. 'soft*')")
-    trace.add_argument("--module", metavar="PATTERN", help="only ops in modules matching this glob")
-    trace.add_argument("--changed-dtype", action="store_true", help="only casts and ops that change dtype")
+    trace.add_argument(
+        "--ops", action="store_true", help="list every op in a table after the findings (text format)"
+    )
+    trace.add_argument(
+        "--op", metavar="PATTERN", help="only ops matching this glob (e.g. 'soft*'); lists them"
+    )
+    trace.add_argument(
+        "--module", metavar="PATTERN", help="only ops in modules matching this glob; lists them"
+    )
+    trace.add_argument(
+        "--changed-dtype", action="store_true", help="only casts and ops that change dtype; lists them"
+    )
     trace.add_argument(
         "--backward",
         action="store_true",
@@ -907,9 +916,12 @@ def _trace(args: argparse.Namespace) -> int:
         if args.format != "text":
             report = render(args.format, findings, sources=sources, color=False)
         else:
-            report = render_text(graph, nodes)
-            if findings:
-                report += "\n" + render("text", findings, sources=sources, color=False)
+            # A filter asks for the ops it matches: the table is shown for it as for --ops.
+            listed = args.ops or args.op is not None or args.module is not None or args.changed_dtype
+            shown = render("text", findings, sources=sources, color=False)
+            report = render_text(
+                graph, nodes, target=args.target or args.hf_config, findings=shown, ops=listed
+            )
     if (refused := _escaping(args.output, [Path.cwd()])) is not None:
         return refused
     written = _write_report(report, args.output, sys.stdout)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from amplint.rule import GraphFinding, RuntimeRule
 from amplint.runtime.chains import where
+from amplint.runtime.numbers import share
 from amplint.runtime.value_walks import VALUES_IN_FLOAT16, per_line, producer_values, ranges, replayed
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class Underflow(RuntimeRule):
         for node, found in per_line(flushed):
             yield GraphFinding(
                 node,
-                f"`{node.op}` flushed {found.underflow:.0%} of its non-zero values to zero in "
+                f"`{node.op}` flushed {share(found.underflow)} of its non-zero values to zero in "
                 f"{node.dtype} (limit {fraction:g}): they fall below the dtype's normal range",
                 evidence=(
                     f"replayed on the factory's inputs and weights: `{node.op}` at {where(node)} "
