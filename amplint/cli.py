@@ -705,11 +705,20 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
 
 
 def _read_sources(diagnostics: Sequence[Diagnostic], sources: dict[str, str]) -> None:
-    """The text of each file a runtime finding points at, for the report's snippets."""
-    for diagnostic in diagnostics:
-        if diagnostic.path not in sources and os.path.isfile(diagnostic.path):
+    """The text of each file a runtime finding points at, for the report's snippets. A file the
+    static pass had findings in is kept with only their lines (the others emptied): it is read again
+    when a runtime finding's line is not among them."""
+    from amplint.source import source_line
+
+    missing = {
+        d.path
+        for d in diagnostics
+        if d.cell is None and not (source_line(sources.get(d.path), d.line) or "").strip()
+    }
+    for path in missing:
+        if os.path.isfile(path):
             with contextlib.suppress(OSError, UnicodeDecodeError):
-                sources[diagnostic.path] = Path(diagnostic.path).read_text(encoding="utf-8")
+                sources[path] = Path(path).read_text(encoding="utf-8")
 
 
 def _positive(unit: str) -> Callable[[str], float]:

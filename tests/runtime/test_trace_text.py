@@ -1,10 +1,12 @@
-"""`amplint trace`'s text output on real traces: what was built and how, the findings first, the op
-table only when asked for, and counts whose parts add up to their totals."""
+"""The reports of real traces: `amplint trace`'s text output (what was built and how, the findings
+first, the op table only when asked for, counts whose parts add up to their totals), the messages of
+the runtime rules checked against the numbers they summarize, and the snippets of runtime findings."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -203,3 +205,23 @@ def test_a_cast_of_float32s_minimum_shows_the_range_it_read(tmp_path: Path) -> N
     # Its input is float32 already: an upcast before the cast changes nothing.
     assert ".float()" not in finding["help"] and "torch.finfo(torch.float16).min" in finding["help"]
     assert "keep them in float32" in finding["help"]
+
+
+def test_a_runtime_finding_shows_its_line_beside_refuted_static_ones(tmp_path: Path) -> None:
+    # The static pass flags lines of the attention file that the trace refutes; the run keeps only
+    # those lines of the file, and AMP104's line (the float16 mask added to bfloat16 scores) is
+    # another one: its snippet must show it all the same.
+    for name in ("qwen2_eager_attention.py", "qwen2_fp16_overflow.py"):
+        shutil.copy(FIXTURES / name, tmp_path / name)
+    done = amplint_run(
+        tmp_path, "check", "--confirm", "--target", "qwen2_fp16_overflow.py:factory", "--no-cache", "."
+    )
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if ": AMP104 " in line)
+    assert lines[header].startswith(
+        "qwen2_eager_attention.py:89:28: AMP104 `add` reads both bfloat16 and float16"
+    )
+    assert lines[header + 2] == "89 |             attn_weights = attn_weights + attention_mask"
+    # The float16 side is the mask the factory passes, not an op at "an unknown line".
+    assert "float16 from an input of the traced call (an argument or a buffer)" in lines[header]
