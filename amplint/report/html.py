@@ -1,8 +1,9 @@
 """One self-contained HTML page (no scripts, no network): the static findings (`check --format
-html`), or a trace (`trace --format html`): its findings, the model's modules as a collapsible tree
-with every op coloured by the dtype it ran in (autocast's casts and the upcasts marked) and, after
-`--values`, a chart per layer of the headroom left below the dtype's largest value and of the share
-of values that underflowed."""
+html`), or a trace (`trace --format html`): the run's settings and counts as the text output gives
+them, its findings, the model's modules as a collapsible tree with every op coloured by the dtype it
+ran in (autocast's casts and the upcasts marked) and, after `--values`, a chart per layer of the
+headroom left below the dtype's largest value (layers whose values became inf or NaN marked so) and
+of the share of values that underflowed."""
 
 from __future__ import annotations
 

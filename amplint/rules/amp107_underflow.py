@@ -60,7 +60,7 @@ class Underflow(RuntimeRule):
             yield GraphFinding(
                 node,
                 f"`{node.op}` flushed {share(found.underflow)} of its non-zero values to zero in "
-                f"{node.dtype} (limit {fraction:g}): they fall below the dtype's normal range",
+                f"{node.dtype} (limit {share(fraction)}): they fall below the dtype's normal range",
                 evidence=(
                     f"replayed on the factory's inputs and weights: `{node.op}` at {where(node)} "
                     f"read inputs in {ranges(graph, node)}; float64 keeps those values non-zero"

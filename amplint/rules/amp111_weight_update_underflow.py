@@ -89,7 +89,7 @@ class WeightUpdateUnderflow(RuntimeRule):
                 user,
                 f"the updates of {percent(share)} of the elements of {_names([n for n, _, _ in found])} "
                 f"({dtype}) round away at lr {lr:g}: half a {dtype} ulp of |w| exceeds {lr:g} for "
-                f"|w| >= 2^{binade} ({2.0**binade:.3g}) (limit {limit:g})",
+                f"|w| >= 2^{binade} ({2.0**binade:.3g}) (limit {percent(limit)})",
                 evidence=(
                     f"replayed on the factory's weights: {sum(lost.values()):,} of {count:,} elements of the "
                     f"parameters first used at {where(user)} hold |w| >= 2^{binade}; `{name}` loses "
