@@ -116,9 +116,8 @@ def fix_for(graph: DtypeGraph, node: DtypeNode) -> str:
             "or scale the queries before the product (`(q * scaling) @ k.transpose(-1, -2)`; scaling "
             "after it is too late), or compute the scores in float32"
         )
-    if node.policy in _CASTS:
-        # Its input already holds the values in a wider dtype: an upcast before it changes nothing.
-        wider = ", ".join(dict.fromkeys(d for d in node.input_dtypes if d)) or "its input's dtype"
+    wider = cast_from(node)
+    if wider is not None:
         return (
             f"the values reach this cast near or past {node.dtype}'s largest value: build them within its range "
             f"(a mask from `torch.finfo(torch.{node.dtype}).min`), or keep them in {wider} past this point"
@@ -138,6 +137,14 @@ def fix_for(graph: DtypeGraph, node: DtypeNode) -> str:
     return _either(
         f"upcast to float32 before `{node.op}` (`.float()` on its input at {where(node)})", *_bfloat16(node)
     )
+
+
+def cast_from(node: DtypeNode) -> str | None:
+    """For a cast, the dtype its input already holds the values in (an upcast before the cast
+    changes nothing); None for any other op."""
+    if node.policy not in _CASTS:
+        return None
+    return ", ".join(dict.fromkeys(d for d in node.input_dtypes if d)) or "its input's dtype"
 
 
 def _bfloat16(node: DtypeNode) -> list[str]:

@@ -225,3 +225,30 @@ def test_a_runtime_finding_shows_its_line_beside_refuted_static_ones(tmp_path: P
     assert lines[header + 2] == "89 |             attn_weights = attn_weights + attention_mask"
     # The float16 side is the mask the factory passes, not an op at "an unknown line".
     assert "float16 from an input of the traced call (an argument or a buffer)" in lines[header]
+
+
+# float32 values too small for float16, cast down: the cast flushes them.
+TINY = """\
+import torch
+from torch import nn
+
+
+class Tiny(nn.Module):
+    def forward(self, x):
+        small = x.float() * 1e-9
+        return small.half()
+
+
+def factory():
+    return Tiny(), (torch.linspace(0.5, 1.5, 4096),)
+"""
+
+
+def test_an_underflowing_cast_is_not_told_to_upcast_its_float32_input(tmp_path: Path) -> None:
+    (tmp_path / "tiny.py").write_text(TINY, encoding="utf-8")
+    data = _json(tmp_path, "tiny.py:factory", "--no-autocast", "--param-dtype", "float16")
+    finding = _finding(data, "AMP107")
+    assert finding["line"] == 8 and "`_to_copy` flushed 100% of its non-zero values" in finding["message"]
+    assert "(limit 1%)" in finding["message"]
+    assert "inputs in [5e-10, 1.5e-09]" in finding["evidence"]
+    assert ".float()" not in finding["help"] and "keep them in float32" in finding["help"]
