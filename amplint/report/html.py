@@ -231,9 +231,10 @@ def _values(data: dict[str, Any], nodes: list[dict[str, Any]]) -> list[str]:
             continue
         layer = _layer(str(node.get("module") or ""))
         headroom.setdefault(layer, math.inf)
-        if entry.get("inf"):
+        # Only what float64 does not hold: a mask of -inf, or a NaN float64 makes too, is the model's own.
+        if entry.get("overflow") and entry.get("inf"):
             inf.add(layer)
-        if entry.get("nan"):
+        if (entry.get("nan") or 0.0) > (entry.get("reference_nan") or 0.0):
             nan.add(layer)
         if entry.get("headroom") is not None and math.isfinite(entry["headroom"]):
             headroom[layer] = min(headroom[layer], max(float(entry["headroom"]), 0.0))
@@ -249,7 +250,8 @@ def _values(data: dict[str, Any], nodes: list[dict[str, Any]]) -> list[str]:
         "<h2>Values</h2>",
         _chart(
             "Headroom per layer: bits between the largest magnitude and the dtype's largest value "
-            "(a bar short of the line is close to overflow; red: values that became inf or NaN)",
+            "(a bar short of the line is close to overflow; red: values that became inf or NaN where "
+            "float64 stays finite)",
             rows,
             float(limits.get("headroom_bits", 2.0)),
             "bits of headroom",
