@@ -205,9 +205,18 @@ def _parser() -> argparse.ArgumentParser:
         help="text, json and html report the trace too; the other formats its findings only",
     )
     trace.add_argument("--output", "-o", type=Path, metavar="FILE", help="write the report to FILE")
-    trace.add_argument("--op", metavar="PATTERN", help="only ops matching this glob (e.g. 'soft*')")
-    trace.add_argument("--module", metavar="PATTERN", help="only ops in modules matching this glob")
-    trace.add_argument("--changed-dtype", action="store_true", help="only casts and ops that change dtype")
+    trace.add_argument(
+        "--ops", action="store_true", help="list every op in a table after the findings (text format)"
+    )
+    trace.add_argument(
+        "--op", metavar="PATTERN", help="only ops matching this glob (e.g. 'soft*'); lists them"
+    )
+    trace.add_argument(
+        "--module", metavar="PATTERN", help="only ops in modules matching this glob; lists them"
+    )
+    trace.add_argument(
+        "--changed-dtype", action="store_true", help="only casts and ops that change dtype; lists them"
+    )
     trace.add_argument(
         "--backward",
         action="store_true",
@@ -696,11 +705,20 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
 
 
 def _read_sources(diagnostics: Sequence[Diagnostic], sources: dict[str, str]) -> None:
-    """The text of each file a runtime finding points at, for the report's snippets."""
-    for diagnostic in diagnostics:
-        if diagnostic.path not in sources and os.path.isfile(diagnostic.path):
+    """The text of each file a runtime finding points at, for the report's snippets. A file the
+    static pass had findings in is kept with only their lines (the others emptied): it is read again
+    when a runtime finding's line is not among them."""
+    from amplint.source import source_line
+
+    missing = {
+        d.path
+        for d in diagnostics
+        if d.cell is None and not (source_line(sources.get(d.path), d.line) or "").strip()
+    }
+    for path in missing:
+        if os.path.isfile(path):
             with contextlib.suppress(OSError, UnicodeDecodeError):
-                sources[diagnostic.path] = Path(diagnostic.path).read_text(encoding="utf-8")
+                sources[path] = Path(path).read_text(encoding="utf-8")
 
 
 def _positive(unit: str) -> Callable[[str], float]:
@@ -907,9 +925,12 @@ def _trace(args: argparse.Namespace) -> int:
         if args.format != "text":
             report = render(args.format, findings, sources=sources, color=False)
         else:
-            report = render_text(graph, nodes)
-            if findings:
-                report += "\n" + render("text", findings, sources=sources, color=False)
+            # A filter asks for the ops it matches: the table is shown for it as for --ops.
+            listed = args.ops or args.op is not None or args.module is not None or args.changed_dtype
+            shown = render("text", findings, sources=sources, color=False)
+            report = render_text(
+                graph, nodes, target=args.target or args.hf_config, findings=shown, ops=listed
+            )
     if (refused := _escaping(args.output, [Path.cwd()])) is not None:
         return refused
     written = _write_report(report, args.output, sys.stdout)

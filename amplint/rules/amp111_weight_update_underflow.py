@@ -10,6 +10,7 @@ from amplint.rule import GraphFinding, RuntimeRule
 from amplint.runtime.chains import HALF, where
 from amplint.runtime.formats import lost_from, lost_updates
 from amplint.runtime.graph import Magnitudes
+from amplint.runtime.numbers import share as percent
 
 if TYPE_CHECKING:
     from amplint.runtime.graph import DtypeGraph, DtypeNode, Source
@@ -86,13 +87,13 @@ class WeightUpdateUnderflow(RuntimeRule):
             binade = lost_from(dtype, lr)
             yield GraphFinding(
                 user,
-                f"the updates of {share:.0%} of the elements of {_names([n for n, _, _ in found])} "
+                f"the updates of {percent(share)} of the elements of {_names([n for n, _, _ in found])} "
                 f"({dtype}) round away at lr {lr:g}: half a {dtype} ulp of |w| exceeds {lr:g} for "
-                f"|w| >= 2^{binade} ({2.0**binade:.3g}) (limit {limit:g})",
+                f"|w| >= 2^{binade} ({2.0**binade:.3g}) (limit {percent(limit)})",
                 evidence=(
                     f"replayed on the factory's weights: {sum(lost.values()):,} of {count:,} elements of the "
                     f"parameters first used at {where(user)} hold |w| >= 2^{binade}; `{name}` loses "
-                    f"{lost[name] / max(weights.count, 1):.0%} of its updates"
+                    f"{percent(lost[name] / max(weights.count, 1))} of its updates"
                 ),
                 help=(
                     "keep the parameters in float32 and run the forward under autocast (float32 master "

@@ -453,6 +453,7 @@ def trace(
         emulated=emulated,
     )
     graph.gpu = gpu if emulated else None
+    graph.model = type(model).__name__ if model is not None else getattr(fn_or_module, "__qualname__", None)
     # The placeholders come in the order of the traced inputs' leaves, the model's state first.
     placeholders = [i for i, fx_node in enumerate(fx_nodes) if fx_node.op == "placeholder"]
     graph.parameters = {name: placeholders[index] for name, index in trainable.items()}
