@@ -59,6 +59,20 @@ def read_config(config_path: str, *, layers: int | None = None, per_kind: int = 
     return config
 
 
+def default_config(config_class: type, *, layers: int | None = None, per_kind: int = 1) -> Any:
+    """A config class's defaults (what a model class is built from when no config is given),
+    shrunk to `layers` blocks of every stack."""
+    try:
+        config = config_class()
+    except Exception as exc:  # a config class that needs arguments, said with its line
+        raise TargetError(
+            f"{config_class.__name__}() cannot be built from its defaults{_at(exc)}: {_reason(exc)}"
+        ) from None
+    if layers is not None:
+        shrink(config, layers, per_kind=per_kind)
+    return config
+
+
 def _derived_counts(config: Any, model_type: str, data: dict[str, Any], layers: int) -> Any:
     """The config built again with `layers` blocks where its constructor derives its block count
     from the count it is given (HRM's `num_hidden_layers` counts the attention calls, the blocks per
