@@ -729,3 +729,18 @@ def test_a_video_tracker_gets_an_inference_session_made_inside_the_trace(tmp_pat
     # annotation names; made before the trace, its tensors would be real CPU ones.
     graph = run_traced(_spec(_config(tmp_path, {"model_type": "sam2_video"})))
     assert any(node.op == "convolution" and node.dtype == "bfloat16" for node in graph.nodes)
+
+
+@pytest.mark.parametrize(
+    "config_class", ["Mamba2Config", "BambaConfig", "FalconH1Config", "GraniteMoeHybridConfig", "NemotronHConfig"]
+)
+def test_configs_transformers_writes_with_its_float_tags_are_read(tmp_path: Path, config_class: str) -> None:
+    """`save_pretrained` writes an infinite `time_step_limit` as `{"__float__": "Infinity"}`."""
+    import math
+
+    import transformers
+
+    getattr(transformers, config_class)().save_pretrained(tmp_path)
+    assert '"__float__"' in (tmp_path / "config.json").read_text(encoding="utf-8")
+    config = read_config(str(tmp_path / "config.json"), layers=2)
+    assert math.inf in tuple(config.time_step_limit)
