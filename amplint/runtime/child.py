@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from amplint.runtime.gpu import DEFAULT_GPU, GPUS
+from amplint.runtime.gpu import BF16_ASKED, DEFAULT_GPU, GPUS
 from amplint.runtime.graph import DtypeGraph, ValueLimits
 
 # Exit codes of the child, read by the parent.
@@ -107,9 +107,12 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         notes.append(
             f"the model holds {', '.join(sorted(held))} weights and no mode was given: traced without autocast"
         )
-        spec = {**spec, "autocast": False, "dtype": min(held)}
+        spec = {**spec, "autocast": False}
+        dtype = min(held)
     wanted = {dtype if spec["autocast"] else None, param, *(held if param is None else ())}
-    if spec["device"] == "cuda" and not gpu.native_bf16 and "bfloat16" in wanted:
+    asked = (dtype, param)  # the run as asked for, before a GPU without bf16 changes it
+    swapped = spec["device"] == "cuda" and not gpu.native_bf16 and "bfloat16" in wanted
+    if swapped:
         # What people do on such a GPU: run the bf16-trained model in float16 (CASES.md, case 3).
         notes.append(
             f"bfloat16 is not native on a {gpu.key.upper()} ({gpu.sm}, {gpu.name}): torch emulates it "
@@ -139,6 +142,7 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         "real_model": real_model,
         **settings,
     }
+    BF16_ASKED.clear()
     try:
         graph = trace(model, args, kwargs, **options)
     except TraceError as exc:
@@ -154,6 +158,22 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
             if recurrent
             else f"transformers' cache cannot be built for this config ({exc.__cause__}): traced with use_cache=False"
         )
+    if swapped and BF16_ASKED:
+        # The model's code asks torch, which answers True on this GPU too (bf16 is emulated there):
+        # a real run takes bfloat16 where that code does, so the trace runs as asked.
+        path, line = BF16_ASKED[0]
+        notes[notes.index(next(n for n in notes if n.startswith("bfloat16 is not native")))] = (
+            f"the model's code asks torch.cuda.is_bf16_supported() at {path}:{line}, which torch answers "
+            f"True on a {gpu.key.upper()} ({gpu.sm}: bfloat16 is emulated there): traced in bfloat16, as "
+            "that code runs; a float16 run is a choice of the code, not of the GPU"
+        )
+        options = {
+            **options,
+            "dtype": getattr(torch, asked[0]),
+            "param_dtype": getattr(torch, asked[1]) if asked[1] else None,
+        }
+        settings = {key: options[key] for key in settings}
+        graph = trace(model, args, kwargs, **options)
     graph.notes.extend(notes)
     if spec.get("compare_cpu") and spec["device"] == "cuda" and spec["autocast"]:
         # The same model under CPU autocast's policy, for the ops whose dtype differs (AMP103).
