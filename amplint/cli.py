@@ -215,6 +215,12 @@ def _parser() -> argparse.ArgumentParser:
         f"kernels (default {DEFAULT_GPU}; on v100 and t4 a bfloat16 run is traced in float16, as it is run there)",
     )
     trace.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16", help="autocast dtype")
+    trace.add_argument(
+        "--mode",
+        choices=MODES,
+        help="the execution mode to trace in (cast-fp16: --param-dtype float16 --no-autocast; "
+        "autocast-fp16: --dtype float16)",
+    )
     trace.add_argument("--no-autocast", action="store_true", help="trace without autocast")
     trace.add_argument("--param-dtype", choices=("bfloat16", "float16", "float32"), help="cast parameters")
     trace.add_argument(
@@ -906,7 +912,7 @@ def _trace(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("torch") is None:
         return _error("tracing needs torch: pip install 'amplint[runtime]'")
     from amplint.runtime.child import ChildError, run_traced, trace_in_child
-    from amplint.runtime.target import TargetError
+    from amplint.runtime.target import TargetError, mode_settings
 
     if (args.target is None) == (args.hf_config is None):
         return _error("give a TARGET such as fixtures/rwkv7_time_mix.py:factory, or --hf-config CONFIG.json")
@@ -922,6 +928,8 @@ def _trace(args: argparse.Namespace) -> int:
         return _error(f"{', '.join(given)}: only for --hf-config (a factory builds its own model and inputs)")
     if args.input_ids is not None and args.text is not None:
         return _error("give --input-ids or --text, not both")
+    if args.mode and (args.no_autocast or args.param_dtype or args.dtype != "bfloat16" or args.graph):
+        return _error("give --mode, or --dtype/--param-dtype/--no-autocast (or --graph), not both")
     limits = _value_limits(args)
     if isinstance(limits, int):
         return limits
@@ -951,6 +959,10 @@ def _trace(args: argparse.Namespace) -> int:
         "dtype": args.dtype if saved is None else saved.dtype,
         "autocast": not args.no_autocast if saved is None else saved.autocast,
         "param_dtype": args.param_dtype if saved is None else saved.param_dtype,
+        **(mode_settings(args.mode) if args.mode else {}),
+        # No mode given: a model that holds half-precision weights runs so, without autocast.
+        "as_built": saved is None
+        and not (args.mode or args.no_autocast or args.param_dtype or args.dtype != "bfloat16"),
         "measure": args.measure,
         "values": args.values,
         "backward": args.backward,

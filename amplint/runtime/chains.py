@@ -286,3 +286,21 @@ def describe_error(
         f"max {measured['max']:.1e}, mean {measured['mean']:.1e}; {fixed}: "
         f"max {measured['fixed_max']:.1e}, mean {measured['fixed_mean']:.1e}"
     )
+
+
+def upcast_help(graph: DtypeGraph, node: DtypeNode) -> str:
+    """The change that computes `node`'s op in float32, checked against the trace: where autocast
+    picked the op's dtype (a matmul under autocast), `.float()` on its inputs changes nothing, since
+    autocast casts them down again; autocast must be off around the op. A float16 op may run in
+    bfloat16 instead, which has float32's range."""
+    if node.policy == "lower_precision":  # autocast runs it in its dtype, whatever it reads
+        advice = (
+            f"autocast runs `{node.op}` in {node.dtype} whatever its inputs are, so `.float()` on them "
+            'changes nothing: turn autocast off around it (`with torch.autocast("cuda", enabled=False):`, '
+            "inputs `.float()`)"
+        )
+    else:
+        advice = f"compute `{node.op}` in float32 (`.float()` on its input)"
+    if node.dtype == "float16":
+        advice += "; or run in bfloat16 instead of float16 (float32's range, fewer bits)"
+    return advice

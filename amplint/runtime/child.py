@@ -134,7 +134,7 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         "measure": measure,
         "measure_lines": lines,
         "values": values,
-        "limits": ValueLimits(**spec["limits"]) if values and spec.get("limits") else None,
+        "limits": _limits(spec) if values else None,
         "max_memory": spec.get("max_memory"),
         "gpu": gpu.key,
         "backward": spec.get("backward", False),
@@ -181,6 +181,13 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         keys = on_cpu.op_keys()
         graph.cpu_dtypes = {keys[node.id]: node.dtype for node in on_cpu.nodes if node.id in keys}
     return graph
+
+
+def _limits(spec: dict[str, Any]) -> ValueLimits:
+    """The value rules' limits of a spec; AMP111 speaks for a training run or when asked."""
+    given = spec.get("limits") or {}
+    asked = bool(spec.get("backward")) or "lr" in given or "lost_update_fraction" in given
+    return ValueLimits(**given, weight_updates=asked)
 
 
 _NO_ATTENTION_CACHE = "`get_seq_length` can only be called on Attention layers"
