@@ -17,6 +17,7 @@ from amplint.pipeline.progress import Progress
 from amplint.report import FORMATS
 from amplint.runtime.gpu import DEFAULT_GPU, GPUS
 from amplint.runtime.hf import TASKS as HF_TASKS
+from amplint.runtime.target import MODES
 from amplint.static.profile import PRECISIONS
 
 if TYPE_CHECKING:
@@ -133,6 +134,24 @@ def _parser() -> argparse.ArgumentParser:
         metavar="TARGET",
         help="with --confirm: file.py:factory or module:factory to trace (replaces the configured targets)",
     )
+    check.add_argument(
+        "--deep",
+        action="store_true",
+        default=None,
+        help="trace every candidate amplint can run, with no target written: the model classes of the "
+        "checked code, built from their defaults, in each mode the project runs them in (needs "
+        "amplint[runtime]; `deep = true` in [tool.amplint])",
+    )
+    check.add_argument(
+        "--mode",
+        choices=MODES,
+        help="with --target: the execution mode to trace it in (default: the modes the project runs its file in)",
+    )
+    check.add_argument("--dtype", choices=("bfloat16", "float16"), help="with --target: autocast dtype")
+    check.add_argument("--no-autocast", action="store_true", help="with --target: trace without autocast")
+    check.add_argument(
+        "--param-dtype", choices=("bfloat16", "float16", "float32"), help="with --target: cast parameters"
+    )
     check.add_argument("--show-refuted", action="store_true", help="with --confirm: show refuted findings")
     check.add_argument(
         "--timeout",
@@ -196,6 +215,12 @@ def _parser() -> argparse.ArgumentParser:
         f"kernels (default {DEFAULT_GPU}; on v100 and t4 a bfloat16 run is traced in float16, as it is run there)",
     )
     trace.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16", help="autocast dtype")
+    trace.add_argument(
+        "--mode",
+        choices=MODES,
+        help="the execution mode to trace in (cast-fp16: --param-dtype float16 --no-autocast; "
+        "autocast-fp16: --dtype float16)",
+    )
     trace.add_argument("--no-autocast", action="store_true", help="trace without autocast")
     trace.add_argument("--param-dtype", choices=("bfloat16", "float16", "float32"), help="cast parameters")
     trace.add_argument(
@@ -372,10 +397,9 @@ def _check(args: argparse.Namespace) -> int:
         return _error("`-` (standard input) cannot be checked together with other paths")
     if args.stdin_filename is not None and not stdin:
         return _error("--stdin-filename names the code on standard input: give `-` as the only path")
-    if stdin and (args.confirm or args.explain):
-        return _error(
-            f"{'--confirm' if args.confirm else '--explain'} reads files: it cannot check standard input"
-        )
+    if stdin and (args.confirm or args.deep or args.explain):
+        flag = "--confirm" if args.confirm else "--deep" if args.deep else "--explain"
+        return _error(f"{flag} reads files: it cannot check standard input")
     if stdin and args.add_noqa:
         return _error("--add-noqa edits files: it cannot suppress findings in standard input")
     if stdin:  # the configuration is found from the named file's folder, or its nearest existing parent
@@ -437,7 +461,7 @@ def _check(args: argparse.Namespace) -> int:
                 diff=args.diff,
                 unsafe_fixes=args.unsafe_fixes,
             )
-        elif args.confirm:
+        elif args.confirm or args.deep or settings.deep:
             confirmed = _confirmed_run(paths, settings, args)
             if isinstance(confirmed, int):
                 return confirmed
@@ -483,6 +507,7 @@ def _check(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     summary = ReportSummary(
+        traced=run.traced,
         files_checked=run.files_checked,
         fixed=run.fixed,
         fix_applied=args.fix,
@@ -633,41 +658,49 @@ def _explain(target: str, paths: list[Path], settings: Settings) -> int:
 
 def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespace) -> CheckRun | int:
     """The check with every finding joined to the traced runtime targets (and, with --fix, each
-    fix verified by a new trace); an exit code on a usage error. The traces run in child processes:
-    this one only needs to know that torch is there, not to import it."""
+    fix verified by a new trace); with --deep, to the model classes found in the checked code too,
+    traced in the modes the project runs them in. An exit code on a usage error. The traces run in
+    child processes: this one only needs to know that torch is there, not to import it."""
+    deep = args.deep or settings.deep
+    flag = "--deep" if deep else "--confirm"
     if importlib.util.find_spec("torch") is None:
-        return _error("--confirm traces the model and needs torch: pip install 'amplint[runtime]'")
+        return _error(f"{flag} traces the model and needs torch: pip install 'amplint[runtime]'")
     from amplint.diagnostics import Confidence
-    from amplint.fixing.confirm import Traced, confirm, finding_lines
+    from amplint.fixing.confirm import Traced
+    from amplint.pipeline import deep as deep_pass
     from amplint.pipeline.check import run_check
-    from amplint.runtime.child import ChildError, trace_in_child
-    from amplint.runtime.target import TargetError, target_specs, trace_timeout
+    from amplint.pipeline.precision import project_precision
+    from amplint.runtime.target import TargetError, child_limits, target_specs, trace_timeout
 
     try:
-        specs = target_specs(settings.runtime, args.target, settings.root)
+        overrides = _mode_overrides(args)
+        specs = target_specs(settings.runtime, args.target, settings.root, overrides)
         timeout = trace_timeout(settings.runtime, args.timeout)
+        child = child_limits(settings.runtime)
     except TargetError as exc:
         return _error(str(exc))
-    if not specs:
+    if not specs and not deep:
         return _error(
             "--confirm needs a runtime target: --target file.py:factory, or `targets` in [tool.amplint.runtime]"
+            " (or --deep: amplint finds the models itself)"
         )
     warnings: list[str] = []
+    if args.target and not _given_mode(args):
+        # A target given by hand runs in the modes the project runs its file in, when it has any.
+        precision = project_precision(settings, paths)
+        specs = [
+            {**spec, **mode} for spec in specs for mode in _file_modes(precision, spec["target"]) or [{}]
+        ]
+    untraced: dict[str, str] = {}
 
     def trace(diagnostics: Sequence[Diagnostic]) -> list[Traced]:
-        traced = []
-        measure_lines = finding_lines(diagnostics)
-        for spec in specs:
-            try:
-                graph = trace_in_child({**spec, "measure_lines": measure_lines}, timeout)
-                traced.append(Traced(spec["target"], graph=graph))
-            except TargetError as exc:  # a target that names no model: a usage error, not a model bug
-                raise TargetError(f"{spec['name']}: {exc}") from None
-            except ChildError as exc:
-                warnings.append(f"could not trace {spec['target']}; its findings stay unconfirmed: {exc}")
-                lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-                traced.append(Traced(spec["target"], error=lines[-1] if lines else "failed"))  # the exception
-        return traced
+        found = specs
+        if deep:
+            precision = project_precision(settings, paths)
+            planned = deep_pass.plan(diagnostics, precision, child)
+            untraced.update(planned.untraced)
+            found = [*specs, *planned.specs]
+        return deep_pass.trace_all(found, diagnostics, timeout, warnings)
 
     try:  # the first trace comes before any fix is written: a bad target leaves the files alone
         if args.fix:
@@ -681,20 +714,29 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
 
             run = preview(paths, settings, trace, jobs=args.jobs)
         else:
-            # The trace decides: conditional candidates are traced too, and shown once confirmed.
+            # The trace decides: conditional candidates are traced too, and shown once confirmed;
+            # with --deep, those of the opt-in rules as well.
             every = settings.with_overrides(show_conditional=True)
+            if deep:
+                every = every.with_overrides(extend_select=_opt_in_codes())
             run = run_check(paths, every, cache=not args.no_cache, jobs=args.jobs)
-            conditional = {d.sort_key for d in run.diagnostics if d.confidence is Confidence.CONDITIONAL}
-            run.diagnostics = confirm(run.diagnostics, trace(run.diagnostics))
-            if not settings.show_conditional:
-                shown = [
-                    d
-                    for d in run.diagnostics
-                    if d.sort_key not in conditional
-                    or d.confidence in (Confidence.CONFIRMED, Confidence.REFUTED)
-                ]
-                run.conditional += len(run.diagnostics) - len(shown)
-                run.diagnostics = shown
+            hidden = {
+                d.sort_key
+                for d in run.diagnostics
+                if (d.confidence is Confidence.CONDITIONAL and not settings.show_conditional)
+                or not _selected(settings, run, d)
+            }
+            traced = trace(run.diagnostics)
+            run.diagnostics = deep_pass.judge(run.diagnostics, traced, untraced)
+            if deep:
+                run.traced = deep_pass.counts(run.diagnostics)
+            shown = [
+                d
+                for d in run.diagnostics
+                if d.sort_key not in hidden or d.confidence in (Confidence.CONFIRMED, Confidence.REFUTED)
+            ]
+            run.conditional += len(run.diagnostics) - len(shown)
+            run.diagnostics = shown
     except TargetError as exc:
         return _error(f"runtime target {exc}")
     run.warnings.extend(dict.fromkeys(warnings))
@@ -702,6 +744,59 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
         run.diagnostics = [d for d in run.diagnostics if d.confidence is not Confidence.REFUTED]
     _read_sources(run.diagnostics, run.sources)
     return run
+
+
+def _opt_in_codes() -> list[str]:
+    """Every static rule's code: a trace decides on the candidates of the rules off by default too."""
+    from amplint.rules import all_rules
+
+    return [rule.code for rule in all_rules() if not rule.runtime_only and rule.code != "AMP900"]
+
+
+def _selected(settings: Settings, run: CheckRun, diagnostic: Diagnostic) -> bool:
+    """Whether the user's own settings turn on the rule of `diagnostic` for its file."""
+    from amplint.rules import rules_for
+
+    path = Path(diagnostic.path)
+    return any(
+        rule.code == diagnostic.code for rule in rules_for(settings, path, run.precision.of(diagnostic.path))
+    )
+
+
+def _given_mode(args: argparse.Namespace) -> bool:
+    return bool(args.mode or args.param_dtype or args.no_autocast or args.dtype)
+
+
+def _mode_overrides(args: argparse.Namespace) -> dict[str, object]:
+    """The trace settings `--mode`, or `--dtype`, `--param-dtype` and `--no-autocast`, give every
+    target named on the command line (as `amplint trace` takes them)."""
+    from amplint.runtime.target import TargetError, mode_settings
+
+    if args.mode and (args.param_dtype or args.no_autocast or args.dtype):
+        raise TargetError("give --mode, or --dtype/--param-dtype/--no-autocast, not both")
+    if args.mode:
+        return mode_settings(args.mode)
+    overrides: dict[str, object] = {}
+    if args.dtype:
+        overrides["dtype"] = args.dtype
+    if args.param_dtype:
+        overrides["param_dtype"] = args.param_dtype
+    if args.no_autocast:
+        overrides["autocast"] = False
+    return overrides
+
+
+def _file_modes(precision: Precision, target: str) -> list[dict[str, object]]:
+    """The trace settings of each mode the project runs a target's file in (none for a target
+    named by module, or a file no mode reaches)."""
+    from amplint.runtime.target import mode_settings
+    from amplint.source import display_path
+
+    where = target.rpartition(":")[0]
+    if not where.endswith(".py"):
+        return []
+    names = dict.fromkeys(why.mode.name for why in precision.of(display_path(Path(where))).modes)
+    return [mode_settings(name) for name in names]
 
 
 def _read_sources(diagnostics: Sequence[Diagnostic], sources: dict[str, str]) -> None:
@@ -835,7 +930,7 @@ def _trace(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("torch") is None:
         return _error("tracing needs torch: pip install 'amplint[runtime]'")
     from amplint.runtime.child import ChildError, run_traced, trace_in_child
-    from amplint.runtime.target import TargetError
+    from amplint.runtime.target import TargetError, mode_settings
 
     if (args.target is None) == (args.hf_config is None):
         return _error("give a TARGET such as fixtures/rwkv7_time_mix.py:factory, or --hf-config CONFIG.json")
@@ -851,6 +946,8 @@ def _trace(args: argparse.Namespace) -> int:
         return _error(f"{', '.join(given)}: only for --hf-config (a factory builds its own model and inputs)")
     if args.input_ids is not None and args.text is not None:
         return _error("give --input-ids or --text, not both")
+    if args.mode and (args.no_autocast or args.param_dtype or args.dtype != "bfloat16" or args.graph):
+        return _error("give --mode, or --dtype/--param-dtype/--no-autocast (or --graph), not both")
     limits = _value_limits(args)
     if isinstance(limits, int):
         return limits
@@ -880,6 +977,10 @@ def _trace(args: argparse.Namespace) -> int:
         "dtype": args.dtype if saved is None else saved.dtype,
         "autocast": not args.no_autocast if saved is None else saved.autocast,
         "param_dtype": args.param_dtype if saved is None else saved.param_dtype,
+        **(mode_settings(args.mode) if args.mode else {}),
+        # No mode given: a model that holds half-precision weights runs so, without autocast.
+        "as_built": saved is None
+        and not (args.mode or args.no_autocast or args.param_dtype or args.dtype != "bfloat16"),
         "measure": args.measure,
         "values": args.values,
         "backward": args.backward,

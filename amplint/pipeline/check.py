@@ -50,6 +50,9 @@ class CheckRun:
     # Findings not shown because their half precision rests on nothing in the project.
     conditional: int = 0
     show_conditional: bool = False  # shown, and fixed, all the same (--show-conditional)
+    # `--deep`: per file, how many candidates the traces confirmed, refuted, did not reach, and
+    # reached without a verdict (`amplint.pipeline.deep.counts`).
+    traced: dict[str, dict[str, int]] = field(default_factory=dict)
     # The folders a fix may write in: those checked and the project's (`write_roots`).
     roots: tuple[Path, ...] = ()
 

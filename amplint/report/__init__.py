@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from amplint.diagnostics import Diagnostic, sort_diagnostics
 
@@ -28,6 +28,8 @@ class ReportSummary:
     quiet: bool = False  # --quiet: findings only, no summary lines
     # Findings not shown because no execution mode of the project supports them (--show-conditional).
     conditional: int = 0
+    # `check --deep`: per file, the candidates confirmed, refuted, unreached and not confirmed.
+    traced: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def applies(diagnostic: Diagnostic, summary: ReportSummary | None) -> bool:

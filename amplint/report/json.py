@@ -54,6 +54,8 @@ def summary_dict(diagnostics: Sequence[Diagnostic], summary: ReportSummary | Non
         "fix_applied": summary.fix_applied,
         "diff": summary.diff,
         "by_severity": {name: severities.get(name, 0) for name in ("error", "warning", "info")},
+        # `check --deep`: per file, the candidates confirmed, refuted, unreached and not confirmed.
+        **({"traced": summary.traced} if summary.traced else {}),
     }
 
 

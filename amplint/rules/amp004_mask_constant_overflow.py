@@ -12,7 +12,7 @@ import libcst as cst
 
 from amplint.diagnostics import UNSAFE
 from amplint.rule import Rule, Verdict
-from amplint.runtime.chains import half_precision_verdict
+from amplint.runtime.chains import SOFTMAX, half_precision_verdict
 from amplint.static.attention import is_softmax
 from amplint.static.constants import BF16_MAX, FP16_OVERFLOW
 from amplint.static.context import FileContext, Finding, FixPlan, scopes_holding
@@ -139,7 +139,8 @@ class MaskConstantOverflow(Rule):
 
     @classmethod
     def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
-        return half_precision_verdict(graph, nodes, "the mask is applied in half precision")
+        # A mask built in float32 is cast to the scores' dtype further on: followed to the softmax.
+        return half_precision_verdict(graph, nodes, "the mask is applied in half precision", bites=SOFTMAX)
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         negated = _negated_products(ctx)

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from amplint.diagnostics import Confidence
 from amplint.rule import Rule, Verdict
-from amplint.runtime.chains import half_precision_verdict
+from amplint.runtime.chains import SOFTMAX, half_precision_verdict, traced_back, where
 from amplint.static.attention import (
     SOFTMAX_METHODS,
     is_multinomial,
@@ -98,7 +99,25 @@ class SamplingFromHalfProbabilities(Rule):
 
     @classmethod
     def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
-        return half_precision_verdict(graph, nodes, "the probabilities are computed in half precision")
+        samplers = [node for node in nodes if node.op == "multinomial"]
+        if not samplers:
+            return half_precision_verdict(graph, nodes, "the probabilities are computed in half precision")
+        # The hazard is where the probabilities were made: followed back to their softmax.
+        sampler = samplers[0]
+        back = traced_back(graph, sampler, SOFTMAX)
+        if back.turned is not None:
+            return Verdict(
+                Confidence.CONFIRMED,
+                f"`multinomial` at {where(sampler)} samples probabilities that `{back.turned.op}` at "
+                f"{where(back.turned)} held in {back.turned.dtype}",
+            )
+        if back.bite is None:
+            return None
+        return Verdict(
+            Confidence.REFUTED,
+            f"the probabilities `multinomial` at {where(sampler)} samples stayed float32 from "
+            f"`{back.bite.op}` at {where(back.bite)} on",
+        )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         samplers = [call for call in ctx.index.calls if _sampler(ctx, call) is not None]

@@ -134,6 +134,9 @@ class ValueLimits:
     error_top: int = 3
     lr: float = 1e-4
     lost_update_fraction: float = 0.1
+    # AMP111 judges optimizer updates: only for a training run (a backward traced) or when asked
+    # (`lr` or `lost-update-fraction` given); an inference model has no updates to lose.
+    weight_updates: bool = False
 
 
 @dataclass

@@ -141,7 +141,7 @@ def test_softplus_form_has_no_precision_chain(tmp_path: Path) -> None:
     [
         ('autocast = false\nparam-dtype = "float16"', "confirmed", "formed the scores in float16"),
         ('dtype = "float16"', "confirmed", "formed the scores in float16"),
-        ("", "refuted", "ran in bfloat16, whose range is float32's"),
+        ("", "refuted", "formed the scores in bfloat16, whose range is float32's"),
         ("autocast = false", "refuted", "formed the scores in float32"),
     ],
 )

@@ -307,11 +307,18 @@ def test_amp111_counts_what_an_optimizer_step_loses(tmp_path: Path) -> None:
     from amplint.runtime.target import load_factory
 
     path = write(tmp_path / "block.py", BLOCK)
-    graph = run_traced(
-        {"target": f"{path}:factory", "device": "cuda", "dtype": "bfloat16", "autocast": True, "values": True}
-    )
+    spec = {
+        "target": f"{path}:factory",
+        "device": "cuda",
+        "dtype": "bfloat16",
+        "autocast": True,
+        "values": True,
+    }
     rule = rule_by_code("AMP111")
     assert rule is not None
+    # An inference run (no backward traced, no learning rate asked for) has no updates to lose.
+    assert list(rule.check_graph(run_traced(spec))) == []
+    graph = run_traced({**spec, "limits": {"lr": 1e-4}})
     findings = {f.node.source.line: f for f in rule.check_graph(graph) if f.node.source}
     assert sorted(findings) == [12, 13]
     model, _ = load_factory(f"{path}:factory")()
