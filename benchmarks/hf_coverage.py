@@ -234,6 +234,7 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     seconds = [row["seconds"] for row in traced]
     peaks = [row["peak_mb"] for row in traced]
     share = 100 * len(traced) / len(rows) if rows else 0.0
+    bare = sum(row["type"] not in CHECKPOINT_KEYS for row in traced)
     lines = [
         "# transformers model types traced by `amplint trace --hf-config`",
         "",
@@ -250,6 +251,8 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "```",
         "",
         f"**{len(traced)} of {len(rows)} model types traced ({share:.1f}%).**",
+        f"{bare} of them from their bare default config, "
+        f"{len(traced) - bare} with keys a published checkpoint sets (below).",
     ]
     # Where transformers itself cannot build the model from its default config (or lacks a
     # package it needs), the trace never starts, and where the GPU itself refuses an op the trace
