@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import torch
-from torch.utils import _pytree as pytree
+
+from amplint.runtime.compat import tree_map
 
 aten = torch.ops.aten
 
@@ -33,7 +34,7 @@ class Replay(torch.fx.Interpreter):
 
     def call(self, n: torch.fx.Node, args: Any, kwargs: Any) -> Any:
         """The node's op applied to `args` and `kwargs`, on CPU."""
-        args, kwargs = pytree.tree_map(on_cpu, (args, kwargs))
+        args, kwargs = tree_map(on_cpu, (args, kwargs))
         standin = _CPU_STANDINS.get(n.target)
         if standin is None:
             return cast(Callable[..., Any], n.target)(*args, **kwargs)

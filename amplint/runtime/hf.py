@@ -233,6 +233,8 @@ def with_real_buffers(model: Any) -> Any:
 def _parameters_on_meta() -> Iterator[None]:
     import torch
 
+    from amplint.runtime import compat
+
     register = torch.nn.Module.register_parameter
 
     def on_meta(module: Any, name: str, parameter: Any) -> None:
@@ -240,7 +242,7 @@ def _parameters_on_meta() -> Iterator[None]:
         if parameter is not None and not parameter.is_meta:
             kind = type(parameter)
             extra = {k: v for k, v in vars(parameter).items() if k != "requires_grad"}
-            module._parameters[name] = kind(
+            compat.parameters_table(module)[name] = kind(
                 parameter.to("meta"), requires_grad=parameter.requires_grad, **extra
             )
 
@@ -321,6 +323,8 @@ def materialize_buffers(model: Any) -> None:
     values replay says that the model has no weights)."""
     import torch
 
+    from amplint.runtime import compat
+
     for module in model.modules():
         if not any(buffer.is_meta for buffer in module.buffers(recurse=False)):
             continue
@@ -330,7 +334,7 @@ def materialize_buffers(model: Any) -> None:
         except TypeError:  # not built from the config alone
             continue
         for key, buffer in fresh.named_buffers(recurse=False):
-            module.register_buffer(key, buffer, persistent=key not in module._non_persistent_buffers_set)
+            module.register_buffer(key, buffer, persistent=key not in compat.non_persistent_buffers(module))
         for key, value in vars(fresh).items():  # scalars computed with the buffers (attention_scaling)
             if not key.startswith("_") and not isinstance(value, torch.Tensor):
                 setattr(module, key, value)

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch.utils import _pytree as pytree
 
 from amplint.runtime.chains import VIEWS, at, where
+from amplint.runtime.compat import tree_leaves, tree_map
 from amplint.runtime.cpu_replay import Replay, first_tensor, relative_errors
 from amplint.runtime.graph import (
     DtypeGraph,
@@ -76,7 +76,7 @@ def replay_values(
     values = Values(outputs=_outputs(graph_module, ids), limits=limits or ValueLimits())
     with torch.no_grad():
         try:
-            replayer.run(*pytree.tree_leaves(inputs))
+            replayer.run(*tree_leaves(inputs))
         except _Stopped as stop:
             values.stopped_at = ids.get(stop.node)
             values.stopped = f"{type(stop.error).__name__}: {str(stop.error).strip()[:300]}"
@@ -138,7 +138,7 @@ class _ValuesReplay(Replay):
         try:
             reference = self.call(n, *self.converted(n, torch.float64, self.reference))
         except (RuntimeError, TypeError, NotImplementedError) as exc:  # no float64 kernel
-            reference = pytree.tree_map(_to_float64, result)
+            reference = tree_map(_to_float64, result)
             self.notes.append(
                 f"{self._name(n)} has no float64 form ({type(exc).__name__}): its reference is its own value"
             )
@@ -335,7 +335,7 @@ def _outputs(graph_module: torch.fx.GraphModule, ids: dict[torch.fx.Node, int]) 
     found: list[int] = []
     for node in graph_module.graph.nodes:
         if node.op == "output":
-            for value in pytree.tree_leaves(node.args[0]):
+            for value in tree_leaves(node.args[0]):
                 if isinstance(value, torch.fx.Node) and value in ids:
                     found.append(ids[value])
     return found
@@ -379,7 +379,7 @@ def _estimate(graph_module: torch.fx.GraphModule) -> tuple[int, tuple[str, str] 
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
-    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]
+    return [leaf for leaf in tree_leaves(value) if isinstance(leaf, torch.Tensor)]
 
 
 def _size(count: int) -> str:
