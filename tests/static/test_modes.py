@@ -5,6 +5,7 @@ conditional and hidden unless asked for."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -258,6 +259,31 @@ def test_no_mode_means_conditional_hidden_and_counted(tmp_path: Path) -> None:
     (finding,) = json.loads(shown.stdout)["diagnostics"]
     assert finding["confidence"] == "conditional"
     assert "this holds when the caller runs it in" in finding["message"]
+
+
+REAL_PROJECTS = Path(__file__).parent / "data" / "real_projects"
+
+
+def test_modes_from_tests_alone_make_a_finding_conditional(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # unsloth-zoo: only a test runs the log-prob helper under autocast (the excerpt's header says
+    # more). The finding names that evidence, and is hidden unless asked for.
+    root = tmp_path / "project"
+    shutil.copytree(REAL_PROJECTS / "unsloth_zoo_autocast_in_tests_only", root)
+    monkeypatch.chdir(root)
+    settings = load_settings([root])
+    assert run_check([root], settings).diagnostics == []
+    (finding,) = run_check([root], settings.with_overrides(show_conditional=True)).diagnostics
+    assert (finding.path, finding.line, finding.code) == ("unsloth_zoo/rl_replacements.py", 29, "AMP001")
+    assert finding.confidence == Confidence.CONDITIONAL
+    assert "at tests/test_grpo_logprob_recompute.py:26" in finding.message
+    assert "in the project's tests only" in finding.message
+    # The same autocast in the project's own code is how the project runs it: shown.
+    script = root / "tests" / "test_grpo_logprob_recompute.py"
+    script.rename(root / "unsloth_zoo" / "train.py")
+    (shown,) = run_check([root], load_settings([root])).diagnostics
+    assert shown.code == "AMP001" and shown.confidence == Confidence.STATIC
 
 
 def test_configured_modes_and_their_errors(tmp_path: Path) -> None:
