@@ -26,7 +26,7 @@ def chunked_hidden_states_selective_log_softmax_recompute(
             if scale_divide != 0.0:
                 logits = logits / scale_divide
             if softcapping != 0.0:
-                logits = softcapping * torch.tanh(logits / softcapping)
+                logits = softcapping * torch.tanh(logits / softcapping)  # conditional: AMP001
             logits = logits.to(torch.float32)
             if temperature != 1.0:
                 logits = logits / temperature
