@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,9 @@ from amplint.static.scopes import walk
 # Clipping or soft-capping (`tanh(s / c) * c`) after the product maps inf back to a finite value
 # before softmax sees it.
 _CLIP_FUNCTIONS = frozenset({"torch.clamp", "torch.clip", "torch.nan_to_num", "torch.tanh"})
+# A layer's weight named as such (`weight`, `lm_weight`, `self.lm_head`, `embed_tokens`).
+_WEIGHT = re.compile(r"(?:\w+_)?weights?|lm_head|embed_tokens|wte")
+_TRANSPOSES = frozenset({"t", "T", "mT", "transpose", "permute", "contiguous"})
 _CLIP_METHODS = frozenset({"clamp", "clip", "clamp_", "clip_", "nan_to_num", "nan_to_num_", "tanh"})
 
 
@@ -48,7 +52,9 @@ class HalfPrecisionAttentionScores(Rule):
     `torch.matmul`, `torch.bmm`, `baddbmm`, `einsum`, `.mT`) that feed a softmax, when the scale is
     applied after the product (or not at all) and the product may run in float16: the dtype-facts
     engine decides (an upcast, a bfloat16 autocast region or a bfloat16-only project clears it).
-    Scores made by a helper of the same file (`self._scores(q, k)`) count where they are made.
+    Scores made by a helper of the same file (`self._scores(q, k)`) count where they are made. A
+    product with a layer's weight (`hidden @ weight.t()`, `h @ self.lm_head.weight.T`) is a
+    projection, such as the vocabulary logits of a language-model head, not scores: not flagged.
 
     On by default. Its hazard needs half precision, so it is reported where the project runs the
     code in bf16/fp16 (an execution mode found in its scripts, tests or configuration, named in
@@ -132,7 +138,8 @@ class HalfPrecisionAttentionScores(Rule):
                 )
             queries, keys, product = operands
             judged[node] = not (
-                scaled_inside(ctx, product)
+                _weights(ctx, keys)
+                or scaled_inside(ctx, product)
                 or any(
                     scaled_before(ctx, side, flow)
                     or normalized_before(ctx, side, flow, ctx.function_of(node))
@@ -179,6 +186,14 @@ class HalfPrecisionAttentionScores(Rule):
                 evidence=fact.why,
                 caller_only=fact.caller,
             )
+
+
+def _weights(ctx: FileContext, keys: cst.BaseExpression) -> bool:
+    """Whether the transposed side is a layer's weight (`hidden @ weight.t()`,
+    `matmul(h, lm_weight.t())`, `self.lm_head.weight.T`): a projection, such as the vocabulary
+    logits a log-softmax reads, not query-key scores."""
+    path = re.split(r"[(\[]", ctx.code(keys), maxsplit=1)[0]
+    return any(_WEIGHT.fullmatch(part) for part in path.split(".") if part not in _TRANSPOSES)
 
 
 def _scaled_by_one(ctx: FileContext, product: cst.CSTNode, unit: set[str]) -> bool:

@@ -465,10 +465,13 @@ def _mask_shape(
         if isinstance(n, (cst.Name, cst.Attribute))
     ]
     flags: set[str] = set()
-    if not any(_PADDING.search(word) for word in words) and (
-        any(_STRUCTURAL.search(word) for word in words)
-        or any(isinstance(n, cst.Comparison) and _positional_comparison(n) for n in parts)
-        or any(isinstance(n, cst.Call) and callee_name(n) in _KEEPS_ONE for n in parts)
+    if _below_top(mask, flow) or (
+        not any(_PADDING.search(word) for word in words)
+        and (
+            any(_STRUCTURAL.search(word) for word in words)
+            or any(isinstance(n, cst.Comparison) and _positional_comparison(n) for n in parts)
+            or any(isinstance(n, cst.Call) and callee_name(n) in _KEEPS_ONE for n in parts)
+        )
     ):
         flags.add("structural")
     if any(
@@ -479,6 +482,27 @@ def _mask_shape(
     if parameters is not None and _from_caller(mask, flow, parameters):
         flags.add("caller")
     return flags
+
+
+def _below_top(mask: cst.BaseExpression, flow: Flow) -> bool:
+    """A top-k mask: a comparison with a threshold taken from a row's top-k, maximum or sorted
+    values (`logits < torch.topk(logits, k).values[..., -1, None]`). The row's largest entry is
+    never below it, so no row is masked whole, whatever the compared values went through before
+    (a model call with a padding mask among its arguments says nothing about this mask)."""
+    for node in walk(mask):
+        if not isinstance(node, cst.Comparison):
+            continue
+        sides = [node.left, *(target.comparator for target in node.comparisons)]
+        for side in sides:
+            bound = flow.history.get(side.value, [])[-1:] if isinstance(side, cst.Name) else [side]
+            if any(
+                isinstance(n, cst.Call) and callee_name(n) in _KEEPS_ONE
+                for value in bound
+                if isinstance(value, cst.BaseExpression)
+                for n in walk(value)
+            ):
+                return True
+    return False
 
 
 def _registered(ctx: FileContext, name: str) -> cst.BaseExpression | None:

@@ -13,7 +13,7 @@ from amplint.rule import Rule
 from amplint.static.autocast import AUTOCAST
 from amplint.static.context import FileContext, Finding, FixPlan
 from amplint.static.cst_compat import SourceText
-from amplint.static.facts import Step
+from amplint.static.facts import CALLER_CLAUSE, Step
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.imports import dotted_name
 from amplint.static.patterns import argument, lineage, matmul_operands
@@ -64,7 +64,9 @@ class CustomFunctionWithoutAmpDecorators(Rule):
     Function inside an autocast region. Also flags `custom_fwd` without `custom_bwd` in that case, and
     `custom_bwd` without `custom_fwd` anywhere. Decorators named like them (`autocast_custom_fwd`,
     the deprecated `torch.cuda.amp.custom_fwd`) count, as does a function that saves and restores
-    the autocast state itself.
+    the autocast state itself. Where neither the module nor an execution mode of the project
+    enables autocast (the project casts its models, or sets no precision), the hazard is a caller's
+    choice: the finding is conditional, shown by `--show-conditional`.
 
     ## Why is this bad?
     Autograd runs `backward` in its own thread, outside the autocast region that `forward` ran in.
@@ -232,7 +234,7 @@ def _check_function(
         )
         added = _counterpart(ctx, fwd.fwd, "custom_fwd", "custom_bwd")
         return _finding(ctx, indents, backward, bwd, added, message)
-    why = _half_outputs(ctx, name, forward)
+    why, callers = _half_outputs(ctx, name, forward)
     if not why:
         return None
     message = (
@@ -241,6 +243,9 @@ def _check_function(
         "float32 saved tensors: a dtype mismatch, or another precision than forward used; "
         f"forward's outputs are half precision where {ctx.facts.describe(why, backward.name)}"
     )
+    if callers:
+        # No autocast region here and no execution mode of the project: the caller's autocast only.
+        message += f"; {CALLER_CLAUSE} autocast"
     torch, missing = ctx.torch_name()
     device = _device(ctx, cls, torch)
     decorators = [_torch_decorator(torch, kind, device) for kind in ("custom_fwd", "custom_bwd")]
@@ -252,20 +257,23 @@ def _check_function(
         if fwd_edit and bwd_edit
         else None
     )
-    return Finding(backward.name, message, fix=fix, help=help, evidence=why)
+    return Finding(backward.name, message, fix=fix, help=help, evidence=why, caller_only=callers)
 
 
-def _half_outputs(ctx: FileContext, name: str, forward: cst.FunctionDef) -> tuple[Step, ...]:
+def _half_outputs(ctx: FileContext, name: str, forward: cst.FunctionDef) -> tuple[tuple[Step, ...], bool]:
     """Why the outputs of `forward`, hence the gradients `backward` gets, are half precision under
     autocast: a product of its own, or a module it is given (`layer(hidden)` for each `layer` in
     `layers`), runs where autocast can be on (the caller's, as the project's precision allows), or
-    `Name.apply(...)` stands in an autocast region of this module. Empty when none of that holds."""
+    `Name.apply(...)` stands in an autocast region of this module. Empty when none of that holds.
+    The flag: the autocast is only the one a caller may enable (no region, no execution mode)."""
     node = _autocast_sensitive(ctx, forward, None, casts_count=False) or _given_module_call(forward)
-    if node is not None and any(state.device for state in ctx.facts.autocast_at(node)):
+    states = [state for state in ctx.facts.autocast_at(node) if state.device] if node is not None else []
+    if node is not None and states:
+        callers = all(state.where is None and state.mode is None for state in states)
         lowered = tuple(step for step in ctx.facts.of(node).why if step.node is node)
         if lowered:
-            return lowered
-        return (Step(node, f"{_describe(ctx, node)} runs under the caller's autocast"),)
+            return lowered, callers
+        return (Step(node, f"{_describe(ctx, node)} runs under the caller's autocast"),), callers
     for call in ctx.index.calls:
         func = call.func
         if (
@@ -275,8 +283,8 @@ def _half_outputs(ctx: FileContext, name: str, forward: cst.FunctionDef) -> tupl
             and func.value.value == name
             and any(state.device and state.where is not None for state in ctx.facts.autocast_at(call))
         ):
-            return (Step(call, f"`{name}.apply(...)` runs under autocast"),)
-    return ()
+            return (Step(call, f"`{name}.apply(...)` runs under autocast"),), False
+    return (), False
 
 
 def _given_module_call(forward: cst.FunctionDef) -> cst.Call | None:

@@ -40,6 +40,8 @@ __all__ = [
 ]
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# How the engine says that the modes behind a dtype rest on such files alone (`Profile.only_in`).
+_SIDE_ONLY = re.compile(r"in the project's (?:tests|benchmarks|examples)(?: and \w+)* only")
 
 
 def lint_file(
@@ -436,8 +438,22 @@ def _diagnostic(
 
 def _conditional(ctx: FileContext, finding: Finding) -> bool:
     """A finding that says it holds only in the caller's half dtype, where no configured precision
-    says the code runs so: no execution mode of the project reaches it, nothing makes it happen."""
-    return ctx.profile.origin != "configured" and finding.caller_only
+    says the code runs so: no execution mode of the project reaches it, nothing makes it happen. So
+    is one whose half dtype comes from modes that the project's tests, benchmarks or examples alone
+    set: a test that runs a model in half says what the test does, not how the project runs it."""
+    if ctx.profile.origin == "configured":
+        return False
+    return finding.caller_only or (
+        _SIDE_ONLY.search(finding.message) is not None and _side_only(ctx, finding.node)
+    )
+
+
+def _side_only(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """Whether every execution mode of the top-level definition holding `node` rests on the
+    project's tests, benchmarks or examples."""
+    top = ctx.index.top_of.get(node)
+    name = top.name.value if isinstance(top, (cst.ClassDef, cst.FunctionDef)) else None
+    return ctx.profile.only_in(ctx.profile.modes_of(name)) is not None
 
 
 def _evidence(ctx: FileContext, finding: Finding) -> dict[str, object]:

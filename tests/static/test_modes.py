@@ -5,6 +5,8 @@ conditional and hidden unless asked for."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -258,6 +260,83 @@ def test_no_mode_means_conditional_hidden_and_counted(tmp_path: Path) -> None:
     (finding,) = json.loads(shown.stdout)["diagnostics"]
     assert finding["confidence"] == "conditional"
     assert "this holds when the caller runs it in" in finding["message"]
+
+
+# Real-code excerpts laid out as small projects (each file's header names its source): with the
+# defaults `amplint check` shows none of their findings; `--show-conditional` shows exactly the ones
+# marked `# conditional: AMPnnn` at the end of their line, as conditional.
+REAL_PROJECTS = Path(__file__).parent / "data" / "real_projects"
+_CONDITIONAL_MARK = re.compile(r"#\s*conditional:\s*(AMP\d{3})\s*$")
+
+
+def _copy_project(name: str, tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(REAL_PROJECTS / name, root)
+    return root
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in REAL_PROJECTS.iterdir()))
+def test_real_project_findings_are_conditional(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _copy_project(name, tmp_path)
+    monkeypatch.chdir(root)
+    marked = {
+        (path.relative_to(root).as_posix(), number, mark.group(1))
+        for path in sorted(root.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1)
+        if (mark := _CONDITIONAL_MARK.search(line))
+    }
+    assert marked, f"{name}: no `# conditional:` mark"
+    settings = load_settings([root])
+    assert run_check([root], settings).diagnostics == []
+    shown = run_check([root], settings.with_overrides(show_conditional=True)).diagnostics
+    assert {(d.path, d.line, d.code) for d in shown} == marked
+    assert {d.confidence for d in shown} == {Confidence.CONDITIONAL}
+
+
+def test_a_test_only_mode_is_named_and_the_same_mode_in_code_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _copy_project("unsloth_zoo_autocast_in_tests_only", tmp_path)
+    monkeypatch.chdir(root)
+    settings = load_settings([root]).with_overrides(show_conditional=True)
+    (finding,) = run_check([root], settings).diagnostics
+    assert "at tests/test_grpo_logprob_recompute.py:26" in finding.message
+    assert "in the project's tests only" in finding.message
+    # The same autocast in the project's own code is how the project runs it: shown.
+    script = root / "tests" / "test_grpo_logprob_recompute.py"
+    script.rename(root / "unsloth_zoo" / "train.py")
+    (shown,) = run_check([root], load_settings([root])).diagnostics
+    assert shown.code == "AMP001" and shown.confidence == Confidence.STATIC
+
+
+@pytest.mark.parametrize(
+    ("run", "flagged"),
+    [
+        # A loader's dtype makes the model's new tensors half; the buffers made in float32 stay so.
+        ("AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)", False),
+        # Converting the built module converts its buffers too.
+        ("LongRopeRotaryEmbedding(dim=64, short_factor=f, long_factor=f).to(torch.bfloat16)", True),
+    ],
+)
+def test_float32_buffers_are_half_only_where_the_built_module_is_converted(
+    run: str, flagged: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    excerpt = Path(__file__).parent / "data" / "real" / "unsloth_longrope_float32_buffers.py"
+    script = (
+        "import torch\nfrom transformers import AutoModelForCausalLM\n"
+        "from pkg.llama import LongRopeRotaryEmbedding\n\n\n"
+        f"def main(name, f):\n    model = {run}\n    return model, LongRopeRotaryEmbedding\n"
+    )
+    root = _project(
+        tmp_path,
+        {"pyproject.toml": "[project]\nname = 'pkg'\n", "pkg/__init__.py": "", "pkg/run.py": script},
+    )
+    shutil.copy(excerpt, root / "pkg" / "llama.py")
+    monkeypatch.chdir(root)
+    found = [(d.path, d.code) for d in _check(root, select=["AMP017"], show_conditional=True)]
+    assert found == ([("pkg/llama.py", "AMP017")] if flagged else [])
 
 
 def test_configured_modes_and_their_errors(tmp_path: Path) -> None:
