@@ -17,8 +17,9 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports() -> dict[str, set[str]]:
-    """Every amplint module and the amplint modules it imports (lazily or for type checking too)."""
+def _imports(*, typing: bool = False) -> dict[str, set[str]]:
+    """Every amplint module and the amplint modules it imports, lazily too (inside a function), and
+    for type checking too when `typing` is set."""
     modules = {_module_name(path): path for path in ROOT.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
@@ -27,7 +28,7 @@ def _imports() -> dict[str, set[str]]:
         typing_only = {
             id(inner)
             for block in ast.walk(tree)
-            if isinstance(block, ast.If) and ast.unparse(block.test).endswith("TYPE_CHECKING")
+            if not typing and isinstance(block, ast.If) and ast.unparse(block.test).endswith("TYPE_CHECKING")
             for inner in ast.walk(block)
         }
         for node in ast.walk(tree):
@@ -83,6 +84,25 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_circles() -> None:
     assert _cycles(_imports()) == []
+
+
+def test_static_layers_import_downward_only() -> None:
+    """Within `amplint.static` not even a type-checking import goes back up: a type a lower module
+    needs from a higher one is a protocol below both (`amplint.static.parsed`)."""
+    static = {
+        name: {target for target in targets if target.startswith("amplint.static")}
+        for name, targets in _imports(typing=True).items()
+        if name.startswith("amplint.static")
+    }
+    assert _cycles(static) == []
+
+
+def test_no_static_module_is_over_900_lines() -> None:
+    sizes = {
+        path.relative_to(ROOT).as_posix(): len(path.read_text("utf-8").splitlines())
+        for path in (ROOT / "static").rglob("*.py")
+    }
+    assert {name: lines for name, lines in sizes.items() if lines > 900} == {}
 
 
 def test_no_rule_imports_a_rule() -> None:

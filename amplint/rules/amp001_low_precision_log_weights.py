@@ -12,10 +12,10 @@ from amplint.diagnostics import UNSAFE, Confidence, Diagnostic
 from amplint.rule import Rule, Verdict, dtype_keeping_fix
 from amplint.runtime.chains import HALF, describe_error, measured_error, upcast_reached, where
 from amplint.static.consumers import upcast_dtype
-from amplint.static.context import FileContext, Finding
+from amplint.static.context import FileContext, Finding, scopes_holding
 from amplint.static.flow import Flow, Hit, Policy, analyse, names_read
 from amplint.static.patterns import argument, callee_name, function_call, is_matmul, method_call, upcast_input
-from amplint.static.scopes import scopes_holding, walk
+from amplint.static.scopes import walk
 
 _METHODS = frozenset({"sigmoid", "tanh"})
 _FUNCTIONS = {f"torch.{op}": op for op in _METHODS} | {f"torch.nn.functional.{op}": op for op in _METHODS}

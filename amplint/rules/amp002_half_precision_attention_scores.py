@@ -23,10 +23,10 @@ from amplint.static.attention import (
     softmax_callees,
     why_half,
 )
-from amplint.static.context import FileContext, Finding
+from amplint.static.context import FileContext, Finding, scopes_holding
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import function_call, method_call
-from amplint.static.scopes import scopes_holding, walk
+from amplint.static.scopes import walk
 
 # Clipping or soft-capping (`tanh(s / c) * c`) after the product maps inf back to a finite value
 # before softmax sees it.

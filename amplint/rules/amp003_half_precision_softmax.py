@@ -20,12 +20,12 @@ from amplint.static.attention import (
     why_half,
 )
 from amplint.static.consumers import upcast_dtype
-from amplint.static.context import FileContext, Finding
-from amplint.static.dtypes import DTYPE, DtypeFacts, Fact
+from amplint.static.context import FileContext, Finding, scopes_holding
+from amplint.static.dtypes import DtypeFacts
+from amplint.static.facts import DTYPE, Fact
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.ops import F16, HALF
 from amplint.static.patterns import argument, callee_name, function_call, lineage, method_call, with_dtype
-from amplint.static.scopes import scopes_holding
 
 if TYPE_CHECKING:
     from amplint.runtime.graph import DtypeGraph, DtypeNode

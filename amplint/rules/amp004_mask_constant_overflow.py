@@ -15,11 +15,11 @@ from amplint.rule import Rule, Verdict
 from amplint.runtime.chains import half_precision_verdict
 from amplint.static.attention import is_softmax
 from amplint.static.constants import BF16_MAX, FP16_OVERFLOW
-from amplint.static.context import FileContext, Finding, FixPlan
-from amplint.static.dtypes import TENSOR, Fact
+from amplint.static.context import FileContext, Finding, FixPlan, scopes_holding
+from amplint.static.facts import TENSOR, Fact
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import argument, callee_name, method_call
-from amplint.static.scopes import Scope, named_params, scopes_holding, walk
+from amplint.static.scopes import Scope, named_params, walk
 
 if TYPE_CHECKING:
     from amplint.diagnostics import Diagnostic

@@ -12,11 +12,11 @@ import libcst as cst
 from amplint.rule import Rule, Verdict
 from amplint.runtime.chains import half_precision_verdict
 from amplint.static.constants import FP16_FLUSH
-from amplint.static.context import FileContext, Finding
-from amplint.static.dtypes import Fact
+from amplint.static.context import FileContext, Finding, scopes_holding
+from amplint.static.facts import Fact
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import argument, callee_name, lineage, method_call
-from amplint.static.scopes import Scope, named_params, scopes_holding, walk
+from amplint.static.scopes import Scope, named_params, walk
 
 if TYPE_CHECKING:
     from amplint.diagnostics import Diagnostic

@@ -11,12 +11,12 @@ import libcst as cst
 from amplint.rule import Rule, Verdict
 from amplint.runtime.chains import half_precision_verdict
 from amplint.static.consumers import upcast_dtype
-from amplint.static.context import FileContext, Finding, FixPlan
-from amplint.static.dtypes import SCALAR, TENSOR, Fact
+from amplint.static.context import FileContext, Finding, FixPlan, scopes_holding
+from amplint.static.facts import SCALAR, TENSOR, Fact
 from amplint.static.flow import Flow, Hit, Policy, analyse
 from amplint.static.ops import BF16, F32
 from amplint.static.patterns import argument, callee_name, function_call, method_call, with_method
-from amplint.static.scopes import Scope, scopes_holding, walk
+from amplint.static.scopes import Scope, walk
 
 if TYPE_CHECKING:
     from amplint.diagnostics import Diagnostic

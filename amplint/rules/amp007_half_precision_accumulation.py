@@ -13,8 +13,9 @@ from amplint.rule import Rule, Verdict, dtype_keeping_fix
 from amplint.runtime.chains import half_precision_verdict
 from amplint.static.attention import is_softmax
 from amplint.static.consumers import upcast_dtype
-from amplint.static.context import FileContext, Finding
-from amplint.static.dtypes import SCALAR, DtypeFacts
+from amplint.static.context import FileContext, Finding, scopes_holding
+from amplint.static.dtypes import DtypeFacts
+from amplint.static.facts import SCALAR
 from amplint.static.flow import Flow, Policy, analyse, value_children
 from amplint.static.ops import HALF, autocast_policy
 from amplint.static.patterns import (
@@ -26,7 +27,7 @@ from amplint.static.patterns import (
     with_dtype,
     with_method,
 )
-from amplint.static.scopes import Scope, scopes_holding, walk
+from amplint.static.scopes import Scope, walk
 
 _OPS = frozenset({"cumsum", "cumprod", "logcumsumexp"})
 _FUNCTIONS = {f"torch.{op}": op for op in _OPS}

@@ -9,7 +9,7 @@ import libcst as cst
 
 from amplint.rule import Rule
 from amplint.static.context import FileContext, Finding
-from amplint.static.dtypes import Float16
+from amplint.static.facts import Float16
 from amplint.static.imports import dotted_name
 from amplint.static.patterns import argument
 from amplint.static.scopes import walk

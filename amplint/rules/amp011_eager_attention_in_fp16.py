@@ -9,7 +9,7 @@ import libcst as cst
 
 from amplint.rule import Rule
 from amplint.static.context import FileContext, Finding
-from amplint.static.dtypes import Float16
+from amplint.static.facts import Float16
 from amplint.static.scopes import walk
 
 _ATTN_KEYS = frozenset({"attn_implementation", "_attn_implementation", "_attn_implementation_internal"})

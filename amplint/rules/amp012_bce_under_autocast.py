@@ -10,7 +10,7 @@ import libcst as cst
 from amplint.diagnostics import Severity
 from amplint.rule import Rule
 from amplint.static.context import FileContext, Finding, FixPlan
-from amplint.static.dtypes import Step
+from amplint.static.facts import Step
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import argument, method_call
 from amplint.static.scopes import Scope, walk

@@ -16,11 +16,12 @@ from amplint.static.attention import (
     softmax_dtype_argument,
     why_half,
 )
-from amplint.static.context import FileContext, Finding
-from amplint.static.dtypes import DTYPE, DtypeFacts, Fact
+from amplint.static.context import FileContext, Finding, scopes_holding
+from amplint.static.dtypes import DtypeFacts
+from amplint.static.facts import DTYPE, Fact
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import argument, function_call, method_call
-from amplint.static.scopes import Scope, scopes_holding
+from amplint.static.scopes import Scope
 
 _CATEGORICAL = frozenset(
     {

@@ -9,8 +9,8 @@ import libcst as cst
 
 from amplint.rule import Rule
 from amplint.static.attention import SOFTMAX_FUNCTIONS, softmax_module_call
-from amplint.static.context import FileContext, Finding, FixPlan
-from amplint.static.dtypes import Fact
+from amplint.static.context import FileContext, Finding, FixPlan, scopes_holding
+from amplint.static.facts import Fact
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import (
     argument,
@@ -20,7 +20,7 @@ from amplint.static.patterns import (
     needs_parentheses,
     with_method,
 )
-from amplint.static.scopes import Scope, scopes_holding, walk
+from amplint.static.scopes import Scope, walk
 
 _LOG_FUNCTIONS = frozenset({"torch.log"})
 _EXP_FUNCTIONS = frozenset({"torch.exp"})

@@ -12,7 +12,7 @@ from amplint.diagnostics import UNSAFE
 from amplint.rule import Rule
 from amplint.static.autocast import AUTOCAST
 from amplint.static.context import FileContext, Finding, FixPlan
-from amplint.static.dtypes import Step
+from amplint.static.facts import Step
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.imports import dotted_name
 from amplint.static.patterns import SourceText, argument, lineage, matmul_operands

@@ -9,7 +9,7 @@ import libcst as cst
 
 from amplint.rule import Rule
 from amplint.static.context import FileContext, Finding
-from amplint.static.dtypes import TENSOR, Fact
+from amplint.static.facts import TENSOR, Fact
 from amplint.static.ops import BF16, F16, HALF
 from amplint.static.patterns import argument
 from amplint.static.scopes import walk

@@ -10,7 +10,7 @@ import libcst as cst
 from amplint.rule import Rule
 from amplint.static.attention import why_half
 from amplint.static.context import FileContext, Finding
-from amplint.static.dtypes import Fact
+from amplint.static.facts import Fact
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import method_call
 

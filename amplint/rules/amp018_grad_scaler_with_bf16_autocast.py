@@ -8,7 +8,7 @@ import libcst as cst
 
 from amplint.rule import Rule
 from amplint.static.context import FileContext, Finding
-from amplint.static.dtypes import Autocast, Step, shorten
+from amplint.static.facts import Autocast, Step, shorten
 from amplint.static.ops import BF16
 from amplint.static.patterns import argument, method_call
 from amplint.static.scopes import suite_body, walk

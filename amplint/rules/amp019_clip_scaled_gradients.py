@@ -11,7 +11,7 @@ from amplint.diagnostics import UNSAFE
 from amplint.rule import Rule
 from amplint.source import LineIndex
 from amplint.static.context import FileContext, Finding, FixPlan
-from amplint.static.dtypes import Step, shorten
+from amplint.static.facts import Step, shorten
 from amplint.static.patterns import SourceText, method_call
 from amplint.static.scopes import suite_body, walk
 

@@ -8,7 +8,7 @@ import libcst as cst
 
 from amplint.rule import Rule
 from amplint.static.context import FileContext, Finding
-from amplint.static.dtypes import Fact
+from amplint.static.facts import Fact
 from amplint.static.patterns import argument
 from amplint.static.scopes import walk
 

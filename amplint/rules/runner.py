@@ -26,7 +26,7 @@ from amplint.source import (
     read_source,
 )
 from amplint.static.context import FileContext, Finding, FixPlan
-from amplint.static.dtypes import CALLER_CLAUSE
+from amplint.static.facts import CALLER_CLAUSE
 from amplint.static.profile import CALLER, NEWEST_PYTHON, Profile
 from amplint.static.regions import region_marks, skip_bodies
 

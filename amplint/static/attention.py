@@ -8,8 +8,8 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from amplint.static.context import FileContext
-from amplint.static.dtypes import TENSOR, Fact
+from amplint.static.context import FileContext, scopes_holding
+from amplint.static.facts import TENSOR, Fact
 from amplint.static.flow import Flow, Policy, value_children
 from amplint.static.patterns import (
     argument,
@@ -20,7 +20,7 @@ from amplint.static.patterns import (
     matmul_operands,
     method_call,
 )
-from amplint.static.scopes import named_params, scopes_holding, suite_body, walk
+from amplint.static.scopes import named_params, suite_body, walk
 
 SOFTMAX_FUNCTIONS = frozenset(
     {

@@ -4,14 +4,10 @@ wherever the call stands (a `with` item, a decorator, or `ctx = torch.autocast(.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
+from amplint.static.parsed import ParsedFile
 from amplint.static.patterns import argument, callee_name
-
-if TYPE_CHECKING:
-    from amplint.static.context import FileContext
 
 AUTOCAST = frozenset(
     {
@@ -37,7 +33,7 @@ _AUTOCAST_DTYPES = {
 }
 
 
-def autocast_call(ctx: FileContext, node: cst.CSTNode) -> bool:
+def autocast_call(ctx: ParsedFile, node: cst.CSTNode) -> bool:
     """`torch.autocast(...)` and its aliases, or a project's own wrapper of it (transformers'
     `maybe_autocast(device_type=..., enabled=False)`): a call whose name says autocast and that
     passes `enabled=` or `dtype=` by keyword, which is all that is read of a wrapper."""
@@ -59,7 +55,7 @@ def _literal(node: cst.BaseExpression | None) -> str | None:
     return None
 
 
-def autocast_settings(ctx: FileContext, call: cst.Call) -> tuple[str | None, str | None, bool]:
+def autocast_settings(ctx: ParsedFile, call: cst.Call) -> tuple[str | None, str | None, bool]:
     """`(device, dtype, enabled)` that an autocast call sets; None where not literal. CPU autocast
     to float32 is off: torch warns and disables it."""
     qualified = ctx.qualified(call.func) or ""

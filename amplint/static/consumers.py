@@ -24,7 +24,7 @@ import libcst as cst
 
 from amplint.static import ops
 from amplint.static.context import FileContext
-from amplint.static.dtypes import MODULE, TENSOR, UNKNOWN
+from amplint.static.facts import MODULE, TENSOR, UNKNOWN
 from amplint.static.flow import Flow, Origins, Policy, analyse
 from amplint.static.patterns import callee_name, with_method
 from amplint.static.scopes import Scope, walk

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -14,7 +14,8 @@ import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
 from amplint.source import NEWLINE, LineIndex, python_ast
-from amplint.static.dtypes import DtypeFacts, Step
+from amplint.static.dtypes import DtypeFacts
+from amplint.static.facts import Step
 from amplint.static.imports import ImportMap
 from amplint.static.profile import CALLER, Profile
 from amplint.static.scopes import ModuleIndex, Scope, index_module, walk
@@ -230,6 +231,18 @@ class FileContext:
     def float32(self) -> tuple[cst.BaseExpression, bool]:
         torch, missing = self.torch_name()
         return cst.Attribute(value=torch, attr=cst.Name("float32")), missing
+
+
+def scopes_holding(ctx: FileContext, nodes: Iterable[cst.CSTNode]) -> list[Scope]:
+    """The scopes (function bodies, or the module body) whose own statements hold any of `nodes`
+    (calls or binary operations), in module order: a rule whose candidates are rare runs its
+    dataflow there only, not over every function of the file."""
+    found: set[cst.CSTNode] = set()
+    for node in nodes:
+        if node in ctx.index.top_of:
+            function = ctx.function_of(node)
+            found.add(function if function is not None else ctx.module)
+    return [scope for scope in ctx.scopes if scope.node in found]
 
 
 # A line that starts a function definition (or a look-alike inside a string: checked later).

@@ -9,7 +9,7 @@ import libcst as cst
 
 from amplint.source import SourceError, read_source
 from amplint.static.context import FileContext
-from amplint.static.dtypes import DTYPE, OFF
+from amplint.static.facts import DTYPE, OFF
 from amplint.static.profile import Profile
 
 _WIDTH = 44

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from amplint.static.flow import Flow
 from amplint.static.ops import einsum_contracts
-
-if TYPE_CHECKING:
-    from amplint.static.context import FileContext
+from amplint.static.parsed import ParsedFile
 
 MATMUL_FUNCTIONS = frozenset(
     {
@@ -36,7 +33,7 @@ class SourceText(cst.Name):
         pass
 
 
-def method_call(ctx: FileContext, node: cst.CSTNode, names: frozenset[str]) -> cst.BaseExpression | None:
+def method_call(ctx: ParsedFile, node: cst.CSTNode, names: frozenset[str]) -> cst.BaseExpression | None:
     """The receiver of `<receiver>.name(...)` when `name` is in `names` and the receiver is a tensor
     value: not an imported module (`torch.exp(x)`) and not `self` (`self.softmax(x)` calls a submodule)."""
     if (
@@ -54,7 +51,7 @@ def _is_self(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name) and node.value == "self"
 
 
-def submodule_call(ctx: FileContext, node: cst.CSTNode) -> bool:
+def submodule_call(ctx: ParsedFile, node: cst.CSTNode) -> bool:
     """`self.proj(x)`: in a model almost always a Linear or another layer. A method the file defines
     itself (`self._to_blocks(q)`), or a private one, is a helper instead."""
     if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
@@ -63,7 +60,7 @@ def submodule_call(ctx: FileContext, node: cst.CSTNode) -> bool:
     return _is_self(node.func.value) and not name.startswith("_") and name not in ctx.index.function_names
 
 
-def function_call(ctx: FileContext, node: cst.CSTNode, qualified: frozenset[str]) -> bool:
+def function_call(ctx: ParsedFile, node: cst.CSTNode, qualified: frozenset[str]) -> bool:
     return isinstance(node, cst.Call) and ctx.qualified(node.func) in qualified
 
 
@@ -83,7 +80,7 @@ def argument(call: cst.Call, position: int | None, keyword: str) -> cst.BaseExpr
     return None
 
 
-def matmul_operands(ctx: FileContext, node: cst.CSTNode) -> list[cst.BaseExpression] | None:
+def matmul_operands(ctx: ParsedFile, node: cst.CSTNode) -> list[cst.BaseExpression] | None:
     """The two factors of a product (`a @ b`, `torch.matmul(a, b)`, `baddbmm(c, a, b)`, `F.linear(x, w)`,
     `a.matmul(b)`), or None when `node` is not such a product."""
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
@@ -109,7 +106,7 @@ def matmul_operands(ctx: FileContext, node: cst.CSTNode) -> list[cst.BaseExpress
 
 
 def lineage(
-    ctx: FileContext, node: cst.BaseExpression, flow: Flow | None, used: dict[str, int] | None = None
+    ctx: ParsedFile, node: cst.BaseExpression, flow: Flow | None, used: dict[str, int] | None = None
 ) -> Iterator[cst.CSTNode]:
     """`node`, then what its value derives from: the receiver of a method chain, the first argument
     of a function, the operand of a unary operator, and the expressions a name was bound to (most
@@ -151,7 +148,7 @@ def lineage(
             return
 
 
-def is_matmul(ctx: FileContext, node: cst.CSTNode) -> bool:
+def is_matmul(ctx: ParsedFile, node: cst.CSTNode) -> bool:
     """A product that produces a new low-precision value: `@`, `torch.matmul` and friends, or a
     call such as `self.proj(x)`, which in a model is almost always a Linear."""
     return matmul_operands(ctx, node) is not None or submodule_call(ctx, node)

@@ -35,7 +35,7 @@ _CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 # A module-level binding that may hold a number a rule resolves where it is used.
 _NUMERIC = re.compile(r"\d|inf|finfo|eps|tiny", re.IGNORECASE)
-# How deep the engine follows calls of the file's own functions (`amplint.static.dtypes`).
+# How deep the engine follows calls of the file's own functions (`amplint.static.engine.calls`).
 _CALL_DEPTH = 3
 
 

@@ -8,16 +8,11 @@ import dataclasses
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import libcst as cst
 
 from amplint.static.imports import import_aliases
-
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-
-    from amplint.static.context import FileContext
 
 
 @dataclass(frozen=True)
@@ -128,15 +123,3 @@ def index_module(module: cst.Module) -> ModuleIndex:
                 index.aliases.update(import_aliases(cast(cst.Import | cst.ImportFrom, node)))
         index.top_of[top] = top
     return index
-
-
-def scopes_holding(ctx: FileContext, nodes: Iterable[cst.CSTNode]) -> list[Scope]:
-    """The scopes (function bodies, or the module body) whose own statements hold any of `nodes`
-    (calls or binary operations), in module order: a rule whose candidates are rare runs its
-    dataflow there only, not over every function of the file."""
-    found: set[cst.CSTNode] = set()
-    for node in nodes:
-        if node in ctx.index.top_of:
-            function = ctx.function_of(node)
-            found.add(function if function is not None else ctx.module)
-    return [scope for scope in ctx.scopes if scope.node in found]

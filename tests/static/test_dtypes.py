@@ -11,7 +11,7 @@ import libcst as cst
 import pytest
 
 from amplint.static.context import FileContext
-from amplint.static.dtypes import Fact
+from amplint.static.facts import Fact
 
 CALLER = {"float32", "bfloat16", "float16"}
 
