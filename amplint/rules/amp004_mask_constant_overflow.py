@@ -108,15 +108,20 @@ class MaskConstantOverflow(Rule):
     ```
 
     ## Fix
-    Use the most negative value of the scores' own dtype:
+    Keep the constant where the scores' dtype holds it, and use that dtype's most negative value
+    where it does not:
     ```python
-    scores = scores.masked_fill(attention_mask == 0, torch.finfo(scores.dtype).min)
+    scores = scores.masked_fill(attention_mask == 0, max(-1e9, torch.finfo(scores.dtype).min))
     ```
+    In float16 that is -65504; in bfloat16, float32 and float64 the mask is the one written, so a
+    float64 model whose softmax takes the scores in float32 still gets a finite mask (its own
+    `finfo.min` would be `-inf` there). A `-inf` constant becomes `torch.finfo(scores.dtype).min`.
     Build additive masks in the dtype they are added in, from `torch.finfo(dtype).min`, as
     transformers does. Where the mask is made floating here (cast to the scores' dtype), the fix
     writes that: `(1.0 - mask) * torch.finfo(torch.float32).min` becomes
-    `(1.0 - mask) * torch.finfo(mask.dtype).min`, which stays finite in float16 and bfloat16, so a
-    fully masked row softmaxes to finite values; every other row computes as before.
+    `(1.0 - mask) * max(torch.finfo(torch.float32).min, torch.finfo(mask.dtype).min)`, which stays
+    finite in float16 and bfloat16, so a fully masked row softmaxes to finite values; every other
+    row computes as before.
 
     ## References
     - `torch.finfo`: https://pytorch.org/docs/stable/type_info.html
@@ -393,9 +398,10 @@ def _finite(ctx: FileContext, site: _Site, flags: set[str], into: list[Fact]) ->
 
 
 def _product_fix(ctx: FileContext, site: _Site) -> tuple[FixPlan, str] | None:
-    """`(1.0 - mask) * torch.finfo(mask.dtype).min` for `(1.0 - mask) * <constant>` (transformers'
-    form): the extreme of the mask's own dtype, which this code made floating (it is half here), so
-    a fully masked row stays finite once added to scores of that dtype. Only for a mask that is a
+    """`(1.0 - mask) * max(<constant>, torch.finfo(mask.dtype).min)` for `(1.0 - mask) * <constant>`
+    (transformers' form): the constant, bounded by the extreme of the mask's own dtype, which this
+    code made floating (it is half here), so a fully masked row stays finite once added to scores of
+    that dtype. Only for a mask that is a
     name or attribute, alone or subtracted from 1; `max` where the product is subtracted."""
     mask = site.tensor
     if isinstance(mask, cst.BinaryOperation) and isinstance(mask.operator, cst.Subtract):
@@ -408,7 +414,13 @@ def _product_fix(ctx: FileContext, site: _Site) -> tuple[FixPlan, str] | None:
     torch, missing = ctx.torch_name()
     dtype = cst.Attribute(value=mask, attr=cst.Name("dtype"))
     finfo = cst.Call(func=cst.Attribute(value=torch, attr=cst.Name("finfo")), args=[cst.Arg(value=dtype)])
-    replacement = cst.Attribute(value=finfo, attr=cst.Name("min" if written < 0 else "max"))
+    replacement: cst.BaseExpression = cst.Attribute(
+        value=finfo, attr=cst.Name("min" if written < 0 else "max")
+    )
+    if math.isfinite(written):  # the constant where the dtype holds it (see `_with_fix`)
+        constant = site.value.with_changes(lpar=[], rpar=[])
+        bound = cst.Name("max" if written < 0 else "min")
+        replacement = cst.Call(func=bound, args=[cst.Arg(constant), cst.Arg(replacement)])
     shown = ctx.code(replacement)
     plan = FixPlan(f"Mask with `{shown}`", ((site.value, replacement),), missing)
     return plan, f"build the mask from its own dtype's extreme: `{shown}`"
@@ -622,7 +634,12 @@ def _with_fix(ctx: FileContext, site: _Site, message: str, fact: Fact | None = N
         torch, missing = ctx.torch_name()
         dtype = cst.Attribute(value=tensor, attr=cst.Name("dtype"))
         finfo = cst.Call(func=cst.Attribute(value=torch, attr=cst.Name("finfo")), args=[cst.Arg(value=dtype)])
-        replacement = cst.Attribute(value=finfo, attr=cst.Name("min"))
+        replacement: cst.BaseExpression = cst.Attribute(value=finfo, attr=cst.Name("min"))
+        if -math.inf < site.number < 0:
+            # The constant where the dtype holds it, the dtype's lowest where not: float64 and bf16
+            # code keeps its mask, and a float64 mask stays finite when a softmax takes it in float32.
+            constant = site.value.with_changes(lpar=[], rpar=[])
+            replacement = cst.Call(func=cst.Name("max"), args=[cst.Arg(constant), cst.Arg(replacement)])
         if any(arg.value is site.value for arg in site.node.args):
             shown = ctx.code(replacement)
             fix = FixPlan(f"Mask with `{shown}`", ((site.value, replacement),), missing)

@@ -30,7 +30,7 @@ from torch.fx.proxy import TracerBase
 from amplint.runtime import compat
 from amplint.runtime.backward import PHASE, backward_graph, loss_of
 from amplint.runtime.compat import FakeTensor, FakeTensorMode, OpOverload, TensorBase, tree_leaves, tree_map
-from amplint.runtime.cpu_replay import first_tensor
+from amplint.runtime.cpu_replay import first_tensor, replay_outputs
 from amplint.runtime.cuda_attention import CudaAttentionMode
 from amplint.runtime.cuda_indexing import CudaIndexingMode
 from amplint.runtime.cuda_kernels import relaxed_meta
@@ -311,6 +311,7 @@ def trace(
     backward: bool = False,
     labels: torch.Tensor | None = None,
     real_model: Callable[[nn.Module], nn.Module] | None = None,
+    outputs: Callable[[Any], None] | None = None,
 ) -> DtypeGraph:
     """Trace `fn_or_module(*args, **kwargs)` and return the dtype of every op it ran.
 
@@ -329,7 +330,9 @@ def trace(
     the outputs with alternating signs; the graph's `gradients` name the node of each trainable
     parameter's gradient. `real_model`: for a model built on the meta device, the model to run on
     the CPU when a real run answers questions about values (`amplint.runtime.oracle`): one whose
-    buffers hold the values its config computes."""
+    buffers hold the values its config computes. `outputs`: called with what the graph returns when
+    replayed on the real inputs and weights, op by op in the traced dtypes (so under the emulated
+    CUDA autocast's choices); it is not called for a model without weights."""
     if device not in {"cuda", "cpu"}:
         raise ValueError(f"device must be 'cuda' or 'cpu', not {device!r}")
     fake_device = "cuda:0" if device == "cuda" else "cpu"
@@ -469,6 +472,10 @@ def trace(
     if unchecked:
         places = ", ".join(dict.fromkeys(unchecked))
         graph.notes.append(f"checks on input values skipped (the trace's tensors hold no values): {places}")
+    if outputs is not None:
+        real_inputs = _real_inputs(model, call_args, param_dtype)
+        if real_inputs is not None:
+            outputs(replay_outputs(graph_module, real_inputs))
     if measure or values:
         real_inputs = _real_inputs(model, call_args, param_dtype)
         if backward and labels is not None and real_inputs is not None:

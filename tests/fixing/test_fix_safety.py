@@ -118,14 +118,15 @@ TINY = textwrap.dedent(
 
 def _calls(tmp_path: Path, name: str, lines: set[int]) -> dict[str, object]:
     """What `fix_safety_calls.py` prints for `name` of MODULE + TINY, in a process of its own (it
-    sets a trace function)."""
+    sets a trace function); its outputs are saved to `tmp_path / "outputs.pt"`."""
     package = tmp_path / "tinypkg"
     package.mkdir(exist_ok=True)
     (package / "__init__.py").write_text("")
     (package / "model.py").write_text(MODULE + TINY)
     argv = [sys.executable, str(BENCHMARKS / "fix_safety_calls.py"), "tinypkg.model", name]
-    argv.append(",".join(map(str, sorted(lines))))
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    argv += [",".join(map(str, sorted(lines))), str(tmp_path / "outputs.pt")]
+    root = Path(__file__).parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(tmp_path), str(root)))}
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -133,15 +134,29 @@ def _calls(tmp_path: Path, name: str, lines: set[int]) -> dict[str, object]:
     return result
 
 
-def test_a_default_config_is_built_tiny_and_runs_in_both_half_dtypes_through_the_fixed_line(
+def test_a_default_config_is_built_tiny_and_runs_in_every_mode_through_the_fixed_line(
     tmp_path: Path,
 ) -> None:
-    pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
+    from amplint.runtime.modes import MODES, load
+
     through = _calls(tmp_path, "Tiny", {5})  # line 5: the body of `rms`, which every layer calls
     # 1024 wide and 12 deep by default, built 64 wide and 1 deep, on 16 tokens
     assert through["bfloat16"] == {"dtype": "torch.bfloat16", "shape": [1, 16, 64], "finite": True}
     assert through["float16"] == {"dtype": "torch.float16", "shape": [1, 16, 64], "finite": True}
+    # under autocast the weights stay float32; rms's mean and sqrt run in float32 there
+    assert through["cuda-autocast-bf16"] == {"dtype": "torch.float32", "shape": [1, 16, 64], "finite": True}
     assert through["reached"] is True
+    runs = load(str(tmp_path / "outputs.pt"))
+    assert list(runs) == [mode.name for mode in MODES]
+    # the same weights and inputs in every mode: each run is close to the float64 one
+    reference = runs["float64"].out
+    assert reference is not None
+    for mode in MODES:
+        out = runs[mode.name].out
+        assert out is not None, runs[mode.name].raised
+        tolerance = 8 * torch.finfo(mode.precision).eps * reference[0].abs().max()
+        assert (out[0].double() - reference[0]).abs().max() <= tolerance, mode.name
     unrelated = MODULE.splitlines().index(
         "        return x.rms  # an attribute of the same name is not a use"
     )
