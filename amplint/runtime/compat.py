@@ -38,7 +38,7 @@ from torch.utils._python_dispatch import _disable_current_modes as disable_curre
 
 # Nested containers of tensors (a model's inputs and outputs). Waits for: `torch.utils.pytree`
 # (proposed as the public module; not in torch 2.13).
-from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 # Where a tensor method's function object lives (`Tensor.to` is TensorBase's, the C++ binding a
 # fake CUDA tensor on a CPU-only build must go around). Waits for: nothing public names it.
@@ -83,8 +83,10 @@ __all__ = [
     "patch_tensor_checks",
     "patch_traceback_filter",
     "sdp_priority_order",
+    "tree_flatten",
     "tree_leaves",
     "tree_map",
+    "tree_unflatten",
 ]
 
 

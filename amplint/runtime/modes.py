@@ -22,9 +22,8 @@ from functools import partial
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
-from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from amplint.runtime.compat import FakeTensor, TorchDispatchMode, tree_flatten, tree_leaves, tree_unflatten
 
 __all__ = ["MODES", "Mode", "Run", "call", "error", "judge", "tensors", "ulp"]
 
@@ -124,7 +123,7 @@ class _Call(torch.nn.Module):
     ) -> None:
         super().__init__()
         self.callee = [function]  # in a list: a module callee is registered once, among the parts
-        self.leaves, self.spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+        self.leaves, self.spec = tree_flatten((tuple(args), dict(kwargs)))
         owner = getattr(function, "__self__", function)
         found = [v for v in (model, owner, *self.leaves) if isinstance(v, torch.nn.Module)]
         self.parts = torch.nn.ModuleList(dict.fromkeys(found))
@@ -137,7 +136,7 @@ class _Call(torch.nn.Module):
         leaves = list(self.leaves)
         for slot, tensor in zip(self.slots, tensors, strict=True):
             leaves[slot] = tensor
-        args, kwargs = pytree.tree_unflatten(leaves, self.spec)
+        args, kwargs = tree_unflatten(leaves, self.spec)
         return self.callee[0](*args, **kwargs)
 
 
@@ -153,7 +152,7 @@ def _emulated_cuda(
     module = _Call(function, args, kwargs, model)
     got: list[Any] = []
     trace(module, module.inputs(), device="cuda", dtype=dtype, autocast=True, outputs=got.append)
-    if any(isinstance(t, FakeTensor) for t in pytree.tree_leaves(got)):
+    if any(isinstance(t, FakeTensor) for t in tree_leaves(got)):
         # a tensor the call made from no input (a constant): the trace holds no value for it
         raise TypeError("the traced call returns a tensor that no replayed op computed")
     return got[0]
