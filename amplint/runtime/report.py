@@ -125,8 +125,8 @@ def count_lines(summary: dict[str, Any], *, autocast: bool) -> list[str]:
         computing32 = summary["ops_per_dtype"].get("float32", 0)
         islands = len(summary["fp32_islands"])
         lines.append(
-            f"{islands} of the {computing32} float32 ops are float32 islands inside the low-precision "
-            "region (fed by a cast)"
+            f"{islands} of the {computing32} float32 ops {'is a float32 island' if islands == 1 else 'are float32 islands'} "
+            "inside the low-precision region (fed by a cast)"
         )
     if "backward_ops" in summary:
         parts = _per_dtype(summary["backward_ops_per_dtype"], summary["backward_ops_without_tensor"])
@@ -160,9 +160,8 @@ def _values_lines(graph: DtypeGraph) -> list[str]:
             f"{missed} not replayed" + (" (the replay stopped)" if values.stopped_at is not None else "")
         )
     lines = [
-        f"values: {replayed} of the {len(ops)} ops replayed against float64"
-        + (f" ({', '.join(parts)})" if parts else "")
-        + peak
+        f"values: {replayed} of the {len(ops)} ops{' (forward and backward)' * (graph.loss is not None)} "
+        "replayed against float64" + (f" ({', '.join(parts)})" if parts else "") + peak
     ]
     if values.stopped_at is not None:
         stopped = graph.nodes[values.stopped_at]
