@@ -537,7 +537,7 @@ def _check_once(args: argparse.Namespace) -> int:
                 return confirmed
             run = confirmed
         else:
-            with Progress("checking files", 0, quiet=args.quiet) as progress:
+            with Progress("checking files", quiet=args.quiet) as progress:
                 run = run_check(
                     paths,
                     settings,
