@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from amplint.diagnostics import Diagnostic
     from amplint.pipeline.check import CheckRun
     from amplint.pipeline.precision import Precision
+    from amplint.report import ReportSummary
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -58,11 +59,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--ignore", action="append", metavar="CODES", help="rule codes or prefixes to disable")
     check.add_argument("--extend-exclude", action="append", metavar="PATTERNS", help="more paths to skip")
-    check.add_argument("--format", choices=FORMATS, default="text")
+    check.add_argument(
+        "--format",
+        "--output-format",
+        dest="format",
+        choices=FORMATS,
+        help="the report's format (default: text)",
+    )
     check.add_argument("--output", "-o", type=Path, metavar="FILE", help="write the report to FILE")
     check.add_argument("--diff", action="store_true", help="show the fixes as a diff; write nothing")
     check.add_argument(
         "--fix", action="store_true", help="apply safe fixes (they change numerics on purpose)"
+    )
+    check.add_argument(
+        "--fix-only",
+        action="store_true",
+        help="apply safe fixes and report only what was fixed, not the findings left; exit 0 (implies --fix)",
+    )
+    check.add_argument(
+        "--exit-non-zero-on-fix",
+        action="store_true",
+        help="exit 1 when a fix was applied, even if no finding is left",
     )
     check.add_argument(
         "--unsafe-fixes", action="store_true", help="with --fix or --diff, also the fixes marked unsafe"
@@ -80,7 +97,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--config", type=Path, metavar="FILE", help="pyproject.toml or amplint.toml to use")
     check.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")
-    check.add_argument("--statistics", action="store_true", help="count findings per rule")
+    check.add_argument(
+        "--statistics",
+        action="store_true",
+        help="count findings per rule (in text, or JSON with --format json)",
+    )
+    check.add_argument(
+        "--show-files", action="store_true", help="print the files a check would read, then exit"
+    )
+    check.add_argument(
+        "--watch",
+        "-w",
+        action="store_true",
+        help="check, then check again whenever a file changes, until interrupted (Ctrl-C)",
+    )
     check.add_argument("--no-color", action="store_true", help="never colour the text output")
     check.add_argument("--no-cache", action="store_true", help="neither read nor write .amplint_cache/")
     check.add_argument(
@@ -379,6 +409,76 @@ def _error(message: str) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    problem = _from_environment(args)
+    if problem is not None:
+        return _error(problem)
+    if args.fix_only:
+        args.fix = True
+    if args.statistics and args.format not in ("text", "concise", "json"):
+        return _error(f"--statistics counts findings in text or json, not in {args.format}")
+    if args.watch:
+        return _watch(args)
+    return _check_once(args)
+
+
+# Settings an `AMPLINT_*` environment variable gives where no flag does (a flag wins over the
+# variable, the variable over the configuration file), as ruff's `RUFF_*` variables: the flag's
+# destination, and whether the variable holds a list (comma-separated) or a yes/no.
+_ENVIRONMENT: dict[str, tuple[str, str]] = {
+    "AMPLINT_SELECT": ("select", "list"),
+    "AMPLINT_EXTEND_SELECT": ("extend_select", "list"),
+    "AMPLINT_IGNORE": ("ignore", "list"),
+    "AMPLINT_EXTEND_EXCLUDE": ("extend_exclude", "list"),
+    "AMPLINT_PRECISION": ("precision", "text"),
+    "AMPLINT_MODES": ("modes", "text"),
+    "AMPLINT_TORCH_VERSION": ("torch_version", "text"),
+    "AMPLINT_SHOW_CONDITIONAL": ("show_conditional", "yes/no"),
+    "AMPLINT_CACHE_DIR": ("cache_dir", "path"),
+    "AMPLINT_NO_CACHE": ("no_cache", "yes/no"),
+    "AMPLINT_OUTPUT_FORMAT": ("format", "text"),
+    "AMPLINT_OUTPUT_FILE": ("output", "path"),
+}
+_YES, _NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+_CHOICES = {"precision": PRECISIONS, "format": FORMATS}
+
+
+def _from_environment(args: argparse.Namespace) -> str | None:
+    """Fill the `check` flags not given from their `AMPLINT_*` variables (`_ENVIRONMENT`), noting
+    which in `args.environment` (for `--show-settings` and error messages); what is wrong with a
+    variable's value, or None."""
+    args.environment = {}
+    for variable, (dest, kind) in _ENVIRONMENT.items():
+        value = os.environ.get(variable)
+        given = getattr(args, dest)
+        if value is None or (given is not None and given is not False):
+            continue
+        if kind == "yes/no":
+            if value.strip().lower() not in _YES + _NO:
+                return f"{variable} must be one of {', '.join(_YES)} or {', '.join(_NO[:-1])}, got {value!r}"
+            parsed: object = value.strip().lower() in _YES
+        elif kind == "list":
+            parsed = [value]
+        elif kind == "path":
+            parsed = Path(value)
+        elif dest in _CHOICES and value not in _CHOICES[dest]:
+            return f"{variable} must be one of {', '.join(_CHOICES[dest])}, got {value!r}"
+        else:
+            parsed = value
+        setattr(args, dest, parsed)
+        args.environment[dest] = variable
+    if args.format is None:
+        args.format = "text"
+    return None
+
+
+def _named_from_environment(message: str, args: argparse.Namespace) -> str:
+    """A settings error naming the `AMPLINT_*` variable a value came from rather than its flag."""
+    for dest, variable in args.environment.items():
+        message = message.replace("--" + dest.replace("_", "-"), variable)
+    return message
+
+
+def _check_once(args: argparse.Namespace) -> int:
     from amplint.config import ConfigError, load_settings
     from amplint.pipeline.check import run_check
     from amplint.report import ReportSummary, render
@@ -428,7 +528,8 @@ def _check(args: argparse.Namespace) -> int:
         )
         check_codes(settings)
     except ConfigError as exc:
-        return _error(str(exc))
+        return _error(_named_from_environment(str(exc), args))
+    settings = _environment_origins(settings, args)
     _warn_settings(settings)
     if settings.runtime and (problem := _runtime_problem(settings)) is not None:
         return _error(problem)
@@ -445,6 +546,8 @@ def _check(args: argparse.Namespace) -> int:
             return _error(f"{problem}; name a new or empty folder, or run with --no-cache")
     if args.show_settings:
         return _show_settings(paths, settings)
+    if args.show_files:
+        return _show_files(paths, settings)
     if args.explain:
         return _explain(args.explain, paths, settings)
 
@@ -467,7 +570,7 @@ def _check(args: argparse.Namespace) -> int:
                 return confirmed
             run = confirmed
         else:
-            with Progress("checking files", 0, quiet=args.quiet) as progress:
+            with Progress("checking files", quiet=args.quiet) as progress:
                 run = run_check(
                     paths,
                     settings,
@@ -517,14 +620,17 @@ def _check(args: argparse.Namespace) -> int:
         quiet=args.quiet,
         conditional=run.conditional,
     )
-    report = render(
-        args.format,
-        run.diagnostics,
-        sources=run.sources,
-        color=_color(args),
-        statistics=args.statistics,
-        summary=summary,
-    )
+    if args.fix_only and args.format in ("text", "concise"):
+        report = _fix_only_summary(run, summary)
+    else:  # --fix-only: the findings left are not reported, in any format
+        report = render(
+            args.format,
+            [] if args.fix_only else run.diagnostics,
+            sources=run.sources,
+            color=_color(args),
+            statistics=args.statistics,
+            summary=summary,
+        )
     # The diff (or the fixed standard input) owns stdout so that it can be piped on; the report goes
     # to stderr.
     written = _write_report(
@@ -536,7 +642,106 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     if args.exit_zero:
         return EXIT_CLEAN
+    if args.exit_non_zero_on_fix and run.fixed:
+        return EXIT_FINDINGS
+    if args.fix_only:
+        return EXIT_CLEAN
     return EXIT_FINDINGS if run.diagnostics or (args.diff and run.diffs) else EXIT_CLEAN
+
+
+def _environment_origins(settings: Settings, args: argparse.Namespace) -> Settings:
+    """`settings` with the values an `AMPLINT_*` variable gave said to come from that variable."""
+    if not args.environment:
+        return settings
+    from dataclasses import replace
+
+    origins = tuple(
+        (key, args.environment.get(key, origin) if origin.startswith("--") else origin)
+        for key, origin in settings.origins
+    )
+    return replace(settings, origins=origins)
+
+
+def _fix_only_summary(run: CheckRun, summary: ReportSummary) -> str:
+    """`--fix-only`'s text report: what was fixed, and what `--unsafe-fixes` would fix more (the
+    findings left are not reported)."""
+    if summary.quiet:
+        return ""
+    from amplint.report import fix_counts
+
+    _, hidden = fix_counts(run.diagnostics, summary)
+    line = f"Fixed {run.fixed} finding{'s' * (run.fixed != 1)}" if run.fixed else "No findings fixed"
+    if hidden:
+        line += f" ({hidden} more fix{'es' * (hidden != 1)} available with --unsafe-fixes)"
+    return line + ".\n"
+
+
+def _show_files(paths: list[Path], settings: Settings) -> int:
+    """`check --show-files`: the files a check of `paths` reads, one absolute path a line, sorted."""
+    from amplint.pipeline.discovery import discover
+
+    for path in sorted(os.path.abspath(path) for path in discover(paths, settings).files):
+        print(path)
+    return EXIT_CLEAN
+
+
+# Seconds between two looks at the watched files' sizes and modification times.
+_WATCH_EVERY = 0.5
+
+
+def _watch(args: argparse.Namespace) -> int:
+    """`check --watch`: check, then check again whenever a file the check reads, or a configuration
+    file beside one, is changed, added or removed, until interrupted (Ctrl-C, or a `kill`: exit 0);
+    each check's report is whole. The files' sizes and modification times are polled: no watcher
+    library is needed."""
+    import signal
+    import time
+    from datetime import datetime
+
+    if args.paths == ["-"] or args.stdin_filename is not None:
+        return _error("--watch checks files again as they change: not standard input")
+    for flag in ("diff", "add_noqa", "write_baseline", "show_settings", "show_files", "explain", "confirm"):
+        if getattr(args, flag):
+            return _error(f"--watch cannot be used with --{flag.replace('_', '-')}")
+    paths = [Path(p) for p in args.paths] or [Path(".")]
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        print(f"[{datetime.now():%H:%M:%S}] Watching for changes; Ctrl-C ends.", flush=True)
+        while True:
+            before = _watched(paths, args.config)
+            _check_once(args)
+            sys.stdout.flush()
+            # A change made while the check ran is checked next; what --fix wrote is no change.
+            seen = _watched(paths, args.config) if args.fix else before
+            while _watched(paths, args.config) == seen:
+                time.sleep(_WATCH_EVERY)
+            print(f"[{datetime.now():%H:%M:%S}] A file changed: checking again.", flush=True)
+    except KeyboardInterrupt:
+        return EXIT_CLEAN
+
+
+def _watched(paths: list[Path], config: Path | None) -> dict[str, tuple[int, int]]:
+    """(modification time, size) of each file a check of `paths` reads and each configuration file
+    beside them: a file added or removed adds or removes a key."""
+    from amplint.config import ConfigError, load_settings
+    from amplint.pipeline.discovery import discover
+
+    files: list[Path] = []
+    with contextlib.suppress(ConfigError):  # a configuration being edited: its next save shows
+        files = discover(paths, load_settings(paths, config)).files
+    folders = {path.parent for path in files} | {p if p.is_dir() else p.parent for p in paths}
+    watched = [*files, *(folder / name for folder in folders for name in _CONFIG_FILES)]
+    if config is not None:
+        watched.append(config)
+    state: dict[str, tuple[int, int]] = {}
+    for path in watched:
+        with contextlib.suppress(OSError):
+            status = path.stat()
+            state[str(path)] = (status.st_mtime_ns, status.st_size)
+    return state
+
+
+_CONFIG_FILES = ("pyproject.toml", "amplint.toml", ".gitignore")
 
 
 def _runtime_problem(settings: Settings) -> str | None:

@@ -15,19 +15,25 @@ from support import HAZARD, HAZARD_CODE, amplint_run, write
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Playwright's own 30 s limits are reachable on a loaded machine; this one only guards against a hang
+# (a page here opens in about a second).
+GUARD_MS = 600_000
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     assert CHROMIUM, "the page tests need Debian's chromium: apt-get install chromium"
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        launched = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox"], timeout=GUARD_MS
+        )
         yield launched
         launched.close()
 
 
 def _open(browser: Any, page_file: Path) -> tuple[Any, list[str], list[str]]:
     page = browser.new_page()
+    page.set_default_timeout(GUARD_MS)
     errors: list[str] = []
     requests: list[str] = []
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
