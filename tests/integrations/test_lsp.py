@@ -281,6 +281,7 @@ def test_notebook_cells_are_checked_as_the_cli_checks_the_notebook(tmp_path: Pat
             opened = {uri: await editor.diagnostics(uri) for uri in cell_uris}
             quick = _fix(await _actions(editor, cell_uris[2]))
             fixed = _apply(cells[2][1], quick.edit.changes[cell_uris[2]])
+            (fix_all,) = await _actions(editor, cell_uris[0], [FIX_ALL])
             editor.client.notebook_document_did_change(
                 types.DidChangeNotebookDocumentParams(
                     notebook_document=types.VersionedNotebookDocumentIdentifier(uri=notebook_uri, version=2),
@@ -306,7 +307,13 @@ def test_notebook_cells_are_checked_as_the_cli_checks_the_notebook(tmp_path: Pat
                 )
             )
             closed = await editor.diagnostics(cell_uris[2])
-            return {"opened": opened, "fixed": fixed, "changed": changed, "closed": closed}
+            return {
+                "opened": opened,
+                "fixed": fixed,
+                "fix_all": fix_all,
+                "changed": changed,
+                "closed": closed,
+            }
 
     got = asyncio.run(run())
     opened = got["opened"]
@@ -319,5 +326,9 @@ def test_notebook_cells_are_checked_as_the_cli_checks_the_notebook(tmp_path: Pat
         10,
     )
     assert got["fixed"] == '%matplotlib inline\nscaler = torch.amp.GradScaler("cuda")'
+    # Fix-all, asked for in any cell, rewrites the one cell with a fix, and only that one.
+    changes = got["fix_all"].edit.changes
+    assert list(changes) == [cell_uris[2]]
+    assert _apply(cells[2][1], changes[cell_uris[2]]) == got["fixed"]
     assert (got["changed"].version, list(got["changed"].diagnostics)) == (2, [])
     assert not got["closed"].diagnostics
