@@ -196,10 +196,16 @@ class FooPreTrainedModel(transformers.PreTrainedModel):
     pass
 
 
+class FooDecoderLayer(GradientCheckpointingLayer):
+    def __init__(self, config):
+        super().__init__()
+        self.block = Block()
+
+
 class FooModel(FooPreTrainedModel):
     def __init__(self, config):
         super().__init__(config)
-        self.block = Block()
+        self.layers = nn.ModuleList([FooDecoderLayer(config)])
 
 
 class FooForCausalLM(FooPreTrainedModel):
@@ -216,8 +222,9 @@ class FooForSequenceClassification(FooPreTrainedModel):
 
 
 def test_model_classes_are_the_outermost_and_one_head_of_a_family() -> None:
-    # Norm is built by Block, Block extended by Wrapped and built by FooModel, which the heads build;
-    # of the two heads one is kept: they share the body.
+    # Norm is built by Block, Block extended by Wrapped and built by the decoder layer (a module
+    # through transformers' base), which FooModel builds, which the heads build; of the two heads
+    # one is kept: they share the body.
     assert model_classes(NESTED) == ["Wrapped", "FooForCausalLM"]
     assert model_classes("class A:\n    pass\n") == []
     assert model_classes("def broken(:\n") == []
