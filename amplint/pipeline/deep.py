@@ -105,7 +105,7 @@ def _spec(display: str, name: str, mode: str, child: dict[str, int]) -> dict[str
         "seq_len": SEQ_LEN,
         "batch_size": BATCH_SIZE,
         "measure": True,
-        "values": False,
+        "values": True,  # replayed against float64 too: the overflow a cast or a product makes, measured
         "limits": {},
         "weights": None,
         "compare_cpu": False,  # the project runs this mode on the GPU; CPU autocast is not its question

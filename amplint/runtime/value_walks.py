@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 
-from amplint.runtime.chains import VIEWS, where
+from amplint.runtime.chains import HALF, VIEWS, where
 from amplint.runtime.graph import DtypeGraph, DtypeNode, NodeValues
 
 PRODUCTS = frozenset(
@@ -126,6 +126,13 @@ def fix_for(graph: DtypeGraph, node: DtypeNode) -> str:
         return "subtract the maximum before exponentiating, or compute it in float32"
     if node.op in _SUMS:
         return "accumulate in float32 (`dtype=torch.float32`, or upcast the input first)"
+    if node.op == "_to_copy" and node.dtype in HALF:
+        # A cast down from a wider dtype: its input does not fit, and `.float()` on it changes nothing.
+        return (
+            f"the values do not fit {node.dtype}: keep them in float32, build them from "
+            "`torch.finfo(dtype).min`/`.max` of the dtype they are cast to (a mask), clamp them before the "
+            "cast, or run in bfloat16, whose range is float32's"
+        )
     return (
         f"upcast to float32 before `{node.op}` (`.float()` on its input at {where(node)}), or run in bfloat16"
     )

@@ -79,6 +79,11 @@ def test_the_mask_cast_two_lines_on_is_followed(
     (mask,) = [d for d in found if d["code"] == "AMP004"]
     assert "ran in float32" in mask["evidence"]
     assert "`_to_copy` at finetune_mask.py:19 made it float16" in mask["evidence"]
+    # The values replay measures what the cast does: -1e9 becomes -inf in about half of the mask.
+    (overflow,) = [d for d in found if d["code"] == "AMP105"]
+    assert (overflow["path"], overflow["line"]) == ("finetune_mask.py", 19)
+    assert 0.4 < overflow["overflow"] < 0.6
+    assert ".float()" not in overflow["help"]  # the cast's input is float32 already
 
 
 def test_sampling_is_followed_back_to_the_probabilities(
