@@ -233,3 +233,18 @@ def test_model_classes_are_the_outermost_and_one_head_of_a_family() -> None:
     assert model_classes(NESTED) == ["Wrapped", "FooForCausalLM"]
     assert model_classes("class A:\n    pass\n") == []
     assert model_classes("def broken(:\n") == []
+
+
+def test_the_deep_setting(tmp_path: Path) -> None:
+    write(tmp_path / "m.py", (INCIDENTS / "rwkv_decay.py").read_text(encoding="utf-8"))
+    write(tmp_path / "pyproject.toml", '[tool.amplint]\ndeep = "yes"\n')
+    done = amplint_run(tmp_path, "check", "m.py", "--no-cache")
+    assert done.returncode == 2
+    assert "'deep' must be true or false" in done.stderr
+    # `deep = true`, and --no-deep for one quick run: the static pass alone, nothing traced.
+    write(tmp_path / "pyproject.toml", "[tool.amplint]\ndeep = true\n")
+    quick = json.loads(
+        amplint_run(tmp_path, "check", "m.py", "--no-cache", "--no-deep", "--format", "json").stdout
+    )
+    assert [d["confidence"] for d in quick["diagnostics"]] == ["static"]
+    assert "traced" not in quick["summary"]
