@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 
-from amplint.runtime.chains import HALF, VIEWS, where
+from amplint.runtime.chains import HALF, VIEWS, upcast_help, where
 from amplint.runtime.graph import DtypeGraph, DtypeNode, NodeValues
 
 PRODUCTS = frozenset(
@@ -115,6 +115,8 @@ def fix_for(graph: DtypeGraph, node: DtypeNode) -> str:
             "or scale the queries before the product (`(q * scaling) @ k.transpose(-1, -2)`; scaling "
             "after it is too late), or compute the scores in float32"
         )
+    if node.op in PRODUCTS and node.policy == "lower_precision":  # autocast casts `.float()` back down
+        return f"{upcast_help(graph, node)}; or scale an input down before it"
     if node.op in PRODUCTS:
         return (
             "compute this product in float32 (upcast its inputs), scale an input down before it, "
@@ -133,6 +135,8 @@ def fix_for(graph: DtypeGraph, node: DtypeNode) -> str:
             "`torch.finfo(dtype).min`/`.max` of the dtype they are cast to (a mask), clamp them before the "
             "cast, or run in bfloat16, whose range is float32's"
         )
+    if node.policy == "lower_precision":
+        return upcast_help(graph, node)
     return (
         f"upcast to float32 before `{node.op}` (`.float()` on its input at {where(node)}), or run in bfloat16"
     )
