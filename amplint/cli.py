@@ -745,9 +745,10 @@ def _deep(args: argparse.Namespace, settings: Settings) -> bool:
 
 def _opt_in_codes() -> list[str]:
     """Every static rule's code: a trace decides on the candidates of the rules off by default too."""
+    from amplint.results import UNPARSABLE
     from amplint.rules import all_rules
 
-    return [rule.code for rule in all_rules() if not rule.runtime_only and rule.code != "AMP900"]
+    return [rule.code for rule in all_rules() if not rule.runtime_only and rule.code != UNPARSABLE]
 
 
 def _selected(settings: Settings, run: CheckRun, diagnostic: Diagnostic) -> bool:
