@@ -166,11 +166,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--deep",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         default=None,
         help="trace every candidate amplint can run, with no target written: the model classes of the "
         "checked code, built from their defaults, in each mode the project runs them in (needs "
-        "amplint[runtime]; `deep = true` in [tool.amplint])",
+        "amplint[runtime]; `deep = true` in [tool.amplint]; --no-deep: not this run)",
     )
     check.add_argument(
         "--mode",
@@ -242,7 +242,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=sorted(GPUS),
         default=DEFAULT_GPU,
         help=f"the GPU emulated without one: its compute capability, bf16 support and attention "
-        f"kernels (default {DEFAULT_GPU}; on v100 and t4 a bfloat16 run is traced in float16, as it is run there)",
+        f"kernels (default {DEFAULT_GPU}; on v100 and t4 a bfloat16 run is traced in float16, as it is run there, "
+        "unless the model's code asks torch.cuda.is_bf16_supported(), which torch answers True there)",
     )
     trace.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16", help="autocast dtype")
     trace.add_argument(
@@ -564,7 +565,7 @@ def _check_once(args: argparse.Namespace) -> int:
                 diff=args.diff,
                 unsafe_fixes=args.unsafe_fixes,
             )
-        elif args.confirm or args.deep or settings.deep:
+        elif args.confirm or _deep(args, settings):
             confirmed = _confirmed_run(paths, settings, args)
             if isinstance(confirmed, int):
                 return confirmed
@@ -866,7 +867,7 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
     fix verified by a new trace); with --deep, to the model classes found in the checked code too,
     traced in the modes the project runs them in. An exit code on a usage error. The traces run in
     child processes: this one only needs to know that torch is there, not to import it."""
-    deep = args.deep or settings.deep
+    deep = _deep(args, settings)
     flag = "--deep" if deep else "--confirm"
     if importlib.util.find_spec("torch") is None:
         return _error(f"{flag} traces the model and needs torch: pip install 'amplint[runtime]'")
@@ -951,11 +952,17 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
     return run
 
 
+def _deep(args: argparse.Namespace, settings: Settings) -> bool:
+    """`--deep`, `--no-deep`, else `deep` in the configuration."""
+    return settings.deep if args.deep is None else bool(args.deep)
+
+
 def _opt_in_codes() -> list[str]:
     """Every static rule's code: a trace decides on the candidates of the rules off by default too."""
+    from amplint.results import UNPARSABLE
     from amplint.rules import all_rules
 
-    return [rule.code for rule in all_rules() if not rule.runtime_only and rule.code != "AMP900"]
+    return [rule.code for rule in all_rules() if not rule.runtime_only and rule.code != UNPARSABLE]
 
 
 def _selected(settings: Settings, run: CheckRun, diagnostic: Diagnostic) -> bool:

@@ -30,9 +30,10 @@ from amplint.static.profile import ModeWhy
 
 # The inputs made up for a class built from its defaults: enough tokens to meet every op.
 SEQ_LEN, BATCH_SIZE = 32, 2
-_MODULE_BASE = re.compile(r"(?:Module|Model|For[A-Z]\w*)$")
+_MODULE_BASE = re.compile(r"(?:Module|Model|Layer|For[A-Z]\w*)$")
 _PRETRAINED = "PreTrainedModel"
 # The head kept of a transformers model family, in order of preference: the others share its body.
+_HEAD_NAME = re.compile(r"For[A-Z]\w*$")  # a transformers head whose base another file defines
 _HEADS = (re.compile(r"ForCausalLM$"), re.compile(r"(?<!PreTrained)Model$"))
 
 NOT_CONFIRMED = "not confirmed"  # reached, but the trace neither confirms nor refutes it
@@ -104,7 +105,7 @@ def _spec(display: str, name: str, mode: str, child: dict[str, int]) -> dict[str
         "seq_len": SEQ_LEN,
         "batch_size": BATCH_SIZE,
         "measure": True,
-        "values": False,
+        "values": True,  # replayed against float64 too: the overflow a cast or a product makes, measured
         "limits": {},
         "weights": None,
         "compare_cpu": False,  # the project runs this mode on the GPU; CPU autocast is not its question
@@ -131,7 +132,7 @@ def model_classes(text: str) -> list[str]:
                 modules.add(name)
                 changed = True
     used = {b for name in modules for b in bases[name]}
-    for name in modules:
+    for name in classes:  # built by any class of the file (a layer that transformers' base wraps)
         used.update(
             called
             for node in ast.walk(classes[name])
@@ -140,7 +141,7 @@ def model_classes(text: str) -> list[str]:
     tops = [
         name for name in classes if name in modules and name not in used and not name.endswith(_PRETRAINED)
     ]
-    family = [name for name in tops if _pretrained(name, bases)]
+    family = [name for name in tops if _pretrained(name, bases) or _HEAD_NAME.search(name)]
     if len(family) > 1:
         keep = next((n for pattern in _HEADS for n in family if pattern.search(n)), family[0])
         tops = [name for name in tops if name not in family or name == keep]
@@ -189,8 +190,11 @@ def trace_all(
     for spec, result in zip(found, trace_batch_in_child(found, timeout), strict=True):
         if isinstance(result, Exception):
             said = "could not build" if isinstance(result, TargetError) else "could not trace"
+            named = (
+                spec["name"].rpartition(" [")[0] if said == "could not build" else spec["name"]
+            )  # in no mode
             warnings.append(
-                f"--deep {said} {spec['name']}; its findings stay unconfirmed: {_last_line(str(result))}"
+                f"--deep {said} {named}; its findings stay unconfirmed: {_last_line(str(result))}"
             )
             traced.append(Traced(spec["name"], error=_last_line(str(result))))
         else:

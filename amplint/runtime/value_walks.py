@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 
-from amplint.runtime.chains import VIEWS, where
+from amplint.runtime.chains import VIEWS, upcast_help, where
 from amplint.runtime.graph import DtypeGraph, DtypeNode, NodeValues
 from amplint.runtime.numbers import value_range
 
@@ -122,6 +122,8 @@ def fix_for(graph: DtypeGraph, node: DtypeNode) -> str:
             f"the values reach this cast near or past {node.dtype}'s largest value: build them within its range "
             f"(a mask from `torch.finfo(torch.{node.dtype}).min`), or keep them in {wider} past this point"
         )
+    if node.op in PRODUCTS and node.policy == "lower_precision":  # autocast casts `.float()` back down
+        return f"{upcast_help(graph, node)}; or scale an input down before it"
     if node.op in PRODUCTS:
         return _either(
             "compute this product in float32 (upcast its inputs)",
@@ -134,6 +136,8 @@ def fix_for(graph: DtypeGraph, node: DtypeNode) -> str:
         return "subtract the maximum before exponentiating, or compute it in float32"
     if node.op in _SUMS:
         return "accumulate in float32 (`dtype=torch.float32`, or upcast the input first)"
+    if node.policy == "lower_precision":
+        return upcast_help(graph, node)
     return _either(
         f"upcast to float32 before `{node.op}` (`.float()` on its input at {where(node)})", *_bfloat16(node)
     )

@@ -79,6 +79,11 @@ def test_the_mask_cast_two_lines_on_is_followed(
     (mask,) = [d for d in found if d["code"] == "AMP004"]
     assert "ran in float32" in mask["evidence"]
     assert "`_to_copy` at finetune_mask.py:19 made it float16" in mask["evidence"]
+    # The values replay measures what the cast does: -1e9 becomes -inf in about half of the mask.
+    (overflow,) = [d for d in found if d["code"] == "AMP105"]
+    assert (overflow["path"], overflow["line"]) == ("finetune_mask.py", 19)
+    assert 0.4 < overflow["overflow"] < 0.6
+    assert ".float()" not in overflow["help"]  # the cast's input is float32 already
 
 
 def test_sampling_is_followed_back_to_the_probabilities(
@@ -196,10 +201,16 @@ class FooPreTrainedModel(transformers.PreTrainedModel):
     pass
 
 
+class FooDecoderLayer(GradientCheckpointingLayer):
+    def __init__(self, config):
+        super().__init__()
+        self.block = Block()
+
+
 class FooModel(FooPreTrainedModel):
     def __init__(self, config):
         super().__init__(config)
-        self.block = Block()
+        self.layers = nn.ModuleList([FooDecoderLayer(config)])
 
 
 class FooForCausalLM(FooPreTrainedModel):
@@ -216,8 +227,24 @@ class FooForSequenceClassification(FooPreTrainedModel):
 
 
 def test_model_classes_are_the_outermost_and_one_head_of_a_family() -> None:
-    # Norm is built by Block, Block extended by Wrapped and built by FooModel, which the heads build;
-    # of the two heads one is kept: they share the body.
+    # Norm is built by Block, Block extended by Wrapped and built by the decoder layer (a module
+    # through transformers' base), which FooModel builds, which the heads build; of the two heads
+    # one is kept: they share the body.
     assert model_classes(NESTED) == ["Wrapped", "FooForCausalLM"]
     assert model_classes("class A:\n    pass\n") == []
     assert model_classes("def broken(:\n") == []
+
+
+def test_the_deep_setting(tmp_path: Path) -> None:
+    write(tmp_path / "m.py", (INCIDENTS / "rwkv_decay.py").read_text(encoding="utf-8"))
+    write(tmp_path / "pyproject.toml", '[tool.amplint]\ndeep = "yes"\n')
+    done = amplint_run(tmp_path, "check", "m.py", "--no-cache")
+    assert done.returncode == 2
+    assert "'deep' must be true or false" in done.stderr
+    # `deep = true`, and --no-deep for one quick run: the static pass alone, nothing traced.
+    write(tmp_path / "pyproject.toml", "[tool.amplint]\ndeep = true\n")
+    quick = json.loads(
+        amplint_run(tmp_path, "check", "m.py", "--no-cache", "--no-deep", "--format", "json").stdout
+    )
+    assert [d["confidence"] for d in quick["diagnostics"]] == ["static"]
+    assert "traced" not in quick["summary"]

@@ -107,3 +107,27 @@ def test_amp103_skips_shape_ops_and_values_nothing_computes_with() -> None:
     keys = graph.op_keys()
     graph.cpu_dtypes = {keys[1]: "bfloat16", keys[2]: "bfloat16", keys[3]: "bfloat16"}
     assert [f.node.op for f in _findings(graph, "AMP103")] == ["exp"]
+
+
+class Gram(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.proj(x)
+        return h @ h.transpose(-1, -2)
+
+
+def test_overflow_hint_fits_autocast() -> None:
+    """A product that overflows under float16 autocast: `.float()` on its inputs is cast back down,
+    so the hint is autocast off around it; without autocast, upcasting the inputs works."""
+    torch.manual_seed(0)
+    under = replay(Gram(), (300 * torch.randn(2, 8, 32),), dtype=torch.float16)
+    (first,) = _findings(under, "AMP105")
+    assert first.node.op == "bmm"
+    assert 'with torch.autocast("cuda", enabled=False)' in first.help
+    torch.manual_seed(0)
+    cast = replay(Gram(), (300 * torch.randn(2, 8, 32),), autocast=False, param_dtype=torch.float16)
+    (first,) = _findings(cast, "AMP105")
+    assert "compute this product in float32 (upcast its inputs)" in first.help
