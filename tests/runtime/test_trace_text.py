@@ -47,7 +47,11 @@ def _config(tmp_path: Path) -> Path:
 
 def test_counts_add_up_on_a_transformers_model(tmp_path: Path) -> None:
     config = _config(tmp_path)
-    done = amplint_run(tmp_path, "trace", "--hf-config", config, "--seq-len", "16", "--backward")
+    # The config's bfloat16 weights alone would run as built, without autocast: the mode asks for
+    # autocast so that its casts are counted too.
+    done = amplint_run(
+        tmp_path, "trace", "--hf-config", config, "--seq-len", "16", "--backward", "--mode", "autocast-bf16"
+    )
     assert done.returncode == 0, done.stderr
     text = done.stdout
     assert text.startswith("# traced Qwen2ForCausalLM from ")
