@@ -32,10 +32,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
+from pygls.workspace import TextDocument
 
 from amplint import __version__
 from amplint.config import ConfigError, load_settings
@@ -157,19 +159,19 @@ class AmplintServer(LanguageServer):
             cells: list[dict[str, Any]] = []
             documents = []
             for cell in notebook.cells:
-                document = self.workspace.get_text_document(cell.document)
-                code = cell.kind == types.NotebookCellKind.Code and document.language_id == "python"
-                documents.append((cell.document, document.version, document.source))
+                held = self.workspace.get_text_document(cell.document)
+                code = cell.kind == types.NotebookCellKind.Code and held.language_id == "python"
+                documents.append((cell.document, held.version, held.source))
                 cells.append(
                     {
                         "cell_type": "code",
                         "execution_count": None,
                         "metadata": {},
                         "outputs": [],
-                        "source": document.source,
+                        "source": held.source,
                     }
                     if code
-                    else {"cell_type": "markdown", "metadata": {}, "source": document.source}
+                    else {"cell_type": "markdown", "metadata": {}, "source": held.source}
                 )
             ipynb = {
                 "cells": cells,
@@ -179,19 +181,24 @@ class AmplintServer(LanguageServer):
             }
             path = Path(to_fs_path(uri) or "untitled.ipynb")
             return _Target(uri, notebook.version, path, json.dumps(ipynb, indent=1), documents, notebook=True)
-        if uri not in self.workspace.text_documents:
+        document = self.opened(uri)
+        if document is None:
             return None
-        document = self.workspace.get_text_document(uri)
         path = Path(to_fs_path(uri) or document.filename or "untitled.py")
         return _Target(
             uri, document.version, path, document.source, [(uri, document.version, document.source)]
         )
 
+    def opened(self, uri: str) -> TextDocument | None:
+        """The document, if the editor has it open (pygls keys documents by their unquoted URI)."""
+        return self.workspace.text_documents.get(unquote(uri))
+
     def version_of(self, uri: str) -> int | None:
         notebook = self.workspace.get_notebook_document(notebook_uri=uri)
         if notebook is not None:
             return notebook.version
-        return self.workspace.get_text_document(uri).version if uri in self.workspace.text_documents else None
+        document = self.opened(uri)
+        return document.version if document is not None else None
 
     # --- checking ------------------------------------------------------------------------------
 

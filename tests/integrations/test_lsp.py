@@ -64,7 +64,7 @@ async def _session(root: Path, text: str, offered: list[str] | None = None) -> d
     """Open `text`, ask for its quick fixes and its fix-all, then replace it with clean code."""
     general = None if offered is None else types.GeneralClientCapabilities(position_encodings=offered)
     async with Editor(root, types.ClientCapabilities(general=general)) as editor:
-        uri = editor.open("model.py", text)
+        uri = editor.open("my model.py", text)  # a space: the URI has a %20 the server must decode
         opened = await editor.diagnostics(uri)
         quick = await _actions(editor, uri)
         fix_all = await _actions(editor, uri, [FIX_ALL])
@@ -124,7 +124,7 @@ def test_diagnostics_quick_fix_and_fix_all(tmp_path: Path) -> None:
     assert fix_all.kind == FIX_ALL
     assert _apply(HAZARD, fix_all.edit.changes[session["uri"]]) == HAZARD_FIXED
     assert not session["changed"].diagnostics  # the edited text is checked, not the file on disk
-    assert not (tmp_path / "model.py").exists()
+    assert not (tmp_path / "my model.py").exists()
 
 
 def test_positions_count_utf16_units(tmp_path: Path) -> None:
