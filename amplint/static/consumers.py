@@ -49,15 +49,22 @@ _ELEMENTWISE = frozenset(
 
 
 def cast_back(
-    ctx: FileContext, upcast: cst.BaseExpression, fixed: cst.BaseExpression, data: cst.BaseExpression
+    ctx: FileContext,
+    upcast: cst.BaseExpression,
+    fixed: cst.BaseExpression,
+    data: cst.BaseExpression,
+    op: str | None = None,
 ) -> tuple[Edit, ...] | None:
     """The edits that put `fixed` in place of `upcast` and cast what derives from it back to the
-    dtype of `data` (the value the upcast read) wherever it leaves elementwise code; None where that
-    cannot be proven right."""
+    dtype of `data` (the value the upcast read) wherever it leaves elementwise code, or, for an
+    `op` that an autocast may run in float32 itself, to the dtype `op` gives there
+    (`op_dtype`); None where that cannot be proven right."""
     scope = _scope_of(ctx, upcast)
     dtype = _dtype_source(ctx, scope, data) if scope is not None else None
     if scope is None or dtype is None:
         return None
+    if op is not None:
+        dtype = op_dtype(dtype, op)
     places: list[cst.BaseExpression] = []
     unsure: list[cst.CSTNode] = []
 
@@ -139,6 +146,19 @@ def dtype_source(
     that is the dtype `upcast` had; None where it cannot be read."""
     scope = _scope_of(ctx, upcast)
     return _dtype_source(ctx, scope, data) if scope is not None else None
+
+
+def op_dtype(dtype: cst.BaseExpression, op: str) -> cst.BaseExpression:
+    """`x.new_empty(0).<op>(0).dtype` for `x.dtype`: the dtype `op` gives a tensor of `x`'s dtype
+    where the cast back runs. Under CUDA autocast, which runs `cumsum` and `cumprod` in float32, that
+    is float32 (the unfixed code's dtype there: casting back to `x.dtype` would round autocast's
+    float32 result to half); elsewhere `x`'s dtype. An empty tensor: nothing is computed."""
+    assert isinstance(dtype, cst.Attribute)
+    empty = cst.Call(
+        func=cst.Attribute(value=dtype.value, attr=cst.Name("new_empty")), args=[cst.Arg(cst.Integer("0"))]
+    )
+    result = cst.Call(func=cst.Attribute(value=empty, attr=cst.Name(op)), args=[cst.Arg(cst.Integer("0"))])
+    return cst.Attribute(value=result, attr=cst.Name("dtype"))
 
 
 def upcast_dtype(
