@@ -316,5 +316,6 @@ def _finding(ctx: FileContext, call: cst.Call, op: str, data: cst.BaseExpression
         autocast_op=op if autocast_policy(op, "cuda") == "fp32" else None,
     )
     # The help shows the edits the fix writes, the cast back included.
-    written = "; ".join(f"`{' '.join(ctx.code(new).split())}`" for _, new in plan.replacements)
+    edits = plan.replacements if plan is not None else ((call, fixed),)
+    written = "; ".join(f"`{' '.join(ctx.code(new).split())}`" for _, new in edits)
     return Finding(call, message, fix=plan, help=f"accumulate in float32: {written}", evidence=shown.why)

@@ -115,6 +115,42 @@ def cast_back(
     return _edits(upcast, fixed, dict.fromkeys(places), dtype)
 
 
+# Calls whose operands must share one dtype with a weight or with each other: a float32 operand next
+# to a half one raises (`mat1 and mat2 must have the same dtype`).
+_PRODUCTS = frozenset({"matmul", "mm", "bmm", "baddbmm", "addmm", "einsum", "linear", "conv1d", "conv2d"})
+
+
+def half_weight_consumer(ctx: FileContext, upcast: cst.BaseExpression) -> cst.CSTNode | None:
+    """The first place in its function where the value computed from `upcast` meets a module
+    (`self.out(...)`) or a product (`@`, `matmul`, `einsum`, `linear`): with the value float32 and
+    the weights or the other operand half, it raises. None where it meets neither."""
+    scope = _scope_of(ctx, upcast)
+    if scope is None:
+        return None
+    found: list[cst.CSTNode] = []
+
+    def seed(node: cst.BaseExpression, flow: Flow) -> bool:
+        return node is upcast
+
+    def sink(node: cst.BaseExpression, flow: Flow) -> str | None:
+        if (
+            isinstance(node, cst.BinaryOperation)
+            and isinstance(node.operator, cst.MatrixMultiply)
+            and (flow.taint(node.left) or flow.taint(node.right))
+        ):
+            found.append(node)
+            return "product"
+        if isinstance(node, cst.Call) and not _passes_on(ctx, node):
+            module = ctx.facts.of(node.func).kind == MODULE or ctx.facts.of(node).kind == MODULE
+            if (module or callee_name(node) in _PRODUCTS) and any(flow.taint(arg.value) for arg in node.args):
+                found.append(node)
+                return "call"
+        return None
+
+    analyse(scope, Policy(seed=seed, sink=sink))
+    return found[0] if found else None
+
+
 # Operands that select or mask rather than take part in the arithmetic, so never widen the dtype:
 # the keyword, and the position among the arguments of the function form (`torch.gather(x, 1, i)`).
 _SELECTORS = {"gather": ("index", 2), "index_select": ("index", 2), "masked_fill": ("mask", 1)}
