@@ -24,7 +24,7 @@ import libcst as cst
 
 from amplint.static import ops
 from amplint.static.context import FileContext
-from amplint.static.facts import MODULE, TENSOR, UNKNOWN
+from amplint.static.facts import MODULE, OFF, TENSOR, UNKNOWN
 from amplint.static.flow import Flow, Origins, Policy, analyse
 from amplint.static.patterns import callee_name, with_method
 from amplint.static.scopes import Scope, walk
@@ -122,8 +122,9 @@ _PRODUCTS = frozenset({"matmul", "mm", "bmm", "baddbmm", "addmm", "einsum", "lin
 
 def half_weight_consumer(ctx: FileContext, upcast: cst.BaseExpression) -> cst.CSTNode | None:
     """The first place in its function where the value computed from `upcast` meets a module
-    (`self.out(...)`) or a product (`@`, `matmul`, `einsum`, `linear`): with the value float32 and
-    the weights or the other operand half, it raises. None where it meets neither."""
+    (`self.out(...)`) or a product (`@`, `matmul`, `einsum`, `linear`) that may run without
+    autocast: with the value float32 and the weights or the other operand half, it raises (under
+    autocast the module or product casts its inputs). None where it meets none."""
     scope = _scope_of(ctx, upcast)
     if scope is None:
         return None
@@ -138,12 +139,15 @@ def half_weight_consumer(ctx: FileContext, upcast: cst.BaseExpression) -> cst.CS
             and isinstance(node.operator, cst.MatrixMultiply)
             and (flow.taint(node.left) or flow.taint(node.right))
         ):
-            found.append(node)
+            if OFF in ctx.facts.autocast_at(node):
+                found.append(node)
             return "product"
         if isinstance(node, cst.Call) and not _passes_on(ctx, node):
             module = ctx.facts.of(node.func).kind == MODULE or ctx.facts.of(node).kind == MODULE
             if (module or callee_name(node) in _PRODUCTS) and any(flow.taint(arg.value) for arg in node.args):
-                found.append(node)
+                # Where the call runs only under autocast, the module or product casts its inputs.
+                if OFF in ctx.facts.autocast_at(node):
+                    found.append(node)
                 return "call"
         return None
 
