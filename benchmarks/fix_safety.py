@@ -3,7 +3,7 @@
 what the fix changed runs before and after (a model, or a function where no model runs on CPU).
 
     python benchmarks/fix_safety.py [--package transformers|diffusers|fla] [--unsafe-fixes]
-                                    [--all-rules] [--output FILE]
+                                    [--all-rules] [--only FOLDER,...] [--output FILE]
 
 It needs the package installed (transformers 5.24.0, diffusers 0.42.1, or flash-linear-attention
 0.6.0 with fla-core and triton, which fla imports even where its kernels cannot run); none of them
@@ -29,10 +29,16 @@ the copy first on `sys.path`:
   if it went through a changed line. When an entry point does not run, the definitions that hold
   the changed lines are called by themselves instead, if the table has them.
 
-Each runs on CPU in bfloat16 and in float16 (no autocast), in the original copy and in the fixed
-one; it counts as broken when the original runs and the fixed one raises, or when the fixed output
-(transformers: the logits, else the first output; otherwise the first floating tensor of the
-output) has another dtype or shape, or is not finite where the original's is.
+Each runs in every mode of `amplint.runtime.modes` (float64; float32, bfloat16 and float16 casts;
+CPU autocast in bfloat16; the emulated CUDA autocast in bfloat16 and float16), with the same weights
+and inputs, in the original copy and in the fixed one; the output (transformers: the logits, else
+the first output; otherwise the first floating tensor of the output) of each run is saved, and the
+pair is judged per mode by `amplint.runtime.modes.judge`, the rule-example tests' judge, against the
+original's float64 output: the fixed run raises where the original ran, or its error grew by more
+than rounding (one unit in the last place of the mode's lowest precision at the largest magnitude;
+2**-40 of it in float64, where the original is the reference), or, for `--fix` without
+`--unsafe-fixes`, its output changed dtype or shape. Each run counts for every rule whose fixes
+changed the files it goes through. `--only` limits the fix to some subfolders (model types).
 
 The table goes to stdout, and with `--output` into a Markdown file with the command that made it.
 """
@@ -315,6 +321,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unsafe-fixes", action="store_true", help="apply the unsafe fixes too")
     parser.add_argument("--all-rules", action="store_true", help="turn the opt-in rules on too")
     parser.add_argument("--output", type=Path, help="write the table into this Markdown file")
+    parser.add_argument(
+        "--only",
+        help="the subfolders of the checked folder to fix, comma-separated (transformers: model types)",
+    )
     args = parser.parse_args(argv)
     package = args.package
     spec = find_spec(package)
@@ -338,12 +348,14 @@ def main(argv: list[str] | None = None) -> int:
     flags = ["--fix"] + (["--unsafe-fixes"] if args.unsafe_fixes else [])
     flags += ["--extend-select", OPT_IN] if args.all_rules else []
     command += ["--unsafe-fixes"] * args.unsafe_fixes + ["--all-rules"] * args.all_rules
+    command += ["--only", args.only] if args.only else []
     with tempfile.TemporaryDirectory() as temporary:
         original, fixed = Path(temporary, "original"), Path(temporary, "fixed")
         for root in (original, fixed):
             shutil.copytree(installed, root / package, ignore=shutil.ignore_patterns("__pycache__"))
         models = fixed / package / CHECKED.get(package, "")
-        before = {path: _digest(path) for path in models.rglob("*.py")}
+        folders = [models / name for name in args.only.split(",")] if args.only else [models]
+        before = {path: _digest(path) for folder in folders for path in folder.rglob("*.py")}
         run = subprocess.run(
             [
                 sys.executable,
@@ -357,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--format",
                 "json",
                 "-q",
-                str(models),
+                *map(str, folders),
             ],
             capture_output=True,
             text=True,
@@ -433,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         worse_runs = {item.name for item, verdicts in judged if any(verdicts.values())}
     where = f"`{CHECKED[package]}/`" if package in CHECKED else "the package"
+    where += f" ({', '.join(f'`{name}/`' for name in args.only.split(','))} only)" if args.only else ""
     unit = "Models" if package == "transformers" else "Models and functions"
     lines = [
         f"`{shlex.join(command)}` ({distribution} {version(distribution)}, `amplint check "

@@ -71,7 +71,13 @@ class GpuScans(TorchDispatchMode):
         kwargs = kwargs or {}
         step = _SCAN_STEPS.get(func)
         x = args[0] if args else None
-        if step is None or not isinstance(x, torch.Tensor) or x.dtype not in HALVES or kwargs.get("dtype"):
+        if (
+            step is None
+            or not isinstance(x, torch.Tensor)
+            or x.dtype not in HALVES
+            or kwargs.get("dtype")
+            or x.numel() == 0
+        ):
             return func(*args, **kwargs)
         dim = args[1] % x.dim()
         parts = x.unbind(dim)

@@ -168,3 +168,33 @@ def test_a_function_runs_only_from_the_table(tmp_path: Path) -> None:
     assert _calls(tmp_path, "lonely", {5}) == {
         "build": "TypeError: lonely is a function with no tiny call here"
     }
+
+
+def test_each_mode_is_judged_against_the_originals_float64_output(tmp_path: Path) -> None:
+    """The saved outputs of a run before and after its fixes: in bfloat16 the error grew, in float16
+    the fixed run raises, elsewhere they are equal; the table counts that under the run's rule."""
+    torch = pytest.importorskip("torch")
+    from amplint.runtime.modes import MODES, Run, save
+
+    reference = torch.linspace(-1, 1, 64, dtype=torch.float64)
+    before = {mode.name: Run(out=[reference.to(mode.dtype)]) for mode in MODES}
+    after = dict(before)
+    after["bfloat16"] = Run(out=[(reference + 0.25).to(torch.bfloat16)])
+    after["float16"] = Run(raised="RuntimeError: mat1 and mat2 must have the same dtype")
+    saved = (tmp_path / "original.pt", tmp_path / "fixed.pt")
+    save(before, str(saved[0]))
+    save(after, str(saved[1]))
+    tried = fix_safety.Tried("model", {}, {}, saved, frozenset({"AMP007"}))
+    verdicts = fix_safety._judged(tried, safe=False)
+    assert verdicts["bfloat16"] is not None and verdicts["bfloat16"].startswith("error 0.25")
+    assert verdicts["float16"] == "raises: RuntimeError: mat1 and mat2 must have the same dtype"
+    assert [mode for mode, why in verdicts.items() if why is None] == [
+        mode.name for mode in MODES if mode.name not in ("bfloat16", "float16")
+    ]
+    row = fix_safety._per_rule([(tried, verdicts)])[-1]
+    cells = row.strip("| ").split(" | ")
+    assert cells[0] == "AMP007"
+    assert dict(zip([mode.name for mode in MODES], cells[1:], strict=True)) == {
+        mode.name: {"bfloat16": "1 / 0 / 1", "float16": "1 / 1 / 0"}.get(mode.name, "1 / 0 / 0")
+        for mode in MODES
+    }
