@@ -31,9 +31,9 @@ def test_readme_starts_with_the_two_commands() -> None:
     assert "amplint check fixtures/" in install
     assert tests == "./scripts/test"
     script = (ROOT / "scripts" / "test").read_text(encoding="utf-8")
-    # The pinned CPU build, from PyTorch's CPU index; the test extras; then pytest itself.
-    assert 'pip install --quiet torch==2.13.0 --index-url "$torch_index"' in script
-    assert 'torch_index="https://download.pytorch.org/whl/cpu"' in script
+    # The pinned torch, from the index TORCH_INDEX_URL names where it names one; the test extras;
+    # then pytest itself.
+    assert 'pip install --quiet torch==2.13.0 ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}' in script
     assert '-m pip install --quiet -e ".[runtime,test]"' in script
     assert script.rstrip().endswith('-m pytest "$@"')
     assert (ROOT / "scripts" / "test").stat().st_mode & 0o111, "scripts/test must be executable"
@@ -41,6 +41,7 @@ def test_readme_starts_with_the_two_commands() -> None:
 
 def test_readme_says_how_to_get_the_cpu_build_of_torch_anywhere() -> None:
     assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in README
+    assert "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu ./scripts/test" in README
 
 
 def test_the_test_script_names_what_is_missing_and_fails_where_it_cannot_install_it(tmp_path: Path) -> None:
