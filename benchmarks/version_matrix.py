@@ -1,5 +1,6 @@
-"""amplint's runtime on the oldest torch and transformers pyproject admits, the pinned ones, and the
-newest on the registry.
+"""amplint's runtime on several torch and transformers versions: the lower bounds pyproject admitted
+before this table, the versions CI pins, and the newest on the registry. pyproject's ranges admit
+the rows that pass and no other (tests/test_docs_tables.py).
 
 Each row gets its own virtualenv (outside the repository), with only the packages the runtime
 needs. In it run the runtime test subset (RUNTIME_TESTS) and the coverage sample
