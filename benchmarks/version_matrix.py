@@ -1,5 +1,6 @@
-"""amplint's runtime on the oldest torch and transformers pyproject admits, the pinned ones, and the
-newest on the registry.
+"""amplint's runtime on several torch and transformers versions: the lower bounds pyproject admitted
+before this table, the versions CI pins, and the newest on the registry. pyproject's ranges admit
+the rows that pass and no other (tests/test_docs_tables.py).
 
 Each row gets its own virtualenv (outside the repository), with only the packages the runtime
 needs. In it run the runtime test subset (RUNTIME_TESTS) and the coverage sample
@@ -43,6 +44,7 @@ ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("pinned", "torch==2.13.0", "transformers==5.24.0", "the versions CI pins"),
     ("newest", "torch==2.15.0", "transformers", "the newest on the registry"),
 )
+SHOWN_MESSAGES = 5  # the most common failure messages a row lists
 STANDS_FOR = {name: text for name, _, _, text in ROWS}
 # What the runtime needs besides torch and transformers, and the test runner.
 PACKAGES = ("libcst>=1.1", "safetensors>=0.4", "pillow>=10", "pytest>=8")
@@ -73,6 +75,14 @@ def _installed(python: Path) -> dict[str, str]:
     return json.loads(done.stdout) if done.returncode == 0 else {}
 
 
+def portable(text: str) -> str:
+    """A message as a reader's machine would have it: paths from the installed package's name or
+    the repository's root on, pytest's temporary folders left out."""
+    text = re.sub(r"\S*site-packages/", "", text)
+    text = re.sub(r"\S*/pytest-of-[^/\s]+/pytest-\d+/", "", text)
+    return text.replace(f"{REPO}/", "")
+
+
 def _tests(junit: Path) -> dict[str, Any]:
     """Counts and failing test ids from pytest's junit XML."""
     counts = {"passed": 0, "failed": 0, "skipped": 0}
@@ -84,9 +94,7 @@ def _tests(junit: Path) -> dict[str, Any]:
             problem = case.find("error")
         if problem is not None:
             counts["failed"] += 1
-            failures[name] = (
-                (problem.get("message") or "").splitlines()[0][:300] if problem.get("message") else ""
-            )
+            failures[name] = portable((problem.get("message") or "").split("\n")[0])[:300]
         elif case.find("skipped") is not None:
             counts["skipped"] += 1
         else:
@@ -139,6 +147,17 @@ def measure(name: str, torch_req: str, transformers_req: str, root: Path) -> dic
     return row
 
 
+def passes(row: dict[str, Any]) -> bool:
+    """Installed, every runtime test passed, and every type of the coverage sample traced."""
+    tests, coverage = row.get("tests", {}), row.get("coverage", {})
+    return (
+        row["install"] == "ok"
+        and tests.get("failed") == 0
+        and tests.get("passed", 0) > 0
+        and coverage.get("traced") == coverage.get("sample")
+    )
+
+
 def _cell_tests(row: dict[str, Any]) -> str:
     tests = row.get("tests")
     if tests is None:
@@ -163,7 +182,8 @@ def report(data: dict[str, Any]) -> str:
         "# torch and transformers versions amplint's runtime was run on",
         "",
         "Each row is a fresh virtualenv with only the runtime's packages (the builds pip installs, "
-        "run on a machine without a GPU). In it run the runtime tests "
+        "run on a machine without a GPU; the torch column shows the build, `+cpu` or the CUDA version "
+        "it was built for). In it run the runtime tests "
         f"({', '.join(f'`{Path(test).name}`' for test in RUNTIME_TESTS)}) and the coverage sample "
         f"({len(hf_coverage.SAMPLE)} model types across families, `hf_coverage.SAMPLE`, traced as "
         f"docs/hf-coverage.md traces them), on Python {data['meta']['python']}. Produced by:",
@@ -183,14 +203,34 @@ def report(data: dict[str, Any]) -> str:
             f"| {installed.get('transformers', row['requested']['transformers'])} | {row['install']} "
             f"| {_cell_tests(row)} | {_cell_coverage(row)} |"
         )
+    passed = [row["row"] for row in rows if passes(row)]
+    lines += [
+        "",
+        f"Rows that pass every test and trace the whole sample: {', '.join(passed) or 'none'}. "
+        "pyproject's torch and transformers ranges admit those rows and none of the others "
+        "(`tests/test_docs_tables.py` checks it).",
+    ]
     for row in rows:
         problems: list[str] = []
         if row["install"] != "ok":
             problems.append(f"install failed: `{_last_line(row.get('reason', ''))}`")
+        by_message: dict[str, list[str]] = {}
         for test, message in row.get("tests", {}).get("failures", {}).items():
-            problems.append(f"`{test}`: {message}".replace("|", "\\|"))
+            by_message.setdefault(message, []).append(test)
+        groups = sorted(by_message.items(), key=lambda item: -len(item[1]))
+        for message, tests in groups[:SHOWN_MESSAGES]:
+            named = ", ".join(f"`{test}`" for test in tests[:2]) + (", ..." if len(tests) > 2 else "")
+            count = f"{len(tests)} tests" if len(tests) > 1 else "1 test"
+            shown = message if len(message) <= 160 else f"{message[:70]} ... {message[-80:]}"
+            problems.append(f"{count} ({named}): `{shown}`".replace("|", "\\|"))
+        rest = sum(len(tests) for _, tests in groups[SHOWN_MESSAGES:])
+        if rest:
+            problems.append(f"{rest} more tests with other messages")
+        by_kind: dict[str, list[str]] = {}
         for model_type, why in row.get("coverage", {}).get("failed", {}).items():
-            problems.append(f"{model_type}: {why}")
+            by_kind.setdefault(why, []).append(model_type)
+        for why, types in sorted(by_kind.items(), key=lambda item: -len(item[1])):
+            problems.append(f"coverage sample, {why}: {', '.join(types)}")
         if problems:
             lines += ["", f"What failed on the {row['row']} row:", ""]
             lines += [f"- {problem}" for problem in problems]

@@ -42,6 +42,7 @@ RENDERED: list[tuple[str, str, Callable[[ModuleType], str]]] = [
         "hf_coverage",
         lambda script: script.report(_data("hf_coverage.json")["rows"], _data("hf_coverage.json")["meta"]),
     ),
+    ("version-matrix.md", "version_matrix", lambda script: script.report(_data("version_matrix.json"))),
 ]
 
 
@@ -58,3 +59,31 @@ def test_the_page_is_what_its_data_renders(
 def test_the_rendered_pages_are_listed_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert all(f"docs/{page}" in readme for page, _, _ in RENDERED)
+
+
+def test_pyproject_admits_the_versions_the_matrix_passed_and_no_other_row() -> None:
+    # pyproject's torch and transformers ranges say what docs/version-matrix.md measured: every row
+    # that passed is inside them, every row with a failure outside.
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = extras["optional-dependencies"]
+    ranges = {
+        name: next(Requirement(r).specifier for r in extras[extra] if Requirement(r).name == name)
+        for name, extra in (("torch", "runtime"), ("transformers", "hf"))
+    }
+    passes = _script("version_matrix").passes
+    rows = _data("version_matrix.json")["rows"]
+    assert any(passes(row) for row in rows)
+    for row in rows:
+        versions = {
+            name: Version(row.get("installed", {}).get(name) or row["requested"][name].split("==")[1])
+            for name in ranges
+        }
+        admitted = all(Version(v.base_version) in ranges[name] for name, v in versions.items())
+        assert admitted == passes(row), (row["row"], {n: str(v) for n, v in versions.items()})

@@ -75,12 +75,9 @@ def relaxed_meta() -> Iterator[None]:
     """The meta kernels above, registered for the `with` block."""
     library = torch.library.Library("aten", "IMPL")
     try:
-        # torch 2.10 and 2.11 register their Python meta kernel for it in the same table, and refuse
-        # a second one unless told to override (later versions override by default).
-        try:
-            library.impl("_grouped_mm", _grouped_mm, "Meta", allow_override=True)
-        except TypeError:  # before torch 2.10: no such argument, and nothing to override
-            library.impl("_grouped_mm", _grouped_mm, "Meta")
+        # Some torch versions register their own Python meta kernel for it in the same table, and
+        # refuse a second one unless told to override.
+        library.impl("_grouped_mm", _grouped_mm, "Meta", allow_override=True)
         library.impl("_thnn_fused_gru_cell", _gru_cell, "Meta")
         library.impl("_thnn_fused_lstm_cell", _lstm_cell, "Meta")
         yield
