@@ -17,6 +17,7 @@ from amplint.pipeline.progress import Progress
 from amplint.report import FORMATS
 from amplint.runtime.gpu import DEFAULT_GPU, GPUS
 from amplint.runtime.hf import TASKS as HF_TASKS
+from amplint.runtime.target import MODES
 from amplint.static.profile import PRECISIONS
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from amplint.diagnostics import Diagnostic
     from amplint.pipeline.check import CheckRun
     from amplint.pipeline.precision import Precision
+    from amplint.report import ReportSummary
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -57,11 +59,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--ignore", action="append", metavar="CODES", help="rule codes or prefixes to disable")
     check.add_argument("--extend-exclude", action="append", metavar="PATTERNS", help="more paths to skip")
-    check.add_argument("--format", choices=FORMATS, default="text")
+    check.add_argument(
+        "--format",
+        "--output-format",
+        dest="format",
+        choices=FORMATS,
+        help="the report's format (default: text)",
+    )
     check.add_argument("--output", "-o", type=Path, metavar="FILE", help="write the report to FILE")
     check.add_argument("--diff", action="store_true", help="show the fixes as a diff; write nothing")
     check.add_argument(
         "--fix", action="store_true", help="apply safe fixes (they change numerics on purpose)"
+    )
+    check.add_argument(
+        "--fix-only",
+        action="store_true",
+        help="apply safe fixes and report only what was fixed, not the findings left; exit 0 (implies --fix)",
+    )
+    check.add_argument(
+        "--exit-non-zero-on-fix",
+        action="store_true",
+        help="exit 1 when a fix was applied, even if no finding is left",
     )
     check.add_argument(
         "--unsafe-fixes", action="store_true", help="with --fix or --diff, also the fixes marked unsafe"
@@ -79,7 +97,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--config", type=Path, metavar="FILE", help="pyproject.toml or amplint.toml to use")
     check.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")
-    check.add_argument("--statistics", action="store_true", help="count findings per rule")
+    check.add_argument(
+        "--statistics",
+        action="store_true",
+        help="count findings per rule (in text, or JSON with --format json)",
+    )
+    check.add_argument(
+        "--show-files", action="store_true", help="print the files a check would read, then exit"
+    )
+    check.add_argument(
+        "--watch",
+        "-w",
+        action="store_true",
+        help="check, then check again whenever a file changes, until interrupted (Ctrl-C)",
+    )
     check.add_argument("--no-color", action="store_true", help="never colour the text output")
     check.add_argument("--no-cache", action="store_true", help="neither read nor write .amplint_cache/")
     check.add_argument(
@@ -132,6 +163,24 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         metavar="TARGET",
         help="with --confirm: file.py:factory or module:factory to trace (replaces the configured targets)",
+    )
+    check.add_argument(
+        "--deep",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="trace every candidate amplint can run, with no target written: the model classes of the "
+        "checked code, built from their defaults, in each mode the project runs them in (needs "
+        "amplint[runtime]; `deep = true` in [tool.amplint]; --no-deep: not this run)",
+    )
+    check.add_argument(
+        "--mode",
+        choices=MODES,
+        help="with --target: the execution mode to trace it in (default: the modes the project runs its file in)",
+    )
+    check.add_argument("--dtype", choices=("bfloat16", "float16"), help="with --target: autocast dtype")
+    check.add_argument("--no-autocast", action="store_true", help="with --target: trace without autocast")
+    check.add_argument(
+        "--param-dtype", choices=("bfloat16", "float16", "float32"), help="with --target: cast parameters"
     )
     check.add_argument("--show-refuted", action="store_true", help="with --confirm: show refuted findings")
     check.add_argument(
@@ -193,9 +242,16 @@ def _parser() -> argparse.ArgumentParser:
         choices=sorted(GPUS),
         default=DEFAULT_GPU,
         help=f"the GPU emulated without one: its compute capability, bf16 support and attention "
-        f"kernels (default {DEFAULT_GPU}; on v100 and t4 a bfloat16 run is traced in float16, as it is run there)",
+        f"kernels (default {DEFAULT_GPU}; on v100 and t4 a bfloat16 run is traced in float16, as it is run there, "
+        "unless the model's code asks torch.cuda.is_bf16_supported(), which torch answers True there)",
     )
     trace.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16", help="autocast dtype")
+    trace.add_argument(
+        "--mode",
+        choices=MODES,
+        help="the execution mode to trace in (cast-fp16: --param-dtype float16 --no-autocast; "
+        "autocast-fp16: --dtype float16)",
+    )
     trace.add_argument("--no-autocast", action="store_true", help="trace without autocast")
     trace.add_argument("--param-dtype", choices=("bfloat16", "float16", "float32"), help="cast parameters")
     trace.add_argument(
@@ -205,9 +261,18 @@ def _parser() -> argparse.ArgumentParser:
         help="text, json and html report the trace too; the other formats its findings only",
     )
     trace.add_argument("--output", "-o", type=Path, metavar="FILE", help="write the report to FILE")
-    trace.add_argument("--op", metavar="PATTERN", help="only ops matching this glob (e.g. 'soft*')")
-    trace.add_argument("--module", metavar="PATTERN", help="only ops in modules matching this glob")
-    trace.add_argument("--changed-dtype", action="store_true", help="only casts and ops that change dtype")
+    trace.add_argument(
+        "--ops", action="store_true", help="list every op in a table after the findings (text format)"
+    )
+    trace.add_argument(
+        "--op", metavar="PATTERN", help="only ops matching this glob (e.g. 'soft*'); lists them"
+    )
+    trace.add_argument(
+        "--module", metavar="PATTERN", help="only ops in modules matching this glob; lists them"
+    )
+    trace.add_argument(
+        "--changed-dtype", action="store_true", help="only casts and ops that change dtype; lists them"
+    )
     trace.add_argument(
         "--backward",
         action="store_true",
@@ -345,6 +410,76 @@ def _error(message: str) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    problem = _from_environment(args)
+    if problem is not None:
+        return _error(problem)
+    if args.fix_only:
+        args.fix = True
+    if args.statistics and args.format not in ("text", "concise", "json"):
+        return _error(f"--statistics counts findings in text or json, not in {args.format}")
+    if args.watch:
+        return _watch(args)
+    return _check_once(args)
+
+
+# Settings an `AMPLINT_*` environment variable gives where no flag does (a flag wins over the
+# variable, the variable over the configuration file), as ruff's `RUFF_*` variables: the flag's
+# destination, and whether the variable holds a list (comma-separated) or a yes/no.
+_ENVIRONMENT: dict[str, tuple[str, str]] = {
+    "AMPLINT_SELECT": ("select", "list"),
+    "AMPLINT_EXTEND_SELECT": ("extend_select", "list"),
+    "AMPLINT_IGNORE": ("ignore", "list"),
+    "AMPLINT_EXTEND_EXCLUDE": ("extend_exclude", "list"),
+    "AMPLINT_PRECISION": ("precision", "text"),
+    "AMPLINT_MODES": ("modes", "text"),
+    "AMPLINT_TORCH_VERSION": ("torch_version", "text"),
+    "AMPLINT_SHOW_CONDITIONAL": ("show_conditional", "yes/no"),
+    "AMPLINT_CACHE_DIR": ("cache_dir", "path"),
+    "AMPLINT_NO_CACHE": ("no_cache", "yes/no"),
+    "AMPLINT_OUTPUT_FORMAT": ("format", "text"),
+    "AMPLINT_OUTPUT_FILE": ("output", "path"),
+}
+_YES, _NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+_CHOICES = {"precision": PRECISIONS, "format": FORMATS}
+
+
+def _from_environment(args: argparse.Namespace) -> str | None:
+    """Fill the `check` flags not given from their `AMPLINT_*` variables (`_ENVIRONMENT`), noting
+    which in `args.environment` (for `--show-settings` and error messages); what is wrong with a
+    variable's value, or None."""
+    args.environment = {}
+    for variable, (dest, kind) in _ENVIRONMENT.items():
+        value = os.environ.get(variable)
+        given = getattr(args, dest)
+        if value is None or (given is not None and given is not False):
+            continue
+        if kind == "yes/no":
+            if value.strip().lower() not in _YES + _NO:
+                return f"{variable} must be one of {', '.join(_YES)} or {', '.join(_NO[:-1])}, got {value!r}"
+            parsed: object = value.strip().lower() in _YES
+        elif kind == "list":
+            parsed = [value]
+        elif kind == "path":
+            parsed = Path(value)
+        elif dest in _CHOICES and value not in _CHOICES[dest]:
+            return f"{variable} must be one of {', '.join(_CHOICES[dest])}, got {value!r}"
+        else:
+            parsed = value
+        setattr(args, dest, parsed)
+        args.environment[dest] = variable
+    if args.format is None:
+        args.format = "text"
+    return None
+
+
+def _named_from_environment(message: str, args: argparse.Namespace) -> str:
+    """A settings error naming the `AMPLINT_*` variable a value came from rather than its flag."""
+    for dest, variable in args.environment.items():
+        message = message.replace("--" + dest.replace("_", "-"), variable)
+    return message
+
+
+def _check_once(args: argparse.Namespace) -> int:
     from amplint.config import ConfigError, load_settings
     from amplint.pipeline.check import run_check
     from amplint.report import ReportSummary, render
@@ -363,10 +498,9 @@ def _check(args: argparse.Namespace) -> int:
         return _error("`-` (standard input) cannot be checked together with other paths")
     if args.stdin_filename is not None and not stdin:
         return _error("--stdin-filename names the code on standard input: give `-` as the only path")
-    if stdin and (args.confirm or args.explain):
-        return _error(
-            f"{'--confirm' if args.confirm else '--explain'} reads files: it cannot check standard input"
-        )
+    if stdin and (args.confirm or args.deep or args.explain):
+        flag = "--confirm" if args.confirm else "--deep" if args.deep else "--explain"
+        return _error(f"{flag} reads files: it cannot check standard input")
     if stdin and args.add_noqa:
         return _error("--add-noqa edits files: it cannot suppress findings in standard input")
     if stdin:  # the configuration is found from the named file's folder, or its nearest existing parent
@@ -395,7 +529,8 @@ def _check(args: argparse.Namespace) -> int:
         )
         check_codes(settings)
     except ConfigError as exc:
-        return _error(str(exc))
+        return _error(_named_from_environment(str(exc), args))
+    settings = _environment_origins(settings, args)
     _warn_settings(settings)
     if settings.runtime and (problem := _runtime_problem(settings)) is not None:
         return _error(problem)
@@ -412,6 +547,8 @@ def _check(args: argparse.Namespace) -> int:
             return _error(f"{problem}; name a new or empty folder, or run with --no-cache")
     if args.show_settings:
         return _show_settings(paths, settings)
+    if args.show_files:
+        return _show_files(paths, settings)
     if args.explain:
         return _explain(args.explain, paths, settings)
 
@@ -428,13 +565,13 @@ def _check(args: argparse.Namespace) -> int:
                 diff=args.diff,
                 unsafe_fixes=args.unsafe_fixes,
             )
-        elif args.confirm:
+        elif args.confirm or _deep(args, settings):
             confirmed = _confirmed_run(paths, settings, args)
             if isinstance(confirmed, int):
                 return confirmed
             run = confirmed
         else:
-            with Progress("checking files", 0, quiet=args.quiet) as progress:
+            with Progress("checking files", quiet=args.quiet) as progress:
                 run = run_check(
                     paths,
                     settings,
@@ -474,6 +611,7 @@ def _check(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     summary = ReportSummary(
+        traced=run.traced,
         files_checked=run.files_checked,
         fixed=run.fixed,
         fix_applied=args.fix,
@@ -483,14 +621,17 @@ def _check(args: argparse.Namespace) -> int:
         quiet=args.quiet,
         conditional=run.conditional,
     )
-    report = render(
-        args.format,
-        run.diagnostics,
-        sources=run.sources,
-        color=_color(args),
-        statistics=args.statistics,
-        summary=summary,
-    )
+    if args.fix_only and args.format in ("text", "concise"):
+        report = _fix_only_summary(run, summary)
+    else:  # --fix-only: the findings left are not reported, in any format
+        report = render(
+            args.format,
+            [] if args.fix_only else run.diagnostics,
+            sources=run.sources,
+            color=_color(args),
+            statistics=args.statistics,
+            summary=summary,
+        )
     # The diff (or the fixed standard input) owns stdout so that it can be piped on; the report goes
     # to stderr.
     written = _write_report(
@@ -502,7 +643,106 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     if args.exit_zero:
         return EXIT_CLEAN
+    if args.exit_non_zero_on_fix and run.fixed:
+        return EXIT_FINDINGS
+    if args.fix_only:
+        return EXIT_CLEAN
     return EXIT_FINDINGS if run.diagnostics or (args.diff and run.diffs) else EXIT_CLEAN
+
+
+def _environment_origins(settings: Settings, args: argparse.Namespace) -> Settings:
+    """`settings` with the values an `AMPLINT_*` variable gave said to come from that variable."""
+    if not args.environment:
+        return settings
+    from dataclasses import replace
+
+    origins = tuple(
+        (key, args.environment.get(key, origin) if origin.startswith("--") else origin)
+        for key, origin in settings.origins
+    )
+    return replace(settings, origins=origins)
+
+
+def _fix_only_summary(run: CheckRun, summary: ReportSummary) -> str:
+    """`--fix-only`'s text report: what was fixed, and what `--unsafe-fixes` would fix more (the
+    findings left are not reported)."""
+    if summary.quiet:
+        return ""
+    from amplint.report import fix_counts
+
+    _, hidden = fix_counts(run.diagnostics, summary)
+    line = f"Fixed {run.fixed} finding{'s' * (run.fixed != 1)}" if run.fixed else "No findings fixed"
+    if hidden:
+        line += f" ({hidden} more fix{'es' * (hidden != 1)} available with --unsafe-fixes)"
+    return line + ".\n"
+
+
+def _show_files(paths: list[Path], settings: Settings) -> int:
+    """`check --show-files`: the files a check of `paths` reads, one absolute path a line, sorted."""
+    from amplint.pipeline.discovery import discover
+
+    for path in sorted(os.path.abspath(path) for path in discover(paths, settings).files):
+        print(path)
+    return EXIT_CLEAN
+
+
+# Seconds between two looks at the watched files' sizes and modification times.
+_WATCH_EVERY = 0.5
+
+
+def _watch(args: argparse.Namespace) -> int:
+    """`check --watch`: check, then check again whenever a file the check reads, or a configuration
+    file beside one, is changed, added or removed, until interrupted (Ctrl-C, or a `kill`: exit 0);
+    each check's report is whole. The files' sizes and modification times are polled: no watcher
+    library is needed."""
+    import signal
+    import time
+    from datetime import datetime
+
+    if args.paths == ["-"] or args.stdin_filename is not None:
+        return _error("--watch checks files again as they change: not standard input")
+    for flag in ("diff", "add_noqa", "write_baseline", "show_settings", "show_files", "explain", "confirm"):
+        if getattr(args, flag):
+            return _error(f"--watch cannot be used with --{flag.replace('_', '-')}")
+    paths = [Path(p) for p in args.paths] or [Path(".")]
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        print(f"[{datetime.now():%H:%M:%S}] Watching for changes; Ctrl-C ends.", flush=True)
+        while True:
+            before = _watched(paths, args.config)
+            _check_once(args)
+            sys.stdout.flush()
+            # A change made while the check ran is checked next; what --fix wrote is no change.
+            seen = _watched(paths, args.config) if args.fix else before
+            while _watched(paths, args.config) == seen:
+                time.sleep(_WATCH_EVERY)
+            print(f"[{datetime.now():%H:%M:%S}] A file changed: checking again.", flush=True)
+    except KeyboardInterrupt:
+        return EXIT_CLEAN
+
+
+def _watched(paths: list[Path], config: Path | None) -> dict[str, tuple[int, int]]:
+    """(modification time, size) of each file a check of `paths` reads and each configuration file
+    beside them: a file added or removed adds or removes a key."""
+    from amplint.config import ConfigError, load_settings
+    from amplint.pipeline.discovery import discover
+
+    files: list[Path] = []
+    with contextlib.suppress(ConfigError):  # a configuration being edited: its next save shows
+        files = discover(paths, load_settings(paths, config)).files
+    folders = {path.parent for path in files} | {p if p.is_dir() else p.parent for p in paths}
+    watched = [*files, *(folder / name for folder in folders for name in _CONFIG_FILES)]
+    if config is not None:
+        watched.append(config)
+    state: dict[str, tuple[int, int]] = {}
+    for path in watched:
+        with contextlib.suppress(OSError):
+            status = path.stat()
+            state[str(path)] = (status.st_mtime_ns, status.st_size)
+    return state
+
+
+_CONFIG_FILES = ("pyproject.toml", "amplint.toml", ".gitignore")
 
 
 def _runtime_problem(settings: Settings) -> str | None:
@@ -624,41 +864,49 @@ def _explain(target: str, paths: list[Path], settings: Settings) -> int:
 
 def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespace) -> CheckRun | int:
     """The check with every finding joined to the traced runtime targets (and, with --fix, each
-    fix verified by a new trace); an exit code on a usage error. The traces run in child processes:
-    this one only needs to know that torch is there, not to import it."""
+    fix verified by a new trace); with --deep, to the model classes found in the checked code too,
+    traced in the modes the project runs them in. An exit code on a usage error. The traces run in
+    child processes: this one only needs to know that torch is there, not to import it."""
+    deep = _deep(args, settings)
+    flag = "--deep" if deep else "--confirm"
     if importlib.util.find_spec("torch") is None:
-        return _error("--confirm traces the model and needs torch: pip install 'amplint[runtime]'")
+        return _error(f"{flag} traces the model and needs torch: pip install 'amplint[runtime]'")
     from amplint.diagnostics import Confidence
-    from amplint.fixing.confirm import Traced, confirm, finding_lines
+    from amplint.fixing.confirm import Traced
+    from amplint.pipeline import deep as deep_pass
     from amplint.pipeline.check import run_check
-    from amplint.runtime.child import ChildError, trace_in_child
-    from amplint.runtime.target import TargetError, target_specs, trace_timeout
+    from amplint.pipeline.precision import project_precision
+    from amplint.runtime.target import TargetError, child_limits, target_specs, trace_timeout
 
     try:
-        specs = target_specs(settings.runtime, args.target, settings.root)
+        overrides = _mode_overrides(args)
+        specs = target_specs(settings.runtime, args.target, settings.root, overrides)
         timeout = trace_timeout(settings.runtime, args.timeout)
+        child = child_limits(settings.runtime)
     except TargetError as exc:
         return _error(str(exc))
-    if not specs:
+    if not specs and not deep:
         return _error(
             "--confirm needs a runtime target: --target file.py:factory, or `targets` in [tool.amplint.runtime]"
+            " (or --deep: amplint finds the models itself)"
         )
     warnings: list[str] = []
+    if args.target and not _given_mode(args):
+        # A target given by hand runs in the modes the project runs its file in, when it has any.
+        precision = project_precision(settings, paths)
+        specs = [
+            {**spec, **mode} for spec in specs for mode in _file_modes(precision, spec["target"]) or [{}]
+        ]
+    untraced: dict[str, str] = {}
 
     def trace(diagnostics: Sequence[Diagnostic]) -> list[Traced]:
-        traced = []
-        measure_lines = finding_lines(diagnostics)
-        for spec in specs:
-            try:
-                graph = trace_in_child({**spec, "measure_lines": measure_lines}, timeout)
-                traced.append(Traced(spec["target"], graph=graph))
-            except TargetError as exc:  # a target that names no model: a usage error, not a model bug
-                raise TargetError(f"{spec['name']}: {exc}") from None
-            except ChildError as exc:
-                warnings.append(f"could not trace {spec['target']}; its findings stay unconfirmed: {exc}")
-                lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-                traced.append(Traced(spec["target"], error=lines[-1] if lines else "failed"))  # the exception
-        return traced
+        found = specs
+        if deep:
+            precision = project_precision(settings, paths)
+            planned = deep_pass.plan(diagnostics, precision, child)
+            untraced.update(planned.untraced)
+            found = [*specs, *planned.specs]
+        return deep_pass.trace_all(found, diagnostics, timeout, warnings)
 
     try:  # the first trace comes before any fix is written: a bad target leaves the files alone
         if args.fix:
@@ -672,20 +920,29 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
 
             run = preview(paths, settings, trace, jobs=args.jobs)
         else:
-            # The trace decides: conditional candidates are traced too, and shown once confirmed.
+            # The trace decides: conditional candidates are traced too, and shown once confirmed;
+            # with --deep, those of the opt-in rules as well.
             every = settings.with_overrides(show_conditional=True)
+            if deep:
+                every = every.with_overrides(extend_select=_opt_in_codes())
             run = run_check(paths, every, cache=not args.no_cache, jobs=args.jobs)
-            conditional = {d.sort_key for d in run.diagnostics if d.confidence is Confidence.CONDITIONAL}
-            run.diagnostics = confirm(run.diagnostics, trace(run.diagnostics))
-            if not settings.show_conditional:
-                shown = [
-                    d
-                    for d in run.diagnostics
-                    if d.sort_key not in conditional
-                    or d.confidence in (Confidence.CONFIRMED, Confidence.REFUTED)
-                ]
-                run.conditional += len(run.diagnostics) - len(shown)
-                run.diagnostics = shown
+            hidden = {
+                d.sort_key
+                for d in run.diagnostics
+                if (d.confidence is Confidence.CONDITIONAL and not settings.show_conditional)
+                or not _selected(settings, run, d)
+            }
+            traced = trace(run.diagnostics)
+            run.diagnostics = deep_pass.judge(run.diagnostics, traced, untraced)
+            if deep:
+                run.traced = deep_pass.counts(run.diagnostics)
+            shown = [
+                d
+                for d in run.diagnostics
+                if d.sort_key not in hidden or d.confidence in (Confidence.CONFIRMED, Confidence.REFUTED)
+            ]
+            run.conditional += len(run.diagnostics) - len(shown)
+            run.diagnostics = shown
     except TargetError as exc:
         return _error(f"runtime target {exc}")
     run.warnings.extend(dict.fromkeys(warnings))
@@ -695,12 +952,80 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
     return run
 
 
+def _deep(args: argparse.Namespace, settings: Settings) -> bool:
+    """`--deep`, `--no-deep`, else `deep` in the configuration."""
+    return settings.deep if args.deep is None else bool(args.deep)
+
+
+def _opt_in_codes() -> list[str]:
+    """Every static rule's code: a trace decides on the candidates of the rules off by default too."""
+    from amplint.results import UNPARSABLE
+    from amplint.rules import all_rules
+
+    return [rule.code for rule in all_rules() if not rule.runtime_only and rule.code != UNPARSABLE]
+
+
+def _selected(settings: Settings, run: CheckRun, diagnostic: Diagnostic) -> bool:
+    """Whether the user's own settings turn on the rule of `diagnostic` for its file."""
+    from amplint.rules import rules_for
+
+    path = Path(diagnostic.path)
+    return any(
+        rule.code == diagnostic.code for rule in rules_for(settings, path, run.precision.of(diagnostic.path))
+    )
+
+
+def _given_mode(args: argparse.Namespace) -> bool:
+    return bool(args.mode or args.param_dtype or args.no_autocast or args.dtype)
+
+
+def _mode_overrides(args: argparse.Namespace) -> dict[str, object]:
+    """The trace settings `--mode`, or `--dtype`, `--param-dtype` and `--no-autocast`, give every
+    target named on the command line (as `amplint trace` takes them)."""
+    from amplint.runtime.target import TargetError, mode_settings
+
+    if args.mode and (args.param_dtype or args.no_autocast or args.dtype):
+        raise TargetError("give --mode, or --dtype/--param-dtype/--no-autocast, not both")
+    if args.mode:
+        return mode_settings(args.mode)
+    overrides: dict[str, object] = {}
+    if args.dtype:
+        overrides["dtype"] = args.dtype
+    if args.param_dtype:
+        overrides["param_dtype"] = args.param_dtype
+    if args.no_autocast:
+        overrides["autocast"] = False
+    return overrides
+
+
+def _file_modes(precision: Precision, target: str) -> list[dict[str, object]]:
+    """The trace settings of each mode the project runs a target's file in (none for a target
+    named by module, or a file no mode reaches)."""
+    from amplint.runtime.target import mode_settings
+    from amplint.source import display_path
+
+    where = target.rpartition(":")[0]
+    if not where.endswith(".py"):
+        return []
+    names = dict.fromkeys(why.mode.name for why in precision.of(display_path(Path(where))).modes)
+    return [mode_settings(name) for name in names]
+
+
 def _read_sources(diagnostics: Sequence[Diagnostic], sources: dict[str, str]) -> None:
-    """The text of each file a runtime finding points at, for the report's snippets."""
-    for diagnostic in diagnostics:
-        if diagnostic.path not in sources and os.path.isfile(diagnostic.path):
+    """The text of each file a runtime finding points at, for the report's snippets. A file the
+    static pass had findings in is kept with only their lines (the others emptied): it is read again
+    when a runtime finding's line is not among them."""
+    from amplint.source import source_line
+
+    missing = {
+        d.path
+        for d in diagnostics
+        if d.cell is None and not (source_line(sources.get(d.path), d.line) or "").strip()
+    }
+    for path in missing:
+        if os.path.isfile(path):
             with contextlib.suppress(OSError, UnicodeDecodeError):
-                sources[diagnostic.path] = Path(diagnostic.path).read_text(encoding="utf-8")
+                sources[path] = Path(path).read_text(encoding="utf-8")
 
 
 def _positive(unit: str) -> Callable[[str], float]:
@@ -817,7 +1142,7 @@ def _trace(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("torch") is None:
         return _error("tracing needs torch: pip install 'amplint[runtime]'")
     from amplint.runtime.child import ChildError, run_traced, trace_in_child
-    from amplint.runtime.target import TargetError
+    from amplint.runtime.target import TargetError, mode_settings
 
     if (args.target is None) == (args.hf_config is None):
         return _error("give a TARGET such as fixtures/rwkv7_time_mix.py:factory, or --hf-config CONFIG.json")
@@ -833,6 +1158,8 @@ def _trace(args: argparse.Namespace) -> int:
         return _error(f"{', '.join(given)}: only for --hf-config (a factory builds its own model and inputs)")
     if args.input_ids is not None and args.text is not None:
         return _error("give --input-ids or --text, not both")
+    if args.mode and (args.no_autocast or args.param_dtype or args.dtype != "bfloat16" or args.graph):
+        return _error("give --mode, or --dtype/--param-dtype/--no-autocast (or --graph), not both")
     limits = _value_limits(args)
     if isinstance(limits, int):
         return limits
@@ -862,6 +1189,10 @@ def _trace(args: argparse.Namespace) -> int:
         "dtype": args.dtype if saved is None else saved.dtype,
         "autocast": not args.no_autocast if saved is None else saved.autocast,
         "param_dtype": args.param_dtype if saved is None else saved.param_dtype,
+        **(mode_settings(args.mode) if args.mode else {}),
+        # No mode given: a model that holds half-precision weights runs so, without autocast.
+        "as_built": saved is None
+        and not (args.mode or args.no_autocast or args.param_dtype or args.dtype != "bfloat16"),
         "measure": args.measure,
         "values": args.values,
         "backward": args.backward,
@@ -907,9 +1238,12 @@ def _trace(args: argparse.Namespace) -> int:
         if args.format != "text":
             report = render(args.format, findings, sources=sources, color=False)
         else:
-            report = render_text(graph, nodes)
-            if findings:
-                report += "\n" + render("text", findings, sources=sources, color=False)
+            # A filter asks for the ops it matches: the table is shown for it as for --ops.
+            listed = args.ops or args.op is not None or args.module is not None or args.changed_dtype
+            shown = render("text", findings, sources=sources, color=False)
+            report = render_text(
+                graph, nodes, target=args.target or args.hf_config, findings=shown, ops=listed
+            )
     if (refused := _escaping(args.output, [Path.cwd()])) is not None:
         return refused
     written = _write_report(report, args.output, sys.stdout)

@@ -70,6 +70,7 @@ _CODES_EXPECTED = 'rule codes such as "AMP001" or prefixes such as "AMP0"'
 _PATTERNS_EXPECTED = 'gitignore-style patterns such as "build" or "tests/data/"'
 _KNOWN_KEYS = (
     "cache-dir",
+    "deep",
     "exclude",
     "extend",
     "extend-exclude",
@@ -239,6 +240,8 @@ class Settings:
     modes: tuple[str, ...] = ()
     # Also report findings whose half precision rests on nothing in the project (the caller's pick).
     show_conditional: bool = False
+    # `check` traces every candidate it can reach in the project's own modes (`--deep`).
+    deep: bool = False
     # The torch the project supports, as a requirement (">=2.1,<2.6"); "" for any. From
     # `torch-version`, else the torch entry of `[project] dependencies` in the nearest pyproject.toml.
     torch_version: str = ""
@@ -530,6 +533,11 @@ def _settings_from_table(table: object, path: Path, section: str, chain: tuple[P
         if not isinstance(value, bool):
             raise ConfigError(f"{prefix}'show-conditional' must be true or false, got {_show(value)}")
         changes["show_conditional"] = value
+    if "deep" in table:
+        value = table["deep"]
+        if not isinstance(value, bool):
+            raise ConfigError(f"{prefix}'deep' must be true or false, got {_show(value)}")
+        changes["deep"] = value
     if "max-file-size" in table:
         changes["max_file_size"] = parse_size(table["max-file-size"], f"{prefix}'max-file-size'")
     if "torch-version" in table:

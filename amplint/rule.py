@@ -213,26 +213,38 @@ def dtype_keeping_fix(
     missing_import: bool,
     *,
     accumulates: bool = False,
-) -> FixPlan:
+    autocast_op: str | None = None,
+) -> FixPlan | None:
     """The fix that puts `fixed` (which computes in float32) in place of `upcast`: safe where what
     derives from it is cast back to the dtype of `data` wherever it leaves elementwise code, so
     that every consumer sees the dtype it saw before. Otherwise unsafe: for an op that
     `accumulates` (a running sum keeps its float32 total inside the op, so rounding its result
     once still gains), cast back to the dtype of `data` at once where that dtype can be read;
-    else with no cast back."""
-    from amplint.static.consumers import cast_back, dtype_source  # libcst, which only checking files needs
+    else with no cast back, and no fix at all where the float32 value would meet a module or a
+    product in its function (`consumers.half_weight_consumer`): with half weights that raises. `autocast_op`: the op, where an autocast runs it in float32 itself; the
+    cast back is then to the dtype that op gives there (`amplint.static.consumers.op_dtype`), so that
+    under CUDA autocast the fix does not round autocast's float32 result to half."""
+    from amplint.static.consumers import (  # libcst: checking files only
+        cast_back,
+        dtype_source,
+        half_weight_consumer,
+        op_dtype,
+    )
     from amplint.static.context import FixPlan
     from amplint.static.patterns import with_method
 
-    back = cast_back(ctx, upcast, fixed, data)
+    # Under CUDA autocast an op it runs in float32 returned float32 before the fix: cast back to that.
+    to = "the input's dtype" if autocast_op is None else f"the dtype `{autocast_op}` gives there"
+    back = cast_back(ctx, upcast, fixed, data, autocast_op)
     if back is not None:
-        return FixPlan(
-            f"{description}, cast back where the result leaves elementwise code", back, missing_import, SAFE
-        )
+        where = "where the result leaves elementwise code"
+        where += "" if autocast_op is None else f", to {to}"
+        return FixPlan(f"{description}, cast back {where}", back, missing_import, SAFE)
     dtype = dtype_source(ctx, upcast, data) if accumulates else None
     if dtype is not None:
+        dtype = dtype if autocast_op is None else op_dtype(dtype, autocast_op)
         edits = ((upcast, with_method(fixed, "to", dtype)),)
-        return FixPlan(
-            f"{description}, cast back to the input's dtype at once", edits, missing_import, UNSAFE
-        )
+        return FixPlan(f"{description}, cast back to {to} at once", edits, missing_import, UNSAFE)
+    if half_weight_consumer(ctx, upcast) is not None:
+        return None  # unsafe changes the numbers, never raises: a half module or product would
     return FixPlan(description, ((upcast, fixed),), missing_import, UNSAFE)

@@ -84,10 +84,17 @@ class SourceFile:
 
 
 def dominant_newline(text: str) -> str:
-    counts: dict[str, int] = {}
+    """The most frequent line break; of equally frequent ones, the first in the text."""
+    crlf = text.count("\r\n")
+    counts = {"\r\n": crlf, "\r": text.count("\r") - crlf, "\n": text.count("\n") - crlf}
+    present = {newline for newline, count in counts.items() if count}
+    first: list[str] = []  # each kind present, in the order of its first occurrence
     for match in NEWLINE.finditer(text):
-        counts[match.group()] = counts.get(match.group(), 0) + 1
-    return max(counts, key=lambda nl: counts[nl]) if counts else "\n"
+        if match.group() not in first:
+            first.append(match.group())
+            if len(first) == len(present):
+                break
+    return max(first, key=counts.__getitem__) if first else "\n"
 
 
 def decode_source(raw: bytes, path: Path) -> SourceFile:

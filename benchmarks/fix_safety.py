@@ -3,7 +3,7 @@
 what the fix changed runs before and after (a model, or a function where no model runs on CPU).
 
     python benchmarks/fix_safety.py [--package transformers|diffusers|fla] [--unsafe-fixes]
-                                    [--all-rules] [--output FILE]
+                                    [--all-rules] [--only FOLDER,...] [--output FILE]
 
 It needs the package installed (transformers 5.24.0, diffusers 0.42.1, or flash-linear-attention
 0.6.0 with fla-core and triton, which fla imports even where its kernels cannot run); none of them
@@ -29,10 +29,16 @@ the copy first on `sys.path`:
   if it went through a changed line. When an entry point does not run, the definitions that hold
   the changed lines are called by themselves instead, if the table has them.
 
-Each runs on CPU in bfloat16 and in float16 (no autocast), in the original copy and in the fixed
-one; it counts as broken when the original runs and the fixed one raises, or when the fixed output
-(transformers: the logits, else the first output; otherwise the first floating tensor of the
-output) has another dtype or shape, or is not finite where the original's is.
+Each runs in every mode of `amplint.runtime.modes` (float64; float32, bfloat16 and float16 casts;
+CPU autocast in bfloat16; the emulated CUDA autocast in bfloat16 and float16), with the same weights
+and inputs, in the original copy and in the fixed one; the output (transformers: the logits, else
+the first output; otherwise the first floating tensor of the output) of each run is saved, and the
+pair is judged per mode by `amplint.runtime.modes.judge`, the rule-example tests' judge, against the
+original's float64 output: the fixed run raises where the original ran, or its error grew by more
+than rounding (one unit in the last place of the mode's lowest precision at the largest magnitude;
+2**-40 of it in float64, where the original is the reference), or, for `--fix` without
+`--unsafe-fixes`, its output changed dtype or shape. Each run counts for every rule whose fixes
+changed the files it goes through. `--only` limits the fix to some subfolders (model types).
 
 The table goes to stdout, and with `--output` into a Markdown file with the command that made it.
 """
@@ -53,6 +59,7 @@ import tempfile
 from collections import Counter
 from importlib.util import find_spec
 from pathlib import Path
+from typing import NamedTuple
 
 OPT_IN = "AMP001,AMP002,AMP003,AMP004,AMP005,AMP006,AMP013,AMP014"
 CHECKED = {"transformers": "models"}  # the folder of the package amplint fixes (default: all of it)
@@ -102,23 +109,22 @@ except Exception as exc:
 
 
 def run(model, inputs):
-    runs = {}
-    for dtype in ("bfloat16", "float16"):
-        try:
-            cast = {k: v.to(getattr(torch, dtype)) if v.is_floating_point() else v for k, v in inputs.items()}
-            with torch.no_grad():
-                result = model.to(getattr(torch, dtype))(**cast)
-            first = result.logits if getattr(result, "logits", None) is not None else result[0]
-            runs[dtype] = {"dtype": str(first.dtype), "shape": list(first.shape),
-                           "finite": bool(torch.isfinite(first).all())}
-        except Exception as exc:
-            runs[dtype] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-    return runs
+    from amplint.runtime.modes import in_every_mode, save
+
+    def first(**kwargs):
+        result = model(**kwargs)
+        return result.logits if getattr(result, "logits", None) is not None else result[0]
+
+    return save(in_every_mode(model, first, inputs), sys.argv[2])
+
+
+def ran(out):
+    return any("error" not in value for key, value in out.items() if isinstance(value, dict))
 
 
 if model is not None:
     out.update(run(model, inputs))
-if model is None or all("error" in out[dtype] for dtype in ("bfloat16", "float16")):
+if model is None or not ran(out):
     # What `amplint trace --hf-config` builds: the default config with 2 layers per stack, the class
     # its architectures or model type name, inputs shaped by the model's main input, no cache.
     from amplint.runtime import hf, hf_config, hf_inputs
@@ -223,38 +229,86 @@ def _reaching(source: str, lines: set[int]) -> tuple[list[str], list[str]]:
     return entries, sorted(holders & definitions)
 
 
+class Tried(NamedTuple):
+    """One model or function run before and after the fix: what each printed, where each saved its
+    outputs, and the rules whose fixes changed the files it runs."""
+
+    name: str
+    old: dict[str, object]
+    new: dict[str, object]
+    saved: tuple[Path, Path]
+    codes: frozenset[str]
+
+
 def _call(
-    module: str, name: str, lines: tuple[str, str], original: Path, fixed: Path
-) -> tuple[str, dict[str, object], dict[str, object]]:
+    module: str,
+    name: str,
+    lines: tuple[str, str],
+    original: Path,
+    fixed: Path,
+    codes: frozenset[str],
+) -> Tried:
     """A tiny run of `module.name` in the original copy and in the fixed one (`lines`: the changed
     lines of each)."""
-    old, new = ([str(CALLS), module, name, changed] for changed in lines)
-    return f"{module}.{name}", _forward(old, original), _forward(new, fixed)
+    saved = _saved(original, f"{module}.{name}")
+    old, new = (
+        [str(CALLS), module, name, changed, str(path)] for changed, path in zip(lines, saved, strict=True)
+    )
+    return Tried(f"{module}.{name}", _forward(old, original), _forward(new, fixed), saved, codes)
+
+
+def _saved(original: Path, name: str) -> tuple[Path, Path]:
+    """Where the runs of `name` in the original copy and in the fixed one save their outputs."""
+    folder = original.parent / "outputs"
+    folder.mkdir(exist_ok=True)
+    return folder / f"{name}.original.pt", folder / f"{name}.fixed.pt"
 
 
 def _ran(result: dict[str, object]) -> bool:
-    """Whether it built and ran in at least one dtype."""
-    return "build" not in result and any("error" not in result[dtype] for dtype in ("bfloat16", "float16"))
+    """Whether it built and ran in at least one mode."""
+    return "build" not in result and any(
+        isinstance(value, dict) and "error" not in value for value in result.values()
+    )
 
 
-def _broken(before: dict[str, object], after: dict[str, object]) -> str | None:
-    """Why the fixed model is worse than the original, or None."""
-    if "build" in before:
-        return None  # the original does not build from a tiny config: nothing to compare
-    if "build" in after:
-        return f"does not build: {after['build']}"
-    for name in ("bfloat16", "float16"):
-        old, new = before[name], after[name]
-        assert isinstance(old, dict) and isinstance(new, dict)
-        if "error" in old:
-            continue
-        if "error" in new:
-            return f"{name}: {new['error']}"
-        if (new["dtype"], new["shape"]) != (old["dtype"], old["shape"]):
-            return f"{name}: output {new['dtype']} {new['shape']}, was {old['dtype']} {old['shape']}"
-        if old["finite"] and not new["finite"]:
-            return f"{name}: output not finite"
-    return None
+def _judged(tried: Tried, safe: bool) -> dict[str, str | None]:
+    """Per mode, why the fixed run is worse than the original (`amplint.runtime.modes.judge`), None
+    where it is not; modes where neither ran are left out."""
+    from amplint.runtime.modes import MODES, Run, judge, load
+
+    before = load(str(tried.saved[0]))
+    if "build" in tried.new:  # the fixed copy does not build: it raises wherever the original ran
+        after = {mode.name: Run(raised=str(tried.new["build"])) for mode in MODES}
+    else:
+        after = load(str(tried.saved[1]))
+    reference = before["float64"].out or after["float64"].out or []
+    verdicts: dict[str, str | None] = {}
+    for mode in MODES:
+        old, new = before[mode.name], after[mode.name]
+        if old.out is not None or new.out is not None:
+            verdicts[mode.name] = judge(mode, old, new, reference, safe)
+    return verdicts
+
+
+def _per_rule(judged: list[tuple[Tried, dict[str, str | None]]]) -> list[str]:
+    """The table of runs, raises and worse errors per rule and mode: a run counts for every rule
+    whose fixes changed the files it goes through."""
+    from amplint.runtime.modes import MODES
+
+    codes = sorted({code for tried, _ in judged for code in tried.codes})
+    lines = [
+        "| Rule | " + " | ".join(mode.name for mode in MODES) + " |",
+        "| --- |" + " ---: |" * len(MODES),
+    ]
+    for code in codes:
+        cells = []
+        for mode in MODES:
+            verdicts = [v[mode.name] for tried, v in judged if code in tried.codes and mode.name in v]
+            raised = sum(1 for why in verdicts if why is not None and why.startswith("raises"))
+            worse = sum(1 for why in verdicts if why is not None and not why.startswith("raises"))
+            cells.append(f"{len(verdicts)} / {raised} / {worse}")
+        lines.append(f"| {code} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -267,6 +321,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unsafe-fixes", action="store_true", help="apply the unsafe fixes too")
     parser.add_argument("--all-rules", action="store_true", help="turn the opt-in rules on too")
     parser.add_argument("--output", type=Path, help="write the table into this Markdown file")
+    parser.add_argument(
+        "--only",
+        help="the subfolders of the checked folder to fix, comma-separated (transformers: model types)",
+    )
     args = parser.parse_args(argv)
     package = args.package
     spec = find_spec(package)
@@ -290,12 +348,14 @@ def main(argv: list[str] | None = None) -> int:
     flags = ["--fix"] + (["--unsafe-fixes"] if args.unsafe_fixes else [])
     flags += ["--extend-select", OPT_IN] if args.all_rules else []
     command += ["--unsafe-fixes"] * args.unsafe_fixes + ["--all-rules"] * args.all_rules
+    command += ["--only", args.only] if args.only else []
     with tempfile.TemporaryDirectory() as temporary:
         original, fixed = Path(temporary, "original"), Path(temporary, "fixed")
         for root in (original, fixed):
             shutil.copytree(installed, root / package, ignore=shutil.ignore_patterns("__pycache__"))
         models = fixed / package / CHECKED.get(package, "")
-        before = {path: _digest(path) for path in models.rglob("*.py")}
+        folders = [models / name for name in args.only.split(",")] if args.only else [models]
+        before = {path: _digest(path) for folder in folders for path in folder.rglob("*.py")}
         run = subprocess.run(
             [
                 sys.executable,
@@ -309,15 +369,21 @@ def main(argv: list[str] | None = None) -> int:
                 "--format",
                 "json",
                 "-q",
-                str(models),
+                *map(str, folders),
             ],
             capture_output=True,
             text=True,
         )
-        applied = Counter(
-            line.split()[3] for line in run.stderr.splitlines() if line.startswith("amplint: fixed ")
-        )
+        fixed_lines = [line.split() for line in run.stderr.splitlines() if line.startswith("amplint: fixed ")]
+        applied = Counter(words[3] for words in fixed_lines)
+        codes_in: dict[Path, set[str]] = {}  # the rules whose fixes changed each file
+        for words in fixed_lines:
+            codes_in.setdefault(Path(words[2].rsplit(":", 2)[0]).resolve(), set()).add(words[3])
         changed = sorted(path for path, digest in before.items() if _digest(path) != digest)
+
+        def codes(paths: list[Path]) -> frozenset[str]:
+            return frozenset(code for path in paths for code in codes_in.get(path.resolve(), ()))
+
         failed_imports: list[str] = []
         for path in changed:
             module = ".".join(path.relative_to(fixed).with_suffix("").parts)
@@ -326,14 +392,18 @@ def main(argv: list[str] | None = None) -> int:
             proc = _child(["-c", f"import {module}"], fixed)
             if proc.returncode != 0:
                 failed_imports.append(f"{module}: {(proc.stderr.strip().splitlines() or ['?'])[-1][:160]}")
-        # What ran, as (name, its outcome in the original copy, in the fixed one).
-        tried: list[tuple[str, dict[str, object], dict[str, object]]] = []
+        tried: list[Tried] = []
         no_entry: list[str] = []
         if package == "transformers":
             types = sorted({p.parent.name for p in changed if p.name.startswith("modeling_")} & known)
             for model_type in types:
-                argv = ["-c", _FORWARD, model_type]
-                tried.append((model_type, _forward(argv, original), _forward(argv, fixed)))
+                saved = _saved(original, model_type)
+                old, new = (
+                    _forward(["-c", _FORWARD, model_type, str(path)], root)
+                    for path, root in zip(saved, (original, fixed), strict=True)
+                )
+                files = [p for p in changed if p.parent.name == model_type]
+                tried.append(Tried(model_type, old, new, saved, codes(files)))
         else:  # the classes and functions of each changed module that go through a fixed line
             for path in changed:
                 module = ".".join(path.relative_to(fixed).with_suffix("").parts)
@@ -345,38 +415,52 @@ def main(argv: list[str] | None = None) -> int:
                 if not entries:
                     no_entry.append(module)
                 lines = (_joined(old_lines), _joined(new_lines))
-                results = [_call(module, name, lines, original, fixed) for name in entries]
-                if not all(_ran(old) for _, old, _ in results):
+                results = [_call(module, name, lines, original, fixed, codes([path])) for name in entries]
+                if not all(_ran(item.old) for item in results):
                     # an entry point does not run: call what holds the fixed lines by itself instead
                     results += [
-                        _call(module, name, lines, original, fixed) for name in holders if name not in entries
+                        _call(module, name, lines, original, fixed, codes([path]))
+                        for name in holders
+                        if name not in entries
                     ]
                 tried += results
-        compared, broken, unbuilt, unreached = [], [], [], []
-        for name, old, new in tried:
-            if not _ran(old):  # builds from no config, or its forward raises before any fix
-                why = old.get("build") or old["bfloat16"].get("error")
-                unbuilt.append(f"{name}: {why}")
-            elif old.get("reached") is False:  # ran, but not through the fixed lines: proves nothing
-                unreached.append(name)
+        compared, unbuilt, unreached = [], [], []
+        judged: list[tuple[Tried, dict[str, str | None]]] = []
+        for item in tried:
+            if not _ran(item.old):  # builds from no config, or its forward raises before any fix
+                why = item.old.get("build") or next(
+                    (v["error"] for v in item.old.values() if isinstance(v, dict) and "error" in v), "?"
+                )
+                unbuilt.append(f"{item.name}: {why}")
+            elif item.old.get("reached") is False:  # ran, but not through the fixed lines: proves nothing
+                unreached.append(item.name)
             else:
-                compared.append(name)
-            why = _broken(old, new)
-            if why is not None:
-                broken.append(f"{name}: {why}")
+                compared.append(item.name)
+                judged.append((item, _judged(item, safe=not args.unsafe_fixes)))
+        broken = [
+            f"{item.name} ({', '.join(sorted(item.codes))}), {mode}: {why}"
+            for item, verdicts in judged
+            for mode, why in verdicts.items()
+            if why is not None
+        ]
+        worse_runs = {item.name for item, verdicts in judged if any(verdicts.values())}
     where = f"`{CHECKED[package]}/`" if package in CHECKED else "the package"
+    where += f" ({', '.join(f'`{name}/`' for name in args.only.split(','))} only)" if args.only else ""
     unit = "Models" if package == "transformers" else "Models and functions"
     lines = [
         f"`{shlex.join(command)}` ({distribution} {version(distribution)}, `amplint check "
         f"{' '.join(flags)}` on {where})",
         "",
         f"| Files changed | Fixes applied | Modules that no longer import | {unit} run (changed) | "
-        f"{unit} that no longer run |",
+        f"{unit} that raise or get worse |",
         "| ---: | --- | ---: | ---: | ---: |",
         f"| {len(changed)} | {', '.join(f'{code}: {n}' for code, n in sorted(applied.items())) or '-'} | "
-        f"{len(failed_imports)} | {len(compared)} of {len(tried)} | {len(broken)} |",
+        f"{len(failed_imports)} | {len(compared)} of {len(tried)} | {len(worse_runs)} |",
     ]
-    notes = [f"- import: {item}" for item in failed_imports] + [f"- run: {item}" for item in broken]
+    if judged:
+        lines += ["", "Per rule and mode: runs compared / that raise after the fix / whose error grew:", ""]
+        lines += _per_rule(judged)
+    notes = [f"- import: {item}" for item in failed_imports] + [f"- worse: {item}" for item in broken]
     tiny = "a tiny config nor from its default one" if package == "transformers" else "a tiny instance"
     notes += [f"- not run from {tiny}, so not compared: {item}" for item in unbuilt]
     notes += [f"- ran, but not through a fixed line: {item}" for item in unreached]

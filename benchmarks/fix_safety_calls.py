@@ -1,8 +1,10 @@
 """One run for `benchmarks/fix_safety.py` in a package other than transformers: build a tiny
 instance of a class of a module that `amplint check --fix` changed (or take one of its functions),
-run it on CPU in bfloat16 and in float16 (no autocast), and print its first output per dtype as JSON.
+run it in every mode of `amplint.runtime.modes` (float64, float32, bfloat16 and float16 casts, CPU
+autocast, the emulated CUDA autocast) with the same weights and inputs, save the first floating
+output of each run to OUTPUT, and print its dtype, shape and finiteness per mode as JSON.
 
-    python benchmarks/fix_safety_calls.py MODULE NAME LINES
+    python benchmarks/fix_safety_calls.py MODULE NAME LINES OUTPUT
 
 LINES are the lines of MODULE's file that the fix changed (comma-separated); the JSON says whether
 the run went through any of them (`reached`). A class is built from its `__init__` defaults shrunk
@@ -25,7 +27,8 @@ from typing import Any
 
 import torch
 
-DTYPES = ("bfloat16", "float16")
+from amplint.runtime.modes import in_every_mode, save
+
 # A run: the module to cast to the dtype (None for a function), what to call, its arguments.
 Run = tuple[torch.nn.Module | None, Callable[..., Any], dict[str, Any]]
 
@@ -290,6 +293,7 @@ def _first(output: Any) -> torch.Tensor | None:
 
 def main(argv: list[str]) -> None:
     module_name, name, lines = argv[0], argv[1], {int(n) for n in argv[2].split(",") if n}
+    saved = argv[3]
     out: dict[str, Any] = {}
     try:
         module = importlib.import_module(module_name)
@@ -317,30 +321,19 @@ def main(argv: list[str]) -> None:
 
     if model is not None:
         model.eval()
-    for dtype_name in DTYPES:
-        dtype = getattr(torch, dtype_name)
-        cast = {
-            k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-            for k, v in inputs.items()
-        }
-        try:
-            if model is not None:
-                model.to(dtype)
-            sys.settrace(call_)
-            try:
-                with torch.no_grad():
-                    first = _first(call(**cast))
-            finally:
-                sys.settrace(None)
-            if first is None:
-                raise TypeError("the output holds no tensor")
-            out[dtype_name] = {
-                "dtype": str(first.dtype),
-                "shape": list(first.shape),
-                "finite": bool(torch.isfinite(first).all()),
-            }
-        except Exception as exc:
-            out[dtype_name] = {"error": _why(exc)}
+
+    def first(**inputs: Any) -> torch.Tensor:
+        found = _first(call(**inputs))
+        if found is None:
+            raise TypeError("the output holds no tensor")
+        return found
+
+    sys.settrace(call_)
+    try:
+        runs = in_every_mode(model, first, inputs)
+    finally:
+        sys.settrace(None)
+    out.update(save(runs, saved))
     out["reached"] = bool(reached)
     print(json.dumps(out))
 

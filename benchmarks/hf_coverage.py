@@ -30,6 +30,36 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "hf_coverage.json"
 SETTINGS = {"layers": 2, "seq_len": 64, "batch_size": 1, "dtype": "bfloat16", "attn": "eager"}
 
+# The fixed sample that tests/runtime/test_hf_coverage.py and benchmarks/version_matrix.py trace.
+# Decoder LMs, MoE, hybrids and state-space models, encoder-decoders, speech, vision, multimodal.
+SAMPLE = [
+    "bart",
+    "bert",
+    "clip",
+    "deepseek_v3",
+    "falcon_h1",
+    "gemma2",
+    "gpt2",
+    "gpt_oss",
+    "granitemoehybrid",
+    "jamba",
+    "llama",
+    "llava",
+    "mamba2",
+    "mistral",
+    "mixtral",
+    "phi3",
+    "qwen2",
+    "qwen3_next",
+    "rwkv",
+    "siglip",
+    "swin",
+    "t5",
+    "vit",
+    "wav2vec2",
+    "whisper",
+]
+
 
 def model_types() -> list[str]:
     """Every model type some transformers auto mapping gives a model class that transformers has."""
@@ -181,9 +211,12 @@ KINDS = (
 
 
 def kind(row: dict[str, Any]) -> str:
-    """Why a row's trace failed (empty for a traced one)."""
+    """Why a row's trace failed (empty for a traced one): as recorded when it ran, which saw the
+    whole message (the table shows its first and last lines)."""
     if row["result"] == "traced":
         return ""
+    if "kind" in row:
+        return str(row["kind"])
     reason = row.get("reason") or ""
     return next(
         (name for name, pattern in KINDS if pattern.search(reason)), "the model's code on these inputs"
@@ -201,6 +234,7 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     seconds = [row["seconds"] for row in traced]
     peaks = [row["peak_mb"] for row in traced]
     share = 100 * len(traced) / len(rows) if rows else 0.0
+    bare = sum(row["type"] not in CHECKPOINT_KEYS for row in traced)
     lines = [
         "# transformers model types traced by `amplint trace --hf-config`",
         "",
@@ -217,6 +251,8 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "```",
         "",
         f"**{len(traced)} of {len(rows)} model types traced ({share:.1f}%).**",
+        f"{bare} of them from their bare default config, "
+        f"{len(traced) - bare} with keys a published checkpoint sets (below).",
     ]
     # Where transformers itself cannot build the model from its default config (or lacks a
     # package it needs), the trace never starts, and where the GPU itself refuses an op the trace
@@ -303,6 +339,9 @@ def main() -> int:
         kept = [row for row in earlier if row["result"] == "traced"]
         types = [row["type"] for row in earlier if row["result"] != "traced"]
     rows = sorted(kept + run(types, args.jobs, args.timeout), key=lambda row: row["type"])
+    for row in rows:
+        if row["result"] != "traced":
+            row["kind"] = kind(row)
     meta = {
         "torch": torch.__version__,
         "transformers": transformers.__version__,

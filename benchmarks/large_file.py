@@ -7,7 +7,8 @@ The module is what code generators write: small functions (`F.linear`, a scale),
 functions, a multi-line string whose lines look like statements, and a deprecated
 `torch.cuda.amp.GradScaler()` every 5,000 functions for the rules to find. Each case runs in a fresh
 process with the cache off (`--no-cache`), pinned to `--cpus` (two by default) where the platform
-allows; peak memory is the child's maximum resident set. The target (docs/usage.md): under 10 s and
+allows; peak memory is the child's maximum resident set, CPU seconds its user and system time (what
+the check cost, however loaded the machine). The target (docs/usage.md): under 10 s and
 500 MB on 2 cores for 10 MB.
 """
 
@@ -82,6 +83,8 @@ def measure(folder: Path, name: str, cpus: set[int], fix: bool) -> dict[str, obj
         "amp900": stdout.count("AMP900"),
         "findings": stdout.count("AMP008"),
         "seconds": round(seconds, 2),
+        # The child's own CPU time: what the check cost, whatever else the machine was running.
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
         "peak_mb": round(usage.ru_maxrss / 1024, 1),  # kilobytes on Linux
     }
 
@@ -105,10 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         rows = [measure(folder, "generated.py", cpus, False), measure(folder, "plots.ipynb", cpus, False)]
         if args.fix:
             rows.append({**measure(folder, "generated.py", cpus, True), "file": "generated.py --fix"})
-    print("| File | MB | Exit | AMP900 | AMP008 | Seconds | Peak MB |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| File | MB | Exit | AMP900 | AMP008 | Seconds | CPU seconds | Peak MB |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
         print(" | ".join(["", *map(str, row.values()), ""]).strip())
+    if hasattr(os, "getloadavg"):
+        print(
+            f"\nload average (1, 5, 15 min) after the runs: {', '.join(f'{x:.1f}' for x in os.getloadavg())}"
+        )
     return 0 if all(row["amp900"] == 0 for row in rows) else 1
 
 

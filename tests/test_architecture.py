@@ -170,3 +170,113 @@ def test_median_rule_module_is_under_200_lines() -> None:
         len(path.read_text("utf-8").splitlines()) for path in (ROOT / "rules").glob("amp[0-9]*.py")
     )
     assert sizes[len(sizes) // 2] < 200, sizes
+
+
+# The modules that may name private torch and libcst API, each use with the public alternative it
+# waits for (issue: a torch or libcst release that moves one changes these files only).
+COMPAT_MODULES = frozenset({"amplint.runtime.compat", "amplint.static.cst_compat"})
+_LIBRARIES = ("torch", "libcst")
+# Private attributes of torch and libcst objects, which a scan of names cannot tie to the library
+# (`module._parameters`, `library._destroy()`, a libcst node's `_validate`).
+_PRIVATE_MEMBERS = frozenset(
+    {"_apply", "_buffers", "_destroy", "_filter_traceback_frames", "_modules", "_non_persistent_buffers_set"}
+    | {"_parameters", "_validate"}
+)
+_PREFIXES = tuple(f"{library}._" for library in _LIBRARIES)  # a private module named in a string
+_OVERRIDDEN = frozenset({"_apply", "_validate"})  # what a subclass of a torch or libcst class may override
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+
+def private_library_names(tree: ast.Module) -> list[str]:
+    """Each private torch or libcst name the module uses, as `line: name`, in line order."""
+    found: set[tuple[int, str]] = set()
+    bound: dict[str, str] = {}  # a local name and the library path it was imported as
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                if top in _LIBRARIES:
+                    bound[alias.asname or top] = alias.name if alias.asname else top
+                    if any(map(_private, alias.name.split("."))):
+                        found.add((node.lineno, alias.name))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in _LIBRARIES:
+            for alias in node.names:
+                path = f"{node.module}.{alias.name}"
+                bound[alias.asname or alias.name] = path
+                if any(map(_private, path.split("."))):
+                    found.add((node.lineno, path))
+    inner = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and id(node) not in inner:
+            chain, base = [node.attr], node.value
+            while isinstance(base, ast.Attribute):
+                chain.append(base.attr)
+                base = base.value
+            receiver = base.id if isinstance(base, ast.Name) else ""
+            if receiver in bound and any(map(_private, chain)):
+                found.add((node.lineno, f"{bound[receiver]}.{'.'.join(reversed(chain))}"))
+            elif receiver not in {"self", "cls"} and _PRIVATE_MEMBERS & set(chain):
+                found.add((node.lineno, "." + ".".join(sorted(_PRIVATE_MEMBERS & set(chain)))))
+        elif isinstance(node, ast.ClassDef):  # an override of a library's private method
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name in _OVERRIDDEN:
+                    found.add((item.lineno, f"def {item.name}"))
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith(("patch.object", "setattr")):
+            named = node.args[1] if len(node.args) > 1 else None  # a patch that names the member
+            if isinstance(named, ast.Constant) and isinstance(named.value, str) and _private(named.value):
+                found.add((node.lineno, f"patch of {named.value}"))
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith(_PREFIXES)
+        ):
+            found.add((node.lineno, repr(node.value)))
+    return [f"{line}: {name}" for line, name in sorted(found)]
+
+
+def test_private_torch_and_libcst_names_only_in_the_compat_modules() -> None:
+    used = {
+        name: private_library_names(ast.parse(path.read_text("utf-8")))
+        for path in ROOT.rglob("*.py")
+        if (name := _module_name(path)) not in COMPAT_MODULES
+    }
+    assert {name: found for name, found in used.items() if found} == {}
+    # The compat modules do hold them (the scan sees what it is meant to).
+    for name in COMPAT_MODULES:
+        path = ROOT.joinpath(*name.split(".")[1:]).with_suffix(".py")
+        assert private_library_names(ast.parse(path.read_text("utf-8")))
+
+
+def test_the_scan_finds_each_kind_of_private_use() -> None:
+    source = """
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils import _pytree
+import libcst as cst
+order = torch._C._get_sdp_priority_order()
+F._canonical_mask(None)
+module._parameters["w"] = None
+library._destroy()
+mock.patch.object(TracerBase, "_filter_traceback_frames", keep)
+self._parameters = {}
+logger = "torch._subclasses.fake_tensor"
+class Text(cst.Name):
+    def _validate(self): pass
+torch.nn.functional.softmax(x, -1)
+"""
+    found = [entry.split(": ", 1)[1] for entry in private_library_names(ast.parse(source))]
+    assert found == [
+        "torch._subclasses.fake_tensor.FakeTensor",
+        "torch.utils._pytree",
+        "torch._C._get_sdp_priority_order",
+        "torch.nn.functional._canonical_mask",
+        "._parameters",
+        "._destroy",
+        "patch of _filter_traceback_frames",
+        "'torch._subclasses.fake_tensor'",
+        "def _validate",
+    ]

@@ -106,7 +106,7 @@ def test_unknown_key_is_a_warning_naming_the_key_and_the_known_ones(tmp_path: Pa
     (message,) = settings.warnings
     assert message.startswith(f"{tmp_path / 'pyproject.toml'}: [tool.amplint] unknown key 'selct' ignored")
     assert (
-        "known keys: cache-dir, exclude, extend, extend-exclude, extend-select, ignore, max-file-size, modes, "
+        "known keys: cache-dir, deep, exclude, extend, extend-exclude, extend-select, ignore, max-file-size, modes, "
         "per-file-ignores, precision, runtime, select, show-conditional, target-version, torch-version"
         in message
     )

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from amplint.diagnostics import Diagnostic, Edit, Fix
@@ -26,8 +29,42 @@ def test_readme_starts_with_the_two_commands() -> None:
     install, tests = _first_code_block()
     assert README.index("```bash") < 600, "the set-up commands must be at the top"
     assert "amplint check fixtures/" in install
-    assert tests.endswith("pytest")
-    assert "torch==2.13.0" in tests
+    assert tests == "./scripts/test"
+    script = (ROOT / "scripts" / "test").read_text(encoding="utf-8")
+    # The pinned torch, from the index TORCH_INDEX_URL names where it names one; the test extras;
+    # then pytest itself.
+    assert 'pip install --quiet torch==2.13.0 ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}' in script
+    assert '-m pip install --quiet -e ".[runtime,test]"' in script
+    assert script.rstrip().endswith('-m pytest "$@"')
+    assert (ROOT / "scripts" / "test").stat().st_mode & 0o111, "scripts/test must be executable"
+
+
+def test_readme_says_how_to_get_the_cpu_build_of_torch_anywhere() -> None:
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in README
+    assert "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu ./scripts/test" in README
+
+
+def test_the_test_script_names_what_is_missing_and_fails_where_it_cannot_install_it(tmp_path: Path) -> None:
+    # A machine without the tools and without apt-get (PATH holds only Python): no test runs, and
+    # the run fails naming the packages, rather than skipping the tests that need them.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    environment = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+    done = subprocess.run(
+        [shutil.which("bash") or "/bin/bash", str(ROOT / "scripts" / "test")],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "scripts/test: the tests need chromium git patch e2fsprogs util-linux, not installed here: "
+        "install them (Debian, Ubuntu: sudo apt-get install chromium git patch e2fsprogs util-linux) "
+        "and run scripts/test again"
+    )
+    assert done.stdout == ""
 
 
 def test_ci_runs_the_readme_test_command_verbatim() -> None:

@@ -10,11 +10,14 @@ Loading the plugin costs nothing: torch is imported only when a test asks for a 
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
 
 from amplint.report import render
+
+NEEDS_TORCH = "amplint: amplint_lock traces the model and needs torch: pip install 'amplint[runtime]'"
 
 
 class LockCheck:
@@ -27,6 +30,8 @@ class LockCheck:
         from amplint.config import ConfigError, load_settings
         from amplint.lock.command import LockError, lock_path, run_lock
 
+        if importlib.util.find_spec("torch") is None:  # the trace's child would die on its import
+            pytest.fail(NEEDS_TORCH, pytrace=False)
         try:
             settings = load_settings([self.root], None)
             path = lock_path(settings, Path(lockfile) if lockfile is not None else None)

@@ -50,6 +50,9 @@ class CheckRun:
     # Findings not shown because their half precision rests on nothing in the project.
     conditional: int = 0
     show_conditional: bool = False  # shown, and fixed, all the same (--show-conditional)
+    # `--deep`: per file, how many candidates the traces confirmed, refuted, did not reach, and
+    # reached without a verdict (`amplint.pipeline.deep.counts`).
+    traced: dict[str, dict[str, int]] = field(default_factory=dict)
     # The folders a fix may write in: those checked and the project's (`write_roots`).
     roots: tuple[Path, ...] = ()
 
@@ -96,9 +99,12 @@ def run_check(
     `unsafe_fixes`); `cache`: use `.amplint_cache/` (read-only with `diff`); `jobs`: worker processes,
     None to decide from the CPUs and the amount of work (see `amplint/pipeline/pool.py`); `progress`:
     told of every file settled."""
+    if progress is not None:
+        progress.begin("finding files")
     found = discover(paths, settings)
     if progress is not None:
         progress.total = len(found.files)
+        progress.begin("reading configurations")
     run = CheckRun(show_conditional=settings.show_conditional, roots=write_roots(paths, settings))
     for path, message in found.problems:
         problem = unparsable_diagnostic(display_path(path), message)
@@ -161,7 +167,11 @@ def _check_files(
     from amplint.pipeline.pool import precheck
 
     # The precision comes first: every check and every cache key depends on it.
+    if progress is not None:
+        progress.begin("reading execution modes")
     precision = project_precision(settings, files)
+    if progress is not None:
+        progress.begin("")
     run.precision = precision
     store = None
     if cache:

@@ -1,5 +1,7 @@
-"""A one-line progress indicator on a terminal's stderr: `checking 120/2597 files` for a long check,
-`tracing TARGET 12s` while a trace runs. Nothing at all when stderr is not a terminal (CI logs,
+"""A one-line progress indicator on a terminal's stderr: `checking files 120/2597 14s` for a long
+check (`checking files (finding files) 3s` and `checking files 0/4719 (reading execution modes) 9s`
+before the first file is checked), `tracing TARGET 12s` while a trace runs. The elapsed time is
+redrawn every second, so a long step shows that it is alive. Nothing at all when stderr is not a terminal (CI logs,
 pipes) or with `--quiet`; the line is cleared when the work is done, so the report starts clean."""
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class Progress:
         self.stream = stream or sys.stderr
         self.enabled = not quiet and self.stream.isatty()
         self.label, self.total, self.done = label, total, 0
+        self.step = ""  # what runs before the files are counted off ("finding files")
         self.started = self.drawn = time.monotonic()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -29,13 +32,17 @@ class Progress:
         if self.enabled and time.monotonic() - self.drawn >= _EVERY:
             self._draw()
 
+    def begin(self, step: str) -> None:
+        """Say that `step` runs now ("" once the files are being checked)."""
+        self.step = step
+        if self.enabled:
+            self._draw()
+
     def _draw(self) -> None:
         self.drawn = time.monotonic()
-        if self.total is not None:
-            text = f"{self.label} {self.done}/{self.total}"
-        else:
-            text = f"{self.label} {self.drawn - self.started:.0f}s"
-        self.stream.write(f"\r\x1b[2K{text}")
+        count = f" {self.done}/{self.total}" if self.total is not None else ""
+        step = f" ({self.step})" if self.step else ""
+        self.stream.write(f"\r\x1b[2K{self.label}{count}{step} {self.drawn - self.started:.0f}s")
         self.stream.flush()
 
     def _tick(self) -> None:
@@ -45,9 +52,8 @@ class Progress:
     def __enter__(self) -> Progress:
         if self.enabled:
             self._draw()
-            if self.total is None:  # no steps to count: the elapsed time shows that it is alive
-                self._ticker = threading.Thread(target=self._tick, daemon=True)
-                self._ticker.start()
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
         return self
 
     def __exit__(

@@ -83,7 +83,7 @@ def fix_and_verify(
             _judge(fix, before, after, lines, failed_trace, changed=changed) for fix in _fixes(before, path)
         ]
         if all(outcome.kept for outcome in judged):
-            outcomes.extend(judged)
+            outcomes.extend(_in_file(judged, lines))
         else:
             write_atomic(original, original.text, roots=before_run.roots)
             failed[path] = original
@@ -115,16 +115,20 @@ def _one_at_a_time(
     for path, original in files.items():
         kept: list[Edit] = []
         text = original.text
+        judged: list[FixOutcome] = []
         for fix in _fixes(before, path):
             if original.path.suffix == ".ipynb":  # cell edits are not positions in the file's text
-                outcomes.append(_outcome(fix, False, "rolled back with the other fixes of this notebook"))
+                judged.append(_outcome(fix, False, "rolled back with the other fixes of this notebook"))
+                continue
+            if fix.confidence is Confidence.REFUTED:
+                judged.append(_refuted(fix))
                 continue
             assert fix.fix is not None
             candidate, _ = apply_edits(original.text, [*kept, *fix.fix.edits])
             try:
                 cst.parse_module(candidate)
             except cst.ParserSyntaxError:
-                outcomes.append(
+                judged.append(
                     _outcome(fix, False, "rolled back: it does not parse with the fixes kept before it")
                 )
                 continue
@@ -137,12 +141,13 @@ def _one_at_a_time(
             previous = (current, _line_map(text, candidate))
             changed = _changed_outputs(outputs, again.outputs)
             outcome = _judge(fix, before, now, lines, failed_trace, previous, changed=changed)
-            outcomes.append(outcome)
+            judged.append(outcome)
             if outcome.kept:
                 kept.extend(fix.fix.edits)
                 text, current, state = candidate, now, run
             else:
                 write_atomic(original, text, roots=state.roots)
+        outcomes.extend(_in_file(judged, _line_map(original.text, text)))
     state.diagnostics = current
     return outcomes, state
 
@@ -272,6 +277,8 @@ def _judge(
     must be gone, no finding confirmed that the state before the fix (`previous`: its findings and
     the map of its lines; default `before`) did not have, and the traced models must return what
     they returned before (`changed` says how they do not): a caller of the model consumes that."""
+    if fix.confidence is Confidence.REFUTED:
+        return _refuted(fix)
     if failed_trace is not None:
         return _outcome(fix, False, f"rolled back: the fixed code could not be traced ({failed_trace})")
     if changed is not None:
@@ -294,3 +301,20 @@ def _judge(
 
 def _outcome(fix: Diagnostic, kept: bool, detail: str) -> FixOutcome:
     return FixOutcome(fix.path, fix.line, fix.code, kept, detail)
+
+
+def _refuted(fix: Diagnostic) -> FixOutcome:
+    """A fix for a hazard the trace shows absent changes numerics for nothing: it is not applied."""
+    return _outcome(fix, False, "dropped: the trace refuted its finding")
+
+
+def _in_file(outcomes: list[FixOutcome], lines: dict[int, int]) -> list[FixOutcome]:
+    """`outcomes` with their lines moved to where they are in the file as left (`lines`: original to
+    final, for the lines kept or replaced one for one; a line in a block replaced by one of another
+    length moves with the nearest mapped line above it)."""
+    moved = []
+    for outcome in outcomes:
+        above = max((line for line in lines if line <= outcome.line), default=None)
+        line = outcome.line if above is None else lines[above] + outcome.line - above
+        moved.append(replace(outcome, line=line))
+    return moved

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from amplint.diagnostics import Diagnostic, sort_diagnostics
 
@@ -28,6 +28,8 @@ class ReportSummary:
     quiet: bool = False  # --quiet: findings only, no summary lines
     # Findings not shown because no execution mode of the project supports them (--show-conditional).
     conditional: int = 0
+    # `check --deep`: per file, the candidates confirmed, refuted, unreached and not confirmed.
+    traced: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def applies(diagnostic: Diagnostic, summary: ReportSummary | None) -> bool:
@@ -68,8 +70,8 @@ def render(
     summary: ReportSummary | None = None,
 ) -> str:
     """Render `diagnostics` in `fmt` (one of FORMATS). `sources` maps a path to its decoded text (for
-    a notebook, also each cell's `Diagnostic.location` to the cell's text), `color` and `statistics`
-    only affect the text formats."""
+    a notebook, also each cell's `Diagnostic.location` to the cell's text), `color` only affects
+    the text formats, `statistics` the text formats and json (counts per rule instead of findings)."""
     ordered = sort_diagnostics(list(diagnostics))
     # Imported here so that choosing one format never loads the others (SARIF loads the catalogue).
     if fmt in ("text", "concise"):
@@ -86,7 +88,11 @@ def render(
     if fmt in ("json", "json-lines"):
         from amplint.report import json
 
-        return json.render(ordered, summary=summary) if fmt == "json" else json.render_lines(ordered)
+        if fmt == "json":
+            if statistics:
+                return json.render_statistics(ordered, summary=summary)
+            return json.render(ordered, summary=summary)
+        return json.render_lines(ordered)
     if fmt == "sarif":
         from amplint.report import sarif
 

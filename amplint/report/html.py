@@ -1,19 +1,23 @@
 """One self-contained HTML page (no scripts, no network): the static findings (`check --format
-html`), or a trace (`trace --format html`): its findings, the model's modules as a collapsible tree
-with every op coloured by the dtype it ran in (autocast's casts and the upcasts marked) and, after
-`--values`, a chart per layer of the headroom left below the dtype's largest value and of the share
-of values that underflowed."""
+html`), or a trace (`trace --format html`): the run's settings and counts as the text output gives
+them, its findings, the model's modules as a collapsible tree with every op coloured by the dtype it
+ran in (autocast's casts and the upcasts marked) and, after `--values`, a chart per layer of the
+headroom left below the dtype's largest value (layers whose values became inf or NaN marked so) and
+of the share of values that underflowed."""
 
 from __future__ import annotations
 
 import math
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from html import escape
-from typing import Any
+from typing import Any, NamedTuple
 
 from amplint.diagnostics import Diagnostic
+from amplint.runtime.graph import DtypeGraph
+from amplint.runtime.numbers import share
+from amplint.runtime.report import count_lines, describe_run
 from amplint.source import source_line
 
 _STYLE = """
@@ -139,30 +143,77 @@ def _layer(module: str) -> str:
     return match.group(1) if match else module or "(model)"
 
 
-def _chart(title: str, rows: list[tuple[str, float]], limit: float, unit: str) -> str:
-    """Horizontal bars on an inline SVG, one per layer, with the limit drawn as a red line."""
-    width, bar, left = 700, 16, 220
-    height = bar * len(rows) + 30
-    scale = (width - left - 70) / max([limit, *(v for _, v in rows)])
+class _Row(NamedTuple):
+    """One bar: a layer, its value (None when none is finite) and, when its values left the dtype's
+    range, what they became ("inf", "NaN", "inf and NaN")."""
+
+    label: str
+    value: float | None
+    broke: str = ""
+
+
+def _chart(title: str, rows: list[_Row], limit: float, unit: str, shown: Callable[[float], str]) -> str:
+    """Horizontal bars on an inline SVG, one per layer, each with its value written at its end, over
+    an axis in `unit`; the limit is a red line. A layer whose values became inf or NaN gets a red
+    bar across the limit, labelled with what they became."""
+    width, bar, left, right = 760, 18, 220, 150
+    top = max([limit, *(r.value for r in rows if r.value is not None)])
+    step = _tick_step(top)
+    end = step * math.ceil(top / step)
+    scale = (width - left - right) / end
+    head = 18  # room for the limit's label above the bars
+    axis_y = head + bar * len(rows) + 4
+    height = axis_y + 44
     parts = [
-        f'<h3>{escape(title)}</h3><svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="{escape(title)}">'
+        f'<h3>{escape(title)}</h3><svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'role="img" aria-label="{escape(title)}">'
     ]
-    for i, (label, value) in enumerate(rows):
-        y = 10 + i * bar
+    for i, row in enumerate(rows):
+        y = head + i * bar
         parts.append(
-            f'<text x="{left - 6}" y="{y + 12}" text-anchor="end" font-size="11">{escape(label[-32:])}</text>'
+            f'<text x="{left - 6}" y="{y + 13}" text-anchor="end" font-size="11">{escape(row.label[-32:])}</text>'
         )
+        if row.broke:
+            span = limit * scale  # no headroom left: the bar fills the zone short of the limit
+            parts.append(
+                f'<rect class="broke" x="{left}" y="{y + 2}" width="{span:.1f}" height="{bar - 4}" fill="#dc2626">'
+                f"<title>{escape(row.label)}: {escape(row.broke)}</title></rect>"
+                f'<text class="broke" x="{left + span + 4:.1f}" y="{y + 13}" font-size="11" fill="#dc2626" '
+                f'font-weight="bold">{escape(row.broke)}</text>'
+            )
+            continue
+        value = row.value or 0.0
         parts.append(
-            f'<rect x="{left}" y="{y + 2}" width="{max(value * scale, 1):.1f}" height="{bar - 4}" fill="#f59e0b"><title>{escape(label)}: {value:.3g} {unit}</title></rect>'
+            f'<rect x="{left}" y="{y + 2}" width="{max(value * scale, 1):.1f}" height="{bar - 4}" fill="#f59e0b">'
+            f"<title>{escape(row.label)}: {escape(shown(value))}</title></rect>"
+            f'<text class="value" x="{left + max(value * scale, 1) + 4:.1f}" y="{y + 13}" font-size="11">'
+            f"{escape(shown(value))}</text>"
         )
+    parts.append(
+        f'<line x1="{left}" y1="{axis_y}" x2="{left + end * scale:.1f}" y2="{axis_y}" stroke="#555"/>'
+    )
+    for k in range(round(end / step) + 1):
+        x = left + k * step * scale
+        parts.append(
+            f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 4}" stroke="#555"/>'
+            f'<text class="tick" x="{x:.1f}" y="{axis_y + 16}" font-size="10" text-anchor="middle">{k * step:g}</text>'
+        )
+    parts.append(
+        f'<text x="{left + end * scale / 2:.1f}" y="{axis_y + 32}" font-size="11" text-anchor="middle">{escape(unit)}</text>'
+    )
     x = left + limit * scale
     parts.append(
-        f'<line x1="{x:.1f}" y1="4" x2="{x:.1f}" y2="{height - 14}" stroke="#dc2626" stroke-width="2"/>'
-    )
-    parts.append(
-        f'<text x="{x:.1f}" y="{height - 2}" font-size="11" fill="#dc2626" text-anchor="middle">limit {limit:.3g} {unit}</text></svg>'
+        f'<line x1="{x:.1f}" y1="{head - 4}" x2="{x:.1f}" y2="{axis_y}" stroke="#dc2626" stroke-width="2"/>'
+        f'<text x="{x:.1f}" y="{head - 7}" font-size="10" fill="#dc2626" text-anchor="middle">limit {escape(shown(limit))}</text></svg>'
     )
     return "".join(parts)
+
+
+def _tick_step(top: float) -> float:
+    """1, 2 or 5 times a power of ten: about five ticks up to `top`."""
+    rough = top / 5 if top > 0 else 1.0
+    power = 10.0 ** math.floor(math.log10(rough))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= rough)
 
 
 def _values(data: dict[str, Any], nodes: list[dict[str, Any]]) -> list[str]:
@@ -171,32 +222,53 @@ def _values(data: dict[str, Any], nodes: list[dict[str, Any]]) -> list[str]:
     if not stats:
         return []
     headroom: dict[str, float] = {}
+    inf: set[str] = set()
+    nan: set[str] = set()
     underflow: dict[str, float] = defaultdict(float)
     for node in nodes:
         entry = stats.get(str(node["id"]))
         if not entry or node.get("policy") == "input":
             continue
         layer = _layer(str(node.get("module") or ""))
+        headroom.setdefault(layer, math.inf)
+        # Only what float64 does not hold: a mask of -inf, or a NaN float64 makes too, is the model's own.
+        if entry.get("overflow") and entry.get("inf"):
+            inf.add(layer)
+        if (entry.get("nan") or 0.0) > (entry.get("reference_nan") or 0.0):
+            nan.add(layer)
         if entry.get("headroom") is not None and math.isfinite(entry["headroom"]):
-            headroom[layer] = min(headroom.get(layer, math.inf), max(float(entry["headroom"]), 0.0))
+            headroom[layer] = min(headroom[layer], max(float(entry["headroom"]), 0.0))
         underflow[layer] = max(underflow[layer], float(entry.get("underflow") or 0.0))
     limits = values.get("limits") or {}
+    # A layer whose values are all zero has no headroom to draw; one that overflowed is drawn as such.
+    rows = [
+        _Row(layer, bits if math.isfinite(bits) else None, _broke(layer in inf, layer in nan))
+        for layer, bits in headroom.items()
+        if math.isfinite(bits) or layer in inf | nan
+    ]
     return [
         "<h2>Values</h2>",
         _chart(
             "Headroom per layer: bits between the largest magnitude and the dtype's largest value "
-            "(a bar short of the line is close to overflow)",
-            list(headroom.items()),
+            "(a bar short of the line is close to overflow; red: values that became inf or NaN where "
+            "float64 stays finite)",
+            rows,
             float(limits.get("headroom_bits", 2.0)),
-            "bits",
+            "bits of headroom",
+            lambda bits: f"{bits:.1f} bits",
         ),
         _chart(
             "Share of values that underflowed to zero, per layer (a bar past the line loses precision)",
-            [(layer, 100 * share) for layer, share in underflow.items()],
+            [_Row(layer, 100 * fraction) for layer, fraction in underflow.items()],
             100 * float(limits.get("underflow_fraction", 0.01)),
-            "%",
+            "% of non-zero values flushed to zero",
+            lambda percent: share(percent / 100),
         ),
     ]
+
+
+def _broke(inf: bool, nan: bool) -> str:
+    return " and ".join(kind for kind, found in (("inf", inf), ("NaN", nan)) if found)
 
 
 def render_trace(
@@ -205,17 +277,12 @@ def render_trace(
     """The trace page, from `trace --format json`'s document."""
     nodes = [n for n in data.get("nodes", []) if n.get("policy") != "input"]
     by_id = {int(n["id"]): n for n in data.get("nodes", [])}
-    summary = data.get("summary") or {}
-    per_dtype = ", ".join(f"{escape(k)} {v}" for k, v in (summary.get("ops_per_dtype") or {}).items())
-    setting = (
-        f"{escape(str(data.get('dtype')))} autocast on {escape(str(data.get('device')))}"
-        f"{' (emulated ' + escape(str(data.get('gpu'))) + ')' if data.get('emulated') else ''}, "
-        f"torch {escape(str(data.get('torch_version')))}"
-    )
+    graph = DtypeGraph.from_dict(data)
+    counts = count_lines(data["summary"], autocast=graph.autocast)
     body = [
         f"<h1>amplint trace: <code>{escape(target)}</code></h1>",
-        f"<p>{setting}. {summary.get('ops', len(nodes))} ops ({per_dtype}); "
-        f"{summary.get('autocast_casts', 0)} autocast casts.</p>",
+        f'<p class="run">{escape(describe_run(graph, target))}.</p>',
+        f'<p class="counts">{"<br>".join(escape(line) for line in counts)}</p>',
         '<p class="legend"><span class="op float32">float32</span><span class="op bfloat16">bfloat16</span>'
         '<span class="op float16">float16</span><span class="op other">other</span>'
         '<span class="op cast">autocast cast</span><span class="op upcast">upcast to float32</span></p>',

@@ -11,7 +11,7 @@ from pathlib import PurePath
 from typing import Any
 
 from amplint.diagnostics import Diagnostic
-from amplint.report import ReportSummary, fix_counts
+from amplint.report import ReportSummary, applies, fix_counts
 
 
 def amplint_version() -> str:
@@ -54,6 +54,8 @@ def summary_dict(diagnostics: Sequence[Diagnostic], summary: ReportSummary | Non
         "fix_applied": summary.fix_applied,
         "diff": summary.diff,
         "by_severity": {name: severities.get(name, 0) for name in ("error", "warning", "info")},
+        # `check --deep`: per file, the candidates confirmed, refuted, unreached and not confirmed.
+        **({"traced": summary.traced} if summary.traced else {}),
     }
 
 
@@ -71,3 +73,23 @@ def render_lines(diagnostics: Sequence[Diagnostic]) -> str:
     return "".join(
         json.dumps(diagnostic_dict(d), ensure_ascii=False, default=json_default) + "\n" for d in diagnostics
     )
+
+
+def render_statistics(diagnostics: Sequence[Diagnostic], *, summary: ReportSummary | None = None) -> str:
+    """`--statistics --format json`: one object per rule with findings, most findings first, in the
+    shape of ruff's (`code`, `name`, `count`, `fixable`, `fixable_count`: the findings `--fix`, with
+    this run's `--unsafe-fixes`, would fix)."""
+    counts = Counter(d.code for d in diagnostics)
+    names = {d.code: d.name for d in diagnostics}
+    fixable = Counter(d.code for d in diagnostics if applies(d, summary))
+    rows = [
+        {
+            "code": code,
+            "name": names[code],
+            "count": count,
+            "fixable": fixable[code] > 0,
+            "fixable_count": fixable[code],
+        }
+        for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    ]
+    return json.dumps(rows, indent=2, ensure_ascii=False) + "\n"

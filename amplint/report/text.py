@@ -160,6 +160,7 @@ def _summary_lines(diagnostics: Sequence[Diagnostic], summary: ReportSummary | N
         if conditional
         else []
     )
+    hint.extend(_traced_lines(summary))
     if remaining == 0:
         return ["All checks passed!", *hint]
     lines = [f"Found {_plural(remaining, 'finding')}.", *hint]
@@ -169,6 +170,24 @@ def _summary_lines(diagnostics: Sequence[Diagnostic], summary: ReportSummary | N
     if hidden:
         fixes = "fix" if hidden == 1 else "fixes"
         lines.append(f"{hidden} hidden {fixes} can be enabled with the --unsafe-fixes option.")
+    return lines
+
+
+def _traced_lines(summary: ReportSummary | None) -> list[str]:
+    """`check --deep`: what the traces made of the candidates, in all and per file."""
+    if summary is None or not summary.traced:
+        return []
+    total: Counter[str] = Counter()
+    for tally in summary.traced.values():
+        total.update(tally)
+    said = ", ".join(f"{count} {outcome}" for outcome, count in total.items())
+    lines = [
+        f"Traced {_plural(sum(total.values()), 'candidate')} in {_plural(len(summary.traced), 'file')}: {said}."
+    ]
+    for path, tally in summary.traced.items():
+        lines.append(
+            f"  {_sanitize(path)}: " + ", ".join(f"{count} {outcome}" for outcome, count in tally.items())
+        )
     return lines
 
 

@@ -13,6 +13,7 @@ from amplint.rule import Rule, Verdict, dtype_keeping_fix
 from amplint.runtime.chains import HALF, describe_error, measured_error, upcast_reached, where
 from amplint.static.consumers import upcast_dtype
 from amplint.static.context import FileContext, Finding, scopes_holding
+from amplint.static.facts import why_half
 from amplint.static.flow import Flow, Hit, Policy, analyse, names_read
 from amplint.static.patterns import argument, callee_name, function_call, is_matmul, method_call, upcast_input
 from amplint.static.scopes import walk
@@ -232,8 +233,7 @@ def _finding(ctx: FileContext, call: cst.Call, kind: str, label: str) -> Finding
         how = f"decays the state `{label}` inside a loop, so rounding errors compound with every step"
     fact = ctx.facts.of(call)
     half = fact.half_names()
-    steps = "; ".join(step.text for step in fact.why)
-    why = f"this holds when the caller runs it in {half}: {steps}" if fact.caller else fact.explain()
+    why = why_half(fact, half)
     message = (
         f"`{op}` output {how} while still in the input's low-precision dtype: autocast does not "
         f"upcast `{op}`, so the value is rounded to {half} before anything upcasts it; {why}"
@@ -252,4 +252,5 @@ def _finding(ctx: FileContext, call: cst.Call, kind: str, label: str) -> Finding
         help=f"upcast first: `{shown if len(shown) <= 80 else shown[:77] + '...'}`",
         extra={"op": _TRACED_OPS.get(op, op)},
         evidence=fact.why,
+        caller_only=fact.caller,
     )

@@ -10,7 +10,7 @@ import libcst as cst
 
 from amplint.diagnostics import Confidence, Diagnostic
 from amplint.rule import Rule, Verdict
-from amplint.runtime.chains import where
+from amplint.runtime.chains import SOFTMAX, describe_error, follow, measured_error, turned_by, where
 from amplint.static.attention import (
     REGION_PATTERN,
     REGION_WORDS,
@@ -22,9 +22,9 @@ from amplint.static.attention import (
     score_operands,
     scores_returned_by,
     softmax_callees,
-    why_half,
 )
 from amplint.static.context import FileContext, Finding, scopes_holding
+from amplint.static.facts import why_half
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import function_call, method_call
 from amplint.static.scopes import walk
@@ -98,17 +98,31 @@ class HalfPrecisionAttentionScores(Rule):
         overflowing = [node for node in products if node.dtype == "float16"]
         if overflowing:
             node = overflowing[0]
+            evidence = (
+                f"`{node.op}` at {where(node)} formed the scores in float16 (largest finite value 65504)"
+            )
+            measured = measured_error(graph, overflowing)
+            if measured is None:
+                return Verdict(Confidence.CONFIRMED, evidence)
+            described = describe_error(measured, "computed in float32")
+            return Verdict(Confidence.CONFIRMED, f"{evidence}; {described}", {"measured": measured})
+        # Scores formed in bfloat16 or float32 overflow only if they become float16 before the
+        # softmax: followed there.
+        node = products[0]
+        followed = follow(graph, products, SOFTMAX, frozenset({"float16"}))
+        if followed.turned is not None:
             return Verdict(
                 Confidence.CONFIRMED,
-                f"`{node.op}` at {where(node)} formed the scores in float16 (largest finite value 65504)",
+                f"`{node.op}` at {where(node)} formed the scores in {node.dtype}, {turned_by(followed.turned)}",
             )
-        node = products[0]
-        if node.dtype == "bfloat16":
-            return Verdict(
-                Confidence.REFUTED,
-                f"`{node.op}` at {where(node)} ran in bfloat16, whose range is float32's",
-            )
-        return Verdict(Confidence.REFUTED, f"`{node.op}` at {where(node)} formed the scores in {node.dtype}")
+        if followed.bite is None:
+            return None
+        kept = "bfloat16, whose range is float32's" if node.dtype == "bfloat16" else node.dtype
+        return Verdict(
+            Confidence.REFUTED,
+            f"`{node.op}` at {where(node)} formed the scores in {kept}, and no float16 came before "
+            f"`{followed.bite.op}` at {where(followed.bite)}",
+        )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         facts = ctx.facts.without_caller_autocast()
@@ -170,6 +184,7 @@ class HalfPrecisionAttentionScores(Rule):
                 help="use `torch.nn.functional.scaled_dot_product_attention`, scale the queries before "
                 "the product, or compute the scores in float32",
                 evidence=fact.why,
+                caller_only=fact.caller,
             )
 
 

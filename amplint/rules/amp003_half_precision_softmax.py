@@ -17,12 +17,11 @@ from amplint.static.attention import (
     softmax_dtype_argument,
     softmax_module_call,
     submodule,
-    why_half,
 )
 from amplint.static.consumers import upcast_dtype
 from amplint.static.context import FileContext, Finding, scopes_holding
 from amplint.static.dtypes import DtypeFacts
-from amplint.static.facts import DTYPE, Fact
+from amplint.static.facts import DTYPE, Fact, why_half
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.ops import F16, HALF
 from amplint.static.patterns import argument, callee_name, function_call, lineage, method_call, with_dtype
@@ -117,6 +116,7 @@ class HalfPrecisionSoftmax(Rule):
                         f"are 0 and their log is -inf; {why_half(fact)}",
                         help="use `log_softmax(x, dim=..., dtype=torch.float32)` on the softmax's input",
                         evidence=fact.why,
+                        caller_only=fact.caller,
                     )
 
 
@@ -165,6 +165,7 @@ def _log_softmax_finding(ctx: FileContext, call: cst.Call, fact: Fact) -> Findin
             f"{_MESSAGE}: an `nn.LogSoftmax` module cannot take a dtype; {why}",
             help="call `torch.log_softmax(x, dim=..., dtype=torch.float32)` instead of the module",
             evidence=fact.why,
+            caller_only=fact.caller,
         )
     data = method_call(ctx, call, frozenset({"log_softmax"})) or argument(call, 0, "input") or call
     float32, missing_import = upcast_dtype(ctx, call, data)
@@ -178,4 +179,5 @@ def _log_softmax_finding(ctx: FileContext, call: cst.Call, fact: Fact) -> Findin
         ),
         help=f"`{' '.join(ctx.code(fixed).split())}`",
         evidence=fact.why,
+        caller_only=fact.caller,
     )

@@ -12,11 +12,11 @@ import libcst as cst
 
 from amplint.diagnostics import UNSAFE
 from amplint.rule import Rule, Verdict
-from amplint.runtime.chains import half_precision_verdict
+from amplint.runtime.chains import SOFTMAX, half_precision_verdict
 from amplint.static.attention import is_softmax
 from amplint.static.constants import BF16_MAX, FP16_OVERFLOW
 from amplint.static.context import FileContext, Finding, FixPlan, scopes_holding
-from amplint.static.facts import TENSOR, Fact
+from amplint.static.facts import CALLER_CLAUSE, TENSOR, Fact
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import argument, callee_name, method_call
 from amplint.static.scopes import Scope, named_params, walk
@@ -108,15 +108,20 @@ class MaskConstantOverflow(Rule):
     ```
 
     ## Fix
-    Use the most negative value of the scores' own dtype:
+    Keep the constant where the scores' dtype holds it, and use that dtype's most negative value
+    where it does not:
     ```python
-    scores = scores.masked_fill(attention_mask == 0, torch.finfo(scores.dtype).min)
+    scores = scores.masked_fill(attention_mask == 0, max(-1e9, torch.finfo(scores.dtype).min))
     ```
+    In float16 that is -65504; in bfloat16, float32 and float64 the mask is the one written, so a
+    float64 model whose softmax takes the scores in float32 still gets a finite mask (its own
+    `finfo.min` would be `-inf` there). A `-inf` constant becomes `torch.finfo(scores.dtype).min`.
     Build additive masks in the dtype they are added in, from `torch.finfo(dtype).min`, as
     transformers does. Where the mask is made floating here (cast to the scores' dtype), the fix
     writes that: `(1.0 - mask) * torch.finfo(torch.float32).min` becomes
-    `(1.0 - mask) * torch.finfo(mask.dtype).min`, which stays finite in float16 and bfloat16, so a
-    fully masked row softmaxes to finite values; every other row computes as before.
+    `(1.0 - mask) * max(torch.finfo(torch.float32).min, torch.finfo(mask.dtype).min)`, which stays
+    finite in float16 and bfloat16, so a fully masked row softmaxes to finite values; every other
+    row computes as before.
 
     ## References
     - `torch.finfo`: https://pytorch.org/docs/stable/type_info.html
@@ -139,7 +144,8 @@ class MaskConstantOverflow(Rule):
 
     @classmethod
     def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
-        return half_precision_verdict(graph, nodes, "the mask is applied in half precision")
+        # A mask built in float32 is cast to the scores' dtype further on: followed to the softmax.
+        return half_precision_verdict(graph, nodes, "the mask is applied in half precision", bites=SOFTMAX)
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         negated = _negated_products(ctx)
@@ -384,14 +390,18 @@ def _finite(ctx: FileContext, site: _Site, flags: set[str], into: list[Fact]) ->
             if fix is not None:
                 plan, help = fix
                 message = f"{message}; {_why(found, both)}"
-                return Finding(site.node, message, fix=plan, help=help, evidence=found.why)
-    return Finding(site.node, f"{message}; {_why(found, both)}", help=help, evidence=found.why)
+                return Finding(
+                    site.node, message, fix=plan, help=help, evidence=found.why, caller_only=found.caller
+                )
+    message = f"{message}; {_why(found, both)}"
+    return Finding(site.node, message, help=help, evidence=found.why, caller_only=found.caller)
 
 
 def _product_fix(ctx: FileContext, site: _Site) -> tuple[FixPlan, str] | None:
-    """`(1.0 - mask) * torch.finfo(mask.dtype).min` for `(1.0 - mask) * <constant>` (transformers'
-    form): the extreme of the mask's own dtype, which this code made floating (it is half here), so
-    a fully masked row stays finite once added to scores of that dtype. Only for a mask that is a
+    """`(1.0 - mask) * max(<constant>, torch.finfo(mask.dtype).min)` for `(1.0 - mask) * <constant>`
+    (transformers' form): the constant, bounded by the extreme of the mask's own dtype, which this
+    code made floating (it is half here), so a fully masked row stays finite once added to scores of
+    that dtype. Only for a mask that is a
     name or attribute, alone or subtracted from 1; `max` where the product is subtracted."""
     mask = site.tensor
     if isinstance(mask, cst.BinaryOperation) and isinstance(mask.operator, cst.Subtract):
@@ -404,7 +414,13 @@ def _product_fix(ctx: FileContext, site: _Site) -> tuple[FixPlan, str] | None:
     torch, missing = ctx.torch_name()
     dtype = cst.Attribute(value=mask, attr=cst.Name("dtype"))
     finfo = cst.Call(func=cst.Attribute(value=torch, attr=cst.Name("finfo")), args=[cst.Arg(value=dtype)])
-    replacement = cst.Attribute(value=finfo, attr=cst.Name("min" if written < 0 else "max"))
+    replacement: cst.BaseExpression = cst.Attribute(
+        value=finfo, attr=cst.Name("min" if written < 0 else "max")
+    )
+    if math.isfinite(written):  # the constant where the dtype holds it (see `_with_fix`)
+        constant = site.value.with_changes(lpar=[], rpar=[])
+        bound = cst.Name("max" if written < 0 else "min")
+        replacement = cst.Call(func=bound, args=[cst.Arg(constant), cst.Arg(replacement)])
     shown = ctx.code(replacement)
     plan = FixPlan(f"Mask with `{shown}`", ((site.value, replacement),), missing)
     return plan, f"build the mask from its own dtype's extreme: `{shown}`"
@@ -415,9 +431,7 @@ def _why(fact: Fact, both: bool) -> str:
     if not fact.caller:
         return fact.explain()
     steps = "; ".join(step.text for step in fact.why)
-    return f"this holds when the caller runs it in {fact.half_names() if both else 'fp16'}" + (
-        f": {steps}" if steps else ""
-    )
+    return f"{CALLER_CLAUSE} {fact.half_names() if both else 'fp16'}" + (f": {steps}" if steps else "")
 
 
 def _cast_here(fact: Fact) -> bool:
@@ -608,6 +622,7 @@ def _with_fix(ctx: FileContext, site: _Site, message: str, fact: Fact | None = N
     """A finding whose fix puts `torch.finfo(<tensor>.dtype).min` in place of the constant, when the
     masked tensor is a plain name or attribute (cheap to name twice)."""
     evidence = fact.why if fact is not None else ()
+    caller = fact is not None and fact.caller
     tensor = site.tensor
     # The fix writes `<tensor>.dtype`: only of a name the engine knows holds a tensor there.
     if (
@@ -619,9 +634,16 @@ def _with_fix(ctx: FileContext, site: _Site, message: str, fact: Fact | None = N
         torch, missing = ctx.torch_name()
         dtype = cst.Attribute(value=tensor, attr=cst.Name("dtype"))
         finfo = cst.Call(func=cst.Attribute(value=torch, attr=cst.Name("finfo")), args=[cst.Arg(value=dtype)])
-        replacement = cst.Attribute(value=finfo, attr=cst.Name("min"))
+        replacement: cst.BaseExpression = cst.Attribute(value=finfo, attr=cst.Name("min"))
+        if -math.inf < site.number < 0:
+            # The constant where the dtype holds it, the dtype's lowest where not: float64 and bf16
+            # code keeps its mask, and a float64 mask stays finite when a softmax takes it in float32.
+            constant = site.value.with_changes(lpar=[], rpar=[])
+            replacement = cst.Call(func=cst.Name("max"), args=[cst.Arg(constant), cst.Arg(replacement)])
         if any(arg.value is site.value for arg in site.node.args):
             shown = ctx.code(replacement)
             fix = FixPlan(f"Mask with `{shown}`", ((site.value, replacement),), missing)
-            return Finding(site.node, message, fix=fix, help=f"mask with `{shown}`", evidence=evidence)
-    return Finding(site.node, message, help="use `torch.finfo(<scores>.dtype).min`", evidence=evidence)
+            help = f"mask with `{shown}`"
+            return Finding(site.node, message, fix=fix, help=help, evidence=evidence, caller_only=caller)
+    help = "use `torch.finfo(<scores>.dtype).min`"
+    return Finding(site.node, message, help=help, evidence=evidence, caller_only=caller)

@@ -13,7 +13,7 @@ from amplint.rule import Rule, Verdict
 from amplint.runtime.chains import half_precision_verdict
 from amplint.static.constants import FP16_FLUSH
 from amplint.static.context import FileContext, Finding, scopes_holding
-from amplint.static.facts import Fact
+from amplint.static.facts import Fact, why_half
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import argument, callee_name, lineage, method_call
 from amplint.static.scopes import Scope, named_params, walk
@@ -283,6 +283,5 @@ def _finding(ctx: FileContext, site: _Site) -> Finding:
             f"{outcome}"
         )
     fact = site.fact
-    steps = "; ".join(step.text for step in fact.why)
-    why = f"this holds when the caller runs it in fp16: {steps}" if fact.caller else fact.explain()
-    return Finding(site.node, f"{message}; {why}", help=_HELP, evidence=fact.why)
+    why = why_half(fact, "fp16")
+    return Finding(site.node, f"{message}; {why}", help=_HELP, evidence=fact.why, caller_only=fact.caller)

@@ -12,7 +12,7 @@ from amplint.rule import Rule, Verdict
 from amplint.runtime.chains import half_precision_verdict
 from amplint.static.consumers import upcast_dtype
 from amplint.static.context import FileContext, Finding, FixPlan, scopes_holding
-from amplint.static.facts import SCALAR, TENSOR, Fact
+from amplint.static.facts import SCALAR, TENSOR, Fact, why_half
 from amplint.static.flow import Flow, Hit, Policy, analyse
 from amplint.static.ops import BF16, F32
 from amplint.static.patterns import argument, callee_name, function_call, method_call, with_method
@@ -280,8 +280,7 @@ def _message(stat: Statistic) -> str:
         what = f"the mean of `x * x` that normalises this tensor may be computed in {names}, which autocast leaves"
     else:
         what = f"`{stat.kind}` may return a {names} statistic, which autocast leaves"
-    steps = "; ".join(step.text for step in fact.why)
-    why = f"this holds when the caller runs it in {names}: {steps}" if fact.caller else fact.explain()
+    why = why_half(fact, names)
     return f"{what}, where {' and '.join(hazards)}; {why}"
 
 
@@ -307,7 +306,7 @@ def _finding(ctx: FileContext, scope: Scope, stat: Statistic, hits: list[Hit]) -
         or not any(n is stat.data for n in walk(stat.call))
     ):
         # Several uses, no root to cast back, or a square computed on another line: no mechanical edit.
-        return Finding(stat.call, message, help=_HELP, evidence=evidence)
+        return Finding(stat.call, message, help=_HELP, evidence=evidence, caller_only=stat.fact.caller)
     root = cst.ensure_type(roots[0], cst.Call)
     float32, missing_import = upcast_dtype(ctx, stat.call, stat.data)
     upcast = with_method(stat.data, "to", float32)
@@ -324,13 +323,13 @@ def _finding(ctx: FileContext, scope: Scope, stat: Statistic, hits: list[Hit]) -
     elif _only_feeds(scope, stat.call, root):
         replacements = ((stat.call, new_stat), (root, with_method(root, "to", cast_back)))
     else:
-        return Finding(stat.call, message, help=_HELP, evidence=evidence)
+        return Finding(stat.call, message, help=_HELP, evidence=evidence, caller_only=stat.fact.caller)
     fix = FixPlan(
         "Compute the normalisation statistic in float32 and cast its root back", replacements, missing_import
     )
     shown = " and ".join(f"`{' '.join(ctx.code(new).split())}`" for _, new in replacements)
     help = f"compute the statistic in float32, cast its root back: {shown}"
-    return Finding(stat.call, message, fix=fix, help=help, evidence=evidence)
+    return Finding(stat.call, message, fix=fix, help=help, evidence=evidence, caller_only=stat.fact.caller)
 
 
 def _only_feeds(scope: Scope, stat: cst.Call, root: cst.Call) -> bool:

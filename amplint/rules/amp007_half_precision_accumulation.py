@@ -15,7 +15,7 @@ from amplint.static.attention import is_softmax
 from amplint.static.consumers import upcast_dtype
 from amplint.static.context import FileContext, Finding, scopes_holding
 from amplint.static.dtypes import DtypeFacts
-from amplint.static.facts import SCALAR
+from amplint.static.facts import SCALAR, why_half
 from amplint.static.flow import Flow, Policy, analyse, value_children
 from amplint.static.ops import HALF, autocast_policy
 from amplint.static.patterns import (
@@ -108,8 +108,11 @@ class HalfPrecisionAccumulation(Rule):
     layers do).
     The fix is safe where the engine proves that casting back keeps every consumer's dtype: the
     decays are taken in float32 from the float32 sums, and the result is cast back to the input's
-    dtype where it leaves the function or meets a product or a module
-    (`torch.exp(c[:, -1:] - c).to(g.dtype)`). Where the sums themselves leave (returned, passed
+    dtype where it leaves the function or meets a product or a module. For `cumsum` and `cumprod`,
+    which CUDA autocast runs in float32 itself, the cast back is to the dtype the op gives there,
+    `torch.exp(c[:, -1:] - c).to(g.new_empty(0).cumsum(0).dtype)`: float32 under CUDA autocast (a
+    cast to `g.dtype` would round autocast's float32 result to bfloat16 and make it worse), `g`'s
+    dtype elsewhere; the empty tensor costs nothing. Where the sums themselves leave (returned, passed
     to another function), the fix accumulates in float32 and casts back at once, and is unsafe:
     every consumer keeps its dtype, but the rounded sums feed any difference taken later. That
     still gains on a GPU, whose half-precision scans keep the running value in the half dtype:
@@ -154,6 +157,8 @@ def _accumulation(ctx: FileContext, call: cst.Call) -> tuple[str, cst.BaseExpres
         return None
     if data is None or (dtype is not None and not ctx.facts.of(dtype).dtypes & HALF):
         return None  # an explicit dtype is the author's choice
+    if method_call(ctx, data, frozenset({"new_empty"})) is not None:
+        return None  # `g.new_empty(0).cumsum(0).dtype`: the dtype the op gives (this rule's cast back)
     return (callee_name(call), data) if _facts(ctx, callee_name(call)).of(call).may_be_half else None
 
 
@@ -285,8 +290,7 @@ def _finding(ctx: FileContext, call: cst.Call, op: str, data: cst.BaseExpression
         if autocast_policy(op, "cuda") == "fp32"
         else f"no autocast upcasts `{op}`"
     )
-    steps = "; ".join(step.text for step in shown.why)
-    dtype = f"this holds when the caller runs it in {half}: {steps}" if shown.caller else shown.explain()
+    dtype = why_half(shown, half)
     first = half.split("/")[0]  # bf16 when both may be
     probabilities = origin == _SOFTMAX_ORIGIN
     hazard = (_PROBABILITIES if probabilities else _HAZARDS[op]).format(
@@ -300,10 +304,24 @@ def _finding(ctx: FileContext, call: cst.Call, op: str, data: cst.BaseExpression
         description = f"Upcast the input of `{op}` to float32"
     else:
         fixed, description = with_dtype(call, float32), f"Accumulate `{op}` in float32"
+    plan = dtype_keeping_fix(
+        ctx,
+        call,
+        fixed,
+        data,
+        description,
+        missing_import,
+        accumulates=True,
+        autocast_op=op if autocast_policy(op, "cuda") == "fp32" else None,
+    )
+    # The help shows the edits the fix writes, the cast back included.
+    edits = plan.replacements if plan is not None else ((call, fixed),)
+    written = "; ".join(f"`{' '.join(ctx.code(new).split())}`" for _, new in edits)
     return Finding(
         call,
         message,
-        fix=dtype_keeping_fix(ctx, call, fixed, data, description, missing_import, accumulates=True),
-        help=f"accumulate in float32: `{' '.join(ctx.code(fixed).split())}`",
+        fix=plan,
+        help=f"accumulate in float32: {written}",
         evidence=shown.why,
+        caller_only=shown.caller,
     )

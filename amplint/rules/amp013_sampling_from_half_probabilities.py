@@ -7,18 +7,18 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from amplint.diagnostics import Confidence
 from amplint.rule import Rule, Verdict
-from amplint.runtime.chains import half_precision_verdict
+from amplint.runtime.chains import SOFTMAX, half_precision_verdict, traced_back, where
 from amplint.static.attention import (
     SOFTMAX_METHODS,
     is_multinomial,
     is_softmax,
     softmax_dtype_argument,
-    why_half,
 )
 from amplint.static.context import FileContext, Finding, scopes_holding
 from amplint.static.dtypes import DtypeFacts
-from amplint.static.facts import DTYPE, Fact
+from amplint.static.facts import DTYPE, Fact, why_half
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import argument, function_call, method_call
 from amplint.static.scopes import Scope
@@ -99,7 +99,25 @@ class SamplingFromHalfProbabilities(Rule):
 
     @classmethod
     def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:
-        return half_precision_verdict(graph, nodes, "the probabilities are computed in half precision")
+        samplers = [node for node in nodes if node.op == "multinomial"]
+        if not samplers:
+            return half_precision_verdict(graph, nodes, "the probabilities are computed in half precision")
+        # The hazard is where the probabilities were made: followed back to their softmax.
+        sampler = samplers[0]
+        back = traced_back(graph, sampler, SOFTMAX)
+        if back.turned is not None:
+            return Verdict(
+                Confidence.CONFIRMED,
+                f"`multinomial` at {where(sampler)} samples probabilities that `{back.turned.op}` at "
+                f"{where(back.turned)} held in {back.turned.dtype}",
+            )
+        if back.bite is None:
+            return None
+        return Verdict(
+            Confidence.REFUTED,
+            f"the probabilities `multinomial` at {where(sampler)} samples stayed float32 from "
+            f"`{back.bite.op}` at {where(back.bite)} on",
+        )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         samplers = [call for call in ctx.index.calls if _sampler(ctx, call) is not None]
@@ -190,6 +208,7 @@ def _sampling_finding(
             f"pass `dtype=torch.float32` to the `{name}` on line {line}"
         ),
         evidence=fact.why,
+        caller_only=fact.caller,
     )
 
 
@@ -201,4 +220,5 @@ def _gumbel_finding(call: cst.Call, fact: Fact) -> Finding:
         f"overflow and the noise is rounded; {why_half(fact)}",
         help="upcast the logits first: `gumbel_softmax(logits.float(), ...)` and cast the result back",
         evidence=fact.why,
+        caller_only=fact.caller,
     )

@@ -10,7 +10,7 @@ import libcst as cst
 from amplint.rule import Rule
 from amplint.static.attention import SOFTMAX_FUNCTIONS, softmax_module_call
 from amplint.static.context import FileContext, Finding, FixPlan, scopes_holding
-from amplint.static.facts import Fact
+from amplint.static.facts import Fact, why_half
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import (
     argument,
@@ -169,14 +169,13 @@ def _scope_problems(
 def _finding(ctx: FileContext, problem: Problem) -> Finding:
     message, fact = problem.message, problem.fact
     if fact is not None:
-        steps = "; ".join(step.text for step in fact.why)
-        caller = f"this holds when the caller runs it in {fact.half_names()}: {steps}"
-        message += "; " + (caller if fact.caller else fact.explain())
+        message += "; " + why_half(fact)
     evidence = fact.why if fact is not None else ()
+    caller = fact is not None and fact.caller
     if problem.fixed is None:
-        return Finding(problem.node, message, help=problem.help, evidence=evidence)
+        return Finding(problem.node, message, help=problem.help, evidence=evidence, caller_only=caller)
     fix = FixPlan(problem.description, ((problem.node, problem.fixed),), problem.needs_torch)
-    return Finding(problem.node, message, fix=fix, help=problem.help, evidence=evidence)
+    return Finding(problem.node, message, fix=fix, help=problem.help, evidence=evidence, caller_only=caller)
 
 
 # -- recognisers ----------------------------------------------------------------------------------

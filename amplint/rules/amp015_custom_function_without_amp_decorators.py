@@ -12,10 +12,11 @@ from amplint.diagnostics import UNSAFE
 from amplint.rule import Rule
 from amplint.static.autocast import AUTOCAST
 from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.cst_compat import SourceText
 from amplint.static.facts import CALLER_CLAUSE, Step
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.imports import dotted_name
-from amplint.static.patterns import SourceText, argument, lineage, matmul_operands
+from amplint.static.patterns import argument, lineage, matmul_operands
 from amplint.static.scopes import Scope, walk
 
 # A forward that asks for the autocast state (and casts by it), or whose products are float8 scaled
@@ -256,7 +257,7 @@ def _check_function(
         if fwd_edit and bwd_edit
         else None
     )
-    return Finding(backward.name, message, fix=fix, help=help, evidence=why)
+    return Finding(backward.name, message, fix=fix, help=help, evidence=why, caller_only=callers)
 
 
 def _half_outputs(ctx: FileContext, name: str, forward: cst.FunctionDef) -> tuple[tuple[Step, ...], bool]:

@@ -8,9 +8,8 @@ from collections.abc import Iterator
 import libcst as cst
 
 from amplint.rule import Rule
-from amplint.static.attention import why_half
 from amplint.static.context import FileContext, Finding
-from amplint.static.facts import Fact
+from amplint.static.facts import Fact, why_half
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import method_call
 from amplint.static.profile import CAST
@@ -310,4 +309,5 @@ def _finding(ctx: FileContext, node: cst.CSTNode, part: str, fact: Fact) -> Find
             "cos/sin tables to the model's dtype"
         ),
         evidence=fact.why,
+        caller_only=fact.caller,
     )

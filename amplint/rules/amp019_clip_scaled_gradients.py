@@ -11,8 +11,9 @@ from amplint.diagnostics import UNSAFE
 from amplint.rule import Rule
 from amplint.source import LineIndex
 from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.cst_compat import SourceText
 from amplint.static.facts import Step, shorten
-from amplint.static.patterns import SourceText, method_call
+from amplint.static.patterns import method_call
 from amplint.static.scopes import suite_body, walk
 
 _CLIPS = {

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from amplint.rule import GraphFinding, RuntimeRule
 from amplint.runtime.chains import HALF, where
+from amplint.runtime.numbers import share as percent
 
 if TYPE_CHECKING:
     from amplint.runtime.graph import DtypeGraph, DtypeNode
@@ -70,7 +71,7 @@ class Fp32MatmulUnderAutocast(RuntimeRule):
             yield GraphFinding(
                 node,
                 f"`{node.op}` runs in float32 inside a {graph.dtype} autocast run: {_amount(flops)} FLOPs, "
-                f"{share:.0%} of the traced products, without tensor-core low precision",
+                f"{percent(share)} of the traced products, without tensor-core low precision",
                 evidence=f"`{node.op}` at {where(node)} ran in float32 with inputs "
                 f"{', '.join(d or '-' for d in node.input_dtypes)}",
                 help="keep the product under autocast and upcast its output, or only the op that needs float32",

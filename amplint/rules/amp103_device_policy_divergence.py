@@ -6,10 +6,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from amplint.rule import GraphFinding, RuntimeRule
-from amplint.runtime.chains import where
+from amplint.runtime.chains import VIEWS, where
 
 if TYPE_CHECKING:
-    from amplint.runtime.graph import DtypeGraph
+    from amplint.runtime.graph import DtypeGraph, DtypeNode
 
 
 class DevicePolicyDivergence(RuntimeRule):
@@ -59,6 +59,8 @@ class DevicePolicyDivergence(RuntimeRule):
                 continue
             if node.policy not in {"fp32", "fp32_set_opt_dtype", "lower_precision"}:
                 continue  # follows from an op that differs, reported there
+            if node.op in VIEWS or not _read(graph, node):
+                continue  # a shape op, or a value nothing computes with: no number differs
             line = (node.source.path, node.source.line)
             if line in reported:
                 continue
@@ -71,3 +73,22 @@ class DevicePolicyDivergence(RuntimeRule):
                 help="make the precision explicit (`.float()` before the op, or `dtype=torch.float32`)",
                 extra={"cuda_dtype": node.dtype, "cpu_dtype": on_cpu},
             )
+
+
+def _read(graph: DtypeGraph, node: DtypeNode) -> bool:
+    """Whether an op computes with `node`'s value (through views), not only its shape."""
+    frontier, seen = [node], {node.id}
+    while frontier:
+        current = frontier.pop()
+        for consumer in graph.consumers(current):
+            if consumer.id in seen:
+                continue
+            seen.add(consumer.id)
+            if consumer.op not in VIEWS and consumer.op not in _SHAPE_ONLY:
+                return True
+            frontier.append(consumer)
+    return not graph.consumers(node)  # a returned value is read by the caller
+
+
+# Ops that read a tensor's shape or dtype only.
+_SHAPE_ONLY = frozenset({"sym_size", "size", "sym_stride", "stride", "dim", "numel", "sym_numel"})

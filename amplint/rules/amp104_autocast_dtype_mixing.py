@@ -10,7 +10,7 @@ from amplint.runtime.chains import where
 from amplint.runtime.graph import FLOATING
 
 if TYPE_CHECKING:
-    from amplint.runtime.graph import DtypeGraph
+    from amplint.runtime.graph import DtypeGraph, DtypeNode
 
 
 # Ops that refuse operands of two dtypes on a real device (a trace on fake tensors lets them through).
@@ -86,11 +86,7 @@ class AutocastDtypeMixing(RuntimeRule):
                 continue
             reported.add(key)
             producers = [graph.node(i) for i in node.inputs]
-            origins = "; ".join(
-                dict.fromkeys(
-                    f"{p.dtype} from `{p.op}` at {where(p)}" for p in producers if p.dtype in FLOATING
-                )
-            )
+            origins = "; ".join(dict.fromkeys(_origin(graph, p) for p in producers if p.dtype in FLOATING))
             if product:
                 names = " and ".join(sorted(dtypes & FLOATING))
                 message = (
@@ -108,3 +104,13 @@ class AutocastDtypeMixing(RuntimeRule):
                 evidence=f"`{node.op}` at {where(node)} read {', '.join(d or '-' for d in node.input_dtypes)}",
                 help="cast one side to the other's dtype (`x.to(y.dtype)`)",
             )
+
+
+def _origin(graph: DtypeGraph, producer: DtypeNode) -> str:
+    """Where an operand's dtype came from: the op and its line, or the parameter or input it is."""
+    if producer.policy != "input":
+        return f"{producer.dtype} from `{producer.op}` at {where(producer)}"
+    name = next((name for name, i in graph.parameters.items() if i == producer.id), None)
+    if name is not None:
+        return f"{producer.dtype} from the parameter `{name}`"
+    return f"{producer.dtype} from an input of the traced call (an argument or a buffer)"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from amplint.diagnostics import Severity
 from amplint.rule import GraphFinding, RuntimeRule
 from amplint.runtime.chains import step, where
+from amplint.runtime.numbers import share
 from amplint.runtime.value_walks import (
     VALUES_IN_FLOAT16,
     downstream,
@@ -81,7 +82,7 @@ class FirstOverflow(RuntimeRule):
             kind = _kind(found)
             yield GraphFinding(
                 node,
-                f"`{node.op}` produced {kind} in {found.overflow:.0%} of its values ({node.dtype}; "
+                f"`{node.op}` produced {kind} in {share(found.overflow)} of its values ({node.dtype}; "
                 f"inputs in {ranges(graph, node)}), "
                 + ("the first overflow of the replay" if index == 0 else "an overflow no earlier one fed")
                 + f"; {surfaced}",

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from amplint.rule import GraphFinding, RuntimeRule
 from amplint.runtime.chains import where
+from amplint.runtime.formats import largest
 from amplint.runtime.value_walks import (
     VALUES_IN_FLOAT16,
     fix_for,
@@ -66,9 +67,12 @@ class LowHeadroom(RuntimeRule):
                 close.append((node, found))
         for node, found in per_line(close):
             assert found.headroom is not None
+            # The magnitude the headroom was measured from: a mask's `finfo.min` is left out of both.
+            top = largest(node.dtype or "")
+            reached = found.absmax if top is None else top / 2**found.headroom
             yield GraphFinding(
                 node,
-                f"`{node.op}` reaches {found.absmax:.4g} in {node.dtype}, {found.headroom:.1f} bit(s) "
+                f"`{node.op}` reaches {reached:.4g} in {node.dtype}, {found.headroom:.1f} bit(s) "
                 f"below its largest value (limit {bits:g}): an input {2**found.headroom:.1f}x larger "
                 "overflows",
                 evidence=(
@@ -76,5 +80,5 @@ class LowHeadroom(RuntimeRule):
                     f"[{found.low:.4g}, {found.high:.4g}] from inputs in {ranges(graph, node)}"
                 ),
                 help=fix_for(graph, node),
-                extra={"headroom_bits": found.headroom, "absmax": found.absmax},
+                extra={"headroom_bits": found.headroom, "absmax": reached},
             )

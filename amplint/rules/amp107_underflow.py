@@ -7,10 +7,18 @@ from typing import TYPE_CHECKING
 
 from amplint.rule import GraphFinding, RuntimeRule
 from amplint.runtime.chains import where
-from amplint.runtime.value_walks import VALUES_IN_FLOAT16, per_line, producer_values, ranges, replayed
+from amplint.runtime.numbers import share
+from amplint.runtime.value_walks import (
+    VALUES_IN_FLOAT16,
+    cast_from,
+    per_line,
+    producer_values,
+    ranges,
+    replayed,
+)
 
 if TYPE_CHECKING:
-    from amplint.runtime.graph import DtypeGraph
+    from amplint.runtime.graph import DtypeGraph, DtypeNode
 
 
 class Underflow(RuntimeRule):
@@ -58,15 +66,25 @@ class Underflow(RuntimeRule):
         for node, found in per_line(flushed):
             yield GraphFinding(
                 node,
-                f"`{node.op}` flushed {found.underflow:.0%} of its non-zero values to zero in "
-                f"{node.dtype} (limit {fraction:g}): they fall below the dtype's normal range",
+                f"`{node.op}` flushed {share(found.underflow)} of its non-zero values to zero in "
+                f"{node.dtype} (limit {share(fraction)}): they fall below the dtype's normal range",
                 evidence=(
                     f"replayed on the factory's inputs and weights: `{node.op}` at {where(node)} "
                     f"read inputs in {ranges(graph, node)}; float64 keeps those values non-zero"
                 ),
-                help=(
-                    f"compute `{node.op}` in float32 (`.float()` on its input), or use constants the dtype "
-                    "can hold (`torch.finfo(dtype).tiny`)"
-                ),
+                help=_help(node),
                 extra={"underflow": found.underflow},
             )
+
+
+def _help(node: DtypeNode) -> str:
+    wider = cast_from(node)
+    if wider is not None:  # the values are this small before the cast: an upcast changes nothing
+        return (
+            f"the values reach this cast below {node.dtype}'s range: scale them up before it (and back "
+            f"after), or keep them in {wider} past this point"
+        )
+    return (
+        f"compute `{node.op}` in float32 (`.float()` on its input), or use constants the dtype "
+        "can hold (`torch.finfo(dtype).tiny`)"
+    )

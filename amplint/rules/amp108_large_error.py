@@ -6,11 +6,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from amplint.rule import GraphFinding, RuntimeRule
-from amplint.runtime.chains import HALF, where
-from amplint.runtime.value_walks import VALUES_IN_FLOAT16, per_line, replayed, upstream
+from amplint.runtime.chains import HALF, upcast_help, where
+from amplint.runtime.value_walks import VALUES_IN_FLOAT16, per_line, producer_values, replayed, upstream
 
 if TYPE_CHECKING:
-    from amplint.runtime.graph import DtypeGraph, DtypeNode
+    from amplint.runtime.graph import DtypeGraph, DtypeNode, NodeValues
 
 
 class LargeError(RuntimeRule):
@@ -18,10 +18,11 @@ class LargeError(RuntimeRule):
     ## What it does
     Runs on a values replay (`amplint trace --values`). When an output of the forward pass differs
     from the float64 reference by more than `error-threshold` (default 0.01, norm-wise relative
-    error), ranks the ops that feed it by their local error and names the top `error-top` (default 3).
-    An op's local error is its output's error when it runs in its traced dtypes on the reference's
-    inputs rounded to those dtypes: its own rounding, plus how much it amplifies the rounding of its
-    inputs (as a subtraction of nearly equal values does).
+    error), ranks the ops that feed it by how much each raises the error it receives (the jump from
+    the largest error among its inputs to its own, both against the reference) and names the top
+    `error-top` (default 3): the softmax where 2e-3 becomes 0.88 ranks above three matmuls that each
+    round by 3e-3. Each finding also gives the op's local error: its output's error when it runs in
+    its traced dtypes on the reference's inputs rounded to those dtypes.
 
     ## Why is this bad?
     A model can be finite everywhere and still compute the wrong thing: catastrophic cancellation in
@@ -62,35 +63,53 @@ class LargeError(RuntimeRule):
             return
         worst = max(values.nodes[node.id].error for node in wrong)
         feeding = upstream(graph, wrong)
+        # Ranked by what each op adds to the error it received (the jump from its inputs' error to
+        # its own): three matmuls that each round a little rank below the softmax where 2e-3 turns
+        # into 0.88.
         ranked = sorted(
             (
-                (node, found)
+                (node, found, jump)
                 for node, found in replayed(graph)
-                if node.id in feeding and found.local_error > 0
+                if node.id in feeding and found.local_error > 0 and (jump := _jump(graph, node, found)) > 0
             ),
-            key=lambda item: -item[1].local_error,
+            key=lambda item: -item[2],
         )
-        for rank, (node, found) in enumerate(per_line(ranked)[: limits.error_top], start=1):
+        jumps = {node.id: jump for node, _, jump in ranked}
+        kept = per_line((node, found) for node, found, _ in ranked)
+        for rank, (node, found) in enumerate(kept[: limits.error_top], start=1):
+            received = found.error - jumps[node.id]
             yield GraphFinding(
                 node,
-                f"`{node.op}` adds a relative error of {found.local_error:.1e} on its own in {node.dtype} "
+                f"`{node.op}` in {node.dtype} raises the relative error from {received:.1e} to {found.error:.1e} "
                 f"(rank {rank} of the ops feeding an output whose error against float64 is {worst:.1e}, "
                 f"limit {limits.error_threshold:g})",
                 evidence=(
-                    f"replayed on the factory's inputs and weights: `{node.op}` at {where(node)} run in "
-                    f"{node.dtype} from the float64 reference's inputs rounded to its dtypes is off by "
-                    f"{found.local_error:.1e}; its value in the replay by {found.error:.1e}"
+                    f"replayed on the factory's inputs and weights: `{node.op}` at {where(node)} receives "
+                    f"inputs off by {received:.1e} and is off by {found.error:.1e}; run in {node.dtype} from "
+                    f"the float64 reference's inputs rounded to its dtypes, it is off by {found.local_error:.1e}"
                 ),
                 help=_help(graph, node),
-                extra={"local_error": found.local_error, "rank": rank, "output_error": worst},
+                extra={
+                    "local_error": found.local_error,
+                    "jump": jumps[node.id],
+                    "rank": rank,
+                    "output_error": worst,
+                },
             )
+
+
+def _jump(graph: DtypeGraph, node: DtypeNode, found: NodeValues) -> float:
+    """How much an op adds to the error of the values it reads: its error less the largest of its
+    inputs'."""
+    received = max((values.error for values in producer_values(graph, node)), default=0.0)
+    return found.error - received
 
 
 def _help(graph: DtypeGraph, node: DtypeNode) -> str:
     if node.dtype in HALF:
         return (
-            f"compute `{node.op}` in float32 (`.float()` on its input), or reorder the computation so "
-            "that nearly equal values are not subtracted"
+            upcast_help(graph, node)
+            + ", or reorder the computation so that nearly equal values are not subtracted"
         )
     # The op itself runs in float32: what it amplifies is the rounding of its half-precision inputs.
     rounded = [p for p in graph.producers(node) if p.dtype in HALF]

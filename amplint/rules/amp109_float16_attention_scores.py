@@ -11,7 +11,7 @@ from amplint.runtime.chains import where
 from amplint.runtime.value_walks import softmax_reading
 
 if TYPE_CHECKING:
-    from amplint.runtime.graph import DtypeGraph
+    from amplint.runtime.graph import DtypeGraph, DtypeNode
 
 IN_FLOAT16: Mapping[str, object] = MappingProxyType({"dtype": "float16"})
 
@@ -65,7 +65,7 @@ class Float16AttentionScores(RuntimeRule):
                 continue
             softmax = softmax_reading(graph, node)
             key = (node.source.path, node.source.line)
-            if softmax is None or key in reported:
+            if softmax is None or key in reported or _measured_clear(graph, node):
                 continue
             reported.add(key)
             yield GraphFinding(
@@ -73,6 +73,37 @@ class Float16AttentionScores(RuntimeRule):
                 f"attention scores are formed in float16 by `{node.op}` and reach `{softmax.op}` at "
                 f"{where(softmax)}: a score past 65504 becomes inf, and softmax turns it into NaN",
                 evidence=f"`{node.op}` at {where(node)} produced float16 {node.shape or ''}".rstrip(),
-                help="use a fused attention kernel (scaled_dot_product_attention), or form the scores in "
-                "float32 (`torch.matmul(q.float(), k.float().transpose(-1, -2))`)",
+                help=_help(graph, node),
             )
+
+
+def _measured_clear(graph: DtypeGraph, node: DtypeNode) -> bool:
+    """Whether the values replay (`--values`) measured these scores far from float16's limit: at
+    least the headroom AMP106 asks for, and nothing overflowed. The measurement beats the dtype
+    alone; a score that nears the limit is AMP106's (or AMP105's once it overflows)."""
+    values = graph.values
+    measured = values.nodes.get(node.id) if values is not None else None
+    if values is None or measured is None or measured.headroom is None:
+        return False
+    return measured.headroom >= values.limits.headroom_bits and measured.overflow == 0 and measured.inf == 0
+
+
+def _help(graph: DtypeGraph, node: DtypeNode) -> str:
+    """The changes that keep these scores out of float16, as they fit the trace: a transformers
+    model's fused attention by name; `.float()` only where autocast does not cast the operands down
+    again (where it does, autocast off around the product); bfloat16, which has float32's range."""
+    source = node.source.path.replace("\\", "/") if node.source is not None else ""
+    fused = (
+        'load the model with `attn_implementation="sdpa"` (the fused kernel keeps the scores in float32)'
+        if "/transformers/models/" in source
+        else "use a fused attention kernel (`torch.nn.functional.scaled_dot_product_attention`)"
+    )
+    if node.policy == "lower_precision":  # autocast picked the product's dtype, whatever it reads
+        product = (
+            'form the scores with autocast off around the product (`with torch.autocast("cuda", '
+            "enabled=False):` and `q.float() @ k.float().transpose(-1, -2)`; under autocast `.float()` "
+            "is cast back to float16)"
+        )
+    else:
+        product = "form the scores in float32 (`torch.matmul(q.float(), k.float().transpose(-1, -2))`)"
+    return f"{fused}, {product}, or run in bfloat16 instead of float16"

@@ -10,6 +10,7 @@ from amplint.rule import GraphFinding, RuntimeRule
 from amplint.runtime.chains import HALF, where
 from amplint.runtime.formats import lost_from, lost_updates
 from amplint.runtime.graph import Magnitudes
+from amplint.runtime.numbers import share as percent
 
 if TYPE_CHECKING:
     from amplint.runtime.graph import DtypeGraph, DtypeNode, Source
@@ -21,7 +22,8 @@ _NAMED = 3
 class WeightUpdateUnderflow(RuntimeRule):
     """
     ## What it does
-    Runs on a values replay (`amplint trace --values`). For every trainable parameter held in
+    Runs on a values replay of a training run (`amplint trace --values --backward`, or with `--lr`
+    or `lost-update-fraction` given: an inference model has no updates to lose). For every trainable parameter held in
     bfloat16 or float16, counts the elements whose update by one Adam step would round away: Adam's
     normalised step is about the learning rate (`--lr`, default 1e-4) in magnitude, and a weight `w`
     keeps an update only when it exceeds half a unit in the last place of `|w|` in the parameter's
@@ -61,13 +63,13 @@ class WeightUpdateUnderflow(RuntimeRule):
     name = "weight-update-underflow"
     summary = "bf16/fp16 parameters whose Adam updates at the learning rate round away on real weights"
     # The examples build their models in the dtype they train in, which the trace keeps.
-    example_trace = MappingProxyType({"values": True})
+    example_trace = MappingProxyType({"values": True, "backward": True})
 
     @classmethod
     def check_graph(cls, graph: DtypeGraph) -> Iterator[GraphFinding]:
         values = graph.values
-        if values is None:
-            return
+        if values is None or not values.limits.weight_updates:
+            return  # an inference run (no backward traced, no learning rate asked for) updates nothing
         lr, limit = values.limits.lr, values.limits.lost_update_fraction
         used: dict[Source, list[tuple[str, DtypeNode, Magnitudes]]] = {}
         for name, node_id in graph.parameters.items():
@@ -86,13 +88,13 @@ class WeightUpdateUnderflow(RuntimeRule):
             binade = lost_from(dtype, lr)
             yield GraphFinding(
                 user,
-                f"the updates of {share:.0%} of the elements of {_names([n for n, _, _ in found])} "
+                f"the updates of {percent(share)} of the elements of {_names([n for n, _, _ in found])} "
                 f"({dtype}) round away at lr {lr:g}: half a {dtype} ulp of |w| exceeds {lr:g} for "
-                f"|w| >= 2^{binade} ({2.0**binade:.3g}) (limit {limit:g})",
+                f"|w| >= 2^{binade} ({2.0**binade:.3g}) (limit {percent(limit)})",
                 evidence=(
                     f"replayed on the factory's weights: {sum(lost.values()):,} of {count:,} elements of the "
                     f"parameters first used at {where(user)} hold |w| >= 2^{binade}; `{name}` loses "
-                    f"{lost[name] / max(weights.count, 1):.0%} of its updates"
+                    f"{percent(lost[name] / max(weights.count, 1))} of its updates"
                 ),
                 help=(
                     "keep the parameters in float32 and run the forward under autocast (float32 master "

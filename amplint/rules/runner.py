@@ -26,7 +26,6 @@ from amplint.source import (
     read_source,
 )
 from amplint.static.context import FileContext, Finding, FixPlan
-from amplint.static.facts import CALLER_CLAUSE
 from amplint.static.profile import CALLER, NEWEST_PYTHON, Profile
 from amplint.static.regions import region_marks, skip_bodies
 
@@ -83,6 +82,11 @@ def lint_source(
 # takes about a hundred bytes of memory per byte of source, libcst several hundred.
 LARGE = 1_048_576
 _PART = 512 * 1024
+# A part is compiled a piece of about this size at a time: Python compiles a small piece faster per
+# byte than a large one, and only the pieces holding a rule's word are parsed into a syntax tree
+# (which costs twice the compiling), so the time follows the code the rules read. 8 kB cost the least
+# on `benchmarks/large_file.py`'s module (4 and 32 kB more).
+_PIECE = 8 * 1024
 # Where a top-level statement may start: a line at column 0 that is neither blank, a comment, a
 # closing bracket, nor the continuation of a compound statement.
 _STATEMENT_START = re.compile(r"^(?![ \t\r\n#)\]}]|(?:else|elif|except|finally)\b)", re.MULTILINE)
@@ -93,16 +97,17 @@ _IMPORT_LINE = re.compile(
 )
 
 
-def _cuts(text: str) -> list[tuple[int, int]]:
-    """(start, end) offsets of consecutive parts of `text` of about `_PART` characters, each cut
-    where a top-level statement may start (a cut inside a string or brackets shows when the part is
-    compiled)."""
-    cuts, start = [], 0
-    for match in _STATEMENT_START.finditer(text, _PART):
-        if match.start() - start >= _PART:
+def _cuts(text: str, size: int = _PART, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+    """(start, end) offsets of consecutive parts of `text[start:end]` of about `size` characters, each
+    cut where a top-level statement may start (a cut inside a string or brackets shows when the part
+    is compiled)."""
+    end = len(text) if end is None else end
+    cuts = []
+    for match in _STATEMENT_START.finditer(text, start + size, end):
+        if start + size <= match.start() < end:
             cuts.append((start, match.start()))
             start = match.start()
-    cuts.append((start, len(text)))
+    cuts.append((start, end))
     return cuts
 
 
@@ -114,19 +119,29 @@ _Parsed = ast.Module | cst.Module | Diagnostic | None
 def _compiled(
     text: str, display: str, profile: Profile, wanted: frozenset[str] = frozenset()
 ) -> Iterator[tuple[int, int, int, _Parsed]]:
-    """The parts of `text` with their first line, each compiled alone at the file's lines (parsed
-    into a tree when it holds one of the `wanted` words); a part that fails, and fails differently
-    with the next one's text added, was cut inside a statement and is joined to the next."""
+    """The pieces of `text` with their first line, each compiled alone at the file's lines (parsed
+    into a tree when it holds one of the `wanted` words). The pieces before one that compiles start
+    and end at top-level statements (a piece cut inside a string or brackets does not compile), so
+    a piece that fails is compiled again with the rest of its part; a part that fails, and fails
+    differently with the next one's text added, was cut inside a statement and is joined to the next."""
     parts = _cuts(text)
     index, line, counted = 0, 1, 0
     while index < len(parts):
-        start, end = parts[index]
-        line += text.count("\n", counted, start)
-        counted = start
-        tree = bool(wanted) and not wanted.isdisjoint(_WORD.findall(text, start, end))
-        parsed = _part(text[start:end], display, line, profile, tree)
+        end = parts[index][1]
+        for start, piece_end in _cuts(text, _PIECE, *parts[index]):
+            line += text.count("\n", counted, start)
+            counted = start
+            parsed = _part(text, start, piece_end, display, line, profile, wanted)
+            if isinstance(parsed, Diagnostic):
+                break
+            yield start, piece_end, line, parsed
+        else:
+            index += 1
+            continue
+        if piece_end != end:
+            parsed = _part(text, start, end, display, line, profile, wanted)
         while isinstance(parsed, Diagnostic) and index + 1 < len(parts):
-            joined = _part(text[start : parts[index + 1][1]], display, line, profile, tree)
+            joined = _part(text, start, parts[index + 1][1], display, line, profile, wanted)
             if isinstance(joined, Diagnostic) and (joined.line, joined.column) == (
                 parsed.line,
                 parsed.column,
@@ -139,12 +154,16 @@ def _compiled(
         index += 1
 
 
-def _part(part: str, display: str, first_line: int, profile: Profile, tree: bool) -> _Parsed:
-    """One part of a large file compiled (and with `tree` parsed) as `_python_tree` does, its AMP900
-    at the file's line. A part after the first follows a statement: one `pass` line stands for what
-    comes before it (a late `from __future__` stays late)."""
+def _part(
+    text: str, start: int, end: int, display: str, first_line: int, profile: Profile, wanted: frozenset[str]
+) -> _Parsed:
+    """`text[start:end]`, a part of a large file, compiled (and, where it holds one of the `wanted`
+    words, parsed) as `_python_tree` does, its AMP900 at the file's line. A part after the first
+    follows a statement: one `pass` line stands for what comes before it (a late `from __future__`
+    stays late)."""
+    tree = bool(wanted) and not wanted.isdisjoint(_WORD.findall(text, start, end))
     lead = "" if first_line == 1 else "pass\n"
-    parsed = _python_tree(lead + part, display, tree=tree, python=profile.python)
+    parsed = _python_tree(lead + text[start:end], display, tree=tree, python=profile.python)
     if not isinstance(parsed, Diagnostic):
         return parsed
     line = max(parsed.line + first_line - 1 - (1 if lead else 0), 1)
@@ -425,7 +444,7 @@ def _conditional(ctx: FileContext, finding: Finding) -> bool:
     set: a test that runs a model in half says what the test does, not how the project runs it."""
     if ctx.profile.origin == "configured":
         return False
-    return CALLER_CLAUSE in finding.message or (
+    return finding.caller_only or (
         _SIDE_ONLY.search(finding.message) is not None and _side_only(ctx, finding.node)
     )
 

@@ -21,10 +21,9 @@ from typing import Any, cast
 import torch
 import torch.fx.traceback as fx_traceback
 import torch.nn.functional as F
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.utils import _pytree as pytree
 
+from amplint.runtime.compat import FakeTensorMode, tree_leaves, tree_map
 from amplint.runtime.graph import TraceError, source_of
 
 __all__ = ["PHASE", "backward_graph", "loss_of"]
@@ -46,9 +45,7 @@ def loss_of(output: Any, labels: torch.Tensor | None) -> tuple[torch.Tensor, str
             loss,
             f"cross-entropy of the logits against random labels over {classes} classes, mean over {labels.numel()} positions",
         )
-    floating = [
-        t for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor) and t.is_floating_point()
-    ]
+    floating = [t for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.is_floating_point()]
     if not floating:
         raise TraceError("--backward: the model returns no floating-point tensor to differentiate")
     loss = torch.stack([_alternating(t.float().reshape(-1)).sum() for t in floating]).sum()
@@ -120,7 +117,7 @@ class _Rerun(torch.fx.Interpreter):
         self._hooked: set[Any] = set()
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
-        args, kwargs = pytree.tree_map(_on_meta, (args, kwargs))
+        args, kwargs = tree_map(_on_meta, (args, kwargs))
         first = args[0] if args else None
         schema = getattr(target, "_schema", None)
         if (
@@ -142,7 +139,7 @@ class _Rerun(torch.fx.Interpreter):
         except Exception as exc:
             what = f"`{getattr(n.target, '__name__', n.target)}` again for the backward pass"
             raise TraceError(_explain(what, n.meta.get("stack_trace"), exc)) from exc
-        for value in pytree.tree_leaves(result):
+        for value in tree_leaves(result):
             function = getattr(value, "grad_fn", None) if isinstance(value, torch.Tensor) else None
             if function is not None and function not in self._hooked:
                 self._hooked.add(function)

@@ -150,9 +150,88 @@ def upcast_reached(graph: DtypeGraph, node: DtypeNode) -> tuple[DtypeNode, Dtype
     return None
 
 
-def half_precision_verdict(graph: DtypeGraph, nodes: Sequence[DtypeNode], what: str) -> Verdict | None:
+# Where a value meets softmax: the hazards of attention scores and masks bite there.
+SOFTMAX = frozenset({"_softmax", "softmax", "_safe_softmax", "_log_softmax", "scaled_dot_product_attention"})
+
+
+@dataclass(frozen=True)
+class Followed:
+    """Where the values of some ops went: the first op on the way that holds them in one of the
+    dtypes looked for (None if none did), and the first op where the hazard bites that they reached
+    without (None if they reached none)."""
+
+    turned: DtypeNode | None
+    bite: DtypeNode | None
+
+
+def follow(
+    graph: DtypeGraph, nodes: Sequence[DtypeNode], bites: frozenset[str], dtypes: frozenset[str] = HALF
+) -> Followed:
+    """Follow the values `nodes` produced through every op that consumes them, up to the ops in
+    `bites` (not past them), looking for one that holds them in `dtypes`: a mask built in float32
+    and cast to the scores' float16 two lines later turns float16 at the cast."""
+    seen = {node.id for node in nodes}
+    frontier = list(nodes)
+    bite: DtypeNode | None = None
+    for _ in range(_REACH):
+        following: list[DtypeNode] = []
+        for current in frontier:
+            for consumer in graph.consumers(current):
+                if consumer.id in seen:
+                    continue
+                seen.add(consumer.id)
+                if consumer.dtype in dtypes or (consumer.op in bites and set(consumer.input_dtypes) & dtypes):
+                    return Followed(consumer, bite)
+                if consumer.op in bites:
+                    bite = bite or consumer
+                else:
+                    following.append(consumer)
+        if not following:
+            break
+        frontier = following
+    return Followed(None, bite)
+
+
+def turned_by(node: DtypeNode) -> str:
+    """How a followed value came to be half precision at `node`, in words."""
+    if node.dtype in HALF:
+        return f"then `{node.op}` at {where(node)} made it {node.dtype}"
+    half = sorted(HALF & {dtype for dtype in node.input_dtypes if dtype is not None})
+    return f"then `{node.op}` at {where(node)} took it in {'/'.join(half)}"
+
+
+def traced_back(
+    graph: DtypeGraph, node: DtypeNode, origins: frozenset[str], dtypes: frozenset[str] = HALF
+) -> Followed:
+    """Back from `node` through its producers to the op in `origins` that made its value (a
+    sampler's softmax): the first op on the way in `dtypes` (`turned`), and that origin (`bite`)."""
+    seen = {node.id}
+    frontier = [node]
+    for _ in range(_REACH):
+        before: list[DtypeNode] = []
+        for current in frontier:
+            for producer in graph.producers(current):
+                if producer.id in seen or producer.policy == "input":
+                    continue
+                seen.add(producer.id)
+                if producer.dtype in dtypes:
+                    return Followed(producer, None)
+                if producer.op in origins:
+                    return Followed(None, producer)
+                before.append(producer)
+        if not before:
+            break
+        frontier = before
+    return Followed(None, None)
+
+
+def half_precision_verdict(
+    graph: DtypeGraph, nodes: Sequence[DtypeNode], what: str, bites: frozenset[str] = frozenset()
+) -> Verdict | None:
     """The verdict of a rule whose hazard is `what` computed in half precision: confirmed when an op
-    at the finding's lines ran in bfloat16/float16, refuted when every one ran in float32."""
+    at the finding's lines ran in bfloat16/float16. Refuted when every one ran in float32 and, for a
+    hazard that bites further on (`bites`: the ops where it does), their values were followed there
+    and stayed float32; confirmed when they turned half on the way; else the trace cannot tell."""
     ops = computing(nodes)
     if not ops:
         return None
@@ -165,9 +244,23 @@ def half_precision_verdict(graph: DtypeGraph, nodes: Sequence[DtypeNode], what: 
             return Verdict(Confidence.CONFIRMED, evidence)
         described = describe_error(measured, "computed in float32")
         return Verdict(Confidence.CONFIRMED, f"{evidence}; {described}", {"measured": measured})
-    if all(node.dtype in {"float32", "float64"} for node in ops):
-        names = ", ".join(dict.fromkeys(f"`{node.op}`" for node in ops))
+    if not all(node.dtype in {"float32", "float64"} for node in ops):
+        return None
+    names = ", ".join(dict.fromkeys(f"`{node.op}`" for node in ops))
+    if not bites:
         return Verdict(Confidence.REFUTED, f"{names} at {where(ops[0])} ran in float32")
+    followed = follow(graph, ops, bites)
+    if followed.turned is not None:
+        return Verdict(
+            Confidence.CONFIRMED,
+            f"{what}: {names} at {where(ops[0])} ran in float32, {turned_by(followed.turned)}",
+        )
+    if followed.bite is not None:
+        return Verdict(
+            Confidence.REFUTED,
+            f"{names} at {where(ops[0])} ran in float32 and the value stayed float32 up to "
+            f"`{followed.bite.op}` at {where(followed.bite)}",
+        )
     return None
 
 
@@ -193,3 +286,21 @@ def describe_error(
         f"max {measured['max']:.1e}, mean {measured['mean']:.1e}; {fixed}: "
         f"max {measured['fixed_max']:.1e}, mean {measured['fixed_mean']:.1e}"
     )
+
+
+def upcast_help(graph: DtypeGraph, node: DtypeNode) -> str:
+    """The change that computes `node`'s op in float32, checked against the trace: where autocast
+    picked the op's dtype (a matmul under autocast), `.float()` on its inputs changes nothing, since
+    autocast casts them down again; autocast must be off around the op. A float16 op may run in
+    bfloat16 instead, which has float32's range."""
+    if node.policy == "lower_precision":  # autocast runs it in its dtype, whatever it reads
+        advice = (
+            f"autocast runs `{node.op}` in {node.dtype} whatever its inputs are, so `.float()` on them "
+            'changes nothing: turn autocast off around it (`with torch.autocast("cuda", enabled=False):`, '
+            "inputs `.float()`)"
+        )
+    else:
+        advice = f"compute `{node.op}` in float32 (`.float()` on its input)"
+    if node.dtype == "float16":
+        advice += "; or run in bfloat16 instead of float16 (float32's range, fewer bits)"
+    return advice

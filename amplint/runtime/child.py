@@ -5,11 +5,13 @@ limit (`memory-limit`, by default three quarters of the machine's memory), and o
 `output-limit` bytes of what it prints are shown.
 
     python -m amplint.runtime.child SPEC_JSON OUTPUT_JSON
+    python -m amplint.runtime.child @SPECS_FILE OUTPUT_FOLDER   (a batch: {"batch": [spec, ...]})
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from amplint.runtime.gpu import DEFAULT_GPU, GPUS
+from amplint.runtime.gpu import BF16_ASKED, DEFAULT_GPU, GPUS
 from amplint.runtime.graph import DtypeGraph, ValueLimits
 
 # Exit codes of the child, read by the parent.
@@ -61,6 +63,15 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
             from amplint.runtime.hf import labels as random_labels
 
             labels = random_labels(model, kwargs)
+    elif spec.get("auto"):  # a model class found by `check --deep`, built from its defaults
+        from amplint.runtime.discover import build_class
+
+        path, _, name = spec["target"].rpartition(":")
+        model, args, kwargs = build_class(path, name, seq_len=spec["seq_len"], batch_size=spec["batch_size"])
+        if any(p.is_meta for p in _floating(model)):
+            from amplint.runtime.hf import with_real_buffers
+
+            real_model = with_real_buffers
     else:
         factory = load_factory(spec["target"])
         try:
@@ -90,8 +101,18 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
     if part:
         notes.append(f"the model type's class only generates: traced its first part with a forward ({part})")
     held = {str(p.dtype).removeprefix("torch.") for p in _floating(model)}
+    if spec.get("as_built") and held and held <= {"bfloat16", "float16"}:
+        # Nothing named a mode and the factory's model holds half-precision weights: it is run so,
+        # without autocast (autocast would put another dtype on its matmuls).
+        notes.append(
+            f"the model holds {', '.join(sorted(held))} weights and no mode was given: traced without autocast"
+        )
+        spec = {**spec, "autocast": False}
+        dtype = min(held)
     wanted = {dtype if spec["autocast"] else None, param, *(held if param is None else ())}
-    if spec["device"] == "cuda" and not gpu.native_bf16 and "bfloat16" in wanted:
+    asked = (dtype, param)  # the run as asked for, before a GPU without bf16 changes it
+    swapped = spec["device"] == "cuda" and not gpu.native_bf16 and "bfloat16" in wanted
+    if swapped:
         # What people do on such a GPU: run the bf16-trained model in float16 (CASES.md, case 3).
         notes.append(
             f"bfloat16 is not native on a {gpu.key.upper()} ({gpu.sm}, {gpu.name}): torch emulates it "
@@ -113,7 +134,7 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         "measure": measure,
         "measure_lines": lines,
         "values": values,
-        "limits": ValueLimits(**spec["limits"]) if values and spec.get("limits") else None,
+        "limits": _limits(spec) if values else None,
         "max_memory": spec.get("max_memory"),
         "gpu": gpu.key,
         "backward": spec.get("backward", False),
@@ -121,6 +142,7 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         "real_model": real_model,
         **settings,
     }
+    BF16_ASKED.clear()
     try:
         graph = trace(model, args, kwargs, **options)
     except TraceError as exc:
@@ -136,6 +158,22 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
             if recurrent
             else f"transformers' cache cannot be built for this config ({exc.__cause__}): traced with use_cache=False"
         )
+    if swapped and BF16_ASKED:
+        # The model's code asks torch, which answers True on this GPU too (bf16 is emulated there):
+        # a real run takes bfloat16 where that code does, so the trace runs as asked.
+        path, line = BF16_ASKED[0]
+        notes[notes.index(next(n for n in notes if n.startswith("bfloat16 is not native")))] = (
+            f"the model's code asks torch.cuda.is_bf16_supported() at {path}:{line}, which torch answers "
+            f"True on a {gpu.key.upper()} ({gpu.sm}: bfloat16 is emulated there): traced in bfloat16, as "
+            "that code runs; a float16 run is a choice of the code, not of the GPU"
+        )
+        options = {
+            **options,
+            "dtype": getattr(torch, asked[0]),
+            "param_dtype": getattr(torch, asked[1]) if asked[1] else None,
+        }
+        settings = {key: options[key] for key in settings}
+        graph = trace(model, args, kwargs, **options)
     graph.notes.extend(notes)
     if spec.get("compare_cpu") and spec["device"] == "cuda" and spec["autocast"]:
         # The same model under CPU autocast's policy, for the ops whose dtype differs (AMP103).
@@ -143,6 +181,13 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         keys = on_cpu.op_keys()
         graph.cpu_dtypes = {keys[node.id]: node.dtype for node in on_cpu.nodes if node.id in keys}
     return graph
+
+
+def _limits(spec: dict[str, Any]) -> ValueLimits:
+    """The value rules' limits of a spec; AMP111 speaks for a training run or when asked."""
+    given = spec.get("limits") or {}
+    asked = bool(spec.get("backward")) or "lr" in given or "lost_update_fraction" in given
+    return ValueLimits(**given, weight_updates=asked)
 
 
 _NO_ATTENTION_CACHE = "`get_seq_length` can only be called on Attention layers"
@@ -216,6 +261,56 @@ def trace_in_child(spec: dict[str, Any], timeout: float) -> DtypeGraph:
         raise ChildError(message)
 
 
+def trace_batch_in_child(specs: list[dict[str, Any]], timeout: float) -> list[DtypeGraph | Exception]:
+    """Several targets traced in one child process (torch is imported once): each one's graph, or
+    the error it failed with (`TargetError`, `ChildError`). The batch may take `timeout` seconds per
+    target; where the process ends early (an abort inside torch, the time or memory limit) the
+    targets it did not finish are traced again one process each, so each failure is its own."""
+    from amplint.runtime.target import TargetError
+
+    if not specs:
+        return []
+    memory = int(specs[0].get("memory_limit") or default_memory_limit())
+    results: list[DtypeGraph | Exception | None] = [None] * len(specs)
+    with tempfile.TemporaryDirectory(prefix="amplint-trace-") as scratch:
+        folder = Path(scratch)
+        # The specs go in a file: a batch's measured lines outgrow a command line's argument.
+        (folder / "specs.json").write_text(json.dumps({"batch": specs}), encoding="utf-8")
+        command = [sys.executable, "-m", "amplint.runtime.child", f"@{folder / 'specs.json'}", scratch]
+        with open(folder / "output.txt", "w+b") as printed:
+            child = subprocess.Popen(
+                command,
+                stdout=printed,
+                stderr=printed,
+                env=os.environ.copy(),
+                start_new_session=True,
+                preexec_fn=(lambda: _cap_memory(memory)) if memory and os.name == "posix" else None,
+            )
+            try:
+                child.wait(timeout=timeout * len(specs))
+            except subprocess.TimeoutExpired:
+                pass  # what finished stands; the rest is traced again one by one
+            finally:
+                _end_group(child)
+        for index in range(len(specs)):
+            graph, error = folder / f"{index}.json", folder / f"{index}.error"
+            if error.is_file():
+                code, _, message = error.read_text(encoding="utf-8").partition("\n")
+                failed = TargetError if int(code) == BAD_TARGET else ChildError
+                results[index] = failed(message.strip() or "the target could not be traced")
+            elif graph.is_file():
+                results[index] = DtypeGraph.load(graph)
+    out: list[DtypeGraph | Exception] = []
+    for spec, result in zip(specs, results, strict=True):
+        if result is None:
+            try:
+                result = trace_in_child(spec, timeout)
+            except (TargetError, ChildError) as exc:
+                result = exc
+        out.append(result)
+    return out
+
+
 def _cap_memory(limit: int) -> None:
     import resource
 
@@ -240,29 +335,54 @@ def _tail(printed: IO[bytes], limit: int) -> str:
 
 
 def main(argv: list[str]) -> int:
-    spec, output = json.loads(argv[0]), Path(argv[1])
+    given = Path(argv[0][1:]).read_text(encoding="utf-8") if argv[0].startswith("@") else argv[0]
+    spec, output = json.loads(given), Path(argv[1])
+    if "batch" in spec:  # several targets, one process: each one's graph or error in a folder
+        for index, one in enumerate(spec["batch"]):
+            code = _traced_to(one, output / f"{index}.json")
+            if code:
+                (output / f"{index}.error").write_text(f"{code}\n{_said.getvalue()}", encoding="utf-8")
+            _said.seek(0)
+            _said.truncate()
+        return 0
+    return _traced_to(spec, output)
+
+
+class _Said(io.StringIO):
+    """What the last target failed with, kept for a batch's error file and printed as well."""
+
+    def write(self, text: str) -> int:
+        sys.stderr.write(text)
+        return super().write(text)
+
+
+_said = _Said()
+
+
+def _traced_to(spec: dict[str, Any], output: Path) -> int:
+    """Trace one target and save its graph to `output`; the exit code that says how it failed."""
     from amplint.runtime.target import TargetError
     from amplint.runtime.tracer import TraceError
 
     try:
         graph = run_traced(spec)
     except TargetError as exc:  # no such file or factory, or a factory that returns no model
-        print(exc, file=sys.stderr)
+        print(exc, file=_said)
         return BAD_TARGET
     except SystemExit as exc:  # `sys.exit()` in the target's code: its error, not a trace's result
-        print(f"the target called sys.exit({exc.code!r}) instead of returning (model, args)", file=sys.stderr)
+        print(f"the target called sys.exit({exc.code!r}) instead of returning (model, args)", file=_said)
         return BAD_TARGET
     except MemoryError:
         print(
             "the target ran out of memory (memory-limit in [tool.amplint.runtime], or --memory-limit)",
-            file=sys.stderr,
+            file=_said,
         )
         return FACTORY_FAILED
     except TraceError as exc:  # a ReplayError is a TraceError
-        print(exc, file=sys.stderr)
+        print(exc, file=_said)
         return USAGE
     except ChildError as exc:
-        print(exc, file=sys.stderr)
+        print(exc, file=_said)
         return FACTORY_FAILED
     graph.save(output)
     return 0

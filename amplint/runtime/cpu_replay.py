@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import torch
-from torch.utils import _pytree as pytree
+
+from amplint.runtime.compat import tree_leaves, tree_map
 
 aten = torch.ops.aten
 
@@ -33,7 +34,7 @@ class Replay(torch.fx.Interpreter):
 
     def call(self, n: torch.fx.Node, args: Any, kwargs: Any) -> Any:
         """The node's op applied to `args` and `kwargs`, on CPU."""
-        args, kwargs = pytree.tree_map(on_cpu, (args, kwargs))
+        args, kwargs = tree_map(on_cpu, (args, kwargs))
         standin = _CPU_STANDINS.get(n.target)
         if standin is None:
             return cast(Callable[..., Any], n.target)(*args, **kwargs)
@@ -63,6 +64,20 @@ class Replay(torch.fx.Interpreter):
             return on_cpu(argument)
 
         return torch.fx.node.map_aggregate(n.args, value), torch.fx.node.map_aggregate(n.kwargs, value)
+
+
+class _Outputs(Replay):
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.op != "call_function":
+            return super().run_node(n)
+        return self.call(n, *self.fetch_args_kwargs_from_env(n))
+
+
+def replay_outputs(graph_module: torch.fx.GraphModule, inputs: Any) -> Any:
+    """What `graph_module` returns, replayed on CPU on `inputs` (real tensors in the structure the
+    graph was traced with)."""
+    with torch.no_grad():
+        return _Outputs(graph_module).run(*tree_leaves(inputs))
 
 
 def on_cpu(value: Any) -> Any:

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
 from torch.overrides import TorchFunctionMode
 
+from amplint.runtime import compat
 from amplint.runtime.gpu import DEFAULT_GPU, GPUS, Gpu
 
 __all__ = ["KERNEL_NAMES", "CudaAttentionMode", "sdpa_backend"]
@@ -166,7 +167,7 @@ _CHECKS = {
 def _priority(gpu: Gpu) -> list[SDPBackend]:
     """torch's order (flash, efficient, math, cuDNN unless `sdpa_kernel` set another); sm90 GPUs
     put cuDNN first, as torch does with the cuDNN (9.15.1 or newer) its CUDA wheels ship."""
-    order = [SDPBackend(code) for code in torch._C._get_sdp_priority_order()]
+    order = [SDPBackend(code) for code in compat.sdp_priority_order()]
     if gpu.capability[0] == 9 and SDPBackend.CUDNN_ATTENTION in order:
         order.remove(SDPBackend.CUDNN_ATTENTION)
         order.insert(0, SDPBackend.CUDNN_ATTENTION)

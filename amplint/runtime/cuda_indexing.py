@@ -24,9 +24,15 @@ from unittest import mock
 
 import torch
 import torch.nn.functional as F
-from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import _disable_current_modes
+
+from amplint.runtime.compat import (
+    FakeTensor,
+    OpOverloadPacket,
+    TensorBase,
+    active_fake_mode,
+    disable_current_modes,
+)
 
 __all__ = ["CudaIndexingMode", "getitem", "setitem"]
 
@@ -55,7 +61,7 @@ def _is_sequence(obj: object) -> bool:
 
 
 def _active_fake_mode() -> Any:
-    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+    return active_fake_mode()
 
 
 def _like(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -81,7 +87,7 @@ def _item(t: torch.Tensor) -> int | float | bool | None:
     if known is None:
         return None
     # Real data must be read with fake/proxy modes off, or they reject it.
-    with _disable_current_modes():
+    with disable_current_modes():
         return known.item()
 
 
@@ -169,7 +175,7 @@ def _sequence_to_tensor(seq: Any) -> torch.Tensor:
     # A real CPU tensor: aten.index accepts CPU indices for a CUDA self, a CUDA
     # factory would hit the very device guard this module avoids, and under fake
     # mode the data of a mask would be lost (it is needed for nonzero()).
-    with _disable_current_modes():
+    with disable_current_modes():
         t = torch.tensor(seq, device="cpu")
         return t if t.dtype in _MASK_DTYPES else t.to(torch.long)
 
@@ -303,7 +309,7 @@ def _finish_indices(x: torch.Tensor, sliced: torch.Tensor, indices: Indices) -> 
                     f"The shape of the mask {list(known.shape)} at index {j} does not match the shape "
                     f"of the indexed tensor {list(sliced.shape)} at index {d + j}"
                 )
-        with _disable_current_modes():
+        with disable_current_modes():
             cols = known.nonzero().unbind(1)
         out.extend(_like(x, col) for col in cols)
         d += known.dim()
@@ -446,7 +452,7 @@ def _contiguous(
 def _from_data(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any], device: Any) -> Any:
     """`torch.tensor(data, device="cuda")`: the CUDA path of the binding needs a CUDA build, so the
     tensor is built on the CPU and moved."""
-    with _disable_current_modes():
+    with disable_current_modes():
         known = func(*args, **{**kwargs, "device": "cpu"})
     return _moved(known, device, known.dtype)
 
@@ -455,10 +461,10 @@ def _moved(known: torch.Tensor, device: Any, dtype: torch.dtype) -> torch.Tensor
     """A real CPU tensor on the fake GPU. One of at most one element is made by a factory: make_fx
     treats it as a constant and would move the real one, which needs a CUDA build."""
     if known.numel() > 1:
-        with _disable_current_modes():
+        with disable_current_modes():
             known = known.to(dtype)
         return aten._to_copy.default(aten.lift_fresh_copy.default(known), device=device)
-    with _disable_current_modes():
+    with disable_current_modes():
         value = known.item() if known.numel() else 0
     return torch.full(known.shape, value, dtype=dtype, device=device)
 
@@ -496,7 +502,7 @@ def _cuda_device(device: Any) -> bool:
 
 def _unguarded(name: str, op: Callable[..., Any]) -> Callable[..., Any]:
     """`Tensor.<name>` that runs `op` for a fake CUDA tensor, whose binding would hit the guard."""
-    method = getattr(torch._C.TensorBase, name)
+    method = getattr(TensorBase, name)
 
     def call(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         if isinstance(self, FakeTensor) and self.device.type == "cuda":
@@ -612,7 +618,7 @@ class CudaIndexingMode(TorchFunctionMode):
             value = _known_value(x)
             if value is None:
                 return _SCALARS[func](aten._local_scalar_dense.default(x))
-            with _disable_current_modes():
+            with disable_current_modes():
                 return _SCALARS[func](value.item())
         # Fake CPU tensors moving to the fake GPU hit the same guard, so they count.
         movable = _on_cuda(x) or isinstance(x, FakeTensor)
@@ -639,7 +645,7 @@ class CudaIndexingMode(TorchFunctionMode):
                 found = aten.nonzero.default(args[0])
                 return found.unbind(1) if kwargs.get("as_tuple") else found
             packet = getattr(aten, _ATEN_NAMES.get(func.__name__, func.__name__), None)
-            if not isinstance(packet, torch._ops.OpOverloadPacket):
+            if not isinstance(packet, OpOverloadPacket):
                 raise
             try:
                 return packet(*args, **kwargs)

@@ -20,6 +20,8 @@ from contextlib import contextmanager
 
 import torch
 
+from amplint.runtime.compat import check, destroy_library, meta_grouped_mm
+
 __all__ = ["relaxed_meta"]
 
 
@@ -30,14 +32,10 @@ def _grouped_mm(
     bias: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    from torch._meta_registrations import meta_grouped_mm
-
     if mat_a.dtype == mat_b.dtype == torch.bfloat16:
         return meta_grouped_mm(mat_a, mat_b, offs=offs, bias=bias, out_dtype=out_dtype)
     # The shape checks of the bf16 kernel, on bf16 stand-ins; the dtype of the fallback path.
-    torch._check(
-        mat_a.dtype == mat_b.dtype, lambda: f"expected one dtype, got {mat_a.dtype} and {mat_b.dtype}"
-    )
+    check(mat_a.dtype == mat_b.dtype, lambda: f"expected one dtype, got {mat_a.dtype} and {mat_b.dtype}")
     half = torch.bfloat16
     out = meta_grouped_mm(
         mat_a.to(half),
@@ -87,4 +85,4 @@ def relaxed_meta() -> Iterator[None]:
         library.impl("_thnn_fused_lstm_cell", _lstm_cell, "Meta")
         yield
     finally:
-        library._destroy()
+        destroy_library(library)

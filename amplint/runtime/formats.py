@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 from amplint.runtime.graph import Magnitudes
+from amplint.runtime.numbers import share
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,12 @@ GRAD_SCALER_INIT = 16
 GRAD_SCALER_INTERVAL = 2000
 # The share of non-zero gradient elements a loss scale may leave flushed to zero.
 SPARE = 0.001
+
+
+def largest(dtype: str) -> float | None:
+    """The largest finite value of a format (65504 for float16); None for a dtype not in `FORMATS`."""
+    found = FORMATS.get(dtype)
+    return None if found is None else (2.0 - 2.0 ** (1 - found.precision)) * 2.0**found.max_exponent
 
 
 def lost_from(dtype: str, lr: float) -> int:
@@ -99,14 +106,14 @@ def grad_scaler(scale: LossScale) -> str:
     if scale.lowest > scale.highest:
         return (
             f"{bounds}: no single loss scale does both, the gradients span more than float16's "
-            f"range; at 2^{scale.highest} {scale.flushed_at(scale.highest):.2%} still flush. Train in "
+            f"range; at 2^{scale.highest} {share(scale.flushed_at(scale.highest))} still flush. Train in "
             "bfloat16, whose range is float32's"
         )
     init = f"GradScaler's initial 2^{GRAD_SCALER_INIT}"
     if scale.lowest > GRAD_SCALER_INIT:
         steps = (scale.lowest - GRAD_SCALER_INIT) * GRAD_SCALER_INTERVAL
         return (
-            f"{bounds}. {init} leaves {scale.flushed_at(GRAD_SCALER_INIT):.2%} flushed; it doubles the "
+            f"{bounds}. {init} leaves {share(scale.flushed_at(GRAD_SCALER_INIT))} flushed; it doubles the "
             f"scale after every {GRAD_SCALER_INTERVAL} steps without inf, so it reaches 2^{scale.lowest} "
             f"after about {steps} steps"
         )
@@ -116,4 +123,4 @@ def grad_scaler(scale: LossScale) -> str:
             f"{bounds}. {init} overflows: GradScaler halves the scale and skips the step on inf, "
             f"{skipped} skipped step(s) before 2^{scale.highest}"
         )
-    return f"{bounds}. {init} lies between: {scale.flushed_at(GRAD_SCALER_INIT):.2%} flush there"
+    return f"{bounds}. {init} lies between: {share(scale.flushed_at(GRAD_SCALER_INIT))} flush there"

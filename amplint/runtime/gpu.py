@@ -7,12 +7,15 @@ asks whether bf16 is supported); on a CPU-only build those questions raise. Whil
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 from unittest import mock
+
+from amplint.runtime.target import is_user_code
 
 __all__ = ["DEFAULT_GPU", "GPUS", "Gpu", "emulated"]
 
@@ -59,12 +62,22 @@ GPUS: dict[str, Gpu] = {
 DEFAULT_GPU = "a100"
 
 
+# Where the model's code asked `torch.cuda.is_bf16_supported()` in the traces of this process
+# (file, line): a dtype it picks by the answer is the code's choice, not the trace's.
+BF16_ASKED: list[tuple[str, int]] = []
+
+
 @contextmanager
 def emulated(gpu: Gpu) -> Iterator[None]:
     """`torch.cuda`'s device questions answered as `gpu` would answer them (one device, index 0)."""
 
     def bf16_supported(including_emulation: bool = True) -> bool:
         # Before sm80, torch answers True when bf16 can be emulated (it can), False otherwise.
+        caller = sys._getframe(1)
+        while caller is not None and not is_user_code(caller.f_code.co_filename):
+            caller = caller.f_back  # type: ignore[assignment]
+        if caller is not None:
+            BF16_ASKED.append((caller.f_code.co_filename, caller.f_lineno))
         return gpu.native_bf16 or including_emulation
 
     answers: dict[str, Any] = {

@@ -65,9 +65,9 @@ class DtypeNode:
 class NodeValues:
     """What one op produced when the graph was replayed on real tensors, against a float64 replay of
     the same graph from the same inputs and weights (the reference). Fractions are of the op's
-    elements; errors and ranges cover the positions where both values are finite."""
+    elements; errors cover the positions where both values are finite."""
 
-    low: float  # the smallest and largest finite value
+    low: float  # the smallest and largest finite value (0 and 0 when none is)
     high: float
     inf: float  # fraction of elements that are +-inf, and NaN
     nan: float
@@ -77,7 +77,9 @@ class NodeValues:
     error: float  # relative error against the reference, norm-wise: |value - ref| / |ref|
     error_max: float  # the largest element-wise relative error (see `amplint.runtime.cpu_replay`)
     local_error: float  # norm-wise error of the op run in its dtype from the reference's inputs
-    headroom: float | None  # log2(finfo.max / largest magnitude), in bits; None when all are zero
+    # log2(finfo.max / largest magnitude), in bits, left out the values the reference puts at the
+    # dtype's largest by design (a mask from `finfo.min`); None when all are zero.
+    headroom: float | None
 
     @property
     def absmax(self) -> float:
@@ -132,6 +134,9 @@ class ValueLimits:
     error_top: int = 3
     lr: float = 1e-4
     lost_update_fraction: float = 0.1
+    # AMP111 judges optimizer updates: only for a training run (a backward traced) or when asked
+    # (`lr` or `lost-update-fraction` given); an inference model has no updates to lose.
+    weight_updates: bool = False
 
 
 @dataclass
@@ -176,6 +181,7 @@ class DtypeGraph:
     torch_version: str
     emulated: bool = False  # CUDA autocast reproduced on fake CUDA tensors without a GPU
     gpu: str | None = None  # the GPU emulated ("a100", see amplint.runtime.gpu)
+    model: str | None = None  # the class of the traced module ("Qwen2ForCausalLM"), or the function's name
     notes: list[str] = field(default_factory=list)  # what the trace changed or assumed, for the report
     # Relative error at autocast's late upcasts, by cast node id, from replaying the graph on the
     # factory's real inputs and weights: `max`, `mean` (as traced) and `fixed_max`, `fixed_mean` (with
@@ -232,6 +238,7 @@ class DtypeGraph:
         summary: dict[str, Any] = {
             "ops": len(ops),
             "ops_per_dtype": dict(sorted(per_dtype.items())),
+            "ops_without_tensor": sum(1 for n in ops if n.dtype is None and n.policy not in _CASTS),
             "autocast_casts": sum(casts.values()),
             "autocast_casts_by_direction": dict(sorted(casts.items())),
             "explicit_casts": sum(1 for n in ops if n.policy == "explicit_cast"),
@@ -244,6 +251,9 @@ class DtypeGraph:
             )
             summary["backward_ops"] = len(backward)
             summary["backward_ops_per_dtype"] = dict(sorted(per_dtype.items()))
+            summary["backward_ops_without_tensor"] = sum(
+                1 for n in backward if n.dtype is None and n.policy != "autograd_cast"
+            )
             summary["autograd_casts"] = sum(1 for n in backward if n.policy == "autograd_cast")
         return summary
 
@@ -311,6 +321,7 @@ class DtypeGraph:
             nodes=nodes,
             emulated=data.get("emulated", False),
             gpu=data.get("gpu"),
+            model=data.get("model"),
             notes=data.get("notes", []),
             measured=measured,
             measure_note=data.get("measure_note"),

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 from unittest import mock
 
-from amplint.runtime.hf_config import _at, _configs, _reason, read_config
+from amplint.runtime.hf_config import _at, _configs, _reason, default_config, read_config
 from amplint.runtime.hf_inputs import inputs
 from amplint.runtime.target import TargetError
 
@@ -111,7 +111,7 @@ def _runs(cls: Any) -> TypeGuard[type]:
 
 
 def build(
-    config_path: str,
+    config_source: str | type,
     *,
     task: str | None = None,
     layers: int | None = None,
@@ -122,16 +122,22 @@ def build(
     input_ids: str | None = None,
     text: str | None = None,
 ) -> tuple[Any, tuple[()], dict[str, Any]]:
-    """The model for the config on the meta device, and inputs its forward takes; `input_ids`: a
-    file of token ids to use instead of drawn ones (see `read_token_ids`); `text`: a text to
-    tokenize with the tokenizer saved beside the config."""
+    """The model on the meta device, and inputs its forward takes. `config_source`: the path of a
+    config JSON (the config's head is built), or a model class (built from its config class's
+    defaults). `input_ids`: a file of token ids to use instead of drawn ones (see `read_token_ids`);
+    `text`: a text to tokenize with the tokenizer saved beside the config."""
     import torch
 
+    given = config_source if isinstance(config_source, type) else None
+    config_path = given.__name__ if given is not None else str(config_source)
+
     def configured(per_kind: int = 1) -> tuple[Any, str | None]:
+        if given is not None:
+            return default_config(given.config_class, layers=layers, per_kind=per_kind), None  # type: ignore[attr-defined]
         return runnable_part(read_config(config_path, layers=layers, per_kind=per_kind), task)
 
     config, part = configured()
-    found, cls = model_class(config, task)
+    found, cls = ("class", given) if given is not None else model_class(config, task)
     config = _for_head(config, found, cls)
     filled: list[str] = []
     first: Exception | None = None
@@ -227,6 +233,8 @@ def with_real_buffers(model: Any) -> Any:
 def _parameters_on_meta() -> Iterator[None]:
     import torch
 
+    from amplint.runtime import compat
+
     register = torch.nn.Module.register_parameter
 
     def on_meta(module: Any, name: str, parameter: Any) -> None:
@@ -234,7 +242,7 @@ def _parameters_on_meta() -> Iterator[None]:
         if parameter is not None and not parameter.is_meta:
             kind = type(parameter)
             extra = {k: v for k, v in vars(parameter).items() if k != "requires_grad"}
-            module._parameters[name] = kind(
+            compat.parameters_table(module)[name] = kind(
                 parameter.to("meta"), requires_grad=parameter.requires_grad, **extra
             )
 
@@ -315,6 +323,8 @@ def materialize_buffers(model: Any) -> None:
     values replay says that the model has no weights)."""
     import torch
 
+    from amplint.runtime import compat
+
     for module in model.modules():
         if not any(buffer.is_meta for buffer in module.buffers(recurse=False)):
             continue
@@ -324,7 +334,7 @@ def materialize_buffers(model: Any) -> None:
         except TypeError:  # not built from the config alone
             continue
         for key, buffer in fresh.named_buffers(recurse=False):
-            module.register_buffer(key, buffer, persistent=key not in module._non_persistent_buffers_set)
+            module.register_buffer(key, buffer, persistent=key not in compat.non_persistent_buffers(module))
         for key, value in vars(fresh).items():  # scalars computed with the buffers (attention_scaling)
             if not key.startswith("_") and not isinstance(value, torch.Tensor):
                 setattr(module, key, value)

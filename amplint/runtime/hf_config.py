@@ -4,6 +4,7 @@ lookups into a config and its sub-configs that building a model and its inputs s
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +42,7 @@ def read_config(config_path: str, *, layers: int | None = None, per_kind: int = 
     except ImportError:
         raise TargetError("--hf-config needs transformers: pip install 'amplint[hf]'") from None
     try:
-        data = json.loads(Path(config_path).read_text(encoding="utf-8"))
+        data = json.loads(Path(config_path).read_text(encoding="utf-8"), object_hook=_special_float)
     except OSError as exc:
         raise TargetError(f"cannot read {config_path}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
@@ -55,6 +56,33 @@ def read_config(config_path: str, *, layers: int | None = None, per_kind: int = 
         raise TargetError(f"{config_path}: transformers cannot read it{_at(exc)}: {_reason(exc)}") from None
     if layers is not None:
         config = _derived_counts(config, model_type, data, layers)
+        shrink(config, layers, per_kind=per_kind)
+    return config
+
+
+# How transformers writes the floats JSON has no literal for (`save_pretrained` of Mamba2's
+# `time_step_limit`, Falcon-H1's, Bamba's...): `{"__float__": "Infinity"}`.
+_FLOAT_TAG = "__float__"
+_TAGGED = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
+
+
+def _special_float(obj: dict[str, Any]) -> Any:
+    """A JSON object transformers wrote for a float (`{"__float__": "Infinity"}`) as that float."""
+    if obj.keys() == {_FLOAT_TAG} and obj[_FLOAT_TAG] in _TAGGED:
+        return _TAGGED[obj[_FLOAT_TAG]]
+    return obj
+
+
+def default_config(config_class: type, *, layers: int | None = None, per_kind: int = 1) -> Any:
+    """A config class's defaults (what a model class is built from when no config is given),
+    shrunk to `layers` blocks of every stack."""
+    try:
+        config = config_class()
+    except Exception as exc:  # a config class that needs arguments, said with its line
+        raise TargetError(
+            f"{config_class.__name__}() cannot be built from its defaults{_at(exc)}: {_reason(exc)}"
+        ) from None
+    if layers is not None:
         shrink(config, layers, per_kind=per_kind)
     return config
 

@@ -16,9 +16,9 @@ from collections.abc import Sequence, Set
 from typing import Any
 
 import torch
-from torch.utils import _pytree as pytree
 
 from amplint.runtime.chains import HALF, computing, late_upcasts
+from amplint.runtime.compat import tree_leaves
 from amplint.runtime.cpu_replay import Replay, first_tensor, relative_errors
 from amplint.runtime.graph import DtypeGraph
 
@@ -68,7 +68,7 @@ def measure(
     replay = _Measure(graph_module, shadowed, casts, singles)
     try:
         with torch.no_grad():
-            replay.run(*pytree.tree_leaves(inputs))
+            replay.run(*tree_leaves(inputs))
     except Exception as exc:  # an op without a CPU kernel, a model that needs its GPU
         graph.measure_note = f"the replay on CPU failed: {type(exc).__name__}: {str(exc)[:200]}"
         return

@@ -21,16 +21,18 @@ from typing import Any
 from unittest import mock
 
 import torch
-from torch._subclasses.fake_tensor import (
+from torch.autograd import grad_mode
+from torch.overrides import TorchFunctionMode
+
+from amplint.runtime.compat import (
     DataDependentOutputException,
+    DisableTorchFunction,
     DynamicOutputShapeException,
     FakeTensor,
     FakeTensorMode,
+    TorchDispatchMode,
+    disable_current_modes,
 )
-from torch.autograd import grad_mode
-from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
-
 from amplint.runtime.cuda_indexing import _treat_sequence_as_tuple
 from amplint.runtime.target import is_user_code, user_frame
 
@@ -169,7 +171,7 @@ class _Reads(TorchFunctionMode):
             # Says that the value is data-dependent, so that the trace asks a real run (or gives
             # the value the trace knows).
             value = aten._local_scalar_dense.default(tensor)
-        with torch._C.DisableTorchFunction(), _disable_current_modes():
+        with DisableTorchFunction(), disable_current_modes():
             return torch.tensor(value, dtype=tensor.dtype)
 
 

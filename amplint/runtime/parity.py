@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from amplint.runtime.compat import TorchDispatchMode
 from amplint.runtime.graph import DtypeGraph
 from amplint.runtime.target import is_user_code
 

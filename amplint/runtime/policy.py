@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from amplint.runtime.compat import OpOverload, has_kernel_for
+
 # Post-dispatch graphs show the implementation (`_softmax`) of a composite op that autocast lists
 # under its public name (`softmax.int`).
 _AUTOCAST_NAME = {
@@ -54,17 +56,17 @@ def autocast_key(device: str) -> str:
     return "AutocastCUDA" if device == "cuda" else "AutocastCPU"
 
 
-def is_listed(op: torch._ops.OpOverload, device: str) -> bool:
+def is_listed(op: OpOverload, device: str) -> bool:
     """Whether autocast on `device` has a kernel for the op (or the composite it implements)."""
     name = _AUTOCAST_NAME.get(op.overloadpacket.__name__, op.name())
     try:
-        return torch._C._dispatch_has_kernel_for_dispatch_key(name, autocast_key(device))
+        return has_kernel_for(name, autocast_key(device))
     except RuntimeError:  # an operator name this torch does not know
         return False
 
 
 def classify(
-    op: torch._ops.OpOverload,
+    op: OpOverload,
     dtype: torch.dtype | None,
     cast_inputs: list[torch.dtype],
     *,

@@ -1,4 +1,5 @@
-"""`amplint trace` output: a table of nodes and a summary, or JSON. No torch needed."""
+"""`amplint trace` output: the run, its findings, the counts of its ops and a table of them, or JSON.
+No torch needed."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import json
 import os
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
+from typing import Any
 
 from amplint.diagnostics import Diagnostic
 from amplint.runtime.chains import VIEWS
 from amplint.runtime.formats import FLOAT16_TINIEST, LossScale, grad_scaler, loss_scale
-from amplint.runtime.graph import DtypeGraph, DtypeNode, Magnitudes, NodeValues
+from amplint.runtime.graph import FLOATING, DtypeGraph, DtypeNode, Magnitudes, NodeValues
+from amplint.runtime.numbers import share
 
 
 def select(
@@ -45,14 +48,45 @@ def _where(node: DtypeNode) -> str:
     return f"{path}:{node.source.line}"
 
 
-def render_text(graph: DtypeGraph, nodes: list[DtypeNode]) -> str:
+def render_text(
+    graph: DtypeGraph, nodes: list[DtypeNode], *, target: str, findings: str = "", ops: bool = False
+) -> str:
+    """The trace as text: what was traced and how, the findings (`findings`, rendered), then the
+    counts; with `ops`, the table of `nodes` between them."""
+    lines = [f"# {describe_run(graph, target)}"]
+    lines += [f"# note: {note}" for note in graph.notes]
+    lines += ["", *findings.rstrip("\n").splitlines()] if findings else []
+    if ops:
+        lines += ["", *_op_table(graph, nodes)]
+    counted = count_lines(graph.summary(), autocast=graph.autocast)
+    counted[0] += "" if ops else "; --ops lists each op"
+    lines += ["", *counted]
+    lines += _attention_lines(graph)
+    if graph.loss is not None:
+        lines += _gradient_lines(graph)
+    if graph.values_note:
+        lines.append(f"values: not replayed: {graph.values_note}")
+    lines += _values_lines(graph)
+    return "\n".join(lines) + "\n"
+
+
+def describe_run(graph: DtypeGraph, target: str) -> str:
+    """What was built and from where, and the run's settings: `traced Qwen2ForCausalLM from
+    config.json: cuda autocast bfloat16, torch 2.13.0`."""
     mode = (
         f"{graph.device} autocast {graph.dtype}"
+        + (f", parameters cast to {graph.param_dtype}" if graph.param_dtype else "")
         if graph.autocast
-        else f"no autocast, parameters in {graph.param_dtype or 'their own dtype'}"
+        else f"no autocast, parameters {'cast to ' + graph.param_dtype if graph.param_dtype else 'in their own dtype'}"
     )
     if graph.emulated:
         mode += f" (emulated on fake cuda:0 as {_gpu_name(graph.gpu)})"
+    built = f"{graph.model} from {target}" if graph.model else target
+    return f"traced {built}: {mode}, torch {graph.torch_version}"
+
+
+def _op_table(graph: DtypeGraph, nodes: list[DtypeNode]) -> list[str]:
+    """One row per op: its dtypes, policy, line and module, and its values when replayed."""
     values = graph.values
     backward = graph.loss is not None
     phase = ("phase",) if backward else ()
@@ -73,43 +107,66 @@ def render_text(graph: DtypeGraph, nodes: list[DtypeNode]) -> str:
             row += _value_cells(found) if found is not None else ("",) * len(_VALUE_COLUMNS)
         rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [f"# {mode}, torch {graph.torch_version}"]
-    lines += [f"# note: {note}" for note in graph.notes]
-    lines += [
+    return [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
     ]
-    summary = graph.summary()
-    per_dtype = ", ".join(f"{count} {dtype}" for dtype, count in summary["ops_per_dtype"].items())
-    lines += [
-        "",
-        f"{summary['ops']} ops: {per_dtype}",
-        f"{summary['autocast_casts']} casts inserted by autocast, {summary['explicit_casts']} explicit casts",
-        f"{len(summary['fp32_islands'])} float32 islands inside the low-precision region",
+
+
+def count_lines(summary: dict[str, Any], *, autocast: bool) -> list[str]:
+    """The ops of a graph's `summary()` counted so that each count's parts add up to it: the
+    computing ops by the dtype they produced, and the casts by who inserted them."""
+    parts = _per_dtype(summary["ops_per_dtype"], summary["ops_without_tensor"])
+    casts = summary["autocast_casts"] + summary["explicit_casts"]
+    lines = [
+        f"{summary['ops']} ops: {summary['ops'] - casts} computing ({parts}), {casts} cast{'s' * (casts != 1)} "
+        f"({summary['autocast_casts']} inserted by autocast, {summary['explicit_casts']} explicit)"
     ]
-    if backward:
-        per_dtype = ", ".join(
-            f"{count} {dtype}" for dtype, count in summary["backward_ops_per_dtype"].items()
+    if autocast:
+        computing32 = summary["ops_per_dtype"].get("float32", 0)
+        islands = len(summary["fp32_islands"])
+        lines.append(
+            f"{islands} of the {computing32} float32 ops {'is a float32 island' if islands == 1 else 'are float32 islands'} "
+            "inside the low-precision region (fed by a cast)"
         )
-        lines += [
-            f"{summary['backward_ops']} backward ops: {per_dtype}",
-            f"{summary['autograd_casts']} casts of a gradient to the dtype its forward value had",
-        ]
-    lines += _attention_lines(graph)
-    if backward:
-        lines += _gradient_lines(graph)
-    if graph.values_note:
-        lines.append(f"values: not replayed: {graph.values_note}")
-    if values is not None:
-        replayed = len([n for n in graph.nodes if n.policy != "input" and n.id in values.nodes])
-        peak = f", peak memory {values.peak_bytes / 1024**2:,.0f} MB" if values.peak_bytes else ""
-        lines.append(f"values: {replayed} ops replayed against float64{peak}")
-        if values.stopped_at is not None:
-            stopped = graph.nodes[values.stopped_at]
-            lines.append(
-                f"values: the replay stopped at `{stopped.op}` ({_where(stopped)}): {values.stopped}"
-            )
-        lines += [f"values: {note}" for note in values.notes]
-    return "\n".join(lines) + "\n"
+    if "backward_ops" in summary:
+        parts = _per_dtype(summary["backward_ops_per_dtype"], summary["backward_ops_without_tensor"])
+        lines.append(
+            f"{summary['backward_ops']} backward ops: {summary['backward_ops'] - summary['autograd_casts']} "
+            f"computing ({parts}), {summary['autograd_casts']} casts of a gradient to the dtype its "
+            "forward value had"
+        )
+    return lines
+
+
+def _per_dtype(counts: dict[str, int], untyped: int) -> str:
+    """`200 bfloat16, 33 float32, 2 with no tensor output`, the largest first."""
+    parts = [f"{count} {dtype}" for dtype, count in sorted(counts.items(), key=lambda item: -item[1])]
+    return ", ".join(parts + ([f"{untyped} with no tensor output"] if untyped else [])) or "none"
+
+
+def _values_lines(graph: DtypeGraph) -> list[str]:
+    """How much of the graph the values replay ran, in counts that add up to the ops traced."""
+    values = graph.values
+    if values is None:
+        return []
+    ops = [n for n in graph.nodes if n.policy != "input"]
+    replayed = sum(1 for n in ops if n.id in values.nodes)
+    other = sum(1 for n in ops if n.id not in values.nodes and n.dtype not in FLOATING)
+    missed = len(ops) - replayed - other
+    peak = f", peak memory {values.peak_bytes / 1024**2:,.0f} MB" if values.peak_bytes else ""
+    parts = [f"{other} produce no floating-point value"] if other else []
+    if missed:
+        parts.append(
+            f"{missed} not replayed" + (" (the replay stopped)" if values.stopped_at is not None else "")
+        )
+    lines = [
+        f"values: {replayed} of the {len(ops)} ops{' (forward and backward)' * (graph.loss is not None)} "
+        "replayed against float64" + (f" ({', '.join(parts)})" if parts else "") + peak
+    ]
+    if values.stopped_at is not None:
+        stopped = graph.nodes[values.stopped_at]
+        lines.append(f"values: the replay stopped at `{stopped.op}` ({_where(stopped)}): {values.stopped}")
+    return lines + [f"values: {note}" for note in values.notes]
 
 
 def _gpu_name(key: str | None) -> str:
@@ -178,8 +235,8 @@ def _gradient_lines(graph: DtypeGraph) -> list[str]:
         lines += [
             "",
             f"float16 without loss scaling (the float64 gradients of this one batch): "
-            f"{total.flushed:.2%} of the {total.counts.nonzero:,} non-zero gradient elements flush to zero "
-            f"(below 2^{FLOAT16_TINIEST}), {total.subnormal:.2%} lie below the normal range (2^-14)",
+            f"{share(total.flushed)} of the {total.counts.nonzero:,} non-zero gradient elements flush to zero "
+            f"(below 2^{FLOAT16_TINIEST}), {share(total.subnormal)} lie below the normal range (2^-14)",
             f"float16 loss scaling: {grad_scaler(total)}",
         ]
     return lines
@@ -195,7 +252,7 @@ _GRADIENT_VALUE_COLUMNS = ("zero", "flushed", "subnormal", "float16 scales")
 def _gradient_cells(scale: LossScale, magnitudes: Magnitudes) -> tuple[str, ...]:
     zero = magnitudes.zeros / max(magnitudes.count, 1)
     scales = "-" if scale.lowest is None else f"2^{scale.lowest}..2^{scale.highest}"
-    return (f"{zero:.1%}", f"{scale.flushed:.2%}", f"{scale.subnormal:.2%}", scales)
+    return (share(zero), share(scale.flushed), share(scale.subnormal), scales)
 
 
 # absmax: largest finite magnitude; headroom: bits to the dtype's largest value; inf/nan and
@@ -208,8 +265,8 @@ def _value_cells(found: NodeValues) -> tuple[str, ...]:
     return (
         "-" if bad >= 1.0 else f"{found.absmax:.3g}",
         "-" if found.headroom is None else f"{found.headroom:.1f}",
-        f"{bad:.0%}" if bad else "",
-        f"{found.underflow:.0%}" if found.underflow else "",
+        share(bad) if bad else "",
+        share(found.underflow) if found.underflow else "",
         f"{found.error:.1e}" if found.error else "",
     )
 

@@ -45,6 +45,15 @@ def load_factory(target: str) -> Any:
     where, sep, name = target.rpartition(":")
     if not sep or not where or not name.isidentifier():
         raise TargetError(f"target {target!r} is not FILE.py:FACTORY or MODULE:FACTORY, e.g. {EXAMPLE}")
+    module = load_module(where)
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise TargetError(f"{where} has no callable {name!r}")
+    return factory
+
+
+def load_module(where: str) -> Any:
+    """The module a target's file path or dotted name names, imported (its folder on `sys.path`)."""
     if where.endswith(".py") or "/" in where or "\\" in where:
         path = Path(where)
         if not path.is_file():
@@ -62,10 +71,7 @@ def load_factory(target: str) -> Any:
             module = importlib.import_module(where)
         except ModuleNotFoundError as exc:
             raise TargetError(f"cannot import {where!r}: {exc}") from None
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise TargetError(f"{where} has no callable {name!r}")
-    return factory
+    return module
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,33 @@ _DEFAULTS: dict[str, object] = {
 }
 
 
+# The execution modes a trace runs in, as `modes` in [tool.amplint] names them (`:cpu` after an
+# autocast mode: CPU autocast's policy).
+MODES = ("autocast-bf16", "autocast-fp16", "cast-bf16", "cast-fp16")
+_SHORT = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def mode_settings(name: str) -> dict[str, Any]:
+    """The trace settings of an execution mode: autocast on a device in a dtype (the weights stay
+    float32), or the model cast to a dtype and run without autocast."""
+    base, _, device = name.partition(":")
+    kind = base.partition("-")[0]
+    if base not in MODES or device not in ("", "cuda", "cpu") or (kind == "cast" and device):
+        raise TargetError(
+            f"unknown mode {name!r}: expected one of {', '.join(MODES)} (autocast ones may add ':cpu')"
+        )
+    dtype = _SHORT[base.partition("-")[2]]
+    if kind == "autocast":
+        return {
+            "mode": name,
+            "device": device or "cuda",
+            "dtype": dtype,
+            "autocast": True,
+            "param_dtype": None,
+        }
+    return {"mode": name, "device": "cuda", "dtype": dtype, "autocast": False, "param_dtype": dtype}
+
+
 def unknown_keys(runtime: dict[str, Any]) -> list[str]:
     """What `[tool.amplint.runtime]` (and each of its target tables) holds that amplint does not
     read, said as warnings: ignored, never fatal, as for `[tool.amplint]`."""
@@ -137,10 +170,17 @@ def unknown_keys(runtime: dict[str, Any]) -> list[str]:
     return said
 
 
-def target_specs(runtime: dict[str, Any], targets: list[str] | None, root: Path) -> list[dict[str, Any]]:
+def target_specs(
+    runtime: dict[str, Any], targets: list[str] | None, root: Path, overrides: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """The trace specs for `amplint check --confirm`: the `--target` values when given, else the
     `targets` of `[tool.amplint.runtime]` (each a string or a table with its own settings); the
-    table's own keys are the defaults. A relative file path is relative to `root` (the config's)."""
+    table's own keys are the defaults, `overrides` (the command line's mode: `device`, `dtype`,
+    `autocast`, `param_dtype`) beat both. A relative file path is relative to `root` (the
+    config's). A target whose mode nothing sets is traced `as_built`: in the dtype its factory's
+    model holds when that is half precision (a float16 model runs without autocast)."""
+    overrides = overrides or {}
+    mode_keys = ("device", "dtype", "autocast", "param-dtype")
     where = "[tool.amplint.runtime]"
     defaults = {key: _choice(runtime, key, _DEFAULTS[key], where) for key in _CHOICES}
     limits = value_limits(runtime, where)
@@ -158,6 +198,7 @@ def target_specs(runtime: dict[str, Any], targets: list[str] | None, root: Path)
         weights = table.get("weights")
         if weights is not None and not isinstance(weights, str):
             raise TargetError(f"{named} 'weights' must be a path to a .safetensors file or a state dict")
+        chosen = any(key in table or key in runtime for key in mode_keys) or bool(overrides)
         specs.append(
             {
                 "name": table["target"],  # as written: how amplint.lock names the target
@@ -172,7 +213,9 @@ def target_specs(runtime: dict[str, Any], targets: list[str] | None, root: Path)
                 "limits": {**limits, **value_limits(table, named)},
                 "weights": None if weights is None else str(root / weights),
                 "compare_cpu": True,
+                "as_built": not chosen,
                 **child,
+                **overrides,
             }
         )
     return specs

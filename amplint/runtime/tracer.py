@@ -24,13 +24,13 @@ from unittest import mock
 import torch
 import torch.fx.traceback as fx_traceback
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.proxy import TracerBase
-from torch.utils import _pytree as pytree
 
+from amplint.runtime import compat
 from amplint.runtime.backward import PHASE, backward_graph, loss_of
-from amplint.runtime.cpu_replay import first_tensor
+from amplint.runtime.compat import FakeTensor, FakeTensorMode, OpOverload, TensorBase, tree_leaves, tree_map
+from amplint.runtime.cpu_replay import first_tensor, replay_outputs
 from amplint.runtime.cuda_attention import CudaAttentionMode
 from amplint.runtime.cuda_indexing import CudaIndexingMode
 from amplint.runtime.cuda_kernels import relaxed_meta
@@ -58,7 +58,7 @@ from amplint.runtime.target import MadeInTrace, is_user_code, user_frame
 
 _CAST_OPS = frozenset({"_to_copy", "to", "convert_element_type", "_to_dtype"})
 # Where a tensor method's function object lives (`Tensor.to` is TensorBase's).
-_TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
+_TENSOR_CLASSES = (torch.Tensor, TensorBase)
 _CAST_METHODS = frozenset({"to", "float", "double", "half", "bfloat16", "type", "type_as"})
 
 
@@ -71,18 +71,17 @@ def _conversions_in_place() -> Iterator[None]:
     the call (functional_call puts the traced state back when the forward returns). A deep copy
     of a fake tensor (Dory copies its cache's layers for each loop): torch copies its storage,
     which a trace cannot hold, so it is cloned instead, the same copy as an op."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    original = nn.Module._apply
+    original = compat.module_apply
 
     def _apply(module: nn.Module, fn: Callable[..., Any], recurse: bool = True) -> nn.Module:
-        tensors = (*module._parameters.values(), *module._buffers.values())
+        tables = (compat.parameters_table(module), compat.buffers_table(module))
+        tensors = (*tables[0].values(), *tables[1].values())
         if not any(isinstance(t, FakeTensor) for t in tensors):
             return original(module, fn, recurse)
         if recurse:
             for child in module.children():
-                child._apply(fn)
-        for table in (module._parameters, module._buffers):
+                compat.convert(child, fn)
+        for table in tables:
             for key, tensor in table.items():
                 if tensor is not None:
                     table[key] = fn(tensor)
@@ -102,7 +101,7 @@ def _conversions_in_place() -> Iterator[None]:
 
     formatted = torch.Tensor.__format__
     with (
-        mock.patch.object(nn.Module, "_apply", _apply),
+        compat.patch_module_apply(_apply),
         mock.patch.object(torch.Tensor, "__format__", __format__),
         mock.patch.object(FakeTensor, "__deepcopy__", __deepcopy__),
     ):
@@ -124,7 +123,7 @@ def autocast_enabled(device: str, dtype: torch.dtype, enabled: bool) -> Iterator
     torch.set_autocast_dtype(device, dtype)
     torch.autocast_increment_nesting()
     try:
-        with mock.patch("torch.cuda.amp.common.amp_definitely_not_available", return_value=False):
+        with compat.amp_always_available():
             yield
     finally:
         if torch.autocast_decrement_nesting() == 0:
@@ -138,7 +137,7 @@ def _op_name(func: Any) -> str:
     if getattr(func, "__objclass__", None) in _TENSOR_CLASSES:
         return f"Tensor.{name}"
     module = getattr(func, "__module__", None) or "torch"
-    return f"{'torch' if module.startswith('torch._C') else module}.{name}"
+    return f"{'torch' if module.startswith(compat.C_MODULE) else module}.{name}"
 
 
 class _CastTagMode(torch.overrides.TorchFunctionMode):
@@ -291,7 +290,7 @@ def _fake(value: Any, mode: FakeTensorMode, device: str, param_dtype: torch.dtyp
 def _made(inputs: Any, device: str, param_dtype: torch.dtype | None) -> Any:
     """`inputs` with each `MadeInTrace` made: inside the traced call, its tensors are the trace's."""
     dtype = param_dtype or torch.float32
-    return pytree.tree_map(lambda v: v.make(device, dtype) if isinstance(v, MadeInTrace) else v, inputs)
+    return tree_map(lambda v: v.make(device, dtype) if isinstance(v, MadeInTrace) else v, inputs)
 
 
 def trace(
@@ -312,6 +311,7 @@ def trace(
     backward: bool = False,
     labels: torch.Tensor | None = None,
     real_model: Callable[[nn.Module], nn.Module] | None = None,
+    outputs: Callable[[Any], None] | None = None,
 ) -> DtypeGraph:
     """Trace `fn_or_module(*args, **kwargs)` and return the dtype of every op it ran.
 
@@ -330,7 +330,9 @@ def trace(
     the outputs with alternating signs; the graph's `gradients` name the node of each trainable
     parameter's gradient. `real_model`: for a model built on the meta device, the model to run on
     the CPU when a real run answers questions about values (`amplint.runtime.oracle`): one whose
-    buffers hold the values its config computes."""
+    buffers hold the values its config computes. `outputs`: called with what the graph returns when
+    replayed on the real inputs and weights, op by op in the traced dtypes (so under the emulated
+    CUDA autocast's choices); it is not called for a model without weights."""
     if device not in {"cuda", "cpu"}:
         raise ValueError(f"device must be 'cuda' or 'cpu', not {device!r}")
     fake_device = "cuda:0" if device == "cuda" else "cpu"
@@ -340,7 +342,7 @@ def trace(
     call_args = (tuple(args), dict(kwargs or {}))
     # A model run in `param_dtype` gets its floating-point inputs in that dtype too (`model.half()`
     # is fed half activations); integer inputs (token ids) stay as they are.
-    fake_args = pytree.tree_map(lambda v: _fake(v, mode, fake_device, param_dtype), call_args)
+    fake_args = tree_map(lambda v: _fake(v, mode, fake_device, param_dtype), call_args)
     trainable = {} if model is None else _trainable(model)
     losses: list[str] = []  # what the backward differentiates, in words
     if backward and not trainable:
@@ -388,7 +390,7 @@ def trace(
             if emulated:  # what torch.cuda answers about the device, before any autocast block asks
                 stack.enter_context(emulated_gpu(GPUS[gpu]))
                 stack.enter_context(relaxed_meta())
-            stack.enter_context(mock.patch.object(TracerBase, "_filter_traceback_frames", _user_frames))
+            stack.enter_context(compat.patch_traceback_filter(_user_frames))
             stack.enter_context(fx_traceback.preserve_node_meta())
             running: list[str] = []  # a forward that raises leaves its module's path here
             stack.enter_context(_module_paths(model, running))
@@ -441,9 +443,7 @@ def trace(
     gradients: dict[str, torch.fx.Node] = {}
     if backward:
         with relaxed_meta() if emulated else contextlib.nullcontext():
-            graph_module, gradients = backward_graph(
-                graph_module, pytree.tree_leaves(traced_inputs), trainable
-            )
+            graph_module, gradients = backward_graph(graph_module, tree_leaves(traced_inputs), trainable)
     graph, fx_nodes = _dtype_graph(
         graph_module,
         device=device,
@@ -453,6 +453,7 @@ def trace(
         emulated=emulated,
     )
     graph.gpu = gpu if emulated else None
+    graph.model = type(model).__name__ if model is not None else getattr(fn_or_module, "__qualname__", None)
     # The placeholders come in the order of the traced inputs' leaves, the model's state first.
     placeholders = [i for i, fx_node in enumerate(fx_nodes) if fx_node.op == "placeholder"]
     graph.parameters = {name: placeholders[index] for name, index in trainable.items()}
@@ -471,6 +472,10 @@ def trace(
     if unchecked:
         places = ", ".join(dict.fromkeys(unchecked))
         graph.notes.append(f"checks on input values skipped (the trace's tensors hold no values): {places}")
+    if outputs is not None:
+        real_inputs = _real_inputs(model, call_args, param_dtype)
+        if real_inputs is not None:
+            outputs(replay_outputs(graph_module, real_inputs))
     if measure or values:
         real_inputs = _real_inputs(model, call_args, param_dtype)
         if backward and labels is not None and real_inputs is not None:
@@ -495,7 +500,7 @@ def trace(
 def _fake_kernel_log_quiet() -> Iterator[None]:
     """A kernel that raises on fake tensors is logged by torch with its whole traceback before the
     error reaches us; the trace's own message says it once, with the model's line."""
-    log = logging.getLogger("torch._subclasses.fake_tensor")
+    log = logging.getLogger(compat.FAKE_TENSOR_LOGGER)
     was = log.disabled
     log.disabled = True
     try:
@@ -509,9 +514,7 @@ def _value_checks_skipped(places: list[str]) -> Iterator[None]:
     """`torch._check_tensor_all*` on a fake tensor (transformers' `torch_compilable_check` on an
     input's values: shapes that must fit, indices in range) cannot be decided without values, and
     does not change a dtype: it is skipped and its place noted. Checks on Python values still run."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    real_with, real_all = torch._check_tensor_all_with, torch._check_tensor_all
+    real_with, real_all = compat.original_tensor_checks()
 
     def where() -> str:
         frames = traceback.extract_stack()[:-2]
@@ -533,10 +536,7 @@ def _value_checks_skipped(places: list[str]) -> Iterator[None]:
             return
         real_all(cond, message)
 
-    with (
-        mock.patch.object(torch, "_check_tensor_all_with", check_with),
-        mock.patch.object(torch, "_check_tensor_all", check_all),
-    ):
+    with compat.patch_tensor_checks(check_with, check_all):
         yield
 
 
@@ -552,7 +552,7 @@ def _trainable(model: nn.Module) -> dict[str, int]:
 
 def _traceable(output: Any) -> Any:
     """The output with what make_fx cannot return (a key/value cache object) replaced by None."""
-    return pytree.tree_map(lambda v: v if isinstance(v, (torch.Tensor, *_PLAIN)) else None, output)
+    return tree_map(lambda v: v if isinstance(v, (torch.Tensor, *_PLAIN)) else None, output)
 
 
 _PLAIN = (int, float, bool, str, type(None))
@@ -565,7 +565,7 @@ class _NoWeights(Exception):
 def _real_answers(traced: Callable[..., Any] | nn.Module, model: nn.Module | None, call_args: Any) -> Answers:
     """The answers of one real CPU run (`amplint.runtime.oracle`) with the traced inputs, and the
     model's weights or stand-ins where it has none."""
-    inputs = pytree.tree_map(lambda v: v.detach().cpu() if isinstance(v, torch.Tensor) else v, call_args)
+    inputs = tree_map(lambda v: v.detach().cpu() if isinstance(v, torch.Tensor) else v, call_args)
     positional, keywords = _made(inputs, "cpu", None)
     if model is None:
         return record(lambda: traced(*positional, **keywords))
@@ -589,7 +589,7 @@ def _real_inputs(model: nn.Module | None, call_args: Any, param_dtype: torch.dty
         return value.to(param_dtype) if param_dtype is not None and value.is_floating_point() else value
 
     try:
-        args = pytree.tree_map(real, call_args)
+        args = tree_map(real, call_args)
         if model is None:
             return (args,)
         state = {name: real(t) for name, t in (*model.named_parameters(), *model.named_buffers())}
@@ -700,7 +700,7 @@ def _dtype_graph(
                         if floating and node_autocast
                         else "inherited"
                     )
-            elif isinstance(target_op, torch._ops.OpOverload):
+            elif isinstance(target_op, OpOverload):
                 casts = [nodes[ids[p]].dtype for p in producers if nodes[ids[p]].policy == "autocast_cast"]
                 policy = classify(
                     target_op,

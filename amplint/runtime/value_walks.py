@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 
-from amplint.runtime.chains import VIEWS, where
+from amplint.runtime.chains import VIEWS, upcast_help, where
 from amplint.runtime.graph import DtypeGraph, DtypeNode, NodeValues
+from amplint.runtime.numbers import value_range
 
 PRODUCTS = frozenset(
     {"mm", "bmm", "addmm", "baddbmm", "matmul", "linear", "convolution", "addmv", "mv", "dot"}
@@ -16,6 +17,7 @@ PRODUCTS = frozenset(
 _SOFTMAX = frozenset({"_softmax", "softmax", "_log_softmax", "_safe_softmax"})
 _MASKS = frozenset({"masked_fill", "masked_fill_", "fill", "fill_", "full", "full_like", "new_full", "where"})
 _EXPONENTIALS = frozenset({"exp", "exp2", "expm1", "pow"})
+_CASTS = frozenset({"explicit_cast", "autocast_cast"})
 _SUMS = frozenset({"sum", "cumsum", "mean", "prod", "cumprod", "var", "var_mean", "logsumexp"})
 # How the tests trace the value rules' examples: in float16, replayed.
 VALUES_IN_FLOAT16: Mapping[str, object] = MappingProxyType({"dtype": "float16", "values": True})
@@ -40,9 +42,8 @@ def producer_values(graph: DtypeGraph, node: DtypeNode) -> list[NodeValues]:
 
 
 def ranges(graph: DtypeGraph, node: DtypeNode) -> str:
-    """The ranges of a node's replayed inputs, as `[low, high]` each."""
-    found = producer_values(graph, node)
-    return ", ".join(f"[{v.low:.3g}, {v.high:.3g}]" for v in found) or "no tensor inputs"
+    """The ranges of a node's replayed inputs, as `[low, high]` each (see `value_range`)."""
+    return ", ".join(value_range(v) for v in producer_values(graph, node)) or "no tensor inputs"
 
 
 def per_line(found: Iterable[tuple[DtypeNode, NodeValues]]) -> list[tuple[DtypeNode, NodeValues]]:
@@ -115,10 +116,19 @@ def fix_for(graph: DtypeGraph, node: DtypeNode) -> str:
             "or scale the queries before the product (`(q * scaling) @ k.transpose(-1, -2)`; scaling "
             "after it is too late), or compute the scores in float32"
         )
-    if node.op in PRODUCTS:
+    wider = cast_from(node)
+    if wider is not None:
         return (
-            "compute this product in float32 (upcast its inputs), scale an input down before it, "
-            "or run in bfloat16, whose range is float32's"
+            f"the values reach this cast near or past {node.dtype}'s largest value: build them within its range "
+            f"(a mask from `torch.finfo(torch.{node.dtype}).min`), or keep them in {wider} past this point"
+        )
+    if node.op in PRODUCTS and node.policy == "lower_precision":  # autocast casts `.float()` back down
+        return f"{upcast_help(graph, node)}; or scale an input down before it"
+    if node.op in PRODUCTS:
+        return _either(
+            "compute this product in float32 (upcast its inputs)",
+            "scale an input down before it",
+            *_bfloat16(node),
         )
     if node.op in _MASKS:
         return "build masks from `torch.finfo(dtype).min` rather than a hand-written constant"
@@ -126,6 +136,26 @@ def fix_for(graph: DtypeGraph, node: DtypeNode) -> str:
         return "subtract the maximum before exponentiating, or compute it in float32"
     if node.op in _SUMS:
         return "accumulate in float32 (`dtype=torch.float32`, or upcast the input first)"
-    return (
-        f"upcast to float32 before `{node.op}` (`.float()` on its input at {where(node)}), or run in bfloat16"
+    if node.policy == "lower_precision":
+        return upcast_help(graph, node)
+    return _either(
+        f"upcast to float32 before `{node.op}` (`.float()` on its input at {where(node)})", *_bfloat16(node)
     )
+
+
+def cast_from(node: DtypeNode) -> str | None:
+    """For a cast, the dtype its input already holds the values in (an upcast before the cast
+    changes nothing); None for any other op."""
+    if node.policy not in _CASTS:
+        return None
+    return ", ".join(dict.fromkeys(d for d in node.input_dtypes if d)) or "its input's dtype"
+
+
+def _bfloat16(node: DtypeNode) -> list[str]:
+    """bfloat16 as the way out of float16's range; an op already in bfloat16 (or float32) has none."""
+    return ["run in bfloat16, whose range is float32's"] if node.dtype == "float16" else []
+
+
+def _either(*fixes: str) -> str:
+    """`a, b, or c`; `a or b`; `a`."""
+    return fixes[0] if len(fixes) == 1 else f"{', '.join(fixes[:-1])}{',' * (len(fixes) > 2)} or {fixes[-1]}"

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch.utils import _pytree as pytree
 
 from amplint.runtime.chains import VIEWS, at, where
+from amplint.runtime.compat import tree_leaves, tree_map
 from amplint.runtime.cpu_replay import Replay, first_tensor, relative_errors
 from amplint.runtime.graph import (
     DtypeGraph,
@@ -76,7 +76,7 @@ def replay_values(
     values = Values(outputs=_outputs(graph_module, ids), limits=limits or ValueLimits())
     with torch.no_grad():
         try:
-            replayer.run(*pytree.tree_leaves(inputs))
+            replayer.run(*tree_leaves(inputs))
         except _Stopped as stop:
             values.stopped_at = ids.get(stop.node)
             values.stopped = f"{type(stop.error).__name__}: {str(stop.error).strip()[:300]}"
@@ -138,7 +138,7 @@ class _ValuesReplay(Replay):
         try:
             reference = self.call(n, *self.converted(n, torch.float64, self.reference))
         except (RuntimeError, TypeError, NotImplementedError) as exc:  # no float64 kernel
-            reference = pytree.tree_map(_to_float64, result)
+            reference = tree_map(_to_float64, result)
             self.notes.append(
                 f"{self._name(n)} has no float64 form ({type(exc).__name__}): its reference is its own value"
             )
@@ -249,8 +249,7 @@ def _input_stats(value: torch.Tensor) -> NodeValues:
     if not (math.isfinite(low) and math.isfinite(high)):
         count = value.numel()
         inf, nan = int(value.isinf().sum()) / count, int(value.isnan().sum()) / count
-        finite = value[value.isfinite()]
-        low, high = (float(finite.min()), float(finite.max())) if finite.numel() else (0.0, 0.0)
+        low, high = _range(value[value.isfinite()])
     return NodeValues(
         low=low,
         high=high,
@@ -273,12 +272,12 @@ def _stats(traced: torch.Tensor, reference: torch.Tensor, local: torch.Tensor | 
         reference = traced.to(torch.float64)
     finite, ref_finite = traced.isfinite(), reference.isfinite()
     info = torch.finfo(traced.dtype)
-    # Positions the reference itself puts at or past the dtype's largest value (a mask built from
-    # `finfo.min`) are there by design: they do not count against the headroom.
+    # The range is that of every finite value; but positions the reference itself puts at or past
+    # the dtype's largest value (a mask built from `finfo.min`) are there by design: they do not
+    # count against the headroom.
     absolute = reference.abs()
-    in_range = finite & ~(absolute >= info.max)
-    kept = traced[in_range]
-    low, high = (float(kept.min()), float(kept.max())) if kept.numel() else (0.0, 0.0)
+    low, high = _range(traced[finite])
+    within = _range(traced[finite & ~(absolute >= info.max)])
     # A flushed value counts where it is within the dtype's precision of the largest one: smaller
     # ones vanish next to it in any sum anyway (a softmax's far tail).
     magnitude = absolute.where(ref_finite, 0.0)
@@ -299,8 +298,14 @@ def _stats(traced: torch.Tensor, reference: torch.Tensor, local: torch.Tensor | 
         error=_normwise(value64, ref_both),
         error_max=relative_errors(value64, ref_both)[0],
         local_error=0.0 if local is None or local is traced else _local_error(local, reference),
-        headroom=_headroom(traced.dtype, max(abs(low), abs(high))),
+        headroom=_headroom(traced.dtype, max(abs(within[0]), abs(within[1]))),
     )
+
+
+def _range(values: torch.Tensor) -> tuple[float, float]:
+    """The smallest and largest of `values`; (0, 0) when there are none (the counts of inf and NaN
+    say what the tensor held instead)."""
+    return (float(values.min()), float(values.max())) if values.numel() else (0.0, 0.0)
 
 
 def _local_error(local: torch.Tensor, reference: torch.Tensor) -> float:
@@ -330,7 +335,7 @@ def _outputs(graph_module: torch.fx.GraphModule, ids: dict[torch.fx.Node, int]) 
     found: list[int] = []
     for node in graph_module.graph.nodes:
         if node.op == "output":
-            for value in pytree.tree_leaves(node.args[0]):
+            for value in tree_leaves(node.args[0]):
                 if isinstance(value, torch.fx.Node) and value in ids:
                     found.append(ids[value])
     return found
@@ -374,7 +379,7 @@ def _estimate(graph_module: torch.fx.GraphModule) -> tuple[int, tuple[str, str] 
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
-    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]
+    return [leaf for leaf in tree_leaves(value) if isinstance(leaf, torch.Tensor)]
 
 
 def _size(count: int) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import libcst as cst
 
 from amplint.static.context import FileContext, scopes_holding
-from amplint.static.facts import TENSOR, Fact
+from amplint.static.facts import TENSOR
 from amplint.static.flow import Flow, Policy, value_children
 from amplint.static.patterns import (
     argument,
@@ -257,14 +257,6 @@ def scores_returned_by(ctx: FileContext, call: cst.CSTNode) -> list[cst.CSTNode]
         for step in ctx.facts.of(call).why
         if ctx.function_of(step.node) is not here and score_operands(ctx, step.node) is not None
     ]
-
-
-def why_half(fact: Fact, names: str | None = None) -> str:
-    """Why a value is half there, for a message: the engine's evidence, and whose choice it is."""
-    if fact.caller:
-        steps = "; ".join(step.text for step in fact.why)
-        return f"this holds when the caller runs it in {names or fact.half_names()}: {steps}"
-    return fact.explain()
 
 
 def scaled_before(ctx: FileContext, node: cst.BaseExpression, flow: Flow | None) -> bool:

@@ -24,7 +24,7 @@ import libcst as cst
 
 from amplint.static import ops
 from amplint.static.context import FileContext
-from amplint.static.facts import MODULE, TENSOR, UNKNOWN
+from amplint.static.facts import MODULE, OFF, TENSOR, UNKNOWN
 from amplint.static.flow import Flow, Origins, Policy, analyse
 from amplint.static.patterns import callee_name, with_method
 from amplint.static.scopes import Scope, walk
@@ -49,15 +49,22 @@ _ELEMENTWISE = frozenset(
 
 
 def cast_back(
-    ctx: FileContext, upcast: cst.BaseExpression, fixed: cst.BaseExpression, data: cst.BaseExpression
+    ctx: FileContext,
+    upcast: cst.BaseExpression,
+    fixed: cst.BaseExpression,
+    data: cst.BaseExpression,
+    op: str | None = None,
 ) -> tuple[Edit, ...] | None:
     """The edits that put `fixed` in place of `upcast` and cast what derives from it back to the
-    dtype of `data` (the value the upcast read) wherever it leaves elementwise code; None where that
-    cannot be proven right."""
+    dtype of `data` (the value the upcast read) wherever it leaves elementwise code, or, for an
+    `op` that an autocast may run in float32 itself, to the dtype `op` gives there
+    (`op_dtype`); None where that cannot be proven right."""
     scope = _scope_of(ctx, upcast)
     dtype = _dtype_source(ctx, scope, data) if scope is not None else None
     if scope is None or dtype is None:
         return None
+    if op is not None:
+        dtype = op_dtype(dtype, op)
     places: list[cst.BaseExpression] = []
     unsure: list[cst.CSTNode] = []
 
@@ -108,6 +115,46 @@ def cast_back(
     return _edits(upcast, fixed, dict.fromkeys(places), dtype)
 
 
+# Calls whose operands must share one dtype with a weight or with each other: a float32 operand next
+# to a half one raises (`mat1 and mat2 must have the same dtype`).
+_PRODUCTS = frozenset({"matmul", "mm", "bmm", "baddbmm", "addmm", "einsum", "linear", "conv1d", "conv2d"})
+
+
+def half_weight_consumer(ctx: FileContext, upcast: cst.BaseExpression) -> cst.CSTNode | None:
+    """The first place in its function where the value computed from `upcast` meets a module
+    (`self.out(...)`) or a product (`@`, `matmul`, `einsum`, `linear`) that may run without
+    autocast: with the value float32 and the weights or the other operand half, it raises (under
+    autocast the module or product casts its inputs). None where it meets none."""
+    scope = _scope_of(ctx, upcast)
+    if scope is None:
+        return None
+    found: list[cst.CSTNode] = []
+
+    def seed(node: cst.BaseExpression, flow: Flow) -> bool:
+        return node is upcast
+
+    def sink(node: cst.BaseExpression, flow: Flow) -> str | None:
+        if (
+            isinstance(node, cst.BinaryOperation)
+            and isinstance(node.operator, cst.MatrixMultiply)
+            and (flow.taint(node.left) or flow.taint(node.right))
+        ):
+            if OFF in ctx.facts.autocast_at(node):
+                found.append(node)
+            return "product"
+        if isinstance(node, cst.Call) and not _passes_on(ctx, node):
+            module = ctx.facts.of(node.func).kind == MODULE or ctx.facts.of(node).kind == MODULE
+            if (module or callee_name(node) in _PRODUCTS) and any(flow.taint(arg.value) for arg in node.args):
+                # Where the call runs only under autocast, the module or product casts its inputs.
+                if OFF in ctx.facts.autocast_at(node):
+                    found.append(node)
+                return "call"
+        return None
+
+    analyse(scope, Policy(seed=seed, sink=sink))
+    return found[0] if found else None
+
+
 # Operands that select or mask rather than take part in the arithmetic, so never widen the dtype:
 # the keyword, and the position among the arguments of the function form (`torch.gather(x, 1, i)`).
 _SELECTORS = {"gather": ("index", 2), "index_select": ("index", 2), "masked_fill": ("mask", 1)}
@@ -139,6 +186,19 @@ def dtype_source(
     that is the dtype `upcast` had; None where it cannot be read."""
     scope = _scope_of(ctx, upcast)
     return _dtype_source(ctx, scope, data) if scope is not None else None
+
+
+def op_dtype(dtype: cst.BaseExpression, op: str) -> cst.BaseExpression:
+    """`x.new_empty(0).<op>(0).dtype` for `x.dtype`: the dtype `op` gives a tensor of `x`'s dtype
+    where the cast back runs. Under CUDA autocast, which runs `cumsum` and `cumprod` in float32, that
+    is float32 (the unfixed code's dtype there: casting back to `x.dtype` would round autocast's
+    float32 result to half); elsewhere `x`'s dtype. An empty tensor: nothing is computed."""
+    assert isinstance(dtype, cst.Attribute)
+    empty = cst.Call(
+        func=cst.Attribute(value=dtype.value, attr=cst.Name("new_empty")), args=[cst.Arg(cst.Integer("0"))]
+    )
+    result = cst.Call(func=cst.Attribute(value=empty, attr=cst.Name(op)), args=[cst.Arg(cst.Integer("0"))])
+    return cst.Attribute(value=result, attr=cst.Name("dtype"))
 
 
 def upcast_dtype(

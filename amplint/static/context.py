@@ -40,6 +40,9 @@ class Finding:
     extra: Mapping[str, object] = field(default_factory=dict)
     # Why the value has its dtype there (from the dtype-facts engine): related locations in reports.
     evidence: tuple[Step, ...] = ()
+    # Its half dtype is only the caller's choice (`Fact.caller`; the message says so with
+    # `CALLER_CLAUSE`): conditional where no execution mode or configured precision reaches it.
+    caller_only: bool = False
 
 
 class FileContext:

@@ -23,8 +23,8 @@ TENSOR, DTYPE, SCALAR, INTEGER, MODULE, OTHER, UNKNOWN = (
     "other",
     "unknown",
 )
-# How a finding says that its half dtype is only the caller's choice (`Fact.caller`): a finding that
-# says so in a project with no execution mode is conditional (`amplint.rules.runner`).
+# How a finding says that its half dtype is only the caller's choice (`Fact.caller`); the finding
+# marks it with `caller_only` too (`amplint.static.context.Finding`).
 CALLER_CLAUSE = "this holds when the caller runs it in"
 SHORT_NAMES = {F64: "float64", F32: "float32", BF16: "bf16", F16: "fp16"}
 
@@ -205,6 +205,14 @@ class Float16:
     autocast: bool
     surely: bool
     why: tuple[Step, ...]
+
+
+def why_half(fact: Fact, names: str | None = None) -> str:
+    """Why a value is half there, for a message: the engine's evidence, and whose choice it is."""
+    if fact.caller:
+        steps = "; ".join(step.text for step in fact.why)
+        return f"{CALLER_CLAUSE} {names or fact.half_names()}: {steps}"
+    return fact.explain()
 
 
 def shorten(code: str, limit: int = 60) -> str:

@@ -151,8 +151,9 @@ class _Project:
             self.modules.setdefault(suffix, []).append(display)
         code = load()
         role = role_of(relative)
+        offset, at_line = 0, 1  # settings come in line order: each offset counts on from the last
         for line, what, dtypes, kind in settings_with_kinds(code):
-            offset = _line_offset(code, line)
+            offset, at_line = _line_offset(code, line, offset, at_line), line
             for mode in modes_of_setting(kind, dtypes):
                 self.entries.append((display, offset, ModeWhy(mode, display, line, what, (), role)))
 
@@ -369,9 +370,9 @@ def _words(code: bytes) -> set[bytes]:
     return set(_WORD.findall(code))
 
 
-def _line_offset(code: bytes, line: int) -> int:
-    offset = 0
-    for _ in range(line - 1):
+def _line_offset(code: bytes, line: int, offset: int, at_line: int) -> int:
+    """Where `line` starts, counted on from `offset`, where line `at_line` (not after it) starts."""
+    for _ in range(line - at_line):
         offset = code.index(b"\n", offset) + 1
     return offset
 

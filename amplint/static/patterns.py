@@ -25,14 +25,6 @@ MATMUL_FUNCTIONS = frozenset(
 MATMUL_METHODS = frozenset({"matmul", "mm", "bmm", "baddbmm", "addmm"})
 
 
-class SourceText(cst.Name):
-    """Source text as a node: what a fix puts in place of a node when it adds a line beside it (a
-    decorator below another, a statement before another): libcst has no node for "these lines"."""
-
-    def _validate(self) -> None:
-        pass
-
-
 def method_call(ctx: ParsedFile, node: cst.CSTNode, names: frozenset[str]) -> cst.BaseExpression | None:
     """The receiver of `<receiver>.name(...)` when `name` is in `names` and the receiver is a tensor
     value: not an imported module (`torch.exp(x)`) and not `self` (`self.softmax(x)` calls a submodule)."""

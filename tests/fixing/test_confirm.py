@@ -141,7 +141,7 @@ def test_softplus_form_has_no_precision_chain(tmp_path: Path) -> None:
     [
         ('autocast = false\nparam-dtype = "float16"', "confirmed", "formed the scores in float16"),
         ('dtype = "float16"', "confirmed", "formed the scores in float16"),
-        ("", "refuted", "ran in bfloat16, whose range is float32's"),
+        ("", "refuted", "formed the scores in bfloat16, whose range is float32's"),
         ("autocast = false", "refuted", "formed the scores in float32"),
     ],
 )
@@ -174,6 +174,24 @@ def test_sigmoid_already_float32_is_refuted_and_hidden(tmp_path: Path, model: st
     assert "ran in float32" in refuted[0]["evidence"]
     hidden = _json(amplint_run(tmp_path, *args))
     assert not [d for d in hidden if d["code"] == "AMP001" and d["line"] == line]
+
+
+def test_a_fix_whose_finding_the_trace_refutes_is_dropped(tmp_path: Path) -> None:
+    """The sigmoid ran in float32: its upcast would change nothing for the better, so `--fix` leaves
+    the line as it is and says why; the log names each fix at its line in the file as left."""
+    path = write(tmp_path / "model.py", UPCAST_EARLIER)
+    write(tmp_path / "pyproject.toml", OPT_IN_AMP001)
+    args = ["check", "model.py", "--confirm", "--target", "model.py:factory"]
+    done = amplint_run(tmp_path, *args, "--fix", "--unsafe-fixes")
+    assert done.returncode in (0, 1), done.stderr
+    log = [line for line in done.stderr.splitlines() if line.startswith("amplint: fix ")]
+    assert "amplint: fix model.py:16 AMP001: dropped: the trace refuted its finding" in log
+    text = path.read_text(encoding="utf-8")
+    assert "    w = -math.exp(-0.5) * xw.sigmoid()\n" in text
+    lines = text.splitlines()
+    for entry in log:
+        where = entry.split()[2]  # model.py:LINE
+        assert 1 <= int(where.split(":")[1]) <= len(lines), entry
 
 
 def test_a_finding_no_traced_op_came_from_is_unreached(tmp_path: Path) -> None:

@@ -118,14 +118,15 @@ TINY = textwrap.dedent(
 
 def _calls(tmp_path: Path, name: str, lines: set[int]) -> dict[str, object]:
     """What `fix_safety_calls.py` prints for `name` of MODULE + TINY, in a process of its own (it
-    sets a trace function)."""
+    sets a trace function); its outputs are saved to `tmp_path / "outputs.pt"`."""
     package = tmp_path / "tinypkg"
     package.mkdir(exist_ok=True)
     (package / "__init__.py").write_text("")
     (package / "model.py").write_text(MODULE + TINY)
     argv = [sys.executable, str(BENCHMARKS / "fix_safety_calls.py"), "tinypkg.model", name]
-    argv.append(",".join(map(str, sorted(lines))))
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    argv += [",".join(map(str, sorted(lines))), str(tmp_path / "outputs.pt")]
+    root = Path(__file__).parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(tmp_path), str(root)))}
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -133,15 +134,29 @@ def _calls(tmp_path: Path, name: str, lines: set[int]) -> dict[str, object]:
     return result
 
 
-def test_a_default_config_is_built_tiny_and_runs_in_both_half_dtypes_through_the_fixed_line(
+def test_a_default_config_is_built_tiny_and_runs_in_every_mode_through_the_fixed_line(
     tmp_path: Path,
 ) -> None:
-    pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
+    from amplint.runtime.modes import MODES, load
+
     through = _calls(tmp_path, "Tiny", {5})  # line 5: the body of `rms`, which every layer calls
     # 1024 wide and 12 deep by default, built 64 wide and 1 deep, on 16 tokens
     assert through["bfloat16"] == {"dtype": "torch.bfloat16", "shape": [1, 16, 64], "finite": True}
     assert through["float16"] == {"dtype": "torch.float16", "shape": [1, 16, 64], "finite": True}
+    # under autocast the weights stay float32; rms's mean and sqrt run in float32 there
+    assert through["cuda-autocast-bf16"] == {"dtype": "torch.float32", "shape": [1, 16, 64], "finite": True}
     assert through["reached"] is True
+    runs = load(str(tmp_path / "outputs.pt"))
+    assert list(runs) == [mode.name for mode in MODES]
+    # the same weights and inputs in every mode: each run is close to the float64 one
+    reference = runs["float64"].out
+    assert reference is not None
+    for mode in MODES:
+        out = runs[mode.name].out
+        assert out is not None, runs[mode.name].raised
+        tolerance = 8 * torch.finfo(mode.precision).eps * reference[0].abs().max()
+        assert (out[0].double() - reference[0]).abs().max() <= tolerance, mode.name
     unrelated = MODULE.splitlines().index(
         "        return x.rms  # an attribute of the same name is not a use"
     )
@@ -152,4 +167,34 @@ def test_a_function_runs_only_from_the_table(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     assert _calls(tmp_path, "lonely", {5}) == {
         "build": "TypeError: lonely is a function with no tiny call here"
+    }
+
+
+def test_each_mode_is_judged_against_the_originals_float64_output(tmp_path: Path) -> None:
+    """The saved outputs of a run before and after its fixes: in bfloat16 the error grew, in float16
+    the fixed run raises, elsewhere they are equal; the table counts that under the run's rule."""
+    torch = pytest.importorskip("torch")
+    from amplint.runtime.modes import MODES, Run, save
+
+    reference = torch.linspace(-1, 1, 64, dtype=torch.float64)
+    before = {mode.name: Run(out=[reference.to(mode.dtype)]) for mode in MODES}
+    after = dict(before)
+    after["bfloat16"] = Run(out=[(reference + 0.25).to(torch.bfloat16)])
+    after["float16"] = Run(raised="RuntimeError: mat1 and mat2 must have the same dtype")
+    saved = (tmp_path / "original.pt", tmp_path / "fixed.pt")
+    save(before, str(saved[0]))
+    save(after, str(saved[1]))
+    tried = fix_safety.Tried("model", {}, {}, saved, frozenset({"AMP007"}))
+    verdicts = fix_safety._judged(tried, safe=False)
+    assert verdicts["bfloat16"] is not None and verdicts["bfloat16"].startswith("error 0.25")
+    assert verdicts["float16"] == "raises: RuntimeError: mat1 and mat2 must have the same dtype"
+    assert [mode for mode, why in verdicts.items() if why is None] == [
+        mode.name for mode in MODES if mode.name not in ("bfloat16", "float16")
+    ]
+    row = fix_safety._per_rule([(tried, verdicts)])[-1]
+    cells = row.strip("| ").split(" | ")
+    assert cells[0] == "AMP007"
+    assert dict(zip([mode.name for mode in MODES], cells[1:], strict=True)) == {
+        mode.name: {"bfloat16": "1 / 0 / 1", "float16": "1 / 1 / 0"}.get(mode.name, "1 / 0 / 0")
+        for mode in MODES
     }

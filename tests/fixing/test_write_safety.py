@@ -283,7 +283,7 @@ def test_stdin_with_a_symlinked_filename_writes_nothing(tmp_path: Path) -> None:
         input=HAZARD,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,  # a hang's guard: it takes seconds, ~20 s on a loaded machine
     )
     assert done.stdout == HAZARD_FIXED  # the fixed code goes to stdout, as for a formatter
     assert victim.read_text(encoding="utf-8") == HAZARD

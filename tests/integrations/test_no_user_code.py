@@ -24,6 +24,11 @@ SCRIPTS = Path(sys.executable).parent
 PLANTED = "open(__file__ + '.ran', 'w').close()\n"
 
 
+# Seconds: a guard against a hang only. Each command here takes a few seconds, and about 30 on two
+# cores loaded by eight busy processes and other jobs.
+GUARD = 600
+
+
 def plant(root: Path) -> Path:
     """A repository with a finding to report, a configuration to read, and a module for every name
     of the standard library."""
@@ -47,7 +52,7 @@ def script(name: str) -> Path:
 
 
 def checked(root: Path, command: list[str]) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=GUARD)
     assert done.returncode == 1, done.stderr  # the finding, reported
     assert f"model.py:5:9: {HAZARD_CODE}" in done.stdout
     return done
@@ -120,7 +125,7 @@ def test_the_action_check_command_as_written(tmp_path: Path) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=GUARD,
     )
     # Isolated, the interpreter imports the installed amplint (the trap is in the workspace either way).
     assert done.returncode == 1, done.stderr
@@ -170,7 +175,7 @@ def test_the_language_server_command(tmp_path: Path) -> None:
                     )
                 )
             )
-            opened = await asyncio.wait_for(published.get(), 60)
+            opened = await asyncio.wait_for(published.get(), GUARD)
             await client.shutdown_async(None)
             client.exit(None)
             return list(opened.diagnostics)

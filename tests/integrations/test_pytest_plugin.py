@@ -3,11 +3,15 @@ against the committed `amplint.lock`, in a real pytest run in a subprocess."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support import amplint_run, write
+
+ROOT = Path(__file__).resolve().parents[2]
 
 MODEL = """\
 import torch
@@ -67,3 +71,55 @@ def test_a_missing_lock_fails_with_what_to_do(tmp_path: Path) -> None:
     failed = _pytest(tmp_path)
     assert failed.returncode == 1
     assert "amplint.lock does not exist: write it with `amplint lock` and commit it" in failed.stdout
+
+
+def _interpreter_without_torch(folder: Path) -> Path:
+    """A real virtual environment (no system site-packages) holding what this one holds but torch:
+    each installed distribution linked in, torch's left out."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    python = folder / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    installed = Path(pytest.__file__).resolve().parents[1]
+    for entry in installed.iterdir():
+        stem = entry.name.split("-")[0].split(".")[0].lower()
+        # amplint itself comes from the tree under test (PYTHONPATH); .pth files would bring it too.
+        if (
+            stem in {"torch", "torchgen", "functorch", "amplint"}
+            or entry.suffix == ".pth"
+            or stem.startswith("__")
+        ):
+            continue
+        (Path(purelib) / entry.name).symlink_to(entry)
+    return python
+
+
+def test_without_torch_the_fixture_says_how_to_install_it(tmp_path: Path) -> None:
+    python = _interpreter_without_torch(tmp_path / "venv")
+    project = tmp_path / "project"
+    write(project / "pyproject.toml", "[tool.amplint]\n")
+    write(project / "model.py", MODEL.format(cast=""))
+    write(project / "test_contract.py", USER_TEST)
+    locked = amplint_run(project, "lock", "model.py:factory")  # written where torch is installed
+    assert locked.returncode == 0, locked.stderr
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    no_torch = subprocess.run([python, "-c", "import torch"], env=environment, capture_output=True, text=True)
+    assert no_torch.returncode == 1 and "No module named 'torch'" in no_torch.stderr
+    done = subprocess.run(
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "amplint.integrations.pytest_plugin"],
+        cwd=project,
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (
+        "amplint: amplint_lock traces the model and needs torch: pip install 'amplint[runtime]'"
+        in done.stdout
+    )
+    output = done.stdout + done.stderr
+    assert "Traceback" not in output and "ModuleNotFoundError" not in output

@@ -381,7 +381,7 @@ def test_clean_never_removes_a_git_repository_or_the_home_folder(tmp_path: Path)
             capture_output=True,
             text=True,
             env={**os.environ, "HOME": str(home)},
-            timeout=120,
+            timeout=600,  # a hang's guard: it takes seconds, ~20 s on a loaded machine
         )
         assert proc.returncode == 2 and why in proc.stderr, proc.stderr
         assert tree(folder) == before

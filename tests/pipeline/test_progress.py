@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,3 +51,14 @@ def test_a_check_shows_progress_only_on_a_terminal(tmp_path: Path) -> None:
         capture_output=True,
     )
     assert b"checking files" not in piped.stderr and b"\x1b" not in piped.stderr
+
+
+def test_the_progress_line_names_each_step_before_the_files_and_the_time_taken(tmp_path: Path) -> None:
+    # A large tree sat at `0/4719` for a minute: finding the files and reading the project's
+    # execution modes come before the first file is checked, and the line says so, with the time.
+    for i in range(30):
+        write(tmp_path / f"m{i}.py", HAZARD)
+    shown = _stderr_on_a_terminal(tmp_path, "check", ".", "--no-cache")
+    assert re.search(rb"checking files \(finding files\) \d+s", shown)
+    assert re.search(rb"checking files 0/30 \(reading execution modes\) \d+s", shown)
+    assert re.search(rb"checking files \d+/30 \d+s", shown)

@@ -97,8 +97,8 @@ def test_the_forward_is_the_forward_only_trace() -> None:
     assert ops(joint) == ops(alone)
     assert joint.parameters == alone.parameters == {"a.weight": 0, "a.bias": 1, "b.weight": 2, "b.bias": 3}
     # Its report keeps the forward-only columns and has no gradient table.
-    report = render_text(alone, select(alone))
-    assert report.splitlines()[1].split() == ["id", "op", "dtypes", "policy", "source", "module"]
+    report = render_text(alone, select(alone), target="m.py:factory", ops=True)
+    assert report.splitlines()[2].split() == ["id", "op", "dtypes", "policy", "source", "module"]
     assert "gradients of" not in report and "backward ops" not in report
 
 
@@ -219,7 +219,7 @@ def test_gradient_underflow_of_a_constructed_case() -> None:
     assert scale.flushed_at(5) == 0.6 and scale.flushed_at(6) == 0.0
     # GradScaler starts at 2^16, past 2^15: one step skipped on inf, then 2^15.
     assert "2^16 overflows" in grad_scaler(scale) and "1 skipped step(s) before 2^15" in grad_scaler(scale)
-    report = render_text(graph, select(graph))
+    report = render_text(graph, select(graph), target="m.py:factory")
     row = next(line for line in report.splitlines() if line.startswith("w "))
     assert row.split() == [
         "w",
@@ -228,9 +228,9 @@ def test_gradient_underflow_of_a_constructed_case() -> None:
         "float32",
         "mul",
         "(float32)",
-        "2.3%",
-        "60.00%",
-        "90.00%",
+        "2%",
+        "60%",
+        "90%",
         "2^6..2^15",
     ]
 
@@ -307,11 +307,18 @@ def test_amp111_counts_what_an_optimizer_step_loses(tmp_path: Path) -> None:
     from amplint.runtime.target import load_factory
 
     path = write(tmp_path / "block.py", BLOCK)
-    graph = run_traced(
-        {"target": f"{path}:factory", "device": "cuda", "dtype": "bfloat16", "autocast": True, "values": True}
-    )
+    spec = {
+        "target": f"{path}:factory",
+        "device": "cuda",
+        "dtype": "bfloat16",
+        "autocast": True,
+        "values": True,
+    }
     rule = rule_by_code("AMP111")
     assert rule is not None
+    # An inference run (no backward traced, no learning rate asked for) has no updates to lose.
+    assert list(rule.check_graph(run_traced(spec))) == []
+    graph = run_traced({**spec, "limits": {"lr": 1e-4}})
     findings = {f.node.source.line: f for f in rule.check_graph(graph) if f.node.source}
     assert sorted(findings) == [12, 13]
     model, _ = load_factory(f"{path}:factory")()
@@ -345,7 +352,7 @@ def test_trace_backward_cli_json_and_text(tmp_path: Path) -> None:
     assert data["summary"]["backward_ops"] == sum(n["phase"] == "backward" for n in data["nodes"])
     graph = DtypeGraph.from_dict(data)
     assert graph.node(graph.gradients["proj.weight"]).phase == "backward"
-    text = _amplint("trace", "block.py:factory", "--backward", cwd=tmp_path).stdout
+    text = _amplint("trace", "block.py:factory", "--backward", "--ops", cwd=tmp_path).stdout
     header = next(line for line in text.splitlines() if line.startswith("id "))
     assert header.split()[:5] == ["id", "op", "dtypes", "policy", "phase"]
     row = next(line for line in text.splitlines() if line.startswith("proj.weight "))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -157,3 +158,42 @@ def _this_gpu():  # type: ignore[no-untyped-def]
 
     capability = torch.cuda.get_device_capability()
     return next((gpu for gpu in GPUS.values() if gpu.capability == capability), GPUS["a100"])
+
+
+PARITY_DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "cuda_parity.json"
+
+
+def _recorded_call(row: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool]:
+    """The query, key and mask of one recorded SDPA call (benchmarks/cuda_parity.py's grid: batch
+    2, `shape` "q<query len> k<key len> h<query heads>/<key heads>"), as meta tensors: the choice
+    reads shapes, strides and dtypes only."""
+    match = re.fullmatch(r"q(\d+) k(\d+) h(\d+)/(\d+)", row["shape"])
+    assert match, row["shape"]
+    query_len, key_len, query_heads, key_heads = map(int, match.groups())
+    dtype = getattr(torch, row["dtype"])
+    query = torch.empty(2, query_heads, query_len, row["head"], dtype=dtype, device="meta")
+    key = torch.empty(2, key_heads, key_len, row["head"], dtype=dtype, device="meta")
+    mask_dtype = {"none": None, "bool": torch.bool, "float": dtype}[row["mask"]]
+    mask = None if mask_dtype is None else torch.empty(query_len, key_len, dtype=mask_dtype, device="meta")
+    return query, key, mask, query_heads != key_heads
+
+
+def test_the_recorded_sdpa_calls_pick_the_kernel_the_gpu_picked() -> None:
+    # Every call docs/cuda-parity.md counts, replayed through the emulation's choice on the GPU it
+    # was recorded on: a change to the choice (or a torch that reorders its priorities) shows here.
+    from amplint.runtime.cuda_attention import KERNEL_NAMES
+    from amplint.runtime.gpu import GPUS
+
+    data = json.loads(PARITY_DATA.read_text(encoding="utf-8"))
+    gpu = next(gpu for gpu in GPUS.values() if list(gpu.capability) == data["capability"])
+    calls = data["attention"]
+    assert len(calls) == 324 and {row["real"] for row in calls} >= {"cudnn", "efficient", "math"}
+    differing = []
+    for row in calls:
+        query, key, mask, gqa = _recorded_call(row)
+        chosen = KERNEL_NAMES[
+            sdpa_backend(query, key, key, mask, is_causal=row["causal"], enable_gqa=gqa, gpu=gpu)
+        ]
+        if chosen != row["real"]:
+            differing.append({**row, "now": chosen})
+    assert not differing, json.dumps(differing[:10], indent=1)

@@ -394,6 +394,39 @@ def test_v100_runs_the_bf16_model_in_float16_and_reports_its_overflow(tmp_path: 
     assert data["gpu"] == "v100" and data["notes"]
 
 
+ASKS_BF16 = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+        self.b = nn.Linear(16, 16)
+
+    def forward(self, x):
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        h = self.a(x)
+        with torch.autocast("cuda", dtype=dtype):
+            return self.b(h) + h
+
+
+def factory():
+    return Net(), (torch.randn(2, 16),)
+"""
+
+
+def test_v100_follows_what_torch_answers_the_code_that_asks_for_bf16(tmp_path: Path) -> None:
+    """torch answers `is_bf16_supported()` True on a V100 (bf16 is emulated): the code that asks runs
+    in bfloat16 there, so the trace does not swap it to float16 (which mixed the two dtypes, AMP104)."""
+    (tmp_path / "m.py").write_text(ASKS_BF16, encoding="utf-8")
+    graph = run_traced({"target": f"{tmp_path / 'm.py'}:factory", **_spec("", gpu="v100"), "hf_config": None})
+    assert {n.dtype for n in graph.nodes if n.op == "addmm"} == {"bfloat16"}
+    assert any(f"is_bf16_supported() at {tmp_path / 'm.py'}:12" in note for note in graph.notes), graph.notes
+    assert not any(note.startswith("bfloat16 is not native") for note in graph.notes)
+
+
 # --- errors name the user's code -----------------------------------------------------------------
 
 
@@ -729,3 +762,19 @@ def test_a_video_tracker_gets_an_inference_session_made_inside_the_trace(tmp_pat
     # annotation names; made before the trace, its tensors would be real CPU ones.
     graph = run_traced(_spec(_config(tmp_path, {"model_type": "sam2_video"})))
     assert any(node.op == "convolution" and node.dtype == "bfloat16" for node in graph.nodes)
+
+
+@pytest.mark.parametrize(
+    "config_class",
+    ["Mamba2Config", "BambaConfig", "FalconH1Config", "GraniteMoeHybridConfig", "NemotronHConfig"],
+)
+def test_configs_transformers_writes_with_its_float_tags_are_read(tmp_path: Path, config_class: str) -> None:
+    """`save_pretrained` writes an infinite `time_step_limit` as `{"__float__": "Infinity"}`."""
+    import math
+
+    import transformers
+
+    getattr(transformers, config_class)().save_pretrained(tmp_path)
+    assert '"__float__"' in (tmp_path / "config.json").read_text(encoding="utf-8")
+    config = read_config(str(tmp_path / "config.json"), layers=2)
+    assert math.inf in tuple(config.time_step_limit)

@@ -1,0 +1,250 @@
+"""`amplint check --deep`: the candidates of the five incidents of CASES.md, in modules written as a
+user would (tests/data/incidents), confirmed by traces of classes amplint finds and builds itself,
+in the mode each project runs them in; and the pieces that make that: the classes found, the modes
+a command-line target is traced in."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import amplint_run, write
+
+from amplint.pipeline.deep import model_classes
+from amplint.report import ReportSummary, render
+
+INCIDENTS = Path(__file__).resolve().parents[1] / "data" / "incidents"
+
+# file -> (rule, line, the mode its project runs it in, whether the error is measured)
+EXPECTED = {
+    "rwkv_decay.py": ("AMP001", 22, "autocast-bf16", True),
+    "qwen_eager_fp16.py": ("AMP002", 32, "cast-fp16", True),
+    "v100_rmsnorm.py": ("AMP006", 14, "cast-fp16", True),
+    "finetune_mask.py": ("AMP004", 18, "autocast-fp16", False),
+    "gptq_sampling.py": ("AMP007", 18, "cast-fp16", True),
+}
+
+
+def _json(done: Any) -> list[dict[str, Any]]:
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads(done.stdout)["diagnostics"]
+
+
+@pytest.fixture(scope="module")
+def incidents(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    pytest.importorskip("torch")
+    project = tmp_path_factory.mktemp("incidents")
+    for module in INCIDENTS.glob("*.py"):
+        shutil.copy(module, project / module.name)
+    write(project / "pyproject.toml", '[project]\nname = "incidents"\n')  # no [tool.amplint]
+    done = amplint_run(project, "check", ".", "--deep", "--show-refuted", "--no-cache", "--format", "json")
+    assert done.returncode == 1, done.stderr
+    document = json.loads(done.stdout)
+    return document["diagnostics"], document["summary"]
+
+
+@pytest.mark.parametrize("file", sorted(EXPECTED))
+def test_each_incident_is_confirmed_in_its_projects_mode(
+    incidents: tuple[list[dict[str, Any]], dict[str, Any]], file: str
+) -> None:
+    found, _ = incidents
+    code, line, mode, measured = EXPECTED[file]
+    hits = [d for d in found if d["path"] == file and d["code"] == code and d["line"] == line]
+    assert len(hits) == 1, [(d["code"], d["line"], d["confidence"]) for d in found if d["path"] == file]
+    hit = hits[0]
+    assert hit["confidence"] == "confirmed", hit.get("evidence")
+    assert all(f"[{mode}]" in target for target in hit["targets"]), hit["targets"]
+    if measured:
+        assert 0 < hit["measured"]["max"] < 0.1
+        assert "relative error max" in hit["evidence"]
+
+
+def test_no_true_finding_refuted_and_no_runtime_finding_a_real_run_would_not_show(
+    incidents: tuple[list[dict[str, Any]], dict[str, Any]],
+) -> None:
+    found, _ = incidents
+    assert [d for d in found if d["confidence"] == "refuted"] == []
+    assert [d for d in found if d["code"] in {"AMP103", "AMP104", "AMP111"}] == []
+
+
+def test_the_mask_cast_two_lines_on_is_followed(
+    incidents: tuple[list[dict[str, Any]], dict[str, Any]],
+) -> None:
+    """The mask is built in float32 at its line: the trace follows it to the cast that makes it
+    float16 (where -1e9 becomes -inf) instead of refuting it by the op on the line."""
+    found, _ = incidents
+    (mask,) = [d for d in found if d["code"] == "AMP004"]
+    assert "ran in float32" in mask["evidence"]
+    assert "`_to_copy` at finetune_mask.py:19 made it float16" in mask["evidence"]
+    # The values replay measures what the cast does: -1e9 becomes -inf in about half of the mask.
+    (overflow,) = [d for d in found if d["code"] == "AMP105"]
+    assert (overflow["path"], overflow["line"]) == ("finetune_mask.py", 19)
+    assert 0.4 < overflow["overflow"] < 0.6
+    assert ".float()" not in overflow["help"]  # the cast's input is float32 already
+
+
+def test_sampling_is_followed_back_to_the_probabilities(
+    incidents: tuple[list[dict[str, Any]], dict[str, Any]],
+) -> None:
+    found, _ = incidents
+    (sampling,) = [d for d in found if d["code"] == "AMP013"]
+    assert sampling["confidence"] == "confirmed"
+    assert "held in float16" in sampling["evidence"]
+
+
+def test_the_summary_counts_per_file(incidents: tuple[list[dict[str, Any]], dict[str, Any]]) -> None:
+    _, summary = incidents
+    confirmed = {"confirmed": 1, "refuted": 0, "unreached": 0, "not confirmed": 0}
+    assert summary["traced"] == {
+        "finetune_mask.py": confirmed,
+        "gptq_sampling.py": {**confirmed, "confirmed": 2},  # AMP007 and AMP013
+        "qwen_eager_fp16.py": confirmed,
+        "rwkv_decay.py": confirmed,
+        "v100_rmsnorm.py": confirmed,
+    }
+
+
+def test_the_text_summary_adds_up() -> None:
+    traced = {
+        "a.py": {"confirmed": 2, "refuted": 1, "unreached": 0, "not confirmed": 0},
+        "b.py": {"confirmed": 0, "refuted": 0, "unreached": 3, "not confirmed": 1},
+    }
+    text = render("text", [], sources={}, color=False, summary=ReportSummary(traced=traced))
+    assert "Traced 7 candidates in 2 files: 2 confirmed, 1 refuted, 3 unreached, 1 not confirmed." in text
+    assert "  b.py: 0 confirmed, 0 refuted, 3 unreached, 1 not confirmed" in text
+
+
+def test_a_file_no_mode_reaches_is_unreached_with_why(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    code = (INCIDENTS / "qwen_eager_fp16.py").read_text(encoding="utf-8")
+    write(tmp_path / "attention.py", code[: code.index("def generate")])  # no entry point: the caller's
+    write(tmp_path / "pyproject.toml", '[project]\nname = "library"\n')
+    args = ["check", ".", "--deep", "--show-conditional", "--no-cache", "--format", "json"]
+    (finding,) = [d for d in _json(amplint_run(tmp_path, *args)) if d["code"] == "AMP002"]
+    assert finding["confidence"] == "unreached"
+    assert "nothing in the project runs this code in bf16/fp16" in finding["evidence"]
+
+
+FLOAT16_FACTORY = """\
+import torch
+from attention import AttentionConfig, EagerAttention
+
+
+def factory():
+    return EagerAttention(AttentionConfig()).half(), (torch.randn(1, 16, 64).half(),)
+"""
+
+
+@pytest.mark.parametrize(
+    ("flags", "confidence"),
+    [
+        ((), "confirmed"),  # the factory's float16 model is run as it is, without autocast
+        (("--mode", "cast-fp16"), "confirmed"),
+        (("--param-dtype", "float16", "--no-autocast"), "confirmed"),
+        (("--mode", "autocast-bf16"), "refuted"),
+    ],
+)
+def test_a_command_line_target_takes_the_mode(
+    tmp_path: Path, flags: tuple[str, ...], confidence: str
+) -> None:
+    pytest.importorskip("torch")
+    code = (INCIDENTS / "qwen_eager_fp16.py").read_text(encoding="utf-8")
+    write(tmp_path / "attention.py", code[: code.index("def generate")])
+    write(tmp_path / "build.py", FLOAT16_FACTORY)
+    write(tmp_path / "pyproject.toml", '[project]\nname = "library"\n')
+    args = ["check", ".", "--confirm", "--target", "build.py:factory", *flags, "--show-refuted"]
+    found = _json(amplint_run(tmp_path, *args, "--show-conditional", "--no-cache", "--format", "json"))
+    (scores,) = [d for d in found if d["code"] == "AMP002"]
+    assert scores["confidence"] == confidence, scores.get("evidence")
+    # A float16 model has no bfloat16 to meet: no AMP104 made up by a bf16 autocast it never runs in.
+    if confidence == "confirmed":
+        assert [d for d in found if d["code"] == "AMP104"] == []
+
+
+def test_mode_flags_conflict(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    write(tmp_path / "m.py", "x = 1\n")
+    done = amplint_run(
+        tmp_path, "check", "m.py", "--confirm", "--target", "m.py:f", "--mode", "cast-fp16", "--no-autocast"
+    )
+    assert done.returncode == 2
+    assert "give --mode, or --dtype/--param-dtype/--no-autocast, not both" in done.stderr
+
+
+NESTED = """\
+from torch import nn
+import transformers
+
+
+class Norm(nn.Module):
+    pass
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = Norm()
+
+
+class Wrapped(Block):
+    pass
+
+
+class Helper:
+    pass
+
+
+class FooPreTrainedModel(transformers.PreTrainedModel):
+    pass
+
+
+class FooDecoderLayer(GradientCheckpointingLayer):
+    def __init__(self, config):
+        super().__init__()
+        self.block = Block()
+
+
+class FooModel(FooPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.layers = nn.ModuleList([FooDecoderLayer(config)])
+
+
+class FooForCausalLM(FooPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.model = FooModel(config)
+
+
+class FooForSequenceClassification(FooPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.model = FooModel(config)
+"""
+
+
+def test_model_classes_are_the_outermost_and_one_head_of_a_family() -> None:
+    # Norm is built by Block, Block extended by Wrapped and built by the decoder layer (a module
+    # through transformers' base), which FooModel builds, which the heads build; of the two heads
+    # one is kept: they share the body.
+    assert model_classes(NESTED) == ["Wrapped", "FooForCausalLM"]
+    assert model_classes("class A:\n    pass\n") == []
+    assert model_classes("def broken(:\n") == []
+
+
+def test_the_deep_setting(tmp_path: Path) -> None:
+    write(tmp_path / "m.py", (INCIDENTS / "rwkv_decay.py").read_text(encoding="utf-8"))
+    write(tmp_path / "pyproject.toml", '[tool.amplint]\ndeep = "yes"\n')
+    done = amplint_run(tmp_path, "check", "m.py", "--no-cache")
+    assert done.returncode == 2
+    assert "'deep' must be true or false" in done.stderr
+    # `deep = true`, and --no-deep for one quick run: the static pass alone, nothing traced.
+    write(tmp_path / "pyproject.toml", "[tool.amplint]\ndeep = true\n")
+    quick = json.loads(
+        amplint_run(tmp_path, "check", "m.py", "--no-cache", "--no-deep", "--format", "json").stdout
+    )
+    assert [d["confidence"] for d in quick["diagnostics"]] == ["static"]
+    assert "traced" not in quick["summary"]
