@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from amplint.config import Settings
@@ -34,8 +34,16 @@ class Precision:
     default: Profile = CALLER
     modes: ProjectModes | None = None  # None: configured
     root: Path | None = None
+    # The profile of each file asked about: the cache key, the check and the store each ask.
+    _profiles: dict[str, Profile] = field(default_factory=dict, compare=False, repr=False)
 
     def of(self, display: str) -> Profile:
+        profile = self._profiles.get(display)
+        if profile is None:
+            profile = self._profiles[display] = self._profile(display)
+        return profile
+
+    def _profile(self, display: str) -> Profile:
         whys = self.modes.of(display) if self.modes is not None else ()
         if not whys:
             return self.default

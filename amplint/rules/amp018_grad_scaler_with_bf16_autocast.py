@@ -133,7 +133,7 @@ def _key(
     target: cst.BaseExpression,
     at: cst.CSTNode,
 ) -> _Key | None:
-    scope = ctx.facts.scope_of(at) or ctx.module
+    scope = ctx.scope_of(at) or ctx.module
     function = scope if isinstance(scope, cst.FunctionDef) else None
     if isinstance(target, cst.Name):
         return (scope, target.value)

@@ -293,7 +293,8 @@ def _lint_whole(
         if parsed_module is None:
             return result
         module = parsed_module
-    ctx = FileContext(result.path, module, words, parsed, profile=profile)
+    python = tree if isinstance(tree, ast.Module) else None
+    ctx = FileContext(result.path, module, words, parsed, profile=profile, tree=python)
     lines = LineIndex(text)
     too_deep: list[str] = []
     for rule in active:

@@ -54,12 +54,16 @@ class FileContext:
         text: str | None = None,
         *,
         profile: Profile = CALLER,
+        tree: ast.Module | None = None,
     ) -> None:
         self.path = path
         self.module = module
         self.profile = profile  # the half dtypes the project may run in (amplint.static.profile)
         self.words = words  # every identifier-like word of the file's text
         self.text = text  # the text `module` was parsed from, when known
+        # Python's parse of a text whose top-level statements start on the lines of `text`'s (the
+        # file's, of which `text` blanks some bodies): `_line_offsets` need not parse it again.
+        self.tree = tree
         self.memo: dict[str, object] = {}  # per-file results that several rules share
         self._position_cache: dict[cst.CSTNode, tuple[int, Mapping[cst.CSTNode, CodeRange]]] = {}
         self._function_of_cache: dict[cst.CSTNode, dict[cst.CSTNode, cst.FunctionDef]] = {}
@@ -85,9 +89,11 @@ class FileContext:
         it is computed for the one top-level statement that holds the node, and shifted."""
         top = self.index.top_of.get(node)
         if top is None:
-            return self._module_positions[node]
+            top = self._statement_of.get(node)
+            if top is None:  # not a node of the module's statements
+                return self._module_positions[node]
         # Narrower still: the innermost function around the node, where Python's parser says it is.
-        function = self.function_of(node)
+        function = self._functions_in(top).get(node)
         if function is not None:
             in_function = self._function_positions(function)
             if in_function is not None and node in in_function[0]:
@@ -114,7 +120,7 @@ class FileContext:
         Python's own parser finds where each statement starts at a fraction of what rendering every
         statement back to text costs; the rendering is the fallback."""
         if self.text is not None:
-            from_python = _offsets_from_ast(self.module, self.text)
+            from_python = _offsets_from_ast(self.module, self.text, self.tree)
             if from_python is not None:
                 return from_python
         offsets: dict[cst.CSTNode, int] = {}
@@ -148,6 +154,26 @@ class FileContext:
             located[function] = (bisect.bisect_right(lines.starts, offset), indent)
             at += 1
         return lines, located
+
+    @cached_property
+    def _statement_of(self) -> dict[cst.CSTNode, cst.BaseStatement]:
+        """The top-level statement that holds each node of the module (`index.top_of` places only
+        calls and binary operations)."""
+        found: dict[cst.CSTNode, cst.BaseStatement] = {}
+        for top in self.module.body:
+            for node in walk(top):
+                found.setdefault(node, top)
+        return found
+
+    def scope_of(self, node: cst.CSTNode) -> cst.FunctionDef | cst.Module | None:
+        """The innermost function whose body holds `node`, else the module; None for a node that is
+        not in the module's statements."""
+        top = self.index.top_of.get(node)
+        if top is None:
+            top = self._statement_of.get(node)
+            if top is None:
+                return None
+        return self._functions_in(top).get(node) or self.module
 
     def function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         """The innermost function whose body holds `node`, a call or a binary operation; None at
@@ -252,13 +278,17 @@ def scopes_holding(ctx: FileContext, nodes: Iterable[cst.CSTNode]) -> list[Scope
 _DEF_LINE = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+([^\W\d]\w*)", re.MULTILINE)
 
 
-def _offsets_from_ast(module: cst.Module, text: str) -> dict[cst.CSTNode, int] | None:
+def _offsets_from_ast(
+    module: cst.Module, text: str, tree: ast.Module | None = None
+) -> dict[cst.CSTNode, int] | None:
     """`FileContext._line_offsets` from the line numbers of Python's own parser; None when it rejects
-    the text (syntax newer than the running Python) or its statements do not line up with libcst's."""
-    try:
-        tree = python_ast(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
+    the text (syntax newer than the running Python) or its statements do not line up with libcst's.
+    `tree`: that parse, when the caller has it."""
+    if tree is None:
+        try:
+            tree = python_ast(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
     starts: list[int] = []
     for statement in tree.body:
         decorators: list[ast.expr] = getattr(statement, "decorator_list", None) or []

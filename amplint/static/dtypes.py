@@ -91,7 +91,7 @@ class DtypeFacts(CallFacts):
 
     def _derived(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
         """`expr` and the values bound, in its function, to the names it reads, transitively."""
-        scope = self.scope_of(expr)
+        scope = self.ctx.scope_of(expr)
         bound: dict[str, list[cst.BaseExpression]] = {}
         for node in walk(scope) if scope is not None else ():
             targets: list[cst.BaseExpression] = []
@@ -100,7 +100,7 @@ class DtypeFacts(CallFacts):
                 targets, value = [target.target for target in node.targets], node.value
             elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.NamedExpr)):
                 targets, value = [node.target], node.value
-            if value is None or self.scope_of(value) is not scope:
+            if value is None or self.ctx.scope_of(value) is not scope:
                 continue
             for target in targets:
                 for bound_name in walk(target):

@@ -69,8 +69,8 @@ class AttributeFacts(EngineState):
         frame = Frame(dict(self._parameters(init)), frozenset({OFF}))
         frame.env["__class__"] = Fact(OTHER, module=cls)
         found: list[Fact] = []
-        bodies = [init.body, *(method.body for method in self._construction_methods(klass))]
-        for statement in (node for body in bodies for node in walk(body)):
+        methods = [init, *self._construction_methods(klass)]
+        for statement in (node for method in methods for node in self._binding_nodes(method)):
             if isinstance(statement, cst.Assign):
                 for target in statement.targets:
                     t = target.target
@@ -101,6 +101,16 @@ class AttributeFacts(EngineState):
                         )
         return join(found) if found else self._class_attribute(klass, name)
 
+    def _binding_nodes(self, method: cst.FunctionDef) -> list[cst.Assign | cst.Call]:
+        """The assignments and calls of a method's body, in walk order: walked once per method, not
+        once per attribute asked about."""
+        found = self._bindings.get(method)
+        if found is None:
+            found = self._bindings[method] = [
+                node for node in walk(method.body) if isinstance(node, (cst.Assign, cst.Call))
+            ]
+        return found
+
     def _building(self, function: cst.FunctionDef | None) -> bool:
         """Whether a method runs only while its module is built: `__init__`, or a method that only
         construction calls (torchtune's `rope_init` and the `build_rope_cache` it calls), before any
@@ -130,7 +140,7 @@ class AttributeFacts(EngineState):
     def _built_buffer(self, cls: str, name: str, where: cst.CSTNode) -> Fact | None:
         """`self.<name>` read while the module is built, where construction registers it as a buffer:
         the dtype of the value registered (`theta` computed in float32), not yet the model's."""
-        function = self.scope_of(where)
+        function = self.ctx.scope_of(where)
         klass = self._classes.get(cls)
         if klass is None or not isinstance(function, cst.FunctionDef) or not self._building(function):
             return None
@@ -138,7 +148,7 @@ class AttributeFacts(EngineState):
             f for f in suite_body(klass.body) if isinstance(f, cst.FunctionDef) and f.name.value == "__init__"
         ]
         for method in [*init, *self._construction_methods(klass)]:
-            for node in walk(method.body):
+            for node in self._binding_nodes(method):
                 if (
                     isinstance(node, cst.Call)
                     and isinstance(node.func, cst.Attribute)

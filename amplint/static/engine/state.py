@@ -56,7 +56,6 @@ class EngineState(ABC):
         self._facts: dict[cst.CSTNode, Fact] = {}
         self._states: dict[cst.CSTNode, frozenset[Autocast]] = {}
         self._done: set[cst.CSTNode] = set()
-        self._scope_of: dict[cst.CSTNode, cst.FunctionDef | cst.Module] | None = None
         self._definition_of: dict[cst.CSTNode, str] | None = None  # node -> its top-level definition
         self._module_env: dict[str, Fact] | None = None
         self._classes: dict[str, cst.ClassDef] = {}
@@ -68,6 +67,7 @@ class EngineState(ABC):
         self._params: dict[cst.FunctionDef, dict[str, Fact]] = {}
         self._entry: dict[cst.FunctionDef, frozenset[Autocast]] = {}
         self._attributes: dict[tuple[str, str], Fact] = {}
+        self._bindings: dict[cst.FunctionDef, list[cst.Assign | cst.Call]] = {}  # `_binding_nodes`
         self._reading: set[tuple[str, str]] = set()  # attributes whose `__init__` value is being read
         self._built: dict[cst.FunctionDef, bool] = {}  # methods that run only while a module is built
         self._returns: dict[tuple[cst.FunctionDef, tuple[Fact, ...]], Fact] = {}
@@ -79,27 +79,11 @@ class EngineState(ABC):
         """The fact of an expression (UNKNOWN for one the engine never reached)."""
         fact = self._facts.get(node)
         if fact is None:
-            scope = self.scope_of(node)
+            scope = self.ctx.scope_of(node)
             if scope is not None and scope not in self._done:
                 self._analyse(scope)
                 fact = self._facts.get(node)
         return fact or UNKNOWN_FACT
-
-    def scope_of(self, node: cst.CSTNode) -> cst.FunctionDef | cst.Module | None:
-        function = self.ctx.function_of(node)
-        if function is not None:
-            return function
-        if node in self.ctx.index.top_of:
-            return self.ctx.module
-        if self._scope_of is None:
-            self._scope_of = {}
-            for top in self.ctx.module.body:
-                for inner in walk(top):
-                    self._scope_of.setdefault(inner, self.ctx.module)
-                for function in (n for n in walk(top) if isinstance(n, cst.FunctionDef)):
-                    for inner in walk(function.body):
-                        self._scope_of[inner] = function
-        return self._scope_of.get(node)
 
     def line(self, node: cst.CSTNode) -> int:
         return self.ctx.position(node).start.line
