@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from amplint import __version__
 from amplint.pipeline.progress import Progress
@@ -684,15 +684,16 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
             {**spec, **mode} for spec in specs for mode in _file_modes(precision, spec["target"]) or [{}]
         ]
     untraced: dict[str, str] = {}
+    planned: list[dict[str, Any]] = []
 
     def trace(diagnostics: Sequence[Diagnostic]) -> list[Traced]:
-        found = specs
-        if deep:
-            precision = project_precision(settings, paths)
-            planned = deep_pass.plan(diagnostics, precision, child)
-            untraced.update(planned.untraced)
-            found = [*specs, *planned.specs]
-        return deep_pass.trace_all(found, diagnostics, timeout, warnings)
+        if deep and not planned:
+            # Planned once, from the first check: a fix is judged by tracing the same models again,
+            # also when it leaves their file without candidates.
+            plan = deep_pass.plan(diagnostics, project_precision(settings, paths), child)
+            untraced.update(plan.untraced)
+            planned.extend(plan.specs)
+        return deep_pass.trace_all([*specs, *planned], diagnostics, timeout, warnings)
 
     try:  # the first trace comes before any fix is written: a bad target leaves the files alone
         if args.fix:

@@ -248,3 +248,21 @@ def test_the_deep_setting(tmp_path: Path) -> None:
     )
     assert [d["confidence"] for d in quick["diagnostics"]] == ["static"]
     assert "traced" not in quick["summary"]
+
+
+def test_deep_fix_is_verified_on_the_same_models(tmp_path: Path) -> None:
+    """The fix leaves its file without candidates: it is judged by tracing the model the first
+    check found again, not by an empty trace."""
+    pytest.importorskip("torch")
+    shutil.copy(INCIDENTS / "v100_rmsnorm.py", tmp_path / "v100_rmsnorm.py")
+    write(tmp_path / "pyproject.toml", '[project]\nname = "served"\n')
+    done = amplint_run(tmp_path, "check", ".", "--deep", "--fix", "--no-cache")
+    assert done.returncode == 0, done.stderr
+    assert (
+        "amplint: fix v100_rmsnorm.py:14 AMP006: verified: the finding is gone and no new one appeared"
+        in done.stderr
+    )
+    assert (
+        "torch.promote_types(hidden_states.dtype, torch.float32)"
+        in (tmp_path / "v100_rmsnorm.py").read_text()
+    )
