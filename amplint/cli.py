@@ -666,7 +666,7 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
 
     try:
         overrides = _mode_overrides(args)
-        specs = target_specs(settings.runtime, args.target, settings.root, overrides)
+        specs = target_specs(settings.runtime, args.target, settings.root, overrides, as_built=True)
         timeout = trace_timeout(settings.runtime, args.timeout)
         child = child_limits(settings.runtime)
     except TargetError as exc:
