@@ -968,8 +968,10 @@ def _trace(args: argparse.Namespace) -> int:
         "autocast": not args.no_autocast if saved is None else saved.autocast,
         "param_dtype": args.param_dtype if saved is None else saved.param_dtype,
         **(mode_settings(args.mode) if args.mode else {}),
-        # No mode given: a model that holds half-precision weights runs so, without autocast.
+        # No mode given: a factory's model that holds half-precision weights runs so, without
+        # autocast (a config's model takes its dtype from the config, and the autocast given).
         "as_built": saved is None
+        and args.target is not None
         and not (args.mode or args.no_autocast or args.param_dtype or args.dtype != "bfloat16"),
         "measure": args.measure,
         "values": args.values,
