@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from amplint import __version__
 from amplint.pipeline.progress import Progress
@@ -880,7 +880,7 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
 
     try:
         overrides = _mode_overrides(args)
-        specs = target_specs(settings.runtime, args.target, settings.root, overrides)
+        specs = target_specs(settings.runtime, args.target, settings.root, overrides, as_built=True)
         timeout = trace_timeout(settings.runtime, args.timeout)
         child = child_limits(settings.runtime)
     except TargetError as exc:
@@ -898,15 +898,16 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
             {**spec, **mode} for spec in specs for mode in _file_modes(precision, spec["target"]) or [{}]
         ]
     untraced: dict[str, str] = {}
+    planned: list[dict[str, Any]] = []
 
     def trace(diagnostics: Sequence[Diagnostic]) -> list[Traced]:
-        found = specs
-        if deep:
-            precision = project_precision(settings, paths)
-            planned = deep_pass.plan(diagnostics, precision, child)
-            untraced.update(planned.untraced)
-            found = [*specs, *planned.specs]
-        return deep_pass.trace_all(found, diagnostics, timeout, warnings)
+        if deep and not planned:
+            # Planned once, from the first check: a fix is judged by tracing the same models again,
+            # also when it leaves their file without candidates.
+            plan = deep_pass.plan(diagnostics, project_precision(settings, paths), child)
+            untraced.update(plan.untraced)
+            planned.extend(plan.specs)
+        return deep_pass.trace_all([*specs, *planned], diagnostics, timeout, warnings)
 
     try:  # the first trace comes before any fix is written: a bad target leaves the files alone
         if args.fix:
@@ -1190,8 +1191,10 @@ def _trace(args: argparse.Namespace) -> int:
         "autocast": not args.no_autocast if saved is None else saved.autocast,
         "param_dtype": args.param_dtype if saved is None else saved.param_dtype,
         **(mode_settings(args.mode) if args.mode else {}),
-        # No mode given: a model that holds half-precision weights runs so, without autocast.
+        # No mode given: a factory's model that holds half-precision weights runs so, without
+        # autocast (a config's model takes its dtype from the config, and the autocast given).
         "as_built": saved is None
+        and args.target is not None
         and not (args.mode or args.no_autocast or args.param_dtype or args.dtype != "bfloat16"),
         "measure": args.measure,
         "values": args.values,

@@ -171,14 +171,20 @@ def unknown_keys(runtime: dict[str, Any]) -> list[str]:
 
 
 def target_specs(
-    runtime: dict[str, Any], targets: list[str] | None, root: Path, overrides: dict[str, Any] | None = None
+    runtime: dict[str, Any],
+    targets: list[str] | None,
+    root: Path,
+    overrides: dict[str, Any] | None = None,
+    *,
+    as_built: bool = False,
 ) -> list[dict[str, Any]]:
     """The trace specs for `amplint check --confirm`: the `--target` values when given, else the
     `targets` of `[tool.amplint.runtime]` (each a string or a table with its own settings); the
     table's own keys are the defaults, `overrides` (the command line's mode: `device`, `dtype`,
     `autocast`, `param_dtype`) beat both. A relative file path is relative to `root` (the
-    config's). A target whose mode nothing sets is traced `as_built`: in the dtype its factory's
-    model holds when that is half precision (a float16 model runs without autocast)."""
+    config's). With `as_built`, a target whose mode nothing sets is traced in the dtype its
+    factory's model holds when that is half precision (a float16 model runs without autocast); the
+    lock records the settings it is given."""
     overrides = overrides or {}
     mode_keys = ("device", "dtype", "autocast", "param-dtype")
     where = "[tool.amplint.runtime]"
@@ -213,7 +219,7 @@ def target_specs(
                 "limits": {**limits, **value_limits(table, named)},
                 "weights": None if weights is None else str(root / weights),
                 "compare_cpu": True,
-                "as_built": not chosen,
+                "as_built": as_built and not chosen,
                 **child,
                 **overrides,
             }

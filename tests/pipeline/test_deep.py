@@ -248,3 +248,40 @@ def test_the_deep_setting(tmp_path: Path) -> None:
     )
     assert [d["confidence"] for d in quick["diagnostics"]] == ["static"]
     assert "traced" not in quick["summary"]
+
+
+def test_deep_fix_is_verified_on_the_same_models(tmp_path: Path) -> None:
+    """The fix leaves its file without candidates: it is judged by tracing the model the first
+    check found again, not by an empty trace."""
+    pytest.importorskip("torch")
+    shutil.copy(INCIDENTS / "v100_rmsnorm.py", tmp_path / "v100_rmsnorm.py")
+    write(tmp_path / "pyproject.toml", '[project]\nname = "served"\n')
+    done = amplint_run(tmp_path, "check", ".", "--deep", "--fix", "--no-cache")
+    assert done.returncode == 0, done.stderr
+    assert (
+        "amplint: fix v100_rmsnorm.py:14 AMP006: verified: the finding is gone and no new one appeared"
+        in done.stderr
+    )
+    assert (
+        "torch.promote_types(hidden_states.dtype, torch.float32)"
+        in (tmp_path / "v100_rmsnorm.py").read_text()
+    )
+
+
+def test_trace_runs_a_float16_factory_as_built_and_takes_the_mode(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    code = (INCIDENTS / "qwen_eager_fp16.py").read_text(encoding="utf-8")
+    write(tmp_path / "attention.py", code[: code.index("def generate")])
+    write(tmp_path / "build.py", FLOAT16_FACTORY)
+    plain = amplint_run(tmp_path, "trace", "build.py:factory", "--format", "json")
+    assert plain.returncode in (0, 1), plain.stderr
+    traced = json.loads(plain.stdout)
+    assert traced["autocast"] is False
+    assert any("holds float16 weights and no mode was given" in note for note in traced["notes"])
+    assert [f for f in traced["findings"] if f["code"] == "AMP104"] == []
+    moded = json.loads(
+        amplint_run(
+            tmp_path, "trace", "build.py:factory", "--mode", "autocast-bf16", "--format", "json"
+        ).stdout
+    )
+    assert moded["autocast"] is True and moded["dtype"] == "bfloat16"
