@@ -15,7 +15,7 @@ the copy first on `sys.path`:
 - every changed module is imported (one that does not import unfixed either, for want of an
   optional dependency, is left out);
 - transformers: every changed `modeling_*.py` whose model type the auto classes know is built from
-  a tiny config (2 layers, hidden size 64, 4 heads, vocabulary 256, 32-pixel images) with random
+  a tiny config (2 layers, hidden size 64, 4 heads, vocabulary 256, 32-pixel images, no cache) with random
   weights, as its causal LM (`AutoModelForCausalLM`) or else its base model (`AutoModel`), and runs
   a forward pass on token ids or pixels. A model that runs in neither dtype from the tiny config is
   built as `amplint trace --hf-config` builds it instead: its default config with 2 layers per
@@ -77,7 +77,7 @@ try:
             "intermediate_size": 128, "vocab_size": 256, "head_dim": 16, "max_position_embeddings": 128,
             "pad_token_id": 0, "is_decoder": True, "image_size": 32, "patch_size": 8,
             "num_encoder_layers": 2, "num_decoder_layers": 2, "encoder_layers": 2, "decoder_layers": 2,
-            "d_model": 64, "encoder_attention_heads": 4, "decoder_attention_heads": 4}
+            "d_model": 64, "encoder_attention_heads": 4, "decoder_attention_heads": 4, "use_cache": False}
     for key, value in tiny.items():
         if hasattr(config, key):
             setattr(config, key, value)
