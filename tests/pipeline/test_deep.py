@@ -169,6 +169,47 @@ def test_only_conditional_findings_are_counted_as_not_shown(
     )
 
 
+GUARDED = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def on_device(x: torch.Tensor) -> None:
+    if x.is_cuda:
+        raise RuntimeError("this kernel needs a GPU build")
+
+
+class Gate(nn.Module):
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g = F.logsigmoid(self.proj(x))
+        on_device(g)
+        return torch.exp(g)
+"""
+
+
+def test_a_trace_the_models_code_stops_says_where(tmp_path: Path) -> None:
+    """A library's device guard (flash-linear-attention's opens a CUDA device context) stops the
+    trace under emulated CUDA: the candidate stays unreached, and the reason names the line that
+    raised, so that it does not read as amplint's own failure."""
+    pytest.importorskip("torch")
+    write(tmp_path / "gate.py", GUARDED)
+    write(
+        tmp_path / "pyproject.toml",
+        '[project]\nname = "library"\n[tool.amplint]\nmodes = ["autocast-bf16"]\n',
+    )
+    done = amplint_run(tmp_path, "check", ".", "--deep", "--no-cache", "--format", "json")
+    (gate,) = [d for d in _json(done) if d["code"] == "AMP001"]
+    assert gate["confidence"] == "unreached"
+    said = "gate.py:8 in on_device() (module Gate) (RuntimeError: this kernel needs a GPU build)"
+    assert said in gate["evidence"]
+    assert said in done.stderr
+
+
 FLOAT16_FACTORY = """\
 import torch
 from attention import AttentionConfig, EagerAttention
