@@ -927,12 +927,16 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
             if deep:
                 every = every.with_overrides(extend_select=_opt_in_codes())
             run = run_check(paths, every, cache=not args.no_cache, jobs=args.jobs)
-            hidden = {
+            # Hidden unless a trace confirms or refutes them: the conditional findings (counted, as
+            # a plain check counts them) and those of rules the user's settings leave off (not
+            # counted: a plain check never makes them).
+            off = {d.sort_key for d in run.diagnostics if not _selected(settings, run, d)}
+            conditional = {
                 d.sort_key
                 for d in run.diagnostics
-                if (d.confidence is Confidence.CONDITIONAL and not settings.show_conditional)
-                or not _selected(settings, run, d)
+                if d.confidence is Confidence.CONDITIONAL and not settings.show_conditional
             }
+            hidden = off | conditional
             traced = trace(run.diagnostics)
             run.diagnostics = deep_pass.judge(run.diagnostics, traced, untraced)
             if deep:
@@ -942,7 +946,10 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
                 for d in run.diagnostics
                 if d.sort_key not in hidden or d.confidence in (Confidence.CONFIRMED, Confidence.REFUTED)
             ]
-            run.conditional += len(run.diagnostics) - len(shown)
+            kept = {d.sort_key for d in shown}
+            run.conditional += sum(
+                1 for d in run.diagnostics if d.sort_key in conditional - off and d.sort_key not in kept
+            )
             run.diagnostics = shown
     except TargetError as exc:
         return _error(f"runtime target {exc}")

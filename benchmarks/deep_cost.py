@@ -1,14 +1,15 @@
-"""Wall time of `amplint check --deep` on model folders of an installed transformers, and what the
-traces made of the candidates.
+"""Wall time of `amplint check --deep` on model folders of an installed transformers, or on any
+folder, and what the traces made of the candidates.
 
     python benchmarks/deep_cost.py [MODEL ...] [--runs 3] [--modes autocast-bf16,cast-fp16]
 
-MODEL names a folder of `transformers/models` (default: qwen2). transformers runs none of its
-models in half precision itself (its callers pick the dtype), so the modes are given, as `--modes`
-gives them to a library. The folder is checked where it is installed (its modules import their
-package relatively), with an empty configuration, without the cache. Each run is a fresh process;
-the table gives the median wall time, the spread, the candidates per outcome and the findings
-confirmed.
+MODEL names a folder of `transformers/models` (default: qwen2), or is the path of a folder (a
+library's `fla/layers`, say). transformers runs none of its models in half precision itself (its
+callers pick the dtype), so the modes are given, as `--modes` gives them to a library (`--modes ""`:
+none). A folder is checked where it is (its modules import their package relatively), with an empty
+configuration in place of its own, without the cache. Each run is a fresh process; the table
+gives the median wall time, the spread, the candidates per outcome and the findings confirmed,
+then why each unreached candidate was not reached.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ def models_folder() -> Path:
     return Path(transformers.__file__).parent / "models"
 
 
+def folder_of(model: str) -> Path:
+    """A folder of `transformers/models` by name, else the folder at that path."""
+    path = Path(model)
+    return path if path.is_dir() else models_folder() / model
+
+
 def run(folder: Path, modes: str, config: Path) -> tuple[float, dict[str, object]]:
     command = [
         sys.executable,
@@ -38,12 +45,12 @@ def run(folder: Path, modes: str, config: Path) -> tuple[float, dict[str, object
         "check",
         str(folder),
         "--deep",
-        "--modes",
-        modes,
+        *(["--modes", modes] if modes else []),
         "--config",
         str(config),
         "--no-cache",
         "--show-refuted",
+        "--show-conditional",  # the unreached candidates of code no mode reaches too, with why
         "--format",
         "json",
     ]
@@ -66,14 +73,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         config = Path(scratch) / "pyproject.toml"
         config.write_text("[tool.amplint]\n", encoding="utf-8")
-        print(f"modes: {args.modes}; {args.runs} runs each\n")
+        print(f"modes: {args.modes or 'none given'}; {args.runs} runs each\n")
         print(
             f"{'model':<10} {'median s':>9} {'spread s':>9}  candidates (outcome: count)  confirmed findings"
         )
         for model in args.models:
             times, document = [], {}
             for _ in range(args.runs):
-                elapsed, document = run(models_folder() / model, args.modes, config)
+                elapsed, document = run(folder_of(model), args.modes, config)
                 times.append(elapsed)
             summary = document["summary"]
             assert isinstance(summary, dict)
@@ -87,6 +94,9 @@ def main() -> None:
                 f"{model:<10} {statistics.median(times):>9.1f} {max(times) - min(times):>9.1f}  "
                 f"{dict(outcomes)}  {dict(sorted(confirmed.items()))}"
             )
+            unreached = Counter(d["evidence"] for d in diagnostics if d["confidence"] == "unreached")
+            for why, count in unreached.most_common():
+                print(f"    unreached ({count}): {why}")
 
 
 if __name__ == "__main__":

@@ -185,7 +185,7 @@ def trace_all(
             raise TargetError(f"{spec['name']}: {exc}") from None
         except ChildError as exc:
             warnings.append(f"could not trace {label}; its findings stay unconfirmed: {exc}")
-            traced.append(Traced(label, error=_last_line(str(exc))))  # the exception
+            traced.append(Traced(label, error=_reason(str(exc))))  # the exception
     found = [{**spec, "measure_lines": measure_lines} for spec in specs if spec.get("auto")]
     for spec, result in zip(found, trace_batch_in_child(found, timeout), strict=True):
         if isinstance(result, Exception):
@@ -193,18 +193,22 @@ def trace_all(
             named = (
                 spec["name"].rpartition(" [")[0] if said == "could not build" else spec["name"]
             )  # in no mode
-            warnings.append(
-                f"--deep {said} {named}; its findings stay unconfirmed: {_last_line(str(result))}"
-            )
-            traced.append(Traced(spec["name"], error=_last_line(str(result))))
+            warnings.append(f"--deep {said} {named}; its findings stay unconfirmed: {_reason(str(result))}")
+            traced.append(Traced(spec["name"], error=_reason(str(result))))
         else:
             traced.append(Traced(spec["name"], graph=result))
     return traced
 
 
-def _last_line(message: str) -> str:
+def _reason(message: str) -> str:
+    """A failed trace in one line: the exception, after where the model raised it (the
+    `cannot trace ... called at FILE:LINE` the tracer writes) when the message says where; without
+    the place, an error raised by the project's code reads as amplint's own."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
-    return lines[-1] if lines else "failed"
+    if not lines:
+        return "failed"
+    where = [line for line in lines[:-1] if line.startswith("cannot trace ")]
+    return f"{where[-1]} {lines[-1]}" if where else lines[-1]
 
 
 def judge(

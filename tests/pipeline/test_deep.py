@@ -128,6 +128,88 @@ def test_a_file_no_mode_reaches_is_unreached_with_why(tmp_path: Path) -> None:
     assert "nothing in the project runs this code in bf16/fp16" in finding["evidence"]
 
 
+GATE = """\
+import torch
+import torch.nn.functional as F
+
+
+def decay(f: torch.Tensor) -> torch.Tensor:
+    g = F.logsigmoid(f)
+    return 1 - torch.exp(g)
+"""
+
+
+@pytest.mark.parametrize(
+    ("modes", "shown", "not_shown"),
+    [
+        ("", "All checks passed!", "1 conditional finding not shown"),  # AMP001's half rests on the caller
+        ('modes = ["autocast-bf16"]\n', "Found 1 finding.", None),
+    ],
+)
+def test_only_conditional_findings_are_counted_as_not_shown(
+    tmp_path: Path, modes: str, shown: str, not_shown: str | None
+) -> None:
+    """--deep runs the opt-in rules too (AMP014 on `1 - exp`); those a trace does not confirm are
+    left out as a plain check leaves them, not counted as conditional findings whose mode is
+    missing."""
+    pytest.importorskip("torch")
+    write(tmp_path / "gate.py", GATE)
+    write(tmp_path / "pyproject.toml", f'[project]\nname = "library"\n[tool.amplint]\n{modes}')
+    done = amplint_run(tmp_path, "check", ".", "--deep", "--no-cache")
+    assert shown in done.stdout, done.stdout + done.stderr
+    assert "AMP014" not in done.stdout
+    lines = [line for line in done.stdout.splitlines() if "not shown" in line]
+    assert lines == (
+        [
+            f"{not_shown}: nothing in the project runs that code in bf16/fp16 (--show-conditional "
+            "shows them; `modes` in [tool.amplint] says how a library is run)."
+        ]
+        if not_shown
+        else []
+    )
+
+
+GUARDED = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def on_device(x: torch.Tensor) -> None:
+    if x.is_cuda:
+        raise RuntimeError("this kernel needs a GPU build")
+
+
+class Gate(nn.Module):
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g = F.logsigmoid(self.proj(x))
+        on_device(g)
+        return torch.exp(g)
+"""
+
+
+def test_a_trace_the_models_code_stops_says_where(tmp_path: Path) -> None:
+    """A library's device guard (flash-linear-attention's opens a CUDA device context) stops the
+    trace under emulated CUDA: the candidate stays unreached, and the reason names the line that
+    raised, so that it does not read as amplint's own failure."""
+    pytest.importorskip("torch")
+    write(tmp_path / "gate.py", GUARDED)
+    write(
+        tmp_path / "pyproject.toml",
+        '[project]\nname = "library"\n[tool.amplint]\nmodes = ["autocast-bf16"]\n',
+    )
+    done = amplint_run(tmp_path, "check", ".", "--deep", "--no-cache", "--format", "json")
+    (gate,) = [d for d in _json(done) if d["code"] == "AMP001"]
+    assert gate["confidence"] == "unreached"
+    said = "gate.py:8 in on_device() (module Gate) (RuntimeError: this kernel needs a GPU build)"
+    assert said in gate["evidence"]
+    assert said in done.stderr
+
+
 FLOAT16_FACTORY = """\
 import torch
 from attention import AttentionConfig, EagerAttention
