@@ -106,7 +106,12 @@ def test_without_torch_the_fixture_says_how_to_install_it(tmp_path: Path) -> Non
     write(project / "test_contract.py", USER_TEST)
     locked = amplint_run(project, "lock", "model.py:factory")  # written where torch is installed
     assert locked.returncode == 0, locked.stderr
-    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The package alone on the path: the checkout's root may hold an `amplint.egg-info` (an editable
+    # install writes one), whose entry point would register the plugin a second time.
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "amplint").symlink_to(ROOT / "amplint")
+    environment = {**os.environ, "PYTHONPATH": str(source)}
     no_torch = subprocess.run([python, "-c", "import torch"], env=environment, capture_output=True, text=True)
     assert no_torch.returncode == 1 and "No module named 'torch'" in no_torch.stderr
     done = subprocess.run(
