@@ -13,7 +13,7 @@ from amplint.static.facts import Fact, why_half
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import method_call
 from amplint.static.profile import CAST
-from amplint.static.scopes import walk
+from amplint.static.scopes import registered_buffer, walk
 
 # Names of inverse frequencies (`inv_freq`, `self.theta`, `temporal_freqs`, `omega`), not of the
 # cos/sin tables or complex rotations made from them (`freqs_cis`, `freqs_cos`); a local `theta` is
@@ -228,15 +228,7 @@ def _made(cls: cst.ClassDef, name: str) -> Iterator[cst.BaseExpression]:
             for t in node.targets
         ):
             yield node.value
-        elif (
-            isinstance(node, cst.Call)
-            and isinstance(node.func, cst.Attribute)
-            and node.func.attr.value == "register_buffer"
-            and len(node.args) > 1
-            and isinstance(node.args[0].value, cst.SimpleString)
-            and node.args[0].value.evaluated_value == name
-        ):
-            registered = node.args[1].value
+        elif (registered := registered_buffer(node, name)) is not None:
             if not isinstance(registered, cst.Name):
                 yield registered
                 continue

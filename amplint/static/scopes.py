@@ -54,6 +54,20 @@ _FORMATTING = re.compile(
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+def registered_buffer(node: cst.CSTNode, name: str) -> cst.BaseExpression | None:
+    """The value of `<module>.register_buffer("name", value, ...)` when `node` is that call."""
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "register_buffer"
+        and len(node.args) > 1
+        and isinstance(node.args[0].value, cst.SimpleString)
+        and node.args[0].value.evaluated_value == name
+    ):
+        return node.args[1].value
+    return None
+
+
 def _fields(kind: type) -> tuple[str, ...]:
     names = _FIELDS.get(kind)
     if names is None:

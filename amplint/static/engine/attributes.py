@@ -17,7 +17,7 @@ from amplint.static.facts import (
     Fact,
     join,
 )
-from amplint.static.scopes import suite_body, walk
+from amplint.static.scopes import registered_buffer, suite_body, walk
 
 
 class AttributeFacts(EngineState):
@@ -149,15 +149,9 @@ class AttributeFacts(EngineState):
         ]
         for method in [*init, *self._construction_methods(klass)]:
             for node in self._binding_nodes(method):
-                if (
-                    isinstance(node, cst.Call)
-                    and isinstance(node.func, cst.Attribute)
-                    and node.func.attr.value == "register_buffer"
-                    and len(node.args) > 1
-                    and isinstance(node.args[0].value, cst.SimpleString)
-                    and node.args[0].value.evaluated_value == name
-                ):
-                    fact = self.of(node.args[1].value)
+                registered = registered_buffer(node, name)
+                if registered is not None:
+                    fact = self.of(registered)
                     return fact if fact.kind == TENSOR and fact.dtypes else None
         return None
 
