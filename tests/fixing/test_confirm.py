@@ -292,10 +292,9 @@ def test_fix_is_verified_by_tracing_again(tmp_path: Path) -> None:
     args += ["--modes", "autocast-bf16"]
     done = amplint_run(tmp_path, *args, "--fix")
     assert done.returncode == 0, done.stderr
-    # One fix, reported on its own: AMP101's, the trace's finding at the sigmoid, applied before the
-    # static fixes; AMP001 at the same sigmoid asks for the same edit and has nothing left to change.
+    # One fix (AMP001's; AMP101 at the same sigmoid asks for the same edit), reported on its own.
     assert done.stderr.splitlines() == [
-        "amplint: fix rwkv7_time_mix.py:52 AMP101: verified: the finding is gone and no new one appeared"
+        "amplint: fix rwkv7_time_mix.py:52 AMP001: verified: the finding is gone and no new one appeared"
     ]
     assert "self.w_lora(xw).to(torch.float32).sigmoid()" in path.read_text(encoding="utf-8")
     # AMP001 and AMP101 at the sigmoid, and AMP103 at `exp` and `sum`, whose inputs are now float32.
