@@ -378,7 +378,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        return _run(argv)
+        code = _run(argv)
+        sys.stdout.flush()  # what is still buffered meets a reader that left here, not at exit
+        return code
     except BrokenPipeError:
         # The reader left (`amplint rule AMP001 | head`): stop quietly, with nothing more to write.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
