@@ -282,13 +282,13 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument(
         "--measure",
         action="store_true",
-        help="replay the graph on the factory's inputs and weights to measure the error of late upcasts",
+        help="replay the graph on the target's inputs and weights to measure the error of late upcasts",
     )
     values = trace.add_argument_group(
         "values replay", "run every op on real tensors and against float64 (AMP105-AMP108, AMP111)"
     )
     values.add_argument(
-        "--values", action="store_true", help="replay on the factory's inputs and weights, against float64"
+        "--values", action="store_true", help="replay on the target's inputs and weights, against float64"
     )
     values.add_argument(
         "--weights", type=Path, metavar="FILE", help="a .safetensors file or a saved state dict to load first"
@@ -968,11 +968,12 @@ def _deep(args: argparse.Namespace, settings: Settings) -> bool:
 
 
 def _opt_in_codes() -> list[str]:
-    """Every static rule's code: a trace decides on the candidates of the rules off by default too."""
-    from amplint.results import UNPARSABLE
+    """The codes of the rules whose candidates a trace judges, those off by default too: a rule no
+    trace judges (AMP014's stable forms, the API rules) keeps the user's selection, since its
+    findings could only be hidden again."""
     from amplint.rules import all_rules
 
-    return [rule.code for rule in all_rules() if not rule.runtime_only and rule.code != UNPARSABLE]
+    return [rule.code for rule in all_rules() if rule.confirmable()]
 
 
 def _selected(settings: Settings, run: CheckRun, diagnostic: Diagnostic) -> bool:

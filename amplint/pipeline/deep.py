@@ -23,6 +23,7 @@ from typing import Any
 
 from amplint.diagnostics import Confidence, Diagnostic
 from amplint.fixing.confirm import EVIDENCE, TARGETS, Traced, confirm, finding_lines, rule_is_runtime
+from amplint.pipeline.notebook import SUFFIX as NOTEBOOK
 from amplint.pipeline.precision import Precision
 from amplint.rules import rule_by_code
 from amplint.source import SourceError, read_source
@@ -59,6 +60,12 @@ def plan(diagnostics: Sequence[Diagnostic], precision: Precision, child: dict[st
     their code; `child`: the trace's process limits (`amplint.runtime.target.child_limits`)."""
     deep = DeepPlan()
     for display in dict.fromkeys(d.path for d in candidates(diagnostics)):
+        if display.endswith(NOTEBOOK):
+            # Building a notebook's class means running the cells before it, training loops included.
+            deep.untraced[display] = (
+                "not traced: a notebook's classes are not built (move the model into a module)"
+            )
+            continue
         try:
             text = read_source(Path(display)).text
         except SourceError as exc:

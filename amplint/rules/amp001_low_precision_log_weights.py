@@ -110,7 +110,7 @@ class LowPrecisionLogWeights(Rule):
             evidence += f"; its result reaches `{op.op}` at {where(op)}, which autocast upcast to float32"
             measured = measured_error(graph, [cast])
             if measured is not None:
-                evidence += "; " + describe_error(measured)
+                evidence += "; " + describe_error(graph, measured)
                 extra["measured"] = measured
         return Verdict(Confidence.CONFIRMED, evidence, extra)
 

@@ -104,7 +104,7 @@ class HalfPrecisionAttentionScores(Rule):
             measured = measured_error(graph, overflowing)
             if measured is None:
                 return Verdict(Confidence.CONFIRMED, evidence)
-            described = describe_error(measured, "computed in float32")
+            described = describe_error(graph, measured, "computed in float32")
             return Verdict(Confidence.CONFIRMED, f"{evidence}; {described}", {"measured": measured})
         # Scores formed in bfloat16 or float32 overflow only if they become float16 before the
         # softmax: followed there.

@@ -76,7 +76,7 @@ class PrecisionLostBeforeUpcast(RuntimeRule):
             extra: dict[str, object] = {"chain": [step(node) for node in (*chain, sink)]}
             measured = measured_error(graph, [item.cast for item in found])
             if measured is not None:
-                evidence += "; " + describe_error(measured)
+                evidence += "; " + describe_error(graph, measured)
                 extra["measured"] = measured
             yield GraphFinding(
                 start,

@@ -87,7 +87,7 @@ class FirstOverflow(RuntimeRule):
                 + ("the first overflow of the replay" if index == 0 else "an overflow no earlier one fed")
                 + f"; {surfaced}",
                 evidence=(
-                    f"replayed on the factory's inputs and weights: `{node.op}` at {where(node)}"
+                    f"replayed on {graph.replayed_on}: `{node.op}` at {where(node)}"
                     + (f" in {node.module}" if node.module else "")
                     + f" gave {kind} where float64 stays finite"
                 ),

@@ -76,7 +76,7 @@ class LowHeadroom(RuntimeRule):
                 f"below its largest value (limit {bits:g}): an input {2**found.headroom:.1f}x larger "
                 "overflows",
                 evidence=(
-                    f"replayed on the factory's inputs and weights: `{node.op}` at {where(node)} gave "
+                    f"replayed on {graph.replayed_on}: `{node.op}` at {where(node)} gave "
                     f"[{found.low:.4g}, {found.high:.4g}] from inputs in {ranges(graph, node)}"
                 ),
                 help=fix_for(graph, node),

@@ -69,7 +69,7 @@ class Underflow(RuntimeRule):
                 f"`{node.op}` flushed {share(found.underflow)} of its non-zero values to zero in "
                 f"{node.dtype} (limit {share(fraction)}): they fall below the dtype's normal range",
                 evidence=(
-                    f"replayed on the factory's inputs and weights: `{node.op}` at {where(node)} "
+                    f"replayed on {graph.replayed_on}: `{node.op}` at {where(node)} "
                     f"read inputs in {ranges(graph, node)}; float64 keeps those values non-zero"
                 ),
                 help=_help(node),

@@ -84,7 +84,7 @@ class LargeError(RuntimeRule):
                 f"(rank {rank} of the ops feeding an output whose error against float64 is {worst:.1e}, "
                 f"limit {limits.error_threshold:g})",
                 evidence=(
-                    f"replayed on the factory's inputs and weights: `{node.op}` at {where(node)} receives "
+                    f"replayed on {graph.replayed_on}: `{node.op}` at {where(node)} receives "
                     f"inputs off by {received:.1e} and is off by {found.error:.1e}; run in {node.dtype} from "
                     f"the float64 reference's inputs rounded to its dtypes, it is off by {found.local_error:.1e}"
                 ),

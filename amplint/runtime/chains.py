@@ -242,7 +242,7 @@ def half_precision_verdict(
         measured = measured_error(graph, half)
         if measured is None:
             return Verdict(Confidence.CONFIRMED, evidence)
-        described = describe_error(measured, "computed in float32")
+        described = describe_error(graph, measured, "computed in float32")
         return Verdict(Confidence.CONFIRMED, f"{evidence}; {described}", {"measured": measured})
     if not all(node.dtype in {"float32", "float64"} for node in ops):
         return None
@@ -279,10 +279,12 @@ def measured_error(graph: DtypeGraph, casts: Sequence[DtypeNode]) -> dict[str, f
 
 
 def describe_error(
-    measured: dict[str, float], fixed: str = "with the upcast moved to the start of the chain"
+    graph: DtypeGraph,
+    measured: dict[str, float],
+    fixed: str = "with the upcast moved to the start of the chain",
 ) -> str:
     return (
-        f"measured against float64 on the factory's inputs and weights: relative error "
+        f"measured against float64 on {graph.replayed_on}: relative error "
         f"max {measured['max']:.1e}, mean {measured['mean']:.1e}; {fixed}: "
         f"max {measured['fixed_max']:.1e}, mean {measured['fixed_mean']:.1e}"
     )

@@ -175,12 +175,23 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         settings = {key: options[key] for key in settings}
         graph = trace(model, args, kwargs, **options)
     graph.notes.extend(notes)
+    graph.replayed_on = _replayed_on(spec)
     if spec.get("compare_cpu") and spec["device"] == "cuda" and spec["autocast"]:
         # The same model under CPU autocast's policy, for the ops whose dtype differs (AMP103).
         on_cpu = trace(model, args, kwargs, device="cpu", **settings)
         keys = on_cpu.op_keys()
         graph.cpu_dtypes = {keys[node.id]: node.dtype for node in on_cpu.nodes if node.id in keys}
     return graph
+
+
+def _replayed_on(spec: dict[str, Any]) -> str:
+    """What a replay of this spec's model runs on, in words: a measured error means something
+    else on made-up inputs and freshly initialised weights than on a factory's real ones."""
+    if not (spec.get("hf_config") or spec.get("auto")):
+        return DtypeGraph.replayed_on
+    built = "the config's model" if spec.get("hf_config") else "the class built from its defaults"
+    weights = "the given weights" if spec.get("weights") else "the weights it initialised"
+    return f"inputs made up for {built} and {weights}"
 
 
 def _limits(spec: dict[str, Any]) -> ValueLimits:

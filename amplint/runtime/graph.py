@@ -188,6 +188,9 @@ class DtypeGraph:
     # the chain before the cast computed in float32); and why nothing was measured, if so.
     measured: dict[int, dict[str, float]] = field(default_factory=dict)
     measure_note: str | None = None
+    # What the replays ran on, in words for the messages: a factory's own inputs and weights, or
+    # inputs made up for a model built from its config or class with the weights it initialised.
+    replayed_on: str = "the factory's inputs and weights"
     # For a CUDA trace: the dtype each op produced when the same model was traced under CPU
     # autocast, by `op_key`; empty when no CPU trace was made.
     cpu_dtypes: dict[str, str | None] = field(default_factory=dict)
@@ -325,6 +328,7 @@ class DtypeGraph:
             notes=data.get("notes", []),
             measured=measured,
             measure_note=data.get("measure_note"),
+            replayed_on=data.get("replayed_on", cls.replayed_on),
             cpu_dtypes=data.get("cpu_dtypes", {}),
             values=Values.from_dict(data["values"]) if data.get("values") else None,
             values_note=data.get("values_note"),

@@ -60,6 +60,11 @@ def test_each_incident_is_confirmed_in_its_projects_mode(
     if measured:
         assert 0 < hit["measured"]["max"] < 0.1
         assert "relative error max" in hit["evidence"]
+        # A class built from its defaults has no real inputs or weights: the message says what ran.
+        assert (
+            "on inputs made up for the class built from its defaults and the weights it initialised"
+            in (hit["evidence"])
+        )
 
 
 def test_no_true_finding_refuted_and_no_runtime_finding_a_real_run_would_not_show(
@@ -126,6 +131,26 @@ def test_a_file_no_mode_reaches_is_unreached_with_why(tmp_path: Path) -> None:
     (finding,) = [d for d in _json(amplint_run(tmp_path, *args)) if d["code"] == "AMP002"]
     assert finding["confidence"] == "unreached"
     assert "nothing in the project runs this code in bf16/fp16" in finding["evidence"]
+
+
+def test_a_notebooks_candidates_are_unreached_with_why(tmp_path: Path) -> None:
+    # Building a notebook's class would run the cells before it; the candidate says so, not that the
+    # file has no model class.
+    pytest.importorskip("torch")
+    code = (INCIDENTS / "qwen_eager_fp16.py").read_text(encoding="utf-8")
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None}
+    notebook = {
+        "cells": [{**cell, "source": code[: code.index("def generate")].splitlines(keepends=True)}],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    write(tmp_path / "attention.ipynb", json.dumps(notebook))
+    write(tmp_path / "pyproject.toml", '[project]\nname = "nb"\n[tool.amplint]\nmodes = ["cast-fp16"]\n')
+    found = _json(amplint_run(tmp_path, "check", ".", "--deep", "--no-cache", "--format", "json"))
+    (finding,) = [d for d in found if d["code"] == "AMP002"]
+    assert finding["confidence"] == "unreached"
+    assert "a notebook's classes are not built" in finding["evidence"]
 
 
 GATE = """\
