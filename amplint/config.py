@@ -66,7 +66,10 @@ DEFAULT_EXCLUDE: tuple[str, ...] = (
 )
 
 _CODE_RE = re.compile(r"AMP[0-9]{0,3}")
-_CODES_EXPECTED = 'rule codes such as "AMP001" or prefixes such as "AMP0"'
+_CODES_EXPECTED = 'rule codes such as "AMP001", prefixes such as "AMP0", or "ALL"'
+# As in ruff: every rule, the opt-in ones too; the least specific selector, so any code or prefix
+# in `ignore` (or in `select` beside it) decides over it.
+ALL = "ALL"
 _PATTERNS_EXPECTED = 'gitignore-style patterns such as "build" or "tests/data/"'
 _KNOWN_KEYS = (
     "cache-dir",
@@ -112,7 +115,7 @@ def validate_codes(values: object, where: str) -> tuple[str, ...]:
     codes: list[str] = []
     for value in values:
         code = value.strip().upper()
-        if not _CODE_RE.fullmatch(code):
+        if code != ALL and not _CODE_RE.fullmatch(code):
             raise ConfigError(f"{where} has an invalid rule code {value!r} (expected {_CODES_EXPECTED})")
         codes.append(code)
     return tuple(codes)
@@ -221,7 +224,7 @@ def _validate_modes(values: object, where: str) -> tuple[str, ...]:
 
 
 def _longest_prefix(code: str, prefixes: Iterable[str]) -> int:
-    return max((len(p) for p in prefixes if code.startswith(p)), default=-1)
+    return max((0 if p == ALL else len(p) for p in prefixes if p == ALL or code.startswith(p)), default=-1)
 
 
 @dataclass(frozen=True)
@@ -284,10 +287,10 @@ class Settings:
     def is_selected(self, code: str, *, opt_in: bool = False) -> bool:
         """Whether `code` is on: the longest matching prefix in select (and extend-select) and ignore
         decides; ties go to ignore. An `opt_in` rule (off by default) is on only where select or
-        extend-select names its code exactly: a prefix such as `AMP` does not turn it on."""
+        extend-select names its code exactly, or `ALL`: a prefix such as `AMP` does not turn it on."""
         code = code.upper()
         chosen = (*self.select, *self.extend_select)
-        if opt_in and code not in chosen:
+        if opt_in and code not in chosen and ALL not in chosen:
             return False
         return _longest_prefix(code, chosen) > _longest_prefix(code, self.ignore)
 

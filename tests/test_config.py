@@ -135,8 +135,8 @@ def test_an_unknown_key_warns_and_the_run_goes_on(tmp_path: Path) -> None:
     [
         (
             "select = 42\n",
-            "[tool.amplint] 'select' must be a list of rule codes such as \"AMP001\" "
-            'or prefixes such as "AMP0", got 42',
+            "[tool.amplint] 'select' must be a list of rule codes such as \"AMP001\", "
+            'prefixes such as "AMP0", or "ALL", got 42',
         ),
         ("ignore = 'AMP001'\n", "'ignore' must be a list of rule codes such as \"AMP001\""),
         ("select = ['E501']\n", "'select' has an invalid rule code 'E501'"),

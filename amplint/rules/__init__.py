@@ -13,7 +13,7 @@ import pkgutil
 from functools import cache
 from pathlib import Path
 
-from amplint.config import ConfigError, Settings
+from amplint.config import ALL, ConfigError, Settings
 from amplint.results import UNPARSABLE
 from amplint.rule import Rule
 from amplint.static.profile import CALLER, Profile
@@ -86,7 +86,7 @@ def check_codes(settings: Settings) -> None:
     ]
     for field, key, values in named:
         for value in values:
-            if any(code.startswith(value) for code in codes):
+            if value == ALL or any(code.startswith(value) for code in codes):
                 continue
             origin = settings.origin(field)
             where = origin if origin.startswith("--") else f"{origin}: '{key}'"

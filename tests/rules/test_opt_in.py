@@ -39,6 +39,9 @@ def test_the_catalogue_has_opt_in_rules_and_says_so() -> None:
         (Settings(extend_select=("AMP014",)), True),
         (Settings(extend_select=("AMP014",), ignore=("AMP014",)), False),  # ties go to ignore
         (Settings(extend_select=("AMP014",), ignore=("AMP0",)), True),  # the longer entry wins
+        (Settings(select=("ALL",)), True),  # as in ruff: every rule
+        (Settings(select=("ALL",), ignore=("AMP014",)), False),  # ALL is the least specific entry
+        (Settings(select=("ALL",), ignore=("AMP0",)), False),
     ],
 )
 def test_selection(settings: Settings, on: bool) -> None:
@@ -71,6 +74,7 @@ def test_the_command_line_and_the_configuration_turn_it_on(tmp_path: Path) -> No
     assert _codes(tmp_path) == []
     assert _codes(tmp_path, "--extend-select", "AMP014") == ["AMP014"]
     assert _codes(tmp_path, "--select", "AMP014") == ["AMP014"]
+    assert _codes(tmp_path, "--select", "ALL") == ["AMP014"]
     write(tmp_path / "pyproject.toml", '[tool.amplint]\nextend-select = ["AMP014"]\n')
     assert _codes(tmp_path) == ["AMP014"]
     assert _codes(tmp_path, "--ignore", "AMP014") == []
