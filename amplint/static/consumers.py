@@ -214,7 +214,9 @@ def upcast_dtype(
             value=data.with_changes(lpar=[], rpar=[]), attr=cst.Name("dtype")
         )
     else:
-        dtype = dtype_source(ctx, upcast, data)
+        # Read at the upcast itself: the name may be bound again elsewhere in the function.
+        scope = _scope_of(ctx, upcast)
+        dtype = _dtype_source(ctx, scope, data, anywhere=False) if scope is not None else None
     if dtype is None:
         return float32, missing
     torch, _ = ctx.torch_name()
@@ -240,11 +242,13 @@ def _passes_on(ctx: FileContext, call: cst.Call) -> bool:
     return qualified.startswith("torch.") and ctx.facts.of(call).kind != MODULE
 
 
-def _dtype_source(ctx: FileContext, scope: Scope, data: cst.BaseExpression) -> cst.BaseExpression | None:
-    """`<name>.dtype`, read where the value is cast back, for the one tensor the upcast input is
-    computed from by elementwise ops and numbers alone (`x`, `x - 1`, `-x[:, t]`: the same dtype
-    as `x` whatever the caller picks, where a module, a product or a second tensor could change it),
-    bound once in the function."""
+def _dtype_source(
+    ctx: FileContext, scope: Scope, data: cst.BaseExpression, anywhere: bool = True
+) -> cst.BaseExpression | None:
+    """`<name>.dtype` for the one tensor the upcast input is computed from by elementwise ops and
+    numbers alone (`x`, `x - 1`, `-x[:, t]`: the same dtype as `x` whatever the caller picks, where a
+    module, a product or a second tensor could change it). Read `anywhere` (where the value is cast
+    back), the name must be bound once in the function; read at the upcast, any binding will do."""
     # The upcast's input itself, a bare name, is a tensor whatever the facts know of it (a loop
     # variable, an unannotated parameter): the op the fix upcasts takes a tensor there.
     bare = isinstance(data, cst.Name) and ctx.facts.of(data).kind in (TENSOR, UNKNOWN)
@@ -256,7 +260,7 @@ def _dtype_source(ctx: FileContext, scope: Scope, data: cst.BaseExpression) -> c
         or (isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.MatrixMultiply))
         for n in walk(data)
     )
-    if len(tensors) != 1 or mixes or not _bound_once(scope, next(iter(tensors))):
+    if len(tensors) != 1 or mixes or (anywhere and not _bound_once(scope, next(iter(tensors)))):
         return None
     return cst.Attribute(value=cst.Name(next(iter(tensors))), attr=cst.Name("dtype"))
 

@@ -1,7 +1,7 @@
 # ruff: noqa
 # fmt: off
 # Source: x-transformers 1.42.24 (PyPI), x_transformers/x_transformers.py, lines 8-10, 20, 571
-# and 574-613 (verbatim).
+# and 574-615 (verbatim).
 # Class (g): the log-decay is spelled `F.logsigmoid(...)` (a function, not a `.sigmoid()` method),
 # scaled, and accumulated by a reverse `cumsum`, all in the input's dtype.
 import torch
@@ -51,3 +51,5 @@ class PerRowDataDependentAlibi(Module):
         forget_gates = forget_gates.flip(dims = (-1,))
         forget_gates = forget_gates.cumsum(dim = -1)  # expect: AMP007
         forget_gates = forget_gates.flip(dims = (-1,))
+
+        return forget_gates
