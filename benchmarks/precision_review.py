@@ -7,6 +7,7 @@
 
     python benchmarks/precision_review.py run --rev HEAD      # amplint as committed, not the working tree
     python benchmarks/precision_review.py run --only kornia   # redo some projects, keep the others' results
+    python benchmarks/precision_review.py run --review review-5   # the projects one review added
 
 The corpus (`benchmarks/precision_corpus.toml`) pins each project's PyPI name and version and records
 the reviews. `fetch` downloads each project's sdist (`sdist = true`: it ships the tests, examples,
@@ -179,6 +180,13 @@ class Corpus:
         if project.first_checked is None or project.first_checked == self.current.key:
             return FIRST
         return EARLIER
+
+    def added_by(self, key: str) -> list[Project]:
+        """The projects a review (named by its `id` or date) checks first, tuned-on ones included."""
+        if key not in {review.key for review in self.reviews}:
+            raise ReviewError(f"no [[review]] is named {key!r} (by its `id`, or its date where it has none)")
+        current = key == self.current.key
+        return [p for p in self.projects if p.first_checked == key or (current and p.first_checked is None)]
 
 
 def load_corpus(path: Path) -> Corpus:
@@ -1542,6 +1550,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--context", type=int, default=DEFAULT_CONTEXT, help="reading-aid lines either side")
     parser.add_argument("--only", help="comma-separated project names (fetch/run); default: all")
+    parser.add_argument(
+        "--review", help="only the projects this review (its `id`, or its date) added (fetch/run)"
+    )
     parser.add_argument("--amplint", help="the amplint command (default: the one beside this Python)")
     parser.add_argument("--jobs", type=int, help="passed to `amplint check --jobs`")
     parser.add_argument(
@@ -1572,6 +1583,8 @@ def display_command(args: argparse.Namespace, step: str, seed: int | None = None
             parts += [f"--{name}", _shown_path(value)]
     if step in ("fetch", "run") and args.only:
         parts += ["--only", args.only]
+    if step in ("fetch", "run") and args.review:
+        parts += ["--review", args.review]
     if step == "run":
         if args.rev:
             parts += ["--rev", args.rev]
@@ -1604,6 +1617,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if unknown:
                 raise ReviewError(f"not in the corpus: {', '.join(sorted(unknown))}")
             projects = [p for p in projects if p.name in wanted]
+        if args.review:
+            added = set(corpus.added_by(args.review))
+            projects = [p for p in projects if p in added]
         if args.rev and args.amplint:
             raise ReviewError("--rev and --amplint exclude each other")
         amplint = shlex.split(args.amplint) if args.amplint else None
@@ -1614,7 +1630,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rev = _git("rev-parse", "--short=12", args.rev) if args.rev else None
             if args.rev:
                 args.rev = rev or args.rev  # the report names the commit, not a moving `HEAD`
-            partial = bool(args.only) and args.step == "run"
+            partial = bool(args.only or args.review) and args.step == "run"
             run(projects, corpus_dir, amplint, args.jobs, args.rev, display_command(args, "run"), partial)
         if args.step in ("report", "all"):
             seed = corpus.current.seed if args.seed is None else args.seed

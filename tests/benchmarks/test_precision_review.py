@@ -118,6 +118,23 @@ def test_two_reviews_on_one_date_are_told_apart_by_id(tmp_path: Path) -> None:
     assert corpus.current.date is None and corpus.group(corpus.projects[2]) == review.FIRST
 
 
+def test_a_review_selects_the_projects_it_added(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    same_day = (
+        MANIFEST.replace("seed = 2\n", 'id = "2026-01-01.2"\ndate = "2026-01-01"\nseed = 2\n')
+        + 'first_checked = "2026-01-01.2"\n'
+    )
+    manifest = write(tmp_path, "c.toml", same_day)
+    corpus = review.load_corpus(manifest)
+    assert [p.name for p in corpus.added_by("2026-01-01")] == ["old", "tuned"]
+    assert [p.name for p in corpus.added_by("2026-01-01.2")] == ["new"]
+    with pytest.raises(review.ReviewError, match="no \\[\\[review\\]\\] is named"):
+        corpus.added_by("2026-01-02")
+    # On the command line: an unknown review is refused before anything runs.
+    missing = tmp_path / "no-corpus"
+    assert review.main(["run", "--manifest", str(manifest), "--corpus", str(missing), "--review", "x"]) == 1
+    assert "no [[review]] is named 'x'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
