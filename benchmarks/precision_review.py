@@ -7,6 +7,7 @@
 
     python benchmarks/precision_review.py run --rev HEAD      # amplint as committed, not the working tree
     python benchmarks/precision_review.py run --only kornia   # redo some projects, keep the others' results
+    python benchmarks/precision_review.py run --review review-5   # the projects one review added
 
 The corpus (`benchmarks/precision_corpus.toml`) pins each project's PyPI name and version and records
 the reviews. `fetch` downloads each project's sdist (`sdist = true`: it ships the tests, examples,
@@ -113,9 +114,10 @@ SKIPPED_DIRS = frozenset(
     {".git", ".hg", ".svn", ".venv", "venv", ".tox", ".eggs", "build", "dist", "__pycache__", "node_modules"}
 )
 _PROJECT_KEYS = frozenset({"name", "version", "subdir", "sdist", "first_checked", "tuned_on"})
-_REVIEW_KEYS = frozenset({"date", "seed", "commit"})
+_REVIEW_KEYS = frozenset({"id", "date", "seed", "commit"})
 _VERDICT_KEYS = frozenset({"project", "path", "code", "source", "line", "verdict", "reason"})
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_REVIEW_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 FIRST, EARLIER, TUNED = "first contact", "checked before", "tuned on"
 GROUPS = (FIRST, EARLIER, TUNED)
@@ -134,7 +136,7 @@ class Project:
     version: str
     subdir: str | None = None
     sdist: bool = False
-    # The date of the review that first read its findings; None until that review reads them.
+    # The review that first read (or reads) its findings, by its `key`; None: the current review.
     first_checked: str | None = None
     tuned_on: bool = False
 
@@ -154,6 +156,13 @@ class Review:
     # The amplint commit whose findings the first-contact projects are read on: a run from another
     # commit may carry rule changes made because of them, and is no longer first contact.
     commit: str | None = None
+    # Names the review where its date cannot: two reviews on one date, or one not yet dated.
+    id: str | None = None
+
+    @property
+    def key(self) -> str | None:
+        """What a project's `first_checked` names this review by: its `id`, else its date."""
+        return self.id or self.date
 
 
 @dataclass(frozen=True)
@@ -168,15 +177,22 @@ class Corpus:
     def group(self, project: Project) -> str:
         if project.tuned_on:
             return TUNED
-        if project.first_checked is None or project.first_checked == self.current.date:
+        if project.first_checked is None or project.first_checked == self.current.key:
             return FIRST
         return EARLIER
+
+    def added_by(self, key: str) -> list[Project]:
+        """The projects a review (named by its `id` or date) checks first, tuned-on ones included."""
+        if key not in {review.key for review in self.reviews}:
+            raise ReviewError(f"no [[review]] is named {key!r} (by its `id`, or its date where it has none)")
+        current = key == self.current.key
+        return [p for p in self.projects if p.first_checked == key or (current and p.first_checked is None)]
 
 
 def load_corpus(path: Path) -> Corpus:
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     reviews = _load_reviews(path, data.get("review"))
-    dates = {review.date for review in reviews}
+    keys = {review.key for review in reviews}
     entries = data.get("project")
     if not isinstance(entries, list) or not entries:
         raise ReviewError(f"{path}: expected a list of [[project]] tables")
@@ -194,9 +210,10 @@ def load_corpus(path: Path) -> Corpus:
         if not isinstance(entry.get("sdist"), bool):
             raise ReviewError(f"{path}: project {name}: `sdist` must be true or false")
         first = entry.get("first_checked")
-        if first is not None and first not in dates:
+        if first is not None and first not in keys:
             raise ReviewError(
-                f"{path}: project {name}: `first_checked` must be the date of a [[review]] (got {first!r})"
+                f"{path}: project {name}: `first_checked` must name a [[review]] by its `id`, or by its "
+                f"date where it has none (got {first!r})"
             )
         tuned_on = bool(entry.get("tuned_on", False))
         if tuned_on and first is None:
@@ -211,8 +228,9 @@ def load_corpus(path: Path) -> Corpus:
 
 
 def _load_reviews(path: Path, entries: object) -> list[Review]:
-    """The [[review]] tables, oldest first: every one dated but the last, dates rising, and the
-    current review's seed new (a sample drawn again with an old seed is the old sample)."""
+    """The [[review]] tables, oldest first: every one dated but the last, dates never falling, each
+    named apart (by its `id`, else its date: two reviews on one date need ids), and the current
+    review's seed new (a sample drawn again with an old seed is the old sample)."""
     if not isinstance(entries, list) or not entries:
         raise ReviewError(f"{path}: expected a list of [[review]] tables")
     reviews: list[Review] = []
@@ -227,14 +245,23 @@ def _load_reviews(path: Path, entries: object) -> list[Review]:
             raise ReviewError(f"{path}: review {i}: only the current (last) review may lack a `date`")
         if date is not None and (not isinstance(date, str) or not _DATE.fullmatch(date)):
             raise ReviewError(f"{path}: review {i}: `date` must be a YYYY-MM-DD string")
-        if date is not None and reviews and reviews[-1].date is not None and date <= reviews[-1].date:
-            raise ReviewError(f"{path}: review {i}: dates must rise from one review to the next")
+        if date is not None and reviews and reviews[-1].date is not None and date < reviews[-1].date:
+            raise ReviewError(f"{path}: review {i}: dates must not fall from one review to the next")
         commit = entry.get("commit")
         if commit is not None and (
             not isinstance(commit, str) or not re.fullmatch(r"[0-9a-f]{7,40}", commit)
         ):
             raise ReviewError(f"{path}: review {i}: `commit` must be a git commit hash")
-        reviews.append(Review(date, seed, commit))
+        review_id = entry.get("id")
+        if review_id is not None and (not isinstance(review_id, str) or not _REVIEW_ID.fullmatch(review_id)):
+            raise ReviewError(f"{path}: review {i}: `id` must be a string of letters, digits, '.', '_', '-'")
+        review = Review(date, seed, commit, review_id)
+        if review.key is not None and any(earlier.key == review.key for earlier in reviews):
+            raise ReviewError(
+                f"{path}: review {i}: {review.key!r} already names an earlier review (two reviews on "
+                "one date need an `id` each, or the later one does)"
+            )
+        reviews.append(review)
     if any(review.seed == reviews[-1].seed for review in reviews[:-1]):
         raise ReviewError(f"{path}: the current review needs a seed no earlier review used")
     return reviews
@@ -1523,6 +1550,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--context", type=int, default=DEFAULT_CONTEXT, help="reading-aid lines either side")
     parser.add_argument("--only", help="comma-separated project names (fetch/run); default: all")
+    parser.add_argument(
+        "--review", help="only the projects this review (its `id`, or its date) added (fetch/run)"
+    )
     parser.add_argument("--amplint", help="the amplint command (default: the one beside this Python)")
     parser.add_argument("--jobs", type=int, help="passed to `amplint check --jobs`")
     parser.add_argument(
@@ -1553,6 +1583,8 @@ def display_command(args: argparse.Namespace, step: str, seed: int | None = None
             parts += [f"--{name}", _shown_path(value)]
     if step in ("fetch", "run") and args.only:
         parts += ["--only", args.only]
+    if step in ("fetch", "run") and args.review:
+        parts += ["--review", args.review]
     if step == "run":
         if args.rev:
             parts += ["--rev", args.rev]
@@ -1585,6 +1617,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if unknown:
                 raise ReviewError(f"not in the corpus: {', '.join(sorted(unknown))}")
             projects = [p for p in projects if p.name in wanted]
+        if args.review:
+            added = set(corpus.added_by(args.review))
+            projects = [p for p in projects if p in added]
         if args.rev and args.amplint:
             raise ReviewError("--rev and --amplint exclude each other")
         amplint = shlex.split(args.amplint) if args.amplint else None
@@ -1595,7 +1630,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rev = _git("rev-parse", "--short=12", args.rev) if args.rev else None
             if args.rev:
                 args.rev = rev or args.rev  # the report names the commit, not a moving `HEAD`
-            partial = bool(args.only) and args.step == "run"
+            partial = bool(args.only or args.review) and args.step == "run"
             run(projects, corpus_dir, amplint, args.jobs, args.rev, display_command(args, "run"), partial)
         if args.step in ("report", "all"):
             seed = corpus.current.seed if args.seed is None else args.seed

@@ -101,10 +101,48 @@ def test_projects_are_grouped_by_when_they_were_first_checked(tmp_path: Path) ->
     assert corpus.projects[2].sdist and corpus.projects[2].package == "pkg"
 
 
+def test_two_reviews_on_one_date_are_told_apart_by_id(tmp_path: Path) -> None:
+    # The current review shares the earlier one's date: its `id` names it, the date still names the
+    # earlier one, so the earlier review's projects are no longer first contact.
+    same_day = (
+        MANIFEST.replace("seed = 2\n", 'id = "2026-01-01.2"\ndate = "2026-01-01"\nseed = 2\n')
+        + 'first_checked = "2026-01-01.2"\n'
+    )
+    corpus = review.load_corpus(write(tmp_path, "c.toml", same_day))
+    assert [r.key for r in corpus.reviews] == ["2026-01-01", "2026-01-01.2"]
+    groups = {p.name: corpus.group(p) for p in corpus.projects}
+    assert groups == {"old": review.EARLIER, "tuned": review.TUNED, "new": review.FIRST}
+    # A review not yet dated is named by its id alone.
+    undated = MANIFEST.replace("seed = 2\n", 'id = "next"\nseed = 2\n') + 'first_checked = "next"\n'
+    corpus = review.load_corpus(write(tmp_path, "d.toml", undated))
+    assert corpus.current.date is None and corpus.group(corpus.projects[2]) == review.FIRST
+
+
+def test_a_review_selects_the_projects_it_added(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    same_day = (
+        MANIFEST.replace("seed = 2\n", 'id = "2026-01-01.2"\ndate = "2026-01-01"\nseed = 2\n')
+        + 'first_checked = "2026-01-01.2"\n'
+    )
+    manifest = write(tmp_path, "c.toml", same_day)
+    corpus = review.load_corpus(manifest)
+    assert [p.name for p in corpus.added_by("2026-01-01")] == ["old", "tuned"]
+    assert [p.name for p in corpus.added_by("2026-01-01.2")] == ["new"]
+    with pytest.raises(review.ReviewError, match="no \\[\\[review\\]\\] is named"):
+        corpus.added_by("2026-01-02")
+    # On the command line: an unknown review is refused before anything runs.
+    missing = tmp_path / "no-corpus"
+    assert review.main(["run", "--manifest", str(manifest), "--corpus", str(missing), "--review", "x"]) == 1
+    assert "no [[review]] is named 'x'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (('first_checked = "2026-01-01"\ntuned_on', 'first_checked = "2025-12-31"\ntuned_on'), "date of a"),
+        (('first_checked = "2026-01-01"\ntuned_on', 'first_checked = "2025-12-31"\ntuned_on'), "must name a"),
+        (("seed = 2\n", 'date = "2026-01-01"\nseed = 2\n'), "already names an earlier review"),
+        (("seed = 2\n", 'id = "2026-01-01"\nseed = 2\n'), "already names an earlier review"),
+        (("seed = 2\n", 'date = "2025-12-31"\nseed = 2\n'), "must not fall"),
+        (("seed = 2\n", 'id = "review 5"\nseed = 2\n'), "`id` must be"),
         (("seed = 2", "seed = 1"), "seed no earlier review used"),
         (('date = "2026-01-01"\n', ""), "only the current"),
         (("sdist = true", 'sdist = "yes"'), "`sdist` must be"),
@@ -124,7 +162,7 @@ def test_the_repository_corpus_loads_with_a_first_contact_review() -> None:
     corpus = review.load_corpus(review.DEFAULT_MANIFEST)
     first = [p for p in corpus.projects if corpus.group(p) == review.FIRST]
     assert len(first) >= 10
-    assert all(p.first_checked in (None, corpus.current.date) and p.sdist for p in first)
+    assert all(p.first_checked in (None, corpus.current.key) and p.sdist for p in first)
 
 
 def test_only_findings_in_the_package_are_sampled() -> None:
