@@ -690,3 +690,66 @@ def test_a_plain_class_is_built_from_tensors() -> None:
                 return self.logits.log_softmax(-1)
         """
     assert fact(code, 6, "self.logits.log_softmax(-1)").may_be_half
+
+
+def test_a_method_gets_the_arguments_of_calls_on_objects_of_its_class() -> None:
+    # ParlAI's agent passes float32 log-probabilities to its searches with `b.advance(...)`: the
+    # method's parameter holds them. A name another class of the file defines too (`Other.advance`),
+    # or one that objects of other libraries have (`forward`), may call something else: the
+    # parameter stays the caller's.
+    code = """\
+        import torch
+        import torch.nn.functional as F
+
+        class Search(object):
+            def advance(self, logprobs):
+                return logprobs.softmax(-1)
+
+            def forward(self, logprobs):
+                return logprobs.softmax(-1)
+
+        class Agent:
+            def generate(self, scores):
+                beams = [Search() for _ in range(4)]
+                for b in beams:
+                    b.advance(F.log_softmax(scores, dim=-1, dtype=torch.float32))
+                    b.forward(F.log_softmax(scores, dim=-1, dtype=torch.float32))
+        """
+    assert fact(code, 6, "logprobs.softmax(-1)").dtypes == {"float32"}
+    assert fact(code, 9, "logprobs.softmax(-1)").dtypes == CALLER
+    other = textwrap.dedent(code).replace(
+        "class Agent:", "class Other:\n    def advance(self, x):\n        return x\n\nclass Agent:"
+    )
+    assert fact(other, 6, "logprobs.softmax(-1)").dtypes == CALLER
+    assert fact(other, 13, "x").dtypes == CALLER
+
+
+def test_a_module_a_plain_object_keeps_follows_its_input() -> None:
+    # No cast of a model reaches a module that a plain object keeps (ParlAI's n-gram blocker in its
+    # searches): its output is in its input's dtype, not the model's. A module's submodule runs in
+    # the model's dtype.
+    code = """\
+        import torch
+        from blocking import NGramRepeatBlock
+
+        class Search(object):
+            def __init__(self):
+                self.block = NGramRepeatBlock()
+
+            def advance(self, logprobs):
+                return self.block(logprobs.float())
+
+        class Layer(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.block = NGramRepeatBlock()
+
+            def forward(self, logprobs):
+                return self.block(logprobs.float())
+        """
+    # Outside autocast (under it, any module's products run in the half dtype).
+    facts = facts_on(code).facts.without_caller_autocast()
+    assert dict(facts.explain_line(9))["self.block(logprobs.float())"].dtypes == {"float32"}
+    kept = "`self.block` runs in the model's dtype"
+    assert kept not in fact(code, 9, "self.block(logprobs.float())").explain()
+    assert kept in fact(code, 17, "self.block(logprobs.float())").explain()

@@ -103,7 +103,10 @@ class CallFacts(Interpreter):
             owner = self._self_attribute(method, func, frame)
             self._facts[func] = owner
             if owner.kind == MODULE:
-                return self._module_call(owner.module or "", node, positional, frame)
+                # A module a plain object keeps (a search's n-gram blocker) is no submodule of a
+                # model: the model's cast does not reach it, its output follows its input.
+                plain = not owner.dtypes and self._plain_object(self.ctx.function_of(node))
+                return self._module_call(owner.module or "", node, positional, frame, plain=plain)
             return self._module_call("", node, positional, frame)
         receiver = self._expr(func.value, frame)
         if receiver.kind == MODULE:
@@ -229,13 +232,19 @@ class CallFacts(Interpreter):
         self._returns[signature] = result  # type: ignore[index]
         return result
 
-    def _module_call(self, constructor: str, node: cst.Call, positional: list[Fact], frame: Frame) -> Fact:
+    def _module_call(
+        self, constructor: str, node: cst.Call, positional: list[Fact], frame: Frame, *, plain: bool = False
+    ) -> Fact:
         if self._foreign():
             return UNKNOWN_FACT  # a Keras or Flax layer: no torch autocast
         op = ops.MODULE_OPS.get(constructor)
         first = positional[0] if positional else UNKNOWN_FACT
-        weights = self._caller_tensor(
-            node, f"`{dotted_name(node.func) or constructor}` runs in the model's dtype", weights=True
+        weights = (
+            UNKNOWN_FACT
+            if plain
+            else self._caller_tensor(
+                node, f"`{dotted_name(node.func) or constructor}` runs in the model's dtype", weights=True
+            )
         )
         if op in ("sigmoid", "tanh", "softmax", "log_softmax", "softplus"):
             return self._op(op, [first], node, frame)

@@ -306,6 +306,16 @@ class EngineState(ABC):
         klass = self._class_of.get(function)
         return klass is not None and any(self.ctx.code(base.value) != "object" for base in klass.bases)
 
+    def _plain_object(self, function: cst.FunctionDef | None) -> bool:
+        """A method of a plain class (`class TreeSearch(object)`, through this file's bases too): its
+        objects are no modules, so a model's cast never reaches the modules they keep."""
+        klass = self._class_of.get(function) if function is not None else None
+        return klass is not None and all(
+            self.ctx.code(base.value) in ("object", *self._classes)
+            for cls in (klass, *self._ancestors(klass))
+            for base in cls.bases
+        )
+
     def _inherited_hook(self, function: cst.FunctionDef) -> bool:
         """A private method that this file never calls, of a class derived from one defined in
         another (non-torch) module: that base class calls it, out of sight, with tensors in a dtype
@@ -359,6 +369,14 @@ class EngineState(ABC):
                     key = "self." + func.attr.value
                 elif isinstance(func, cst.Name) and (alias := self._alias(call, func.value)) is not None:
                     key = alias
+                elif (
+                    isinstance(func, cst.Attribute)
+                    and isinstance(func.value, cst.Name)
+                    and func.attr.value in self._functions
+                    and not self.ctx.qualified(func)
+                ):
+                    # `b.advance(score[i], step)` on an object of one of the file's classes
+                    key = "." + func.attr.value
                 else:
                     continue
                 scope = self.ctx.function_of(call) or self.ctx.module
@@ -372,6 +390,26 @@ class EngineState(ABC):
             # `self._norm(x.float())` reaches the `_norm` of its own class, a base or a subclass,
             # not that of another class of the file with a method of the same name.
             and (klass is None or self._related(klass, self._class_of.get(scope)))  # type: ignore[arg-type]
+        ] + (self._sites_on_objects(klass, function) if klass is not None else [])
+
+    def _sites_on_objects(
+        self, klass: cst.ClassDef, function: cst.FunctionDef
+    ) -> list[tuple[cst.Call, cst.FunctionDef | cst.Module]]:
+        """The calls `obj.name(...)` of a method on an object other than `self` (`b.advance(score[i],
+        step)` in the agent that builds the searches), where the name can only mean this method: only
+        classes related to its own define it in this file, and it is no name that modules, tensors or
+        other libraries' objects commonly have."""
+        name = function.name.value
+        if name.startswith("__") or _COMMON_METHOD.match(name):
+            return []
+        owners = {self._class_of[f] for f in self._functions[name] if f in self._class_of}
+        if len(owners) != len(self._functions[name]) or not all(
+            self._related(klass, other) for other in owners
+        ):
+            return []
+        assert self._call_sites is not None
+        return [
+            (call, scope) for call, scope in self._call_sites.get("." + name, []) if scope is not function
         ]
 
     def _related(self, klass: cst.ClassDef, other: cst.ClassDef | None) -> bool:
@@ -469,6 +507,16 @@ class EngineState(ABC):
     @abstractmethod
     def _custom_fwd_float32(self, decorator: cst.BaseExpression) -> bool: ...
 
+
+# Method names that objects of other libraries have too (modules, tensors, optimizers, models,
+# tokenizers): `obj.name(...)` with one of them may call something other than the file's method.
+_COMMON_METHOD = re.compile(
+    r"^(forward|step|update|reset|train|eval|to|cuda|cpu|float|half|double|type|get|set|apply|run"
+    r"|load|save|sample|generate|encode|decode|backward|zero_grad|state_dict|load_state_dict|add"
+    r"|parameters|append|extend|pop|copy|clone|view|reshape|split|call|predict|fit|transform|log|exp"
+    r"|sum|mean|norm|close|start|stop|write|read|format|items|keys|values|register|build|init|setup"
+    r"|loss|compute|score|process|prepare|embed|tokenize)$"
+)
 
 _FOREIGN = frozenset({"tensorflow", "jax", "flax", "keras", "mlx", "paddle", "mindspore"})
 
