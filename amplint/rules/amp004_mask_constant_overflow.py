@@ -18,6 +18,7 @@ from amplint.static.constants import BF16_MAX, FP16_OVERFLOW
 from amplint.static.context import FileContext, Finding, FixPlan, scopes_holding
 from amplint.static.facts import CALLER_CLAUSE, TENSOR, Fact
 from amplint.static.flow import Flow, Policy, analyse
+from amplint.static.ops import F16
 from amplint.static.patterns import argument, callee_name, method_call
 from amplint.static.scopes import Scope, named_params, walk
 
@@ -347,6 +348,8 @@ def _finite(ctx: FileContext, site: _Site, flags: set[str], into: list[Fact]) ->
         return None
     both = hazard == "bf16"  # beyond bfloat16's range too
     half = (lambda fact: fact.may_be_half) if both else (lambda fact: fact.may_be_fp16)
+    # A float16 hazard cites the float16 mode's evidence.
+    cited = (lambda fact: fact) if both else (lambda fact: fact.for_dtype(F16))
     shown = ctx.code(site.value)
     beyond = (
         "beyond the float16 and bfloat16 range (largest finite values 65504 and 3.39e38)"
@@ -357,6 +360,7 @@ def _finite(ctx: FileContext, site: _Site, flags: set[str], into: list[Fact]) ->
         fact = ctx.facts.of(site.tensor)
         if hazard == "edge" or not half(fact):
             return None
+        fact = cited(fact)
         return _with_fix(
             ctx,
             site,
@@ -370,6 +374,7 @@ def _finite(ctx: FileContext, site: _Site, flags: set[str], into: list[Fact]) ->
         fact = ctx.facts.of(site.node)
         if hazard == "edge" or not half(fact):
             return None
+        fact = cited(fact)
         message = f"`torch.where` with `{shown}`, {beyond}, gives -inf in float16: {_NAN_ROWS}"
         return _with_fix(ctx, site, f"{message}; {_why(fact, both)}", fact)
     # A mask made from constants: half where it is made (of a mask cast here: an attention mask passed
@@ -380,6 +385,7 @@ def _finite(ctx: FileContext, site: _Site, flags: set[str], into: list[Fact]) ->
     found = next((fact for fact in (made, *into) if half(fact)), None)
     if found is None:
         return None
+    made_here, found = found is made, cited(found)
     if hazard == "edge":
         message = (
             f"an additive mask of `{shown}` (about float16's minimum) rounds to -inf when a score of -16 or "
@@ -392,7 +398,7 @@ def _finite(ctx: FileContext, site: _Site, flags: set[str], into: list[Fact]) ->
             f"dtype, or added in place to float16 scores): {_NAN_ROWS}"
         )
         help = "build the mask in the dtype it is added in, from `torch.finfo(dtype).min`"
-        if found is made:
+        if made_here:
             fix = _product_fix(ctx, site)
             if fix is not None:
                 plan, help = fix

@@ -396,3 +396,24 @@ def test_a_partial_of_autocast_gives_its_device_and_dtype(
     assert modes == ({"autocast-fp16"} if device == "cuda" else {"autocast-fp16", "autocast-bf16:cpu"})
     found = {(d.line, d.code) for d in _check(root, show_conditional=True)}
     assert found == ({(15, "AMP007"), (21, "AMP003"), (26, "AMP003")} if flagged else set())
+
+
+def test_a_float16_hazard_cites_the_float16_modes_evidence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Qwen2's eager attention under bf16 autocast and cast to float16: the scores overflow only in
+    # float16, so the message cites the float16 cast, not the ops bf16 autocast runs in bf16.
+    excerpt = Path(__file__).parent / "data" / "real" / "transformers_qwen2_eager_no_qk_norm.py"
+    root = _project(
+        tmp_path,
+        {
+            "pyproject.toml": '[project]\nname = "pkg"\n\n[tool.amplint]\nmodes = ["autocast-bf16", "cast-fp16"]\n',
+            "pkg/__init__.py": "",
+        },
+    )
+    shutil.copy(excerpt, root / "pkg" / "modeling_qwen2.py")
+    monkeypatch.chdir(root)
+    (finding,) = _check(root, select=["AMP002"])
+    assert "cast-fp16" in finding.message
+    assert "in bf16 under autocast-bf16" not in finding.message
+    assert not any("in bf16 under" in step["message"] for step in finding.extra.get("why", []))

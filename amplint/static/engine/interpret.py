@@ -466,7 +466,7 @@ class Interpreter(AttributeFacts):
         for under, states in lower.items():
             dtypes = frozenset(s.dtype for s in states if s.dtype)
             names = "/".join(SHORT_NAMES[d] for d in ops.FLOATS if d in dtypes)
-            step = Step(node, f"`{op}` runs in {names} {under}")
+            step = Step(node, f"`{op}` runs in {names} {under}", dtypes & HALF)
             caller = states[0].where is None and states[0].mode is None
             results.append(Fact(TENSOR, dtypes, (step,), caller=caller))
         if fp32:
