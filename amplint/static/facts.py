@@ -38,6 +38,9 @@ class Step:
     # The half dtypes that only this step's autocast mode gives (`linear` run in bf16 under bf16
     # autocast); empty where the step holds whatever the dtype.
     dtypes: frozenset[str] = frozenset()
+    # The execution modes the step names rest on the project's tests, benchmarks or examples alone
+    # (`Profile.only_in`): how a test runs the code, not how the project does.
+    side: bool = False
 
 
 @dataclass(frozen=True)
