@@ -195,14 +195,54 @@ def _torch_dependency(data: Mapping[str, Any]) -> str:
     """The torch requirement in `[project] dependencies` (without the name), or ""."""
     project = data.get("project")
     dependencies = project.get("dependencies") if isinstance(project, dict) else None
-    for dependency in dependencies if isinstance(dependencies, list) else ():
-        if isinstance(dependency, str) and re.match(r"torch\s*($|[<>=!~;\[(])", dependency.strip()):
+    strings = [d for d in dependencies if isinstance(d, str)] if isinstance(dependencies, list) else []
+    return _torch_requirement(strings)
+
+
+def _torch_requirement(requirements: Iterable[str]) -> str:
+    """The first torch requirement among `requirements` that amplint can read, or ""."""
+    for requirement in requirements:
+        if re.match(r"torch\s*($|[<>=!~;\[(])", requirement.strip()):
             try:
-                TorchRange.parse(dependency)
+                TorchRange.parse(requirement)
             except ValueError:
                 return ""  # a spelling amplint cannot read: as if none were declared
-            return dependency.strip()
+            return requirement.strip()
     return ""
+
+
+# Where else a project pins torch: setup.py's `install_requires` strings, setup.cfg's
+# `install_requires` lines, and requirements files (a line each; `-r`, comments and options aside).
+_QUOTED_TORCH = re.compile(r"""["'](torch\b[^"']*)["']""")
+_LINE_TORCH = re.compile(r"^[ \t]*(torch\b[^#\n]*)", re.MULTILINE)
+
+
+def _pins_here(directory: Path) -> bool:
+    """Whether `directory` holds a setup file or a requirements file: a project's root."""
+    return any((directory / name).is_file() for name in ("setup.py", "setup.cfg")) or any(
+        directory.glob("requirements*.txt")
+    )
+
+
+def _pinned_torch(directory: Path) -> tuple[str, str]:
+    """(the torch requirement, the file that states it) from the setup files and requirements files
+    of a project's root; empty strings when none does."""
+    found: list[tuple[Path, re.Pattern[str]]] = [
+        (directory / "setup.cfg", _LINE_TORCH),
+        (directory / "setup.py", _QUOTED_TORCH),
+        *((path, _LINE_TORCH) for path in sorted(directory.glob("requirements*.txt"))),
+    ]
+    for path, pattern in found:
+        if not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        requirement = _torch_requirement(match.group(1) for match in pattern.finditer(text))
+        if re.search(r"[<>=~]", requirement):  # a bare `torch` says nothing of its versions
+            return requirement, str(path)
+    return "", ""
 
 
 def _validate_precision(value: object, where: str) -> str:
@@ -246,7 +286,8 @@ class Settings:
     # `check` traces every candidate it can reach in the project's own modes (`--deep`).
     deep: bool = False
     # The torch the project supports, as a requirement (">=2.1,<2.6"); "" for any. From
-    # `torch-version`, else the torch entry of `[project] dependencies` in the nearest pyproject.toml.
+    # `torch-version`, else the torch entry of `[project] dependencies` in the nearest pyproject.toml,
+    # else the torch pin of that project root's setup.cfg, setup.py or requirements*.txt.
     torch_version: str = ""
     # The Python whose grammar the code follows ("3.12"); "" for the newest amplint's parser knows.
     # From `target-version`, else the lower bound of `requires-python` in the nearest pyproject.toml.
@@ -639,21 +680,29 @@ def nearest_settings(settings: Settings) -> Callable[[Path], Settings]:
 
 
 def _declared(settings: Settings, start: Path) -> Settings:
-    """`settings` with what the nearest `pyproject.toml` above `start` declares of the project: its
-    torch requirement unless `torch-version` says which torch it supports, the lower bound of its
+    """`settings` with what the nearest project root above `start` (a folder with a
+    `pyproject.toml`, `setup.py`, `setup.cfg` or a requirements file) declares of the project: its
+    torch requirement unless `torch-version` says which torch it supports (`[project]
+    dependencies`, else setup.cfg, setup.py or a requirements file), the lower bound of its
     `requires-python` unless `target-version` says which Python."""
     for directory in (start, *start.parents):
         candidate = directory / "pyproject.toml"
-        if not candidate.is_file():
+        has_pyproject = candidate.is_file()
+        if not has_pyproject and not _pins_here(directory):
             continue
-        data = _read_toml(candidate)
+        data = _read_toml(candidate) if has_pyproject else {}
         changes: dict[str, Any] = {}
+        where = {
+            "torch_version": f"{candidate} [project] dependencies",
+            "target_version": f"{candidate} [project] requires-python",
+        }
         if not settings.torch_version:
             changes["torch_version"] = _torch_dependency(data)
+            if not changes["torch_version"]:
+                changes["torch_version"], where["torch_version"] = _pinned_torch(directory)
         if not settings.target_version:
             changes["target_version"] = _python_requirement(data)
         changes = {key: value for key, value in changes.items() if value}
-        where = {"torch_version": "[project] dependencies", "target_version": "[project] requires-python"}
-        origins = (*settings.origins, *((key, f"{candidate} {where[key]}") for key in changes))
+        origins = (*settings.origins, *((key, where[key]) for key in changes))
         return replace(settings, **changes, origins=origins) if changes else settings
     return settings

@@ -26,6 +26,7 @@ from amplint.static.attention import (
 from amplint.static.context import FileContext, Finding, scopes_holding
 from amplint.static.facts import why_half
 from amplint.static.flow import Flow, Policy, analyse
+from amplint.static.ops import F16
 from amplint.static.patterns import function_call, method_call
 from amplint.static.scopes import walk
 
@@ -176,6 +177,7 @@ class HalfPrecisionAttentionScores(Rule):
             unit = _unit_keywords(ctx) if unit is None else unit
             if _scaled_by_one(ctx, product, unit):
                 continue
+            fact = fact.for_dtype(F16)  # a float16 hazard: the float16 mode's evidence
             yield Finding(
                 product,
                 "attention scores `q @ k^T` are formed in half precision and scaled only after the "

@@ -18,6 +18,7 @@ from amplint.static.constants import BF16_MAX, FP16_OVERFLOW
 from amplint.static.context import FileContext, Finding, FixPlan, scopes_holding
 from amplint.static.facts import CALLER_CLAUSE, TENSOR, Fact
 from amplint.static.flow import Flow, Policy, analyse
+from amplint.static.ops import F16
 from amplint.static.patterns import argument, callee_name, method_call
 from amplint.static.scopes import Scope, named_params, walk
 
@@ -37,7 +38,13 @@ _STRUCTURAL = re.compile(
     re.IGNORECASE,
 )
 _PADDING = re.compile(r"(pad|attention_mask|attn_mask|key_mask|valid|length|lens$|token_mask)", re.IGNORECASE)
-_LENGTHS = re.compile(r"(length|lens$)", re.IGNORECASE)
+# A mask made from sequence lengths (`sequence_mask(src_len)`, `lengths_to_mask(lengths)`) masks
+# the keys past each length: a whole row only for an empty sequence.
+_LENGTHS = re.compile(r"(length|lens$|sequence_mask)", re.IGNORECASE)
+_LENGTH_ARGUMENT = re.compile(r"(^|_)(len|lens|lengths?)$", re.IGNORECASE)
+# Constructors whose arguments are the mask's size, which says nothing about which entries it masks
+# (vllm's `torch.ones((q_end - q_start, kv_end - kv_start)).triu(1)`, its ends read from `cu_seq_lens`).
+_SIZED = frozenset({"ones", "zeros", "empty", "full", "new_ones", "new_zeros", "new_empty", "new_full"})
 _POSITIONS = re.compile(r"(arange|position|^pos|idx|index|^i$|^j$)", re.IGNORECASE)
 # A mask computed relative to a row's maximum or top-k keeps at least that entry.
 _KEEPS_ONE = frozenset({"max", "amax", "topk", "argmax", "kthvalue", "sort"})
@@ -80,8 +87,9 @@ class MaskConstantOverflow(Rule):
     bfloat16 only, the float16 hazards are not reported. Left alone: masks of float32 tensors,
     `torch.finfo(dtype).min`, constants chosen per dtype, `-1e4` and `-10000`, additive masks that
     stay float32, and `-inf` in causal, windowed or top-k masks (they keep every row's diagonal or
-    maximum; a buffer the module registers from `torch.tril` too), in key-padding masks (`mask[:, None, None, :]`, masks from lengths: a whole row only
-    for an empty input), in a mask the caller passes in (flagged only where the module shows that
+    maximum; a buffer the module registers from `torch.tril` too, whatever sizes the mask is built
+    with), in key-padding masks (`mask[:, None, None, :]`, masks from lengths such as
+    `sequence_mask(lengths)`: a whole row only for an empty input), in a mask the caller passes in (flagged only where the module shows that
     rows can be masked whole), or when the NaN is masked away after the softmax.
 
     On by default. Its hazard needs half precision, so it is reported where the project runs the
@@ -340,6 +348,8 @@ def _finite(ctx: FileContext, site: _Site, flags: set[str], into: list[Fact]) ->
         return None
     both = hazard == "bf16"  # beyond bfloat16's range too
     half = (lambda fact: fact.may_be_half) if both else (lambda fact: fact.may_be_fp16)
+    # A float16 hazard cites the float16 mode's evidence.
+    cited = (lambda fact: fact) if both else (lambda fact: fact.for_dtype(F16))
     shown = ctx.code(site.value)
     beyond = (
         "beyond the float16 and bfloat16 range (largest finite values 65504 and 3.39e38)"
@@ -350,6 +360,7 @@ def _finite(ctx: FileContext, site: _Site, flags: set[str], into: list[Fact]) ->
         fact = ctx.facts.of(site.tensor)
         if hazard == "edge" or not half(fact):
             return None
+        fact = cited(fact)
         return _with_fix(
             ctx,
             site,
@@ -363,6 +374,7 @@ def _finite(ctx: FileContext, site: _Site, flags: set[str], into: list[Fact]) ->
         fact = ctx.facts.of(site.node)
         if hazard == "edge" or not half(fact):
             return None
+        fact = cited(fact)
         message = f"`torch.where` with `{shown}`, {beyond}, gives -inf in float16: {_NAN_ROWS}"
         return _with_fix(ctx, site, f"{message}; {_why(fact, both)}", fact)
     # A mask made from constants: half where it is made (of a mask cast here: an attention mask passed
@@ -373,6 +385,7 @@ def _finite(ctx: FileContext, site: _Site, flags: set[str], into: list[Fact]) ->
     found = next((fact for fact in (made, *into) if half(fact)), None)
     if found is None:
         return None
+    made_here, found = found is made, cited(found)
     if hazard == "edge":
         message = (
             f"an additive mask of `{shown}` (about float16's minimum) rounds to -inf when a score of -16 or "
@@ -385,7 +398,7 @@ def _finite(ctx: FileContext, site: _Site, flags: set[str], into: list[Fact]) ->
             f"dtype, or added in place to float16 scores): {_NAN_ROWS}"
         )
         help = "build the mask in the dtype it is added in, from `torch.finfo(dtype).min`"
-        if found is made:
+        if made_here:
             fix = _product_fix(ctx, site)
             if fix is not None:
                 plan, help = fix
@@ -459,7 +472,7 @@ def _mask_shape(
     for _ in range(3):
         bound: list[cst.BaseExpression] = []
         for expression in frontier:
-            for node in walk(expression):
+            for node in _without_sizes(expression):
                 parts.append(node)
                 if isinstance(node, cst.Name):
                     history = flow.history.get(node.value, [])[-3:]
@@ -486,14 +499,44 @@ def _mask_shape(
         )
     ):
         flags.add("structural")
-    if any(
-        _broadcast_axes(n) >= 2 or (isinstance(n, cst.Call) and _LENGTHS.search(callee_name(n)))
-        for n in parts
-    ):
+    if any(_broadcast_axes(n) >= 2 or _from_lengths(n) for n in parts):
         flags.add("key_only")
     if parameters is not None and _from_caller(mask, flow, parameters):
         flags.add("caller")
     return flags
+
+
+def _without_sizes(expression: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The nodes of `expression`, less the arguments of a constructor (`_SIZED`): its size."""
+    stack = [expression]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, cst.Call) and callee_name(node) in _SIZED:
+            stack.append(node.func)
+        else:
+            stack.extend(reversed(node.children))
+
+
+def _from_lengths(node: cst.CSTNode) -> bool:
+    """A mask made from sequence lengths: `sequence_mask(lengths)`, or a call whose first argument
+    holds lengths (`make_pad_mask(src_len)`)."""
+    if not isinstance(node, cst.Call):
+        return False
+    called = callee_name(node)
+    if _LENGTHS.search(called):
+        return True
+    if called in _SIZED or called == "arange":
+        return False  # `torch.ones(seq_len, seq_len)`: a size
+    first = node.args[0].value if node.args and node.args[0].keyword is None else None
+    name = (
+        first.value
+        if isinstance(first, cst.Name)
+        else first.attr.value
+        if isinstance(first, cst.Attribute)
+        else ""
+    )
+    return _LENGTH_ARGUMENT.search(name) is not None
 
 
 def _below_top(mask: cst.BaseExpression, flow: Flow) -> bool:

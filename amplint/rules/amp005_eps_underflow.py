@@ -15,6 +15,7 @@ from amplint.static.constants import FP16_FLUSH
 from amplint.static.context import FileContext, Finding, scopes_holding
 from amplint.static.facts import Fact, why_half
 from amplint.static.flow import Flow, Policy, analyse
+from amplint.static.ops import F16
 from amplint.static.patterns import argument, callee_name, lineage, method_call
 from amplint.static.scopes import Scope, named_params, walk
 
@@ -282,6 +283,6 @@ def _finding(ctx: FileContext, site: _Site) -> Finding:
             f"{shown} in `{function}` rounds to zero on float16 input (smallest positive value 6e-8): "
             f"{outcome}"
         )
-    fact = site.fact
+    fact = site.fact.for_dtype(F16)  # a float16 hazard: the float16 mode's evidence
     why = why_half(fact, "fp16")
     return Finding(site.node, f"{message}; {why}", help=_HELP, evidence=fact.why, caller_only=fact.caller)

@@ -97,7 +97,8 @@ class DeprecatedCudaAmpApi(Rule):
     `try`/`except ImportError`), or that only compare against it, are not flagged.
 
     The torch versions the project supports (`torch-version`, or the torch dependency in its
-    `pyproject.toml`) decide the rest: where none of them deprecates the API (`torch<2.4`) nothing
+    `pyproject.toml`, else the torch pin in its `setup.cfg`, `setup.py` or `requirements*.txt`)
+    decide the rest: where none of them deprecates the API (`torch<2.4`) nothing
     is flagged, and where the oldest lacks the replacement (`torch.amp.autocast(device_type)` came in
     1.10, `torch.amp.GradScaler` in 2.3, `torch.amp.custom_fwd`/`custom_bwd` in 2.4) the finding says
     so and its fix is display-only: the code has to pick the API by torch version.

@@ -64,7 +64,9 @@ class Fp16WithoutGradScaler(Rule):
     `scaler.scale(loss).backward()`, `scaler.unscale_(...)`, apex's `amp.scale_loss`, the loss
     scalers of DeepSpeed and Megatron), and so does a backward delegated to a framework that scales
     the loss itself (`accelerator.backward(loss)`, `fabric.backward(loss)`, `engine.backward(loss)`).
-    bfloat16 autocast needs no scaler and is not flagged.
+    bfloat16 autocast needs no scaler and is not flagged, nor is another format's autocast
+    (TransformerEngine's `te.fp8_autocast`, which scales its FP8 tensors itself) or a wrapper of
+    autocast that names no dtype (its dtype is set elsewhere).
 
     ## Why is this bad?
     float16 has 5 exponent bits: values below about 6e-8 flush to zero. Gradients of a loss are often

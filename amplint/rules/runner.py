@@ -40,8 +40,6 @@ __all__ = [
 ]
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# How the engine says that the modes behind a dtype rest on such files alone (`Profile.only_in`).
-_SIDE_ONLY = re.compile(r"in the project's (?:tests|benchmarks|examples)(?: and \w+)* only")
 
 
 def lint_file(
@@ -445,9 +443,7 @@ def _conditional(ctx: FileContext, finding: Finding) -> bool:
     set: a test that runs a model in half says what the test does, not how the project runs it."""
     if ctx.profile.origin == "configured":
         return False
-    return finding.caller_only or (
-        _SIDE_ONLY.search(finding.message) is not None and _side_only(ctx, finding.node)
-    )
+    return finding.caller_only or (finding.side_only and _side_only(ctx, finding.node))
 
 
 def _side_only(ctx: FileContext, node: cst.CSTNode) -> bool:

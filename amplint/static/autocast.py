@@ -33,18 +33,27 @@ _AUTOCAST_DTYPES = {
 }
 
 
+# The autocasts of other number formats, which leave torch's autocast as it is: TransformerEngine's
+# `te.fp8_autocast(enabled=True, fp8_recipe=...)` runs its own modules in FP8 with their own scaling.
+_OTHER_FORMATS = ("transformer_engine.",)
+_LOW_BIT = ("fp8", "fp4", "int8")
+
+
 def autocast_call(ctx: ParsedFile, node: cst.CSTNode) -> bool:
     """`torch.autocast(...)` and its aliases, or a project's own wrapper of it (transformers'
     `maybe_autocast(device_type=..., enabled=False)`): a call whose name says autocast and that
-    passes `enabled=` or `dtype=` by keyword, which is all that is read of a wrapper."""
+    passes `enabled=` or `dtype=` by keyword, which is all that is read of a wrapper. Not another
+    format's autocast (`_OTHER_FORMATS`, a name that says FP8)."""
     if not isinstance(node, cst.Call):
         return False
     qualified = ctx.qualified(node.func)
     if qualified in AUTOCAST:
         return True
+    name = callee_name(node).lower()
     return (
-        (qualified is None or not qualified.startswith("torch."))
-        and "autocast" in callee_name(node).lower()
+        (qualified is None or not qualified.startswith(("torch.", *_OTHER_FORMATS)))
+        and "autocast" in name
+        and not any(low in name for low in _LOW_BIT)
         and any(arg.keyword is not None and arg.keyword.value in ("enabled", "dtype") for arg in node.args)
     )
 

@@ -44,6 +44,12 @@ class Finding:
     # `CALLER_CLAUSE`): conditional where no execution mode or configured precision reaches it.
     caller_only: bool = False
 
+    @property
+    def side_only(self) -> bool:
+        """Its evidence names execution modes that the project's tests, benchmarks or examples alone
+        set (`Step.side`, marked where the engine writes the step)."""
+        return any(step.side for step in self.evidence)
+
 
 class FileContext:
     def __init__(

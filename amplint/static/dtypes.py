@@ -27,6 +27,7 @@ from dataclasses import replace
 import libcst as cst
 
 from amplint.static import ops
+from amplint.static.autocast import AUTOCAST, autocast_settings
 from amplint.static.engine.calls import MODEL_LOADERS, CallFacts
 from amplint.static.engine.state import Frame
 from amplint.static.facts import (
@@ -45,6 +46,7 @@ from amplint.static.facts import (
 )
 from amplint.static.flow import names_read
 from amplint.static.ops import F16
+from amplint.static.parsed import ParsedFile
 from amplint.static.scopes import walk
 
 
@@ -174,7 +176,7 @@ class DtypeFacts(CallFacts):
         states = self.autocast_states(node)
         if states is not None:
             dtypes = {state.dtype for state in states if state.device and state.dtype}
-            if F16 not in dtypes:
+            if F16 not in dtypes or _unknown_wrapper(self.ctx, node):
                 return None
             spelled = shorten(self.ctx.code(node))
             names = "/".join(SHORT_NAMES[d] for d in ops.FLOATS if d in dtypes)
@@ -233,3 +235,9 @@ class DtypeFacts(CallFacts):
 
 
 _PIPELINES = frozenset({"transformers.pipeline"})
+
+
+def _unknown_wrapper(ctx: ParsedFile, call: cst.Call) -> bool:
+    """A project's or library's own autocast that names no dtype (`accelerator.autocast(enabled=
+    True)`): what it autocasts to is set elsewhere, so it says nothing about float16."""
+    return ctx.qualified(call.func) not in AUTOCAST and autocast_settings(ctx, call)[1] is None

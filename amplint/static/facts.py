@@ -5,7 +5,7 @@ state. Rules read these; the engine builds them."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 
@@ -35,6 +35,12 @@ class Step:
 
     node: cst.CSTNode
     text: str
+    # The half dtypes that only this step's autocast mode gives (`linear` run in bf16 under bf16
+    # autocast); empty where the step holds whatever the dtype.
+    dtypes: frozenset[str] = frozenset()
+    # The execution modes the step names rest on the project's tests, benchmarks or examples alone
+    # (`Profile.only_in`): how a test runs the code, not how the project does.
+    side: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,12 @@ class Fact:
     def names(self) -> str:
         """`float32/bf16`: the dtypes it can have, or `unknown`."""
         return "/".join(SHORT_NAMES[d] for d in ops.FLOATS if d in self.dtypes) or "unknown"
+
+    def for_dtype(self, dtype: str) -> Fact:
+        """The same fact with the evidence of `dtype` only: a float16 hazard cites the float16
+        mode's steps, not those of a bf16 autocast that the same value also runs under."""
+        why = tuple(step for step in self.why if not step.dtypes or dtype in step.dtypes)
+        return replace(self, why=why) if why else self
 
     def explain(self) -> str:
         """`bf16/fp16 here: ...` in one line, the evidence in source order."""
@@ -208,7 +220,10 @@ class Float16:
 
 
 def why_half(fact: Fact, names: str | None = None) -> str:
-    """Why a value is half there, for a message: the engine's evidence, and whose choice it is."""
+    """Why a value is half there, for a message: the engine's evidence (of float16 alone where
+    `names` is "fp16"), and whose choice it is."""
+    if names == SHORT_NAMES[F16]:
+        fact = fact.for_dtype(F16)
     if fact.caller:
         steps = "; ".join(step.text for step in fact.why)
         return f"{CALLER_CLAUSE} {names or fact.half_names()}: {steps}"

@@ -32,6 +32,8 @@ from amplint.static.profile import (
     MODE_NAMES,
     Mode,
     ModeWhy,
+    Partial,
+    partial_autocasts,
     settings_with_kinds,
 )
 
@@ -143,19 +145,48 @@ class _Project:
         self.index: dict[str, _File] = {}
         self.entries: list[tuple[str, int, ModeWhy]] = []  # (display, offset, why)
         self.resolved: dict[tuple[str, str], str | None] = {}
+        self.roles: dict[str, str] = {}
+        # Per file, the names it binds to a partial of torch's autocast (`partial_autocasts`).
+        self.partials: dict[str, dict[str, Partial]] = {}
 
     def add(self, display: str, relative: str, load: Loader) -> None:
         self.loaders[display] = load
         self.names[display] = dotted = _dotted(relative)
+        self.roles[display] = role_of(relative)
         for suffix in _suffixes(dotted):
             self.modules.setdefault(suffix, []).append(display)
         code = load()
-        role = role_of(relative)
+        if partials := partial_autocasts(code):
+            self.partials[display] = partials
+        self._scan(display, code)
+
+    def _scan(self, display: str, code: bytes, bound: dict[str, Partial] | None = None) -> None:
         offset, at_line = 0, 1  # settings come in line order: each offset counts on from the last
-        for line, what, dtypes, kind in settings_with_kinds(code):
+        for line, what, dtypes, kind in settings_with_kinds(code, bound):
             offset, at_line = _line_offset(code, line, offset, at_line), line
             for mode in modes_of_setting(kind, dtypes):
-                self.entries.append((display, offset, ModeWhy(mode, display, line, what, (), role)))
+                why = ModeWhy(mode, display, line, what, (), self.roles[display])
+                self.entries.append((display, offset, why))
+
+    def _bind_partials(self) -> None:
+        """Scan again, with their device and dtype, the files that import a name another file binds
+        to a partial of autocast (`from ._torch_compat import autocast`, then `with autocast(...)`)."""
+        names = {name.encode() for partials in self.partials.values() for name in partials}
+        for display, load in self.loaders.items():
+            code = load()
+            if display in self.partials or not any(name in code for name in names):
+                continue
+            bound: dict[str, Partial] = {}
+            for local, (module, imported) in self.file(display).imports.items():
+                target = self.resolve(display, module) if imported is not None else None
+                if target is not None and imported in self.partials.get(target, {}):
+                    bound[local] = self.partials[target][imported]
+            if bound:
+                kept = [entry for entry in self.entries if entry[0] != display]
+                first = next((i for i, entry in enumerate(self.entries) if entry[0] == display), len(kept))
+                self.entries = kept[:first]
+                self._scan(display, code, bound)
+                self.entries += kept[first:]
 
     # -- the index, built for a file the first time a chain reaches it -----------------------------
     def file(self, display: str) -> _File:
@@ -235,6 +266,8 @@ class _Project:
                 yield from self._imported(display_of_module, *imports[attribute], b"", attribute)
 
     def solve(self) -> ProjectModes:
+        if self.partials:
+            self._bind_partials()
         result = ProjectModes(entries=[why for _, _, why in self.entries])
         seen: set[tuple[str, str, Mode]] = set()
         reached: dict[str, dict[Mode, ModeWhy]] = {}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -363,17 +363,24 @@ def settings_in(text: bytes | str) -> Iterator[tuple[int, str, frozenset[str]]]:
         yield line, what, dtypes
 
 
-def settings_with_kinds(text: bytes | str) -> Iterator[tuple[int, str, frozenset[str], str]]:
-    """`settings_in` with each setting's kind: `CAST`, or `AUTOCAST` and its device ("autocast:cpu")."""
+def settings_with_kinds(
+    text: bytes | str, bound: Mapping[str, Partial] | None = None
+) -> Iterator[tuple[int, str, frozenset[str], str]]:
+    """`settings_in` with each setting's kind: `CAST`, or `AUTOCAST` and its device ("autocast:cpu").
+    `bound`: the autocast partials (`partial_autocasts`) another file binds to names this one
+    imports; the file's own are read from it."""
     code = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    if not may_set_precision(code):
+    if not bound and not may_set_precision(code):
         return
     docstrings: list[tuple[int, int]] | None = None  # found once there is a match to check
     # The first (offset, what, kind) per line and dtypes.
     found: dict[tuple[int, frozenset[str]], tuple[int, str, str]] = {}
-    for start, what, dtypes, kind in _settings(code):
+    own = partial_autocasts(code)
+    own_lines = {partial.line_start for partial in own.values()}
+    for start, what, dtypes, kind in _settings(code, {**own, **(bound or {})}):
         line_start = code.rfind(b"\n", 0, start) + 1
-        if (line_start, dtypes) in found or _in_def(code, line_start):
+        # A partial's `dtype=` is the autocast's, read where the partial is called.
+        if (line_start, dtypes) in found or _in_def(code, line_start) or line_start in own_lines:
             continue
         if docstrings is None:
             docstrings = _docstrings(code)
@@ -428,11 +435,11 @@ def _snippet(code: bytes, start: int, end: int) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _settings(code: bytes) -> Iterator[tuple[int, str, frozenset[str], str]]:
+def _settings(code: bytes, partials: Mapping[str, Partial]) -> Iterator[tuple[int, str, frozenset[str], str]]:
     """(offset, what, dtypes, kind) for each match of each kind of setting, kind by kind. The kind
     says how the code runs there: `AUTOCAST` on a device ("autocast:cuda"), or `CAST` (the tensors and
     weights themselves are half)."""
-    yield from _autocasts(code)
+    yield from _autocasts(code, partials)
     for match in _DEFAULT_DTYPE.finditer(code):
         what = _snippet(code, match.start(), match.end()) + ")"
         yield match.start(), what, _dtypes(match["dtype"]), CAST
@@ -545,19 +552,83 @@ def _arguments(code: bytes, start: int) -> bytes:
     return code[start:end]
 
 
-def _autocasts(code: bytes) -> Iterator[tuple[int, str, frozenset[str], str]]:
-    """torch's autocast calls, with the dtype they give or their device's default. A dtype or device
-    that only a variable holds could be either dtype; `enabled=False` sets none (it turns autocast off
-    for a region)."""
-    for match in _AUTOCAST.finditer(code):
-        qualifier = _qualified(code, match.start())
+@dataclass(frozen=True)
+class Partial:
+    """`name = partial(torch.amp.autocast, device_type="cuda")`: the autocast it binds, as written
+    (`torch.amp.autocast`, or the name torch's was imported as), and the arguments it fixes."""
+
+    func: str
+    arguments: bytes
+    line_start: int  # where the line that binds it starts, in its own file
+
+
+_PARTIAL = re.compile(
+    rb"^[ \t]*(?P<name>\w+)[ \t]*=[ \t]*(?:functools\.)?partial[ \t]*\([ \t]*(?P<func>[\w.]+)[ \t]*(?P<end>[,)])",
+    re.MULTILINE,
+)
+
+
+def partial_autocasts(code: bytes) -> dict[str, Partial]:
+    """The names a file binds to a `functools.partial` of torch's autocast (tabpfn's `autocast =
+    partial(_amp_autocast, device_type="cuda")` after `from torch.amp import autocast as
+    _amp_autocast`): a call of such a name is that autocast with the partial's arguments first."""
+    if b"partial" not in code or b"autocast" not in code:
+        return {}
+    found: dict[str, Partial] = {}
+    for match in _PARTIAL.finditer(code):
+        func = match["func"]
+        *modules, last = func.split(b".")
+        torch_autocast = (
+            all(module.decode() in _AUTOCAST_MODULES for module in modules)
+            if modules
+            else last == b"autocast"
+            or re.search(rb"\bautocast[ \t]+as[ \t]+" + last + rb"\b", code) is not None
+        )
+        if b"autocast" in last and torch_autocast:
+            arguments = _arguments(code, match.end()) if match["end"] == b"," else b""
+            line_start = code.rfind(b"\n", 0, match.start()) + 1
+            found[match["name"].decode()] = Partial(_text(func), arguments, line_start)
+    return found
+
+
+def _calls(code: bytes, partials: Mapping[str, Partial]) -> Iterator[tuple[int, int, Partial | None]]:
+    """(start, end of the opening parenthesis, the partial called) for each call of an autocast
+    (the partial None) or of a name bound to a partial of one, in order."""
+    names = [re.escape(name.encode()) for name in partials]
+    calls: list[tuple[int, int, Partial | None]] = [
+        (m.start(), m.end(), None) for m in _AUTOCAST.finditer(code)
+    ]
+    if names:
+        bound = re.compile(rb"(?<![\w.])(?:" + b"|".join(names) + rb")[ \t]*\(")
+        for match in bound.finditer(code):
+            name = match.group().rstrip(b"( \t").decode()
+            calls = [call for call in calls if call[0] != match.start()]
+            calls.append((match.start(), match.end(), partials[name]))
+    return iter(sorted(calls, key=lambda call: call[0]))
+
+
+def _autocasts(
+    code: bytes, partials: Mapping[str, Partial]
+) -> Iterator[tuple[int, str, frozenset[str], str]]:
+    """torch's autocast calls (and those of a partial of one, with its arguments first), with the
+    dtype they give or their device's default. A dtype or device that only a variable holds could be
+    either dtype; `enabled=False` sets none (it turns autocast off for a region)."""
+    for start, end, partial in _calls(code, partials):
+        qualifier = _qualified(code, start)
+        if partial is not None:
+            qualifier = partial.func.rpartition(".")[0] + "." if "." in partial.func else ""
         modules = qualifier.rstrip(".").split(".") if qualifier else []
-        if not all(module in _AUTOCAST_MODULES for module in modules) or _defines(code, match.start()):
+        if not all(module in _AUTOCAST_MODULES for module in modules) or _defines(code, start):
             continue  # `accelerator.autocast()`, `maybe_autocast(`, `def autocast(`
-        arguments = _arguments(code, match.end())
+        arguments = _arguments(code, end)
+        call = f"{qualifier}autocast({' '.join(_text(arguments).split())})"
+        if partial is not None:
+            name = _text(code[start:end]).rstrip("( \t")
+            fixed = " ".join(_text(partial.arguments).split())
+            call = f"{name}({' '.join(_text(arguments).split())}), a partial({partial.func}, {fixed})"
+            arguments = partial.arguments + (b", " + arguments if arguments.strip() else b"")
         if _DISABLED.search(arguments):
             continue
-        call = f"{qualifier}autocast({' '.join(_text(arguments).split())})"
         if len(call) > 80:
             call = call[:76] + "...)"
         given = _AUTOCAST_DTYPE.search(arguments)
@@ -577,13 +648,13 @@ def _autocasts(code: bytes) -> Iterator[tuple[int, str, frozenset[str], str]]:
         if given is not None and given["value"] != b"None":
             name = _text(given["value"]).removeprefix("torch.")
             if name in _HALF_NAME:
-                yield match.start(), call, _dtypes(name.encode()), mode
+                yield start, call, _dtypes(name.encode()), mode
             elif "float32" not in name and name != "float":
-                yield match.start(), f"{call} (dtype not known statically)", BOTH, mode
+                yield start, f"{call} (dtype not known statically)", BOTH, mode
             continue
         if not kind:
-            yield match.start(), f"{call} (device not known statically)", BOTH, mode
+            yield start, f"{call} (device not known statically)", BOTH, mode
             continue
         default = _DEVICE_DEFAULT.get(kind)
         if default is not None:
-            yield match.start(), f"{call} ({default} by default)", frozenset({default}), mode
+            yield start, f"{call} ({default} by default)", frozenset({default}), mode

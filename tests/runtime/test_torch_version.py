@@ -4,6 +4,7 @@ decide whether a deprecation reaches the project and whether the replacement API
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,43 @@ def test_no_finding_where_no_supported_torch_deprecates_the_api(tmp_path: Path) 
         amplint_run(tmp_path, "check", ".", "--no-cache", "--torch-version", ">=1.10,<1.13").returncode == 0
     )
     assert amplint_run(tmp_path, "check", ".", "--no-cache", "--torch-version", ">=2.3").returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("setup.py", 'setup(name="p", install_requires=["numpy", "torchvision", "torch==2.0.1"])\n'),
+        ("setup.cfg", "[options]\ninstall_requires =\n    numpy\n    torch>=1.13,<2.4  # tested\n"),
+        ("requirements.txt", "# core\n-r base.txt\ntorchaudio\ntorch==2.1.0\n"),
+    ],
+)
+def test_a_pin_in_setup_or_requirements_files_stands_for_the_setting(
+    name: str, text: str, tmp_path: Path
+) -> None:
+    write(tmp_path / name, text)
+    write(tmp_path / "src" / "m.py", "x = 1\n")
+    expected = {
+        "setup.py": "torch==2.0.1",
+        "setup.cfg": "torch>=1.13,<2.4",
+        "requirements.txt": "torch==2.1.0",
+    }
+    assert load_settings([Path("src")], cwd=tmp_path).torch_version == expected[name]
+    # `[project] dependencies` comes first where it names torch.
+    write(tmp_path / "pyproject.toml", '[project]\nname = "p"\ndependencies = ["torch>=2.5"]\n')
+    assert load_settings([Path("src")], cwd=tmp_path).torch_version == "torch>=2.5"
+
+
+REAL_PINS = Path(__file__).parents[1] / "static" / "data" / "real_pins"
+
+
+@pytest.mark.parametrize(("pin", "flagged"), [("torch==2.0.1", False), ("torch>=2.4", True)])
+def test_open_flamingo_pins_torch_in_setup_py(pin: str, flagged: bool, tmp_path: Path) -> None:
+    # open-flamingo's setup.py pins torch==2.0.1, where torch.cuda.amp.autocast is not deprecated.
+    root = tmp_path / "project"
+    shutil.copytree(REAL_PINS / "open_flamingo_setup_py_pin", root)
+    setup = root / "setup.py"
+    setup.write_text(setup.read_text().replace('"torch==2.0.1"', f'"{pin}"'))
+    proc = amplint_run(root, "check", ".", "--select", "AMP008", "--format", "json", "--no-cache")
+    found = [(d["path"], d["line"]) for d in json.loads(proc.stdout)["diagnostics"]]
+    utils = "open_flamingo/eval/utils.py"
+    assert found == ([(utils, 11), (utils, 14)] if flagged else [])

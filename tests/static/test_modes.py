@@ -373,3 +373,47 @@ def test_a_changed_entry_point_checks_the_files_it_reaches_again(tmp_path: Path)
 
 def test_settings_default_to_found_modes() -> None:
     assert Settings().modes == () and Settings().show_conditional is False
+
+
+# Real-code excerpts laid out as small projects whose modes decide a finding (each file's header
+# names its source).
+REAL_MODES = Path(__file__).parent / "data" / "real_modes"
+
+
+@pytest.mark.parametrize(("device", "flagged"), [("cuda", False), ("cpu", True)])
+def test_a_partial_of_autocast_gives_its_device_and_dtype(
+    device: str, flagged: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # tabpfn binds `autocast = partial(torch.amp.autocast, device_type="cuda")` in one module and
+    # enters `autocast(enabled=...)` in another: CUDA float16 autocast, under which softmax,
+    # log_softmax and cumsum run in float32. Under CPU autocast they run in bfloat16.
+    root = tmp_path / "project"
+    shutil.copytree(REAL_MODES / "tabpfn_partial_autocast", root)
+    compat = root / "tabpfn" / "finetuning" / "_torch_compat.py"
+    compat.write_text(compat.read_text().replace('device_type="cuda"', f'device_type="{device}"'))
+    monkeypatch.chdir(root)
+    modes = {why.mode.name for why in _index(root).of("tabpfn/architectures/shared/bar_distribution.py")}
+    assert modes == ({"autocast-fp16"} if device == "cuda" else {"autocast-fp16", "autocast-bf16:cpu"})
+    found = {(d.line, d.code) for d in _check(root, show_conditional=True)}
+    assert found == ({(15, "AMP007"), (21, "AMP003"), (26, "AMP003")} if flagged else set())
+
+
+def test_a_float16_hazard_cites_the_float16_modes_evidence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Qwen2's eager attention under bf16 autocast and cast to float16: the scores overflow only in
+    # float16, so the message cites the float16 cast, not the ops bf16 autocast runs in bf16.
+    excerpt = Path(__file__).parent / "data" / "real" / "transformers_qwen2_eager_no_qk_norm.py"
+    root = _project(
+        tmp_path,
+        {
+            "pyproject.toml": '[project]\nname = "pkg"\n\n[tool.amplint]\nmodes = ["autocast-bf16", "cast-fp16"]\n',
+            "pkg/__init__.py": "",
+        },
+    )
+    shutil.copy(excerpt, root / "pkg" / "modeling_qwen2.py")
+    monkeypatch.chdir(root)
+    (finding,) = _check(root, select=["AMP002"])
+    assert "cast-fp16" in finding.message
+    assert "in bf16 under autocast-bf16" not in finding.message
+    assert not any("in bf16 under" in step["message"] for step in finding.extra.get("why", []))

@@ -77,6 +77,25 @@ def detected(text: str) -> Profile:
         ),
         ('with torch.amp.autocast("cuda", dtype=torch.float16):\n    pass\n', FP16, "torch.amp.autocast"),
         ("with torch.autocast(device_type=dev, dtype=amp_dtype):\n    pass\n", BOTH, "not known statically"),
+        # a partial of autocast: its arguments come first (tabpfn's `partial(_amp_autocast,
+        # device_type="cuda")`), under any name it is bound to
+        (
+            "from torch.amp import autocast as _amp_autocast\n"
+            'autocast = partial(_amp_autocast, device_type="cuda")\n'
+            "with autocast(enabled=use_scaler):\n    pass\n",
+            FP16,
+            'autocast(enabled=use_scaler), a partial(_amp_autocast, device_type="cuda")',
+        ),
+        (
+            'amp = functools.partial(torch.autocast, "cuda", dtype=torch.bfloat16)\nwith amp():\n    pass\n',
+            BF16,
+            'amp(), a partial(torch.autocast, "cuda", dtype=torch.bfloat16)',
+        ),
+        (
+            'amp = partial(torch.autocast, "cpu")\nwith amp(enabled=True):\n    pass\n',
+            BF16,
+            "bfloat16 by default",
+        ),
         # casts of objects
         ("model = model.half()\n", FP16, "model.half()"),
         ("model.bfloat16()\n", BF16, "model.bfloat16()"),
@@ -150,6 +169,8 @@ def test_both_dtypes_on_one_line_are_two_settings() -> None:
         'with torch.autocast("cuda", enabled=False):\n    pass\n',  # turns autocast off
         "scaler = GradScaler(enabled=False)\n",
         "with accelerator.autocast():\n    pass\n",  # accelerate's own, set elsewhere
+        'amp = partial(torch.autocast, "cuda", enabled=False)\nwith amp():\n    pass\n',  # bound off
+        "ctx = partial(my.autocast, 'cuda')\nwith ctx():\n    pass\n",  # not torch's
         "with maybe_autocast(x):\n    pass\n",
         "def autocast(x):\n    return x\n",
         "if x.dtype == torch.float16:\n    pass\n",  # comparisons and reads

@@ -466,12 +466,16 @@ class Interpreter(AttributeFacts):
         for under, states in lower.items():
             dtypes = frozenset(s.dtype for s in states if s.dtype)
             names = "/".join(SHORT_NAMES[d] for d in ops.FLOATS if d in dtypes)
-            step = Step(node, f"`{op}` runs in {names} {under}")
+            step = Step(node, f"`{op}` runs in {names} {under}", dtypes & HALF, _side(states, self))
             caller = states[0].where is None and states[0].mode is None
             results.append(Fact(TENSOR, dtypes, (step,), caller=caller))
         if fp32:
             results.append(
-                Fact(TENSOR, frozenset({F32}), (Step(node, f"`{op}` runs in float32 {_under(fp32, self)}"),))
+                Fact(
+                    TENSOR,
+                    frozenset({F32}),
+                    (Step(node, f"`{op}` runs in float32 {_under(fp32, self)}", side=_side(fp32, self)),),
+                )
             )
         return join(results)
 
@@ -527,6 +531,14 @@ def _under(states: list[Autocast], facts: Interpreter) -> str:
     if modes:
         return "under " + modes_text(facts.profile, modes)
     return "if the caller enables autocast"
+
+
+def _side(states: list[Autocast], facts: Interpreter) -> bool:
+    """Whether `_under(states)` names execution modes that tests, benchmarks or examples alone set."""
+    if any(s.where is not None for s in states):
+        return False
+    modes = tuple(dict.fromkeys(s.mode for s in states if s.mode is not None))
+    return bool(modes) and facts.profile.only_in(modes) is not None
 
 
 def _children(node: cst.CSTNode) -> Iterator[cst.BaseExpression]:

@@ -152,7 +152,13 @@ class EngineState(ABC):
         return Fact(
             TENSOR,
             frozenset(found),
-            (Step(node, f"{what}, which runs as {modes_text(self.profile, modes)}"),),
+            (
+                Step(
+                    node,
+                    f"{what}, which runs as {modes_text(self.profile, modes)}",
+                    side=self.profile.only_in(modes) is not None,
+                ),
+            ),
         )
 
     def _foreign(self) -> bool:
