@@ -175,6 +175,12 @@ def _validate_target(value: object, where: str) -> str:
     return f"3.{int(match[1])}"
 
 
+# As in ruff, the oldest Python a `requires-python` floor can name: one below it (">=3.4", left
+# from long ago) is not a grammar the project's code keeps, and would make every annotated
+# assignment an AMP900.
+OLDEST_REQUIRED_PYTHON = (3, 7)
+
+
 def _python_requirement(data: Mapping[str, Any]) -> str:
     """The oldest Python `[project] requires-python` admits, as "3.10"; "" when it names no lower
     bound (or in a spelling amplint cannot read): its grammar is what the project's code must parse in."""
@@ -188,7 +194,10 @@ def _python_requirement(data: Mapping[str, Any]) -> str:
         if (match := re.fullmatch(r"\s*(?:>=|~=|==|===|>)\s*(\d+)\.(\d+)[\w.*]*\s*", spec))
     ]
     low = min(lows, default=None)
-    return f"{low[0]}.{low[1]}" if low is not None and low[0] == 3 and low <= NEWEST_PYTHON else ""
+    if low is None or low[0] != 3 or low > NEWEST_PYTHON:
+        return ""
+    low = max(low, OLDEST_REQUIRED_PYTHON)
+    return f"{low[0]}.{low[1]}"
 
 
 def _torch_dependency(data: Mapping[str, Any]) -> str:

@@ -106,6 +106,16 @@ def test_the_projects_python_decides_and_is_named(tmp_path: Path, declared: str)
     assert all(why == "Python 3.11, the project's Python, refuses it" for why in refused.values()), refused
 
 
+def test_a_stale_requires_python_floor_is_read_as_python_37(tmp_path: Path) -> None:
+    # `requires-python = ">=3.4"` on code with annotated assignments (3.6) is a stale bound, not
+    # the project's grammar; Python 3.7 still refuses what came after it (`:=`, 3.8).
+    write(tmp_path / "pyproject.toml", '[project]\nrequires-python = ">=3.4"\n')
+    write(tmp_path / "alias.py", "from typing import Any\nParams: Any = None\n")
+    write(tmp_path / "walrus.py", "if (n := 3) > 2:\n    pass\n")
+    refused = {d["path"]: d["help"] for d in _amp(tmp_path) if d["code"] == "AMP900"}
+    assert refused == {"walrus.py": "Python 3.7, the project's Python, refuses it"}
+
+
 def test_a_target_version_amplint_cannot_read_is_refused(tmp_path: Path) -> None:
     write(tmp_path / "pyproject.toml", '[tool.amplint]\ntarget-version = "py27"\n')
     write(tmp_path / "a.py", "x = 1\n")
