@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from amplint.diagnostics import UNSAFE, Confidence, Diagnostic, Edit
@@ -55,6 +56,29 @@ def _fix_edits(
         and d.fix.applies(unsafe)
         and (conditional or d.confidence != Confidence.CONDITIONAL)
     ]
+
+
+def _encloses(outer: tuple[Edit, ...], inner: tuple[Edit, ...]) -> bool:
+    """Whether every edit of `inner` lies within one replacement of `outer`."""
+    spans = [((e.line, e.column), (e.end_line, e.end_column)) for e in outer]
+    return bool(inner) and all(
+        any(
+            start < end and start <= (e.line, e.column) and (e.end_line, e.end_column) <= end
+            for start, end in spans
+        )
+        for e in inner
+    )
+
+
+def _in_evaluation_order(
+    candidates: list[tuple[Diagnostic, tuple[Edit, ...]]],
+) -> list[tuple[Diagnostic, tuple[Edit, ...]]]:
+    """The fixes in the order their findings' values are computed, which is where their code ends
+    (an operand before its op, a statement before the next): of two overlapping fixes on one chain,
+    the one at its start (AMP001's upcast of a log-decay) is written, and the other (AMP007's
+    `dtype=` on the `cumsum` it feeds), found again or not on the fixed text, waits for the next
+    round; written together their casts would stack."""
+    return sorted(candidates, key=lambda candidate: (candidate[0].end_line, candidate[0].end_column))
 
 
 def _non_overlapping(
@@ -122,7 +146,7 @@ def fix_source(
     applied: list[Diagnostic] = []
     lines: list[tuple[int, int]] = []
     for _ in range(MAX_ROUNDS):
-        candidates = _fix_edits(result.diagnostics, unsafe, conditional)
+        candidates = _in_evaluation_order(_fix_edits(result.diagnostics, unsafe, conditional))
         if not candidates:
             break
         chosen, edits = _non_overlapping(candidates)
@@ -142,14 +166,41 @@ def fix_source(
             return outcome
         applied.extend(chosen)
         text = new_text
+        before = result
         result = lint_source(
             SourceFile(source.path, text, source.encoding, source.bom, source.newline),
             rules,
             display,
             profile=profile,
         )
+        for diagnostic, (first, last) in _fixed_along(chosen, before.diagnostics, result.diagnostics):
+            applied.append(diagnostic)
+            lines.append((original(first), original(last)))
     result.source = source
     return FixOutcome(result, text, len(applied), applied=applied, lines=lines)
+
+
+def _fixed_along(
+    chosen: list[Diagnostic], before: Sequence[Diagnostic], after: Sequence[Diagnostic]
+) -> list[tuple[Diagnostic, tuple[int, int]]]:
+    """The findings a written fix fixed with its own: each not written this round whose range lies
+    within that fix's edits (AMP007's `cumsum` in the chain AMP001's fix keeps in float32) and gone
+    once the fix is written (one fewer finding of its rule and message). Each comes with the
+    enclosing fix in place of its own (the edit written) and that fix's first and last line."""
+    left: Counter[tuple[str, str]] = Counter((d.code, d.message) for d in before)
+    left.subtract((d.code, d.message) for d in after)
+    found = []
+    for diagnostic in before:
+        key = (diagnostic.code, diagnostic.message)
+        span = Edit(diagnostic.line, diagnostic.column, diagnostic.end_line, diagnostic.end_column, "")
+        outer = next((c.fix for c in chosen if c.fix is not None and _encloses(c.fix.edits, (span,))), None)
+        if diagnostic in chosen or outer is None or left[key] <= 0:
+            continue
+        left[key] -= 1
+        first = min(edit.line for edit in outer.edits)
+        last = max(edit.end_line for edit in outer.edits)
+        found.append((replace(diagnostic, fix=outer), (first, last)))
+    return found
 
 
 def _original_line(original: str, current: str) -> Callable[[int], int]:

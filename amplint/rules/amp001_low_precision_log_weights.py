@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from amplint.diagnostics import UNSAFE, Confidence, Diagnostic
+from amplint.diagnostics import SAFE, UNSAFE, Confidence, Diagnostic
 from amplint.rule import Rule, Verdict, dtype_keeping_fix
 from amplint.runtime.chains import HALF, describe_error, measured_error, upcast_reached, where
-from amplint.static.consumers import upcast_dtype
-from amplint.static.context import FileContext, Finding, scopes_holding
+from amplint.static.consumers import accumulations, cast_back, upcast_dtype
+from amplint.static.context import FileContext, Finding, FixPlan, scopes_holding
 from amplint.static.facts import why_half
 from amplint.static.flow import Flow, Hit, Policy, analyse, names_read
 from amplint.static.patterns import argument, callee_name, function_call, is_matmul, method_call, upcast_input
@@ -72,6 +73,21 @@ class LowPrecisionLogWeights(Rule):
     input is one tensor whose dtype can be read there, the fix also casts the result back at those
     places (`torch.exp(-torch.sigmoid(x.to(torch.float32))).to(x.dtype)`) and is safe; otherwise it
     leaves the weight float32 and is unsafe.
+
+    Where the weight starts a chain that meets a module or a product (a float32 value there would
+    raise against half weights), in its function or in one of the file that it is returned to
+    (`self.out(x * self.decay(x))`), or accumulates and leaves the function, the fix is one edit for
+    the chain, RWKV7's form: upcast at the start, keep float32 through the accumulation, cast back once
+    where the chain meets its consumer. With AMP007 on the `cumsum`, that is the fix of both:
+    ```python
+    w = -0.6065 * self.w_lora(x).to(torch.promote_types(x.dtype, torch.float32)).sigmoid()
+    return self.out((x * torch.exp(w.cumsum(1))).to(x.dtype))
+    ```
+    It is unsafe: the dtype cast back to is the one of the tensor the module read (a Linear
+    returns its input's dtype, another module may not). Where the chain returns what it
+    accumulated, the cast back is to the dtype `cumsum` gives there (float32 under CUDA autocast,
+    as before the fix). Where the value is mixed with another tensor on the way, the dtype to cast
+    back to is not known: where it meets a module or a product, no fix is offered.
 
     Where the dtype of the value it upcasts can be read from a tensor (`x`, not a module's output
     or a sum of two tensors), the fix upcasts to `torch.promote_types(x.dtype, torch.float32)`: float32
@@ -242,15 +258,59 @@ def _finding(ctx: FileContext, call: cst.Call, kind: str, label: str) -> Finding
     assert source is not None
     float32, missing_import = upcast_dtype(ctx, call, source)
     fixed = upcast_input(call, source, float32)
-    shown = " ".join(ctx.code(fixed).split())
+    description = f"Upcast the input of `{op}` to float32"
+    plan = dtype_keeping_fix(ctx, call, fixed, source, description, missing_import)
+    chain = _chain_fix(ctx, call, source, description)
+    if chain is not None and (plan is None or plan.applicability != SAFE):
+        plan = chain
+    if plan is not None:
+        plan = _holding_accumulations(ctx, call, plan)
+    # The help shows the edits the fix writes, the cast back included (not the accumulations a
+    # chain's fix holds as they stand).
+    edits = (
+        [(old, new) for old, new in plan.replacements if new is not old]
+        if plan is not None
+        else [(call, fixed)]
+    )
+    shown = "; ".join(f"`{_shortened(' '.join(ctx.code(new).split()))}`" for _, new in edits)
     return Finding(
         call,
         message,
-        fix=dtype_keeping_fix(
-            ctx, call, fixed, source, f"Upcast the input of `{op}` to float32", missing_import
-        ),
-        help=f"upcast first: `{shown if len(shown) <= 80 else shown[:77] + '...'}`",
+        fix=plan,
+        help=f"upcast first: {shown}",
         extra={"op": _TRACED_OPS.get(op, op)},
         evidence=fact.why,
         caller_only=fact.caller,
     )
+
+
+def _chain_fix(
+    ctx: FileContext, call: cst.Call, source: cst.BaseExpression, description: str
+) -> FixPlan | None:
+    """The fix of the whole chain the weight starts, RWKV7's form: upcast at the start, keep float32
+    through the accumulation, cast back once where the chain meets a module, a product or leaves
+    the function (`consumers.cast_back` with `through_modules`). It fixes the `cumsum` of AMP007 on
+    the way, whose input is then float32, with no cast of its own. Unsafe: the dtype cast back to is
+    the one of the tensor the module read."""
+    float32, missing_import = upcast_dtype(ctx, call, source, through_modules=True)
+    edits = cast_back(ctx, call, upcast_input(call, source, float32), source, through_modules=True)
+    if edits is None:
+        return None
+    where = "where it meets a module or a product or leaves the function"
+    return FixPlan(
+        f"{description}, keep its chain in float32, cast back once {where}", edits, missing_import, UNSAFE
+    )
+
+
+def _holding_accumulations(ctx: FileContext, call: cst.Call, plan: FixPlan) -> FixPlan:
+    """`plan` with each accumulation its upcast value reaches (AMP007's `cumsum`, which it keeps in
+    float32) held as an edit that writes it as it stands: a fix of the accumulation's own then
+    overlaps this one, and `amplint.fixing.edits` writes the fix of the chain's start alone rather
+    than both, whose casts would stack (`dtype=` on a float32 sum, a cast back to it)."""
+    edited = {id(node) for old, _ in plan.replacements for node in walk(old)}
+    held = tuple((node, node) for node in accumulations(ctx, call) if id(node) not in edited)
+    return replace(plan, replacements=plan.replacements + held) if held else plan
+
+
+def _shortened(code: str) -> str:
+    return code if len(code) <= 80 else code[:77] + "..."

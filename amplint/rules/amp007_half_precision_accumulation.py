@@ -120,6 +120,10 @@ class HalfPrecisionAccumulation(Rule):
     `cumprod` fell from 0.50, 0.090 and 0.0125 to 0.125, 0.031 and 0.0019. CPU kernels keep the
     running value in float32 already (`python benchmarks/gpu_scans.py` measures both).
 
+    Where the accumulated value comes from a `sigmoid`, `tanh` or `logsigmoid` that AMP001 flags,
+    AMP001's fix upcasts at the start of the chain and covers this one: `--fix` writes that one
+    edit (the `cumsum` then runs on a float32 input), not both fixes' casts.
+
     Where the dtype of the value it upcasts can be read from a tensor (`x`, not a module's output
     or a sum of two tensors), the fix upcasts to `torch.promote_types(x.dtype, torch.float32)`: float32
     for half values, while float64 code stays float64 (a plain float32 would lower its precision).

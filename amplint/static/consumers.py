@@ -25,7 +25,7 @@ import libcst as cst
 from amplint.static import ops
 from amplint.static.context import FileContext
 from amplint.static.facts import MODULE, OFF, TENSOR, UNKNOWN
-from amplint.static.flow import Flow, Origins, Policy, analyse
+from amplint.static.flow import Flow, Origins, Policy, analyse, value_children
 from amplint.static.patterns import callee_name, with_method
 from amplint.static.scopes import Scope, walk
 
@@ -54,26 +54,45 @@ def cast_back(
     fixed: cst.BaseExpression,
     data: cst.BaseExpression,
     op: str | None = None,
+    *,
+    through_modules: bool = False,
 ) -> tuple[Edit, ...] | None:
     """The edits that put `fixed` in place of `upcast` and cast what derives from it back to the
     dtype of `data` (the value the upcast read) wherever it leaves elementwise code, or, for an
     `op` that an autocast may run in float32 itself, to the dtype `op` gives there
-    (`op_dtype`); None where that cannot be proven right."""
+    (`op_dtype`); None where that cannot be proven right.
+
+    `through_modules`: the fix of a whole chain (`w = -0.6065 * self.w_lora(x).sigmoid()` into
+    `self.out(x * torch.exp(w.cumsum(1)))`), which is unsafe: the dtype is read from the tensor a
+    module read (`x`: without autocast a Linear's output has its input's dtype, but a module may
+    change it), and the value may be mixed with that tensor on the way. Where the chain met a
+    `cumsum` or `cumprod` and then leaves the function, it is cast back to the dtype that op gives
+    there (under CUDA autocast, float32); at a module or a product (which autocast casts itself),
+    to the tensor's dtype. The accumulations on the way (`cumsum`, `cumprod`, `logcumsumexp`) need
+    no cast of their own: their input is float32. None unless the chain meets a module or a
+    product, here or in a function of the file that the value is returned to
+    (`half_weight_consumer`), or accumulates: a lone upcast keeps the rule's own fix."""
     scope = _scope_of(ctx, upcast)
-    dtype = _dtype_source(ctx, scope, data) if scope is not None else None
-    if scope is None or dtype is None:
+    source = _dtype_source(ctx, scope, data, through_modules) if scope is not None else None
+    if scope is None or source is None:
         return None
-    if op is not None:
-        dtype = op_dtype(dtype, op)
-    places: list[cst.BaseExpression] = []
+    dtype = source if op is None else op_dtype(source, op)
+    read = source.value.value if isinstance(source.value, cst.Name) else None
+    places: dict[cst.BaseExpression, bool] = {}  # each place, and whether the value leaves there
     unsure: list[cst.CSTNode] = []
 
     def seed(node: cst.BaseExpression, flow: Flow) -> bool:
         return node is upcast
 
+    def widens(operand: cst.BaseExpression, origins: Origins) -> bool:
+        """A tensor the value is mixed with, whose dtype may be wider than the one read back."""
+        if origins or ctx.facts.of(operand).kind != TENSOR:
+            return False
+        return not (through_modules and isinstance(operand, cst.Name) and operand.value == read)
+
     def sink(node: cst.BaseExpression, flow: Flow) -> str | None:
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
-            places.extend(side for side in (node.left, node.right) if flow.taint(side))
+            places.update((side, False) for side in (node.left, node.right) if flow.taint(side))
             return "product"
         operands = (
             [node.left, node.right]
@@ -84,35 +103,78 @@ def cast_back(
         )
         reached = [flow.taint(operand) for operand in operands]
         if any(reached) and any(
-            not origins and ctx.facts.of(operand).kind == TENSOR
-            for operand, origins in zip(operands, reached, strict=True)
+            widens(operand, origins) for operand, origins in zip(operands, reached, strict=True)
         ):
             # Mixed with another tensor, the result takes the wider dtype of the two, which may not
             # be the one read back from the upcast input.
             unsure.append(node)
         if isinstance(node, cst.Yield) and isinstance(node.value, cst.BaseExpression):
-            places.append(node.value)
+            places[node.value] = True
             return "yield"
         if isinstance(node, cst.Call) and not _passes_on(ctx, node):
             tainted = [arg.value for arg in node.args if flow.taint(arg.value)]
             if any(arg.star for arg in node.args if arg.value in tainted):
                 unsure.append(node)
-            places.extend(tainted)
+            leaves = not (_is_module(ctx, node) or callee_name(node) in _PRODUCTS)
+            places.update((value, leaves) for value in tainted)
             return "call" if tainted else None
         return None
 
     def leaves(node: cst.CSTNode, origins: Origins, flow: Flow) -> None:
         if isinstance(node, cst.Tuple):
-            places.extend(e.value for e in node.elements if flow.taint(e.value))
+            places.update((e.value, True) for e in node.elements if flow.taint(e.value))
         elif isinstance(node, cst.BaseExpression):
-            places.append(node)
+            places[node] = True
         else:
             unsure.append(node)
 
     flow = analyse(scope, Policy(seed=seed, sink=sink, leaves=leaves))
     if unsure or not places or any(flow.resolve(place) is upcast for place in places):
         return None  # cast back as soon as computed, the upcast would gain nothing
-    return _edits(upcast, fixed, dict.fromkeys(places), dtype)
+    accumulated = [callee_name(call) for call in accumulations(ctx, upcast)] if through_modules else []
+    if (
+        through_modules
+        and all(places.values())
+        and not accumulated
+        and half_weight_consumer(ctx, upcast) is None
+    ):
+        return None  # a lone upcast whose value leaves: the rule's own fix stands
+    # Under CUDA autocast a chain through `cumsum` or `cumprod` returned float32 before the fix.
+    float32_there = [name for name in accumulated if ops.autocast_policy(name, "cuda") == "fp32"]
+    dtypes = {
+        place: op_dtype(source, float32_there[0]) if leaving and float32_there else dtype
+        for place, leaving in places.items()
+    }
+    return _edits(upcast, fixed, dtypes)
+
+
+_ACCUMULATIONS = frozenset({"cumsum", "cumprod", "logcumsumexp"})
+
+
+def accumulations(ctx: FileContext, upcast: cst.BaseExpression) -> list[cst.Call]:
+    """The cumulative sums and products (`cumsum`, `cumprod`, `logcumsumexp`) in its function that
+    take the value computed from `upcast`, elementwise: upcast, they accumulate in float32."""
+    scope = _scope_of(ctx, upcast)
+    if scope is None:
+        return []
+    found: list[cst.Call] = []
+
+    def seed(node: cst.BaseExpression, flow: Flow) -> bool:
+        return node is upcast
+
+    def sink(node: cst.BaseExpression, flow: Flow) -> str | None:
+        if (
+            isinstance(node, cst.Call)
+            and callee_name(node) in _ACCUMULATIONS
+            and _passes_on(ctx, node)
+            and node not in found
+            and any(flow.taint(child) for child in value_children(node))
+        ):
+            found.append(node)
+        return None
+
+    analyse(scope, Policy(seed=seed, sink=sink))
+    return found
 
 
 # Calls whose operands must share one dtype with a weight or with each other: a float32 operand next
@@ -120,15 +182,23 @@ def cast_back(
 _PRODUCTS = frozenset({"matmul", "mm", "bmm", "baddbmm", "addmm", "einsum", "linear", "conv1d", "conv2d"})
 
 
-def half_weight_consumer(ctx: FileContext, upcast: cst.BaseExpression) -> cst.CSTNode | None:
-    """The first place in its function where the value computed from `upcast` meets a module
-    (`self.out(...)`) or a product (`@`, `matmul`, `einsum`, `linear`) that may run without
-    autocast: with the value float32 and the weights or the other operand half, it raises (under
-    autocast the module or product casts its inputs). None where it meets none."""
+def half_weight_consumer(
+    ctx: FileContext, upcast: cst.BaseExpression, callers: int = 2
+) -> cst.CSTNode | None:
+    """The first place where the value computed from `upcast` meets a module (`self.out(...)`) or
+    a product (`@`, `matmul`, `einsum`, `linear`) that may run without autocast: with the value
+    float32 and the weights or the other operand half, it raises (under autocast the module or
+    product casts its inputs). In its function, then, where the function returns the value, in
+    the functions of the file that call it (`self.decay(x)`, `decay(x)`), up to `callers` calls
+    away. None where it meets none."""
     scope = _scope_of(ctx, upcast)
     if scope is None:
         return None
     found: list[cst.CSTNode] = []
+    returns = {
+        id(n.value) for n in _statements(scope.body) if isinstance(n, cst.Return) and n.value is not None
+    }
+    returned: list[cst.CSTNode] = []
 
     def seed(node: cst.BaseExpression, flow: Flow) -> bool:
         return node is upcast
@@ -143,7 +213,7 @@ def half_weight_consumer(ctx: FileContext, upcast: cst.BaseExpression) -> cst.CS
                 found.append(node)
             return "product"
         if isinstance(node, cst.Call) and not _passes_on(ctx, node):
-            module = ctx.facts.of(node.func).kind == MODULE or ctx.facts.of(node).kind == MODULE
+            module = _is_module(ctx, node)
             if (module or callee_name(node) in _PRODUCTS) and any(flow.taint(arg.value) for arg in node.args):
                 # Where the call runs only under autocast, the module or product casts its inputs.
                 if OFF in ctx.facts.autocast_at(node):
@@ -151,8 +221,39 @@ def half_weight_consumer(ctx: FileContext, upcast: cst.BaseExpression) -> cst.CS
                 return "call"
         return None
 
-    analyse(scope, Policy(seed=seed, sink=sink))
-    return found[0] if found else None
+    def leaves(node: cst.CSTNode, origins: Origins, flow: Flow) -> None:
+        if id(node) in returns:
+            returned.append(node)
+
+    analyse(scope, Policy(seed=seed, sink=sink, leaves=leaves))
+    if found or not returned or not callers or not isinstance(scope.node, cst.FunctionDef):
+        return found[0] if found else None
+    for call in _calls_of(ctx, scope.node):
+        consumer = half_weight_consumer(ctx, call, callers - 1)
+        if consumer is not None:
+            return consumer
+    return None
+
+
+def _calls_of(ctx: FileContext, function: cst.FunctionDef) -> list[cst.Call]:
+    """The calls in this file, outside `function`, that may call it: `name(...)`, or
+    `self.name(...)` for a method."""
+    name = function.name.value
+    inside = {id(node) for node in walk(function)}
+    return [
+        call
+        for call in ctx.index.calls
+        if id(call) not in inside
+        and (
+            (isinstance(call.func, cst.Name) and call.func.value == name)
+            or (
+                isinstance(call.func, cst.Attribute)
+                and call.func.attr.value == name
+                and isinstance(call.func.value, cst.Name)
+                and call.func.value.value == "self"
+            )
+        )
+    ]
 
 
 # Operands that select or mask rather than take part in the arithmetic, so never widen the dtype:
@@ -180,12 +281,13 @@ def _data_operands(ctx: FileContext, call: cst.Call) -> list[cst.BaseExpression]
 
 
 def dtype_source(
-    ctx: FileContext, upcast: cst.BaseExpression, data: cst.BaseExpression
+    ctx: FileContext, upcast: cst.BaseExpression, data: cst.BaseExpression, through_modules: bool = False
 ) -> cst.BaseExpression | None:
     """`<name>.dtype` for the one tensor `data` (the value `upcast` reads) is computed from, where
-    that is the dtype `upcast` had; None where it cannot be read."""
+    that is the dtype `upcast` had (`through_modules`: or the dtype of what a module read); None
+    where it cannot be read."""
     scope = _scope_of(ctx, upcast)
-    return _dtype_source(ctx, scope, data) if scope is not None else None
+    return _dtype_source(ctx, scope, data, through_modules) if scope is not None else None
 
 
 def op_dtype(dtype: cst.BaseExpression, op: str) -> cst.BaseExpression:
@@ -202,12 +304,13 @@ def op_dtype(dtype: cst.BaseExpression, op: str) -> cst.BaseExpression:
 
 
 def upcast_dtype(
-    ctx: FileContext, upcast: cst.BaseExpression, data: cst.BaseExpression
+    ctx: FileContext, upcast: cst.BaseExpression, data: cst.BaseExpression, through_modules: bool = False
 ) -> tuple[cst.BaseExpression, bool]:
     """The dtype to upcast `data` (read by `upcast`) to, and whether `import torch` must be added:
     `torch.promote_types(x.dtype, torch.float32)`, float32 for a half `x` and float64 kept (a plain
     float32 is a downcast for float64 code), where a tensor of `data`'s dtype can be named without
-    computing anything twice (`data` itself, a name or attribute, or `dtype_source`); else float32."""
+    computing anything twice (`data` itself, a name or attribute, or `dtype_source`, which with
+    `through_modules` reads `x` for `self.w_lora(x)`); else float32."""
     float32, missing = ctx.float32()
     if all(isinstance(n, (cst.Name, cst.Attribute)) for n in walk(data)):
         dtype: cst.BaseExpression | None = cst.Attribute(
@@ -216,12 +319,18 @@ def upcast_dtype(
     else:
         # Read at the upcast itself: the name may be bound again elsewhere in the function.
         scope = _scope_of(ctx, upcast)
-        dtype = _dtype_source(ctx, scope, data, anywhere=False) if scope is not None else None
+        dtype = (
+            _dtype_source(ctx, scope, data, through_modules, anywhere=False) if scope is not None else None
+        )
     if dtype is None:
         return float32, missing
     torch, _ = ctx.torch_name()
     promote = cst.Attribute(value=torch, attr=cst.Name("promote_types"))
     return cst.Call(func=promote, args=[cst.Arg(dtype), cst.Arg(float32)]), missing
+
+
+def _is_module(ctx: FileContext, call: cst.Call) -> bool:
+    return ctx.facts.of(call.func).kind == MODULE or ctx.facts.of(call).kind == MODULE
 
 
 def _scope_of(ctx: FileContext, node: cst.CSTNode) -> Scope | None:
@@ -243,12 +352,17 @@ def _passes_on(ctx: FileContext, call: cst.Call) -> bool:
 
 
 def _dtype_source(
-    ctx: FileContext, scope: Scope, data: cst.BaseExpression, anywhere: bool = True
-) -> cst.BaseExpression | None:
+    ctx: FileContext,
+    scope: Scope,
+    data: cst.BaseExpression,
+    through_modules: bool = False,
+    anywhere: bool = True,
+) -> cst.Attribute | None:
     """`<name>.dtype` for the one tensor the upcast input is computed from by elementwise ops and
     numbers alone (`x`, `x - 1`, `-x[:, t]`: the same dtype as `x` whatever the caller picks, where a
-    module, a product or a second tensor could change it). Read `anywhere` (where the value is cast
-    back), the name must be bound once in the function; read at the upcast, any binding will do."""
+    module, a product or a second tensor could change it; `through_modules`: calls of modules count
+    as elementwise too). Read `anywhere` (where the value is cast back), the name must be bound once
+    in the function; read at the upcast, any binding will do."""
     # The upcast's input itself, a bare name, is a tensor whatever the facts know of it (a loop
     # variable, an unannotated parameter): the op the fix upcasts takes a tensor there.
     bare = isinstance(data, cst.Name) and ctx.facts.of(data).kind in (TENSOR, UNKNOWN)
@@ -256,7 +370,11 @@ def _dtype_source(
         n.value for n in walk(data) if isinstance(n, cst.Name) and (bare or ctx.facts.of(n).kind == TENSOR)
     }
     mixes = any(
-        (isinstance(n, cst.Call) and not _passes_on(ctx, n))
+        (
+            isinstance(n, cst.Call)
+            and not _passes_on(ctx, n)
+            and not (through_modules and ctx.facts.of(n.func).kind == MODULE)
+        )
         or (isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.MatrixMultiply))
         for n in walk(data)
     )
@@ -302,16 +420,18 @@ def _targets(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
 def _edits(
     upcast: cst.BaseExpression,
     fixed: cst.BaseExpression,
-    places: Iterable[cst.BaseExpression],
-    dtype: cst.BaseExpression,
+    places: dict[cst.BaseExpression, cst.BaseExpression],
 ) -> tuple[Edit, ...] | None:
+    """The upcast, and each place cast back to its dtype (one edit where a place holds the upcast)."""
     edits: list[Edit] = []
     inside = False
-    for place in places:
+    for place, dtype in places.items():
         contains = any(node is upcast for node in walk(place))
         if any(any(node is place for node in walk(other)) for other in places if other is not place):
             return None  # nested places: one cast would hide the other
         value = place.deep_replace(upcast, fixed) if contains else place
         inside |= contains
-        edits.append((place, with_method(value, "to", dtype)))
+        # A place in parentheses keeps them: an edit replaces what lies between them.
+        cast = with_method(value.with_changes(lpar=[], rpar=[]), "to", dtype)
+        edits.append((place, cast.with_changes(lpar=place.lpar, rpar=place.rpar) if place.lpar else cast))
     return tuple(edits) if inside else ((upcast, fixed), *edits)

@@ -345,16 +345,19 @@ def test_each_fix_is_judged_and_no_fix_that_would_raise_is_offered(tmp_path: Pat
         ("AMP001", 18, "confirmed"),
     ]
     done = amplint_run(tmp_path, "check", ".", "--confirm", "--fix")
-    assert done.returncode == 1, done.stdout + done.stderr
-    # AMP001 offers no fix: its float32 weight would reach the `out` Linear, which may run without
-    # autocast (it does here, in bfloat16) and would raise.
+    assert done.returncode == 0, done.stdout + done.stderr
+    # A float32 weight would reach the `out` Linear, which runs here without autocast in bfloat16
+    # and would raise: AMP001's fix is the chain's, cast back where the chain meets the Linear, and
+    # the trace of the fixed model verifies it.
     assert done.stderr.splitlines() == [
         "amplint: fix block.py:17 AMP003: verified: the finding is gone and no new one appeared",
+        "amplint: fix block.py:18 AMP001: verified: the finding is gone and no new one appeared",
     ]
     text = path.read_text(encoding="utf-8")
     assert "torch.log_softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))" in text
-    assert "self.w_lora(x).sigmoid()" in text  # as it was
-    assert "Fixed 1 finding, 1 remaining." in done.stdout
+    assert "self.w_lora(x).to(torch.promote_types(x.dtype, torch.float32)).sigmoid()" in text
+    assert "return self.out((x * w.exp()).to(x.dtype)) + logp.mean()" in text
+    assert "Fixed 2 findings, 0 remaining." in done.stdout
 
 
 def _diagnostic(code: str, confidence: Confidence, line: int = 1, path: str = "model.py") -> Diagnostic:

@@ -9,9 +9,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from amplint.static.consumers import cast_back
+from amplint.static.consumers import cast_back, half_weight_consumer, upcast_dtype
 from amplint.static.context import FileContext
-from amplint.static.patterns import with_dtype
+from amplint.static.patterns import upcast_input, with_dtype
 
 
 def fixed_code(code: str) -> str | None:
@@ -69,3 +69,111 @@ def test_cast_back_where_it_is_stored_on_the_module() -> None:
 )
 def test_not_proven(code: str, why: str) -> None:
     assert fixed_code("import torch\n\n" + code) is None, why
+
+
+def chain_code(code: str) -> str | None:
+    """The code with its one `sigmoid` upcast as the fix of a whole chain does it (the dtype read
+    through the module that computed its input), and what derives from it cast back, or None."""
+    text = textwrap.dedent(code)
+    ctx = FileContext(Path("m.py"), cst.parse_module(text), text=text)
+    call = next(
+        c for c in ctx.index.calls if isinstance(c.func, cst.Attribute) and c.func.attr.value == "sigmoid"
+    )
+    assert isinstance(call.func, cst.Attribute)
+    data = call.func.value
+    float32, _ = upcast_dtype(ctx, call, data, through_modules=True)
+    edits = cast_back(ctx, call, upcast_input(call, data, float32), data, through_modules=True)
+    if edits is None:
+        return None
+    replaced = {id(old): new for old, new in edits}
+
+    class Apply(cst.CSTTransformer):
+        def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
+            return replaced.get(id(original), updated)
+
+    return ctx.module.visit(Apply()).code
+
+
+CHAIN = """\
+import torch
+from torch import nn
+
+class TimeMix(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.w_lora = nn.Linear(dim, dim)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x, v):
+        w = -0.6065 * self.w_lora(x).sigmoid()
+        return {consumer}
+"""
+
+
+def test_a_chain_is_cast_back_to_the_dtype_of_what_the_module_read() -> None:
+    fixed = chain_code(CHAIN.format(consumer="self.out(x * torch.exp(w.cumsum(1)))"))
+    assert fixed is not None
+    assert "w = -0.6065 * self.w_lora(x).to(torch.promote_types(x.dtype, torch.float32)).sigmoid()" in fixed
+    assert "return self.out((x * torch.exp(w.cumsum(1))).to(x.dtype))" in fixed
+
+
+def test_a_returned_chain_through_cumsum_is_cast_back_to_the_dtype_cumsum_gives() -> None:
+    fixed = chain_code(CHAIN.format(consumer="torch.exp(w.cumsum(1)), self.out(x * w)"))
+    assert fixed is not None
+    # Under CUDA autocast the unfixed cumsum returned float32; at the Linear, the module's input dtype.
+    assert (
+        "return torch.exp(w.cumsum(1)).to(x.new_empty(0).cumsum(0).dtype), self.out((x * w).to(x.dtype))"
+        in fixed
+    )
+
+
+@pytest.mark.parametrize(
+    "consumer",
+    [
+        "self.out(v * torch.exp(w.cumsum(1)))",  # mixed with `v`, whose dtype may be wider
+        "torch.exp(w)",  # a lone upcast that leaves: the rule's own fix stands
+    ],
+)
+def test_no_chain_fix_where_the_dtype_is_not_known_or_nothing_is_gained(consumer: str) -> None:
+    assert chain_code(CHAIN.format(consumer=consumer)) is None
+
+
+CALLED = """\
+import torch
+from torch import nn
+
+class TimeMix(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.w_lora = nn.Linear(dim, dim)
+        self.out = nn.Linear(dim, dim)
+        self.wo = nn.Parameter(torch.randn(dim, dim))
+
+    def decay(self, x):
+        w = -0.6065 * self.w_lora(x).sigmoid()
+        return torch.exp(w)
+
+    def forward(self, x):
+        {caller}
+"""
+
+
+@pytest.mark.parametrize(
+    ("caller", "consumer"),
+    [
+        ("return self.out(x * self.decay(x))", "self.out(x * self.decay(x))"),
+        ("d = self.decay(x)\n        return (x * d) @ self.wo", "(x * d) @ self.wo"),
+        ("return x * self.decay(x)", None),  # returned on: nothing in the file meets it
+        ("with torch.autocast('cuda'):\n            return self.out(x * self.decay(x))", None),
+    ],
+)
+def test_a_half_consumer_is_found_in_the_functions_the_value_is_returned_to(
+    caller: str, consumer: str | None
+) -> None:
+    text = CALLED.format(caller=caller)
+    ctx = FileContext(Path("m.py"), cst.parse_module(text), text=text)
+    sigmoid = next(
+        c for c in ctx.index.calls if isinstance(c.func, cst.Attribute) and c.func.attr.value == "sigmoid"
+    )
+    found = half_weight_consumer(ctx, sigmoid)
+    assert (None if found is None else ctx.code(found)) == consumer
