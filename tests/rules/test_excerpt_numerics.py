@@ -87,6 +87,21 @@ EXCERPTS = {
         "out = loss(tensor(2, 1, 6, 5), torch.tensor([5, 3]), torch.tensor([6, 4]))",
         prelude="import torch.nn.functional as F\nLoss = torch.nn.Module\n",
     ),
+    "opennmt_global_attention_length_mask.py": Excerpt(
+        ("masked_attention",),
+        # Padded target rows masked whole: NaN rows in every dtype unless the fill is finite.
+        "out = masked_attention(None, tensor(2, 4, 8), tensor(2, 6, 8), mask(2, 6, p=0.3), mask(2, 4, p=0.3))",
+        prelude="import torch.nn.functional as F\n",
+    ),
+    "parlai_treesearch_half_scores.py": Excerpt(
+        ("TorchGeneratorAgent",),
+        "out = TorchGeneratorAgent._generation_activation(None, tensor(4, 512, scale=4.0))",
+        prelude="import torch.nn.functional as F\nOpt = dict\n",
+    ),
+    "vllm_mla_prefill_causal_triu.py": Excerpt(
+        ("causal_padded_scores",),
+        "out = causal_padded_scores(tensor(2, 5, 7, scale=3.0), 5, 7, mask(7, p=0.4))",
+    ),
     "openfold_global_attention_int_scale.py": Excerpt(
         ("softmax_no_cast",),
         "out = softmax_no_cast(tensor(2, 4, 16, scale=4.0))",
