@@ -225,7 +225,7 @@ class _Project:
         """(file, top-level name) for each name of `words` that `display` defines or imports from the
         project, and each `module.name` read through an imported module."""
         index = self.file(display)
-        for word in words:
+        for word in sorted(words):  # in a fixed order: of equally short chains, the same one each run
             name = word.decode()
             if name in index.spans:
                 yield display, name
@@ -236,7 +236,7 @@ class _Project:
             target = self.resolve(display, module)
             if target is not None:
                 defined = self.file(target).spans
-                yield from ((target, w.decode()) for w in words if w.decode() in defined)
+                yield from ((target, w.decode()) for w in sorted(words) if w.decode() in defined)
 
     def _imported(
         self, display: str, module: str, name: str | None, code: bytes, local: str
@@ -259,7 +259,7 @@ class _Project:
         attributes = re.findall(rb"\b" + re.escape(local.encode()) + rb"\.(\w+)", code)
         defined = self.file(display_of_module).spans
         imports = self.file(display_of_module).imports
-        for attribute in {a.decode() for a in attributes}:
+        for attribute in sorted({a.decode() for a in attributes}):
             if attribute in defined:
                 yield display_of_module, attribute
             elif attribute in imports:
