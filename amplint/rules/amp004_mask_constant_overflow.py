@@ -45,6 +45,7 @@ _LENGTH_ARGUMENT = re.compile(r"(^|_)(len|lens|lengths?)$", re.IGNORECASE)
 # Constructors whose arguments are the mask's size, which says nothing about which entries it masks
 # (vllm's `torch.ones((q_end - q_start, kv_end - kv_start)).triu(1)`, its ends read from `cu_seq_lens`).
 _SIZED = frozenset({"ones", "zeros", "empty", "full", "new_ones", "new_zeros", "new_empty", "new_full"})
+_ONES = frozenset({"ones", "ones_like", "new_ones"})
 _POSITIONS = re.compile(r"(arange|position|^pos|idx|index|^i$|^j$)", re.IGNORECASE)
 # A mask computed relative to a row's maximum or top-k keeps at least that entry.
 _KEEPS_ONE = frozenset({"max", "amax", "topk", "argmax", "kthvalue", "sort"})
@@ -233,13 +234,17 @@ def _site(ctx: FileContext, node: cst.CSTNode, negated: bool) -> _Site | None:
 
 
 def _mask_like(node: cst.BaseExpression) -> bool:
-    """An operand that holds a 0/1 mask: named so, or `1 - x`."""
+    """An operand that holds a 0/1 mask: named so, or `1 - x`; not a tensor of ones (agilerl's
+    `torch.ones(sz, sz, device=src_mask.device) * float("-inf")` has no 0 to meet the infinity),
+    nor a name only in a constructor's size or device."""
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract):
         return isinstance(node.left, (cst.Integer, cst.Float))
+    if isinstance(node, cst.Call) and callee_name(node) in _ONES:
+        return False
     return any(
         (isinstance(child, cst.Name) and _MASK_NAME.search(child.value))
         or (isinstance(child, cst.Attribute) and _MASK_NAME.search(child.attr.value))
-        for child in walk(node)
+        for child in _without_sizes(node)
     )
 
 
