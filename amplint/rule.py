@@ -160,6 +160,9 @@ class Rule:
     fix_applicability: ClassVar[str] = SAFE
     # A rule that only a traced graph can check (AMP1xx): the static pass leaves it out.
     runtime_only: ClassVar[bool] = False
+    # A hazard that costs accuracy over a training run (a missing GradScaler, optimizer state or
+    # gradient reductions in half): in a test, which runs a step or two, its findings are conditional.
+    training_run: ClassVar[bool] = False
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         raise NotImplementedError

@@ -108,6 +108,7 @@ class Fp16WithoutGradScaler(Rule):
     code = "AMP009"
     name = "fp16-without-grad-scaler"
     summary = "backward and optimizer step under float16 autocast or on a .half() model without a GradScaler"
+    training_run = True
     triggers = frozenset({"backward"})
     # The backward call; the optimizer step and the float16 setting are judged beside it.
     region_words = triggers

@@ -112,6 +112,7 @@ class HalfPrecisionOptimizerState(Rule):
     code = "AMP016"
     name = "half-precision-optimizer-state"
     summary = "optimizer over bf16/fp16 parameters with no float32 master weights"
+    training_run = True
     triggers = frozenset(
         {"optim", "optimizers", "AdamW", "Adafactor", "FusedAdam", "DeepSpeedCPUAdam", "Lion"}
     )

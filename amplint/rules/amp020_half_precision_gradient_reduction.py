@@ -83,6 +83,7 @@ class HalfPrecisionGradientReduction(Rule):
     code = "AMP020"
     name = "half-precision-gradient-reduction"
     summary = "FSDP reduce_dtype/buffer_dtype or DeepSpeed communication_data_type in bfloat16 or float16"
+    training_run = True
     triggers = frozenset({"MixedPrecision", "MixedPrecisionPolicy", _DEEPSPEED_KEY})
     # Every body of a file that mentions them: the policy class is often imported under another
     # name (`MixedPrecision as TorchMixedPrecision`), and a dtype may be bound far from the call.

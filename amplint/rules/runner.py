@@ -26,6 +26,7 @@ from amplint.source import (
     read_source,
 )
 from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.modes import role_of
 from amplint.static.profile import CALLER, NEWEST_PYTHON, Profile
 from amplint.static.regions import region_marks, skip_bodies
 
@@ -429,7 +430,9 @@ def _diagnostic(
         end_line=where.end.line,
         end_column=where.end.column + 1,
         severity=rule.severity,
-        confidence=Confidence.CONDITIONAL if _conditional(ctx, finding) else Confidence.STATIC,
+        confidence=Confidence.CONDITIONAL
+        if _conditional(ctx, finding) or (rule.training_run and role_of(display) == "test")
+        else Confidence.STATIC,
         fix=render_fix(ctx, finding.fix, lines, rule.fix_applicability) if finding.fix else None,
         help=finding.help,
         extra=dict(finding.extra) | _evidence(ctx, finding),

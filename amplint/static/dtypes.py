@@ -152,6 +152,14 @@ class DtypeFacts(CallFacts):
             return replace(fact, kind=DTYPE)
         return UNKNOWN_FACT
 
+    def _dtype_not_named(self, call: cst.Call) -> bool:
+        """An autocast whose `dtype=` names no dtype this code picks (`dtype=net.dtype`, cellpose's
+        bf16 or float32 model): float16 there is the caller's choice, as for a loader's `dtype=`."""
+        dtype = next(
+            (a.value for a in call.args if a.keyword is not None and a.keyword.value == "dtype"), None
+        )
+        return dtype is not None and not self.dtype_value(dtype).dtypes
+
     def float16_dtype(self, expr: cst.BaseExpression) -> Float16 | None:
         """`dtype_value(expr)` as a float16 setting, where float16 is among the dtypes it names."""
         fact = self.dtype_value(expr)
@@ -176,7 +184,7 @@ class DtypeFacts(CallFacts):
         states = self.autocast_states(node)
         if states is not None:
             dtypes = {state.dtype for state in states if state.device and state.dtype}
-            if F16 not in dtypes or _unknown_wrapper(self.ctx, node):
+            if F16 not in dtypes or _unknown_wrapper(self.ctx, node) or self._dtype_not_named(node):
                 return None
             spelled = shorten(self.ctx.code(node))
             names = "/".join(SHORT_NAMES[d] for d in ops.FLOATS if d in dtypes)

@@ -45,3 +45,24 @@ def test_the_writers_are_the_rules_that_reason_about_dtypes() -> None:
 def test_no_rule_spells_the_clause_out() -> None:
     for rule in STATIC:
         assert CALLER_CLAUSE not in _source(rule), rule.code
+
+
+TRAINING_RUN = [rule for rule in STATIC if rule.training_run]
+
+
+@pytest.mark.parametrize("rule", TRAINING_RUN, ids=lambda rule: rule.code)
+def test_a_training_run_hazard_in_a_test_is_conditional(rule: type[Rule]) -> None:
+    # A test runs a step or two: a GradScaler left out, optimizer state or a gradient reduction in
+    # half costs nothing there (opacus' mixed-precision test casts its model on purpose; review 5).
+    for example in rule.bad:
+        in_code = lint_text(example.code, [rule], path="train.py").diagnostics
+        in_test = lint_text(example.code, [rule], path="tests/test_train.py").diagnostics
+        assert [d.line for d in in_code] == [d.line for d in in_test]
+        assert all(d.confidence is Confidence.CONDITIONAL for d in in_test)
+    shown = [d for ex in rule.bad for d in lint_text(ex.code, [rule], path="train.py").diagnostics]
+    assert any(d.confidence is Confidence.STATIC for d in shown)
+
+
+def test_the_training_run_rules() -> None:
+    assert {rule.code for rule in TRAINING_RUN} == {"AMP009", "AMP016", "AMP020"}
+
