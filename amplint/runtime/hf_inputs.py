@@ -124,10 +124,10 @@ def _features(model: Any, batch_size: int, seq_len: int) -> tuple[Any, tuple[int
         # (CLAP's): (batch, crops, frames, mel bins), one crop.
         return torch.randn(batch_size, 1, seq_len, bins), (batch_size, seq_len)
     # conformer encoders, w2v-BERT (two mel frames stacked, also a codec's semantic encoder) and
-    # FunASR (`input_size`: seven stacked): (batch, frames, features), as wide as the config says
+    # FunASR (`input_size`: seven stacked), Speech2Text (its extractor's `feature_size`): (batch,
+    # frames, features)
     features = (
         getattr(audio, "input_size", None)
-        or next((width for patch in _patches_for("width", config) if (width := patch.apply(audio))), None)
         or _find(audio, "feature_projection_input_dim")
         or mel
         or getattr(_feature_extractor(config), "feature_size", None)  # Gemma 4's names no mel bins
@@ -873,7 +873,6 @@ def _boxes(batch_size: int, seq_len: int) -> Any:
 class Patch:
     """One special case. `stage` says where the general code applies it and what `apply` takes:
     "side": (config, vision config, (height, width)) -> (height, width), an image's side;
-    "width": audio config -> int or None, the width of audio features;
     "make": `_Inputs` -> (value, positions) or None (not this case), the input `sets`;
     "main": `_Inputs` -> inputs, a vision tower's flattened patches and what places them;
     "joined": `_Inputs` -> None, inputs added or changed once the main ones are made."""
@@ -925,11 +924,6 @@ def _scaled_side(config: Any, vision: Any, side: tuple[int, int]) -> tuple[int, 
     return max(side[0], least), max(side[1], least)
 
 
-def _stacked_channels(audio: Any) -> int | None:
-    per_channel = getattr(audio, "input_feat_per_channel", None)
-    return per_channel and per_channel * (getattr(audio, "input_channels", None) or 1)
-
-
 def _text_and_codes(made: _Inputs) -> tuple[Any, tuple[int, ...]] | None:
     import torch
 
@@ -950,16 +944,6 @@ def _text_and_codes(made: _Inputs) -> tuple[Any, tuple[int, ...]] | None:
 def _task_prompt(made: _Inputs) -> tuple[Any, None] | None:
     length = getattr(made.config, "task_seq_len", None)
     return (token_ids(made.vocab, (made.batch_size, length)), None) if type(length) is int else None
-
-
-def _first_language(made: _Inputs) -> tuple[Any, None] | None:
-    import torch
-
-    return (
-        (torch.zeros(made.batch_size, dtype=torch.long), None)
-        if getattr(made.config, "languages", None)
-        else None
-    )
 
 
 def _high_frequency(made: _Inputs) -> tuple[Any, None]:
@@ -997,18 +981,6 @@ def _merge_sizes(made: _Inputs) -> None:
     merges = next(n for n in ("merge_sizes", "image_merge_sizes") if n in made.parameters)
     vision = _sub(made.config, "vision_config")
     made.kwargs[merges] = torch.tensor([getattr(vision, "spatial_merge_size", None) or 1])
-
-
-def _audio_per_token(made: _Inputs) -> None:
-    per_token = _find(made.config, "audio_length_per_tok")
-    wanted = "input_features" in made.parameters and not _placeholders(made.config, "audio")
-    if (
-        type(per_token) is int
-        and wanted
-        and made.main == ["input_ids"]
-        and "input_features" not in made.kwargs
-    ):
-        made.add("input_features")
 
 
 def _frames_per_token(made: _Inputs) -> tuple[Any, tuple[int, ...]] | None:
@@ -1178,14 +1150,6 @@ PATCHES: tuple[Patch, ...] = (
         _scaled_side,
     ),
     Patch(
-        "width",
-        ("config.input_feat_per_channel",),
-        "input_features",
-        ("speech_to_text",),
-        "its features are `input_feat_per_channel` mel bins for each of `input_channels`",
-        _stacked_channels,
-    ),
-    Patch(
         "make",
         ("config.codebook_vocab_size",),
         "input_ids",
@@ -1201,14 +1165,6 @@ PATCHES: tuple[Patch, ...] = (
         ("oneformer",),
         "its task prompt is token ids of the length the config gives",
         _task_prompt,
-    ),
-    Patch(
-        "make",
-        ("config.languages",),
-        "lang_ids",
-        ("xmod",),
-        "a language adapter per sample: the first language the config lists",
-        _first_language,
     ),
     Patch(
         "make",
@@ -1230,7 +1186,7 @@ PATCHES: tuple[Patch, ...] = (
         "make",
         ("latents",),
         "latents",
-        ("mimi_decoder",),
+        ("mimi_decoder", "pocket_tts_audio_tokenizer_decoder"),
         "what an audio codec's decoder decodes: (batch, hidden, frames)",
         _codec_latents,
     ),
@@ -1268,15 +1224,6 @@ PATCHES: tuple[Patch, ...] = (
         ("voxtral_realtime",),
         "it adds its audio to the text token by token: `audio_length_per_tok` frames per token",
         _frames_per_token,
-    ),
-    Patch(
-        "joined",
-        ("config.audio_length_per_tok",),
-        "input_features",
-        ("voxtral_realtime",),
-        "it reads audio beside its text, added to it position by position (not spliced in at"
-        " placeholders), though no part of it requires the audio",
-        _audio_per_token,
     ),
     Patch(
         "joined",
