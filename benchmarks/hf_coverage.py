@@ -7,6 +7,10 @@ process with a timeout.
 
     python benchmarks/hf_coverage.py run [--jobs 2] [--timeout 120] [--types a,b] [--sample N] [--failed]
     python benchmarks/hf_coverage.py report > docs/hf-coverage.md
+    python benchmarks/hf_coverage.py inputs --output inputs.json [--types a,b] [--sample N]
+
+`inputs` builds each model type and its inputs as `run` does, without tracing, and writes each
+input's shape and dtype: two such files compare the inputs two versions of amplint make.
 """
 
 from __future__ import annotations
@@ -88,15 +92,39 @@ def _listed() -> list[str]:
 # Where transformers' default config cannot build or run its own model (a key left None, a rotary
 # split that does not fit the head, a backbone from a package that is not installed), the keys a
 # published checkpoint's config.json sets for it, and that checkpoint. Nothing else is changed.
+# Each key (`a.b`: key b of the sub-config a) has its value and the source that states it: a file
+# of transformers at a version, with its line, or "unverified" where no source at hand states it.
 KEYS_FILE = "benchmarks/hf_checkpoint_keys.json"
 CHECKPOINT_KEYS: dict[str, dict[str, Any]] = json.loads(
     (Path(__file__).resolve().parents[1] / KEYS_FILE).read_text(encoding="utf-8")
 )
+UNVERIFIED = "unverified"
+
+
+def checkpoint_keys(model_type: str) -> dict[str, Any]:
+    """The keys set on the model type's default config, nested as its config.json nests them."""
+    nested: dict[str, Any] = {}
+    for row in CHECKPOINT_KEYS.get(model_type, {}).get("keys", []):
+        *parents, last = row["key"].split(".")
+        at = nested
+        for part in parents:
+            at = at.setdefault(part, {})
+        at[last] = row["value"]
+    return nested
+
+
+def unverified(model_type: str) -> list[str]:
+    """The keys of the model type whose value no recorded source states."""
+    return [
+        row["key"]
+        for row in CHECKPOINT_KEYS.get(model_type, {}).get("keys", [])
+        if row["source"] == UNVERIFIED
+    ]
 
 
 def spec_for(model_type: str, scratch: Path, gpu: str | None = None) -> dict[str, Any]:
     config = scratch / f"{model_type}.json"
-    keys = CHECKPOINT_KEYS.get(model_type, {}).get("keys", {})
+    keys = checkpoint_keys(model_type)
     config.write_text(json.dumps({"model_type": model_type, **keys}), encoding="utf-8")
     return {
         "hf_config": str(config),
@@ -140,7 +168,50 @@ def _one(model_type: str, scratch: str, out: Any) -> None:
     out.close()
 
 
-def run(types: list[str], jobs: int, timeout: float) -> list[dict[str, Any]]:
+def _inputs_of(model_type: str, scratch: str, out: Any) -> None:
+    """Build one model type and its inputs (in a forked child) and send their shapes and dtypes."""
+    row: dict[str, Any] = {"type": model_type}
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        from amplint.runtime.hf import build
+
+        spec = spec_for(model_type, Path(scratch))
+        model, _, kwargs = build(
+            spec["hf_config"],
+            layers=spec["layers"],
+            seq_len=spec["seq_len"],
+            batch_size=spec["batch_size"],
+            attn_implementation=spec["attn_implementation"],
+        )
+        row["head"] = type(model).__name__
+        row["inputs"] = {name: _described(value) for name, value in kwargs.items()}
+        row["result"] = "built"
+    except BaseException as exc:  # a type that does not build is a row too
+        row["result"] = "failed"
+        row["reason"] = f"{type(exc).__name__}: {exc}".strip()[:400]
+    out.send(row)
+    out.close()
+
+
+def _described(value: Any) -> Any:
+    """A tensor's shape and dtype, and an integer one's sum (ids and masks are drawn from fixed
+    seeds; random floats are not), nested in tuples and dicts; else its type's name."""
+    import torch
+
+    if isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_meta):
+        return [list(value.shape), str(value.dtype)]
+    if isinstance(value, torch.Tensor):
+        return [list(value.shape), str(value.dtype), int(value.long().sum())]
+    if isinstance(value, (tuple, list)):
+        return [_described(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _described(item) for key, item in value.items()}
+    return type(value).__name__
+
+
+def run(types: list[str], jobs: int, timeout: float, work: Any = _one) -> list[dict[str, Any]]:
     import torch  # noqa: F401 - imported once here, shared by every forked child
     import transformers  # noqa: F401
 
@@ -153,7 +224,7 @@ def run(types: list[str], jobs: int, timeout: float) -> list[dict[str, Any]]:
             while pending and len(running) < jobs:
                 model_type = pending.pop(0)
                 receive, send = context.Pipe(duplex=False)
-                process = context.Process(target=_one, args=(model_type, scratch, send))
+                process = context.Process(target=work, args=(model_type, scratch, send))
                 process.start()
                 send.close()
                 running[model_type] = (process, receive, time.perf_counter())
@@ -235,6 +306,9 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     peaks = [row["peak_mb"] for row in traced]
     share = 100 * len(traced) / len(rows) if rows else 0.0
     bare = sum(row["type"] not in CHECKPOINT_KEYS for row in traced)
+    keyed = [row for row in rows if row["type"] in CHECKPOINT_KEYS]
+    sourced = [row for row in keyed if row["result"] == "traced" and not unverified(row["type"])]
+    keys = [key for entry in CHECKPOINT_KEYS.values() for key in entry["keys"]]
     lines = [
         "# transformers model types traced by `amplint trace --hf-config`",
         "",
@@ -252,7 +326,10 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "",
         f"**{len(traced)} of {len(rows)} model types traced ({share:.1f}%).**",
         f"{bare} of them from their bare default config, "
-        f"{len(traced) - bare} with keys a published checkpoint sets (below).",
+        f"{len(traced) - bare} with keys a published checkpoint sets (below): "
+        f"{len(sourced)} with every key's value stated by a cited source, "
+        f"{len(traced) - bare - len(sourced)} with at least one key whose value no source at hand states "
+        f"({sum(key['source'] == UNVERIFIED for key in keys)} of the {len(keys)} keys are unverified).",
     ]
     # Where transformers itself cannot build the model from its default config (or lacks a
     # package it needs), the trace never starts, and where the GPU itself refuses an op the trace
@@ -271,23 +348,28 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"{meta['cores']} cores, {meta['jobs']} at a time."
         )
     kinds = Counter(kind(row) for row in rows if row["result"] != "traced")
-    keyed = [row for row in rows if row["type"] in CHECKPOINT_KEYS]
     if keyed:
         lines += [
             "",
             f"For {len(keyed)} types transformers' default config cannot build or run its own model; "
-            "they are traced with the keys a published checkpoint sets (nothing else changed):",
+            "they are traced with the keys a published checkpoint sets (nothing else changed). "
+            f"Each key's source is in `{KEYS_FILE}`: a transformers file and line that states its "
+            "value, or unverified where none at hand does (the Hub's config.json was not read).",
             "",
-            "| model type | checkpoint | keys |",
-            "|---|---|---|",
+            "| model type | checkpoint | keys | unverified keys |",
+            "|---|---|---|---|",
         ]
         for row in keyed:
             given = CHECKPOINT_KEYS[row["type"]]
-            shown = f"`{json.dumps(given['keys'], sort_keys=True)}`"
+            shown = f"`{json.dumps(checkpoint_keys(row['type']), sort_keys=True)}`"
             if len(shown) > 160:  # the values of a long one are in the keys file
-                shown = ", ".join(f"`{key}`" for key in given["keys"]) + f" (values in `{KEYS_FILE}`)"
+                tops = dict.fromkeys(key["key"].split(".")[0] for key in given["keys"])
+                shown = ", ".join(f"`{key}`" for key in tops) + f" (values in `{KEYS_FILE}`)"
             shown = shown.replace("|", "\\|")
-            lines.append(f"| {row['type']} | {given['checkpoint']} | {shown} |")
+            doubtful = len(unverified(row["type"]))
+            lines.append(
+                f"| {row['type']} | {given['checkpoint']} | {shown} | {doubtful} of {len(given['keys'])} |"
+            )
     lines += ["", "| why a trace failed | model types |", "|---|---|"]
     lines += [f"| {name} | {count} |" for name, count in kinds.most_common()]
     lines += [
@@ -320,6 +402,13 @@ def main() -> int:
     go.add_argument("--seed", type=int, default=0)
     go.add_argument("--output", type=Path, default=RESULTS)
     go.add_argument("--failed", action="store_true", help="run again the types that failed in --output")
+    dump = commands.add_parser("inputs")
+    dump.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    dump.add_argument("--timeout", type=float, default=120.0)
+    dump.add_argument("--types", help="comma-separated model types (default: all)")
+    dump.add_argument("--sample", type=int, help="a random sample of this many types")
+    dump.add_argument("--seed", type=int, default=0)
+    dump.add_argument("--output", type=Path, required=True)
     show = commands.add_parser("report")
     show.add_argument("--input", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -333,6 +422,10 @@ def main() -> int:
     types = args.types.split(",") if args.types else _listed()
     if args.sample:
         types = sorted(random.Random(args.seed).sample(types, min(args.sample, len(types))))
+    if args.command == "inputs":
+        rows = run(types, args.jobs, args.timeout, work=_inputs_of)
+        args.output.write_text(json.dumps({"rows": rows}, indent=1) + "\n", encoding="utf-8")
+        return 0
     kept: list[dict[str, Any]] = []
     if args.failed:  # the traced rows stay as they are, the others are measured again
         earlier = json.loads(args.output.read_text(encoding="utf-8"))["rows"]

@@ -87,3 +87,26 @@ def test_pyproject_admits_the_versions_the_matrix_passed_and_no_other_row() -> N
         }
         admitted = all(Version(v.base_version) in ranges[name] for name, v in versions.items())
         assert admitted == passes(row), (row["row"], {n: str(v) for n, v in versions.items()})
+
+
+def test_each_hand_set_config_key_cites_a_line_that_states_it_or_says_unverified() -> None:
+    # A cited source is a line of an installed package's file at the version it names, and that
+    # line names the key (the last part of `a.b`); everything else is marked unverified.
+    import importlib.metadata
+    import re
+
+    pytest.importorskip("transformers")
+    keys_file = _data("hf_checkpoint_keys.json")
+    sourced = [
+        (t, key) for t, entry in keys_file.items() for key in entry["keys"] if key["source"] != "unverified"
+    ]
+    assert sourced
+    for model_type, key in sourced:
+        cited = re.fullmatch(r"(\w+) ([\w.]+), ([\w/.]+\.py):(\d+) \(.+\)", key["source"])
+        assert cited, (model_type, key)
+        package, version, path, line = cited.groups()
+        assert importlib.metadata.version(package) == version, (model_type, key["source"])
+        files = [f for f in importlib.metadata.files(package) or () if str(f) == path]
+        assert files, (model_type, path)
+        text = files[0].locate().read_text(encoding="utf-8").splitlines()[int(line) - 1]
+        assert key["key"].split(".")[-1] in text, (model_type, key, text)

@@ -1,12 +1,19 @@
 """Inputs for a transformers model's forward, made by name and shaped by its config, its forward's
 signature and docstring, and its modules: token ids, pixels, patches, audio features, waveforms,
-time series, masks, and objects the forward reads (a video tracker's inference session)."""
+time series, masks, and objects the forward reads (a video tracker's inference session).
+
+The code up to `PATCHES` is general: it reads input names many models share, the config, the
+forward's signature and docstring, and the layer that reads an input. What one model (or a few)
+needs beyond that, keyed on an input or config name only it has, is a row of `PATCHES` at the end,
+with the model types that need it, why, and the transformers version whose model needed it."""
 
 from __future__ import annotations
 
 import inspect
 import math
 import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -26,22 +33,11 @@ def _pixels(
 
     vision = _sub(config, "vision_config", "image_config", "backbone_config", "encoder")
     channels = getattr(vision, "num_channels", None) or 3
-    # TVP: the side its visual prompt pads to, and its clips' length, are on the model's config;
-    # SAM 2 keeps its image size in the vision tower's backbone.
-    side = _find(vision, "image_size") or getattr(config, "max_img_size", None)
-    height, width = _size(side, image_size)
-    windows, patch = getattr(vision, "num_windows", None), getattr(vision, "patch_size", None)
-    if image_size is None and type(windows) is int and type(patch) is int and windows > 1:
-        # A windowed ViT (RF-DETR's) splits the patch grid into windows x windows: its processor
-        # resizes to a side they tile (518 -> 560 for a 14-pixel patch and 4 windows).
-        tile = windows * patch
-        height, width = (-(-side // tile) * tile for side in (height, width))
-    ratios, patch = getattr(config, "scaled_images_ratios", None), getattr(config, "patch_size", None)
-    if image_size is None and isinstance(ratios, (list, tuple)) and ratios and type(patch) is int:
-        # A model that cuts its image, at each of several scales, into patches of `patch_size`
-        # pixels (DepthPro) needs its smallest scale to hold one: its processor's side, 1536 for 384.
-        least = math.ceil(patch / min(ratios))
-        height, width = max(height, least), max(width, least)
+    # (SAM 2 keeps its image size in the vision tower's backbone.)
+    height, width = _size(_find(vision, "image_size"), image_size)
+    if image_size is None:
+        for patch in _patches_for("side", config):
+            height, width = patch.apply(config, vision, (height, width))
     frames = getattr(vision, "num_frames", None) or getattr(config, "num_frames", None)
     if video or (frames and not still):
         return torch.randn(batch_size, frames or 8, channels, height, width)
@@ -75,13 +71,7 @@ def _patches(model: Any, parameters: Any) -> dict[str, Any]:
         # A patch embedding that convolves each patch as it comes (Kimi-K2.5's) takes them
         # unflattened, unless the forward says it takes rows (HunYuan-VL's unflattens them itself).
         shape = (channels, size, size)
-    made = {values: torch.randn(64, *shape), grid: torch.tensor([[1, 8, 8]])}
-    # A tower told each image's merge block beside its grid (VideoLLaMA3's `merge_sizes`): the
-    # config's spatial merge size, else 1 (what its image processor gives a still image).
-    merges = next((n for n in ("merge_sizes", "image_merge_sizes") if n in parameters), None)
-    if merges is not None:
-        made[merges] = torch.tensor([getattr(vision, "spatial_merge_size", None) or 1])
-    return made
+    return {values: torch.randn(64, *shape), grid: torch.tensor([[1, 8, 8]])}
 
 
 def _documented_shape(shape: str | None, config: Any) -> tuple[int, ...]:
@@ -97,53 +87,6 @@ def _documented_shape(shape: str | None, config: Any) -> tuple[int, ...]:
             return ()
         found.append(math.prod(sizes))
     return tuple(found) if len(found) > 1 else ()
-
-
-def _spatial_patches(config: Any, batch_size: int) -> dict[str, Any]:
-    """Inputs of a vision tower that takes a batch of flattened patch sequences and the grid each
-    came from (SigLIP2's NaFlex): a square image that fills its `num_patches`."""
-    import torch
-
-    vision = _sub(config, "vision_config")
-    size = getattr(vision, "patch_size", None) or 16
-    channels = getattr(vision, "num_channels", None) or 3
-    side = math.isqrt(getattr(vision, "num_patches", None) or 256)
-    return {
-        "pixel_values": torch.randn(batch_size, side * side, channels * size * size),
-        "spatial_shapes": torch.tensor([[side, side]] * batch_size),
-    }
-
-
-def _positioned_patches(config: Any, batch_size: int, seq_len: int) -> dict[str, Any]:
-    """Inputs of a vision tower that takes flattened patches and each patch's (x, y) place in its
-    image (Gemma 4's): a square grid of about `seq_len` patches, its side a multiple of the
-    tower's pooling kernel, whose pooling groups that many patches a side."""
-    import torch
-
-    vision = _sub(config, "vision_config")
-    size = getattr(vision, "patch_size", None) or 16
-    channels = getattr(vision, "num_channels", None) or 3
-    kernel = getattr(vision, "pooling_kernel_size", None) or 1
-    side = max(1, math.isqrt(seq_len) // kernel) * kernel
-    ys, xs = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
-    places = torch.stack([xs.flatten(), ys.flatten()], dim=-1)
-    return {
-        "pixel_values": torch.rand(batch_size, side * side, channels * size * size),
-        "pixel_position_ids": places.expand(batch_size, -1, -1).clone(),
-    }
-
-
-def _flattened_patches(config: Any, batch_size: int, seq_len: int) -> Any:
-    """Pix2Struct's patches: each row holds its patch's row and column (numbered from 1, as its
-    processor does) and then its values; a square grid of about `seq_len` patches."""
-    import torch
-
-    vision = _sub(config, "vision_config")
-    side = max(1, math.isqrt(seq_len))
-    rows, columns = torch.meshgrid(torch.arange(1, side + 1), torch.arange(1, side + 1), indexing="ij")
-    places = torch.stack([rows.flatten(), columns.flatten()], dim=-1).float().expand(batch_size, -1, -1)
-    values = torch.randn(batch_size, side * side, vision.patch_embed_hidden_size)
-    return torch.cat([places, values], dim=-1)
 
 
 def _input_layer(model: Any) -> Any:
@@ -178,22 +121,15 @@ def _features(model: Any, batch_size: int, seq_len: int) -> tuple[Any, tuple[int
         isinstance(m, torch.nn.BatchNorm2d) and m.num_features == bins for m in model.modules()
     ):
         # A spectrogram read as an image whose mel bins a 2-D batch norm takes as its channels
-        # (CLAP's): (batch, crops, frames, mel bins), one crop, or where the model fuses a clip's
-        # crops (`enable_fusion`), as many as its feature extractor cuts (a global view, 3 local).
-        extractor = _feature_extractor(config) if _find(audio, "enable_fusion") else None
-        crops = 1
-        if extractor is not None:
-            hop = getattr(extractor, "hop_length", None) or 1
-            crops = _extracted(extractor, batch_size, seq_len * hop)["input_features"].shape[1]
-        return torch.randn(batch_size, crops, seq_len, bins), (batch_size, seq_len)
-    # conformer encoders, Speech2Text, w2v-BERT (two mel frames stacked, also a codec's semantic
-    # encoder) and FunASR (`input_size`: seven stacked): (batch, frames, features)
-    per_channel = getattr(audio, "input_feat_per_channel", None)  # Speech2Text
+        # (CLAP's): (batch, crops, frames, mel bins), one crop.
+        return torch.randn(batch_size, 1, seq_len, bins), (batch_size, seq_len)
+    # conformer encoders, w2v-BERT (two mel frames stacked, also a codec's semantic encoder) and
+    # FunASR (`input_size`: seven stacked), Speech2Text (its extractor's `feature_size`): (batch,
+    # frames, features)
     features = (
         getattr(audio, "input_size", None)
         or _find(audio, "feature_projection_input_dim")
         or mel
-        or (per_channel and per_channel * (getattr(audio, "input_channels", None) or 1))
         or getattr(_feature_extractor(config), "feature_size", None)  # Gemma 4's names no mel bins
         or 80
     )
@@ -365,6 +301,7 @@ class _Inputs:
         limit = getattr(self.text, "max_position_embeddings", None)
         self.length = min(seq_len, limit) if type(limit) is int and limit > 0 else seq_len
         self.kwargs: dict[str, Any] = {}
+        self.main: list[str] = []  # the inputs the model names as its main ones
         self.positions: dict[str, tuple[int, ...]] = {}
         # A decoder of audio codes with one embedding table per codebook (MusicGen) reads a row of
         # ids per codebook: (batch * codebooks, length), its mask still (batch, length).
@@ -512,14 +449,18 @@ class _Inputs:
 
         config, batch, length = self.config, self.batch_size, self.seq_len
         hidden = getattr(self.text, "hidden_size", None) or getattr(config, "hidden_size", None)
-        # a prompt of the length the config gives (OneFormer's task: `task_inputs`, `task_seq_len`)
-        prompt = (
-            getattr(config, name.removesuffix("inputs") + "seq_len", None)
-            if name.endswith("_inputs")
-            else None
-        )
         positions: tuple[int, ...] | None = None
-        if name in ("pixel_values", "pixel_values_videos") or name.endswith("_pixel_values"):
+        patched = next(
+            (
+                made
+                for patch in _patches_for("make", config, self.parameters, name)
+                if (made := patch.apply(self))
+            ),
+            None,
+        )
+        if patched is not None:
+            value, positions = patched
+        elif name in ("pixel_values", "pixel_values_videos") or name.endswith("_pixel_values"):
             from transformers.models.auto import modeling_auto as auto
 
             # An image classifier takes images where its config counts frames for other heads
@@ -538,28 +479,8 @@ class _Inputs:
         elif name == "input_ids":
             value = token_ids(self.vocab, (batch * self.codebooks, self.length))
             positions = (batch, self.length)
-            streams, codes = (
-                getattr(config, "num_codebooks", None),
-                getattr(config, "codebook_vocab_size", None),
-            )
-            if isinstance(streams, int) and isinstance(codes, int):
-                embeddings = self.model.get_input_embeddings()
-                table = getattr(getattr(embeddings, "embed_tokens", None), "num_embeddings", 0)
-                if table == self.vocab + streams * codes + 1:
-                    # One embedding table for the text and each codebook's stream, summed per
-                    # position (Kyutai STT): a text token, then one code per codebook, at every position.
-                    audio = token_ids(codes, (batch, self.length, streams), seed=3)
-                    value = torch.cat([value.unsqueeze(-1), audio], dim=-1)
-        elif type(prompt) is int:
-            value = token_ids(self.vocab, (batch, prompt))
         elif name == "input_features":
-            # A model that adds its audio to the text token by token counts the frames per token
-            # (Voxtral Realtime's `audio_length_per_tok`): that many frames for each token.
-            per_token = _find(config, "audio_length_per_tok")
-            frames = (
-                self.length * per_token if type(per_token) is int and "input_ids" in self.kwargs else length
-            )
-            value, positions = _features(self.model, batch, frames)
+            value, positions = _features(self.model, batch, length)
         elif name == "input_values":
             value = _waveform(config, batch, length)
         elif name in ("past_values", "future_values"):
@@ -623,8 +544,6 @@ class _Inputs:
             if not sub_vocab:
                 return False
             value, positions = token_ids(sub_vocab, (batch, self.length)), (batch, self.length)
-        elif name == "latents" and hidden:  # what an audio codec's decoder decodes: (batch, hidden, frames)
-            value, positions = torch.randn(batch, hidden, length), (batch, length)
         elif name == "hidden_states" and isinstance(layer := _input_layer(self.model), torch.nn.Conv1d):
             # A convolutional stack's own input, shaped by the layer that reads it: a codec's
             # encoder reads a waveform of the channels that layer takes (VibeVoice's encoder),
@@ -632,13 +551,6 @@ class _Inputs:
             value = _waveform(config, batch, length)
             if value.dim() != 3 or value.shape[1] != layer.in_channels:
                 value = torch.randn(batch, layer.in_channels, length)
-        elif name == "flattened_patches":
-            value = _flattened_patches(config, batch, length)
-        elif name == "lang_ids" and getattr(config, "languages", None):
-            # X-MOD's language adapter per sample: the first language the config lists
-            value = torch.zeros(batch, dtype=torch.long)
-        elif name == "freq":  # TimesFM's frequency class: 0 (high), what its forecaster uses when not told
-            value = torch.zeros(batch, 1, dtype=torch.long)
         elif name == getattr(self.model, "main_input_name", None) and _modalities(self.model) == {"audio"}:
             # An audio encoder's main input under a name of its own (Gemma 3n's `audio_mel`): features.
             value, positions = _features(self.model, batch, length)
@@ -646,8 +558,6 @@ class _Inputs:
             value = places
         elif (session := self.session(name)) is not None:
             value = session
-            if "frame_idx" in self.parameters:
-                self.kwargs["frame_idx"] = 0  # the frame its prompt is on
         elif name.endswith(("_mask", "_padding")) and (
             over := next(
                 (
@@ -744,12 +654,12 @@ def _placeholders(config: Any, *kinds: str) -> bool:
 def inputs(model: Any, *, seq_len: int, batch_size: int, image_size: int | None = None) -> dict[str, Any]:
     """Keyword inputs for `model.forward`: its main input, the other inputs its forward requires,
     and a second modality it reads beside the main one, shaped by its config."""
-    import torch
 
     config = model.config
     parameters = inspect.signature(model.forward).parameters
     main = _main_inputs(model, parameters)
     made = _Inputs(model, seq_len=seq_len, batch_size=batch_size, image_size=image_size)
+    made.main = main
     several = [
         name
         for name in _required(parameters)
@@ -763,13 +673,15 @@ def inputs(model: Any, *, seq_len: int, batch_size: int, image_size: int | None 
         made.image_size = _processor_size(config)
     patch_grid = "grid_thw" in parameters or "image_grid_thw" in parameters
     declared = getattr(model, "main_input_name", None)
+    # A vision tower that takes its image as flattened patches, with what places them (a row of
+    # `PATCHES` where one model names that otherwise): (batch, patches, values) under `pixel_values`.
+    flattened = (
+        next(iter(_patches_for("main", config, parameters)), None) if main[0] == "pixel_values" else None
+    )
     if patch_grid and (main[0] != "input_ids" or "input_ids" not in parameters):  # a vision tower
         made.kwargs.update(_patches(model, parameters))
-    elif "pixel_position_ids" in parameters and main[0] == "pixel_values":
-        made.kwargs.update(_positioned_patches(config, batch_size, seq_len))
-        made.positions["pixel_values"] = tuple(made.kwargs["pixel_values"].shape[:2])
-    elif "spatial_shapes" in parameters and main[0] == "pixel_values":
-        made.kwargs.update(_spatial_patches(config, batch_size))
+    elif flattened is not None:
+        made.kwargs.update(flattened.apply(made))
         made.positions["pixel_values"] = tuple(made.kwargs["pixel_values"].shape[:2])
     else:
         known = [name for name in main if made.add(name)]
@@ -792,45 +704,16 @@ def inputs(model: Any, *, seq_len: int, batch_size: int, image_size: int | None 
         main == ["input_ids"]
         and "input_features" in parameters
         and not _placeholders(config, "audio")
-        and (type(_find(config, "audio_length_per_tok")) is int or _needed_by_a_part(model, "input_features"))
+        and _needed_by_a_part(model, "input_features")
     ):
-        # Audio added to the text position by position, or read beside it by a part of the model
-        # that cannot run without it (CLVP's conditioning encoder); not spliced in at placeholders.
+        # Audio read beside the text by a part of the model that cannot run without it (CLVP's
+        # conditioning encoder), not spliced in at placeholders.
         made.add("input_features")
     text = _sub(config, "text_config") is not config and not _placeholders(config, "image", "video")
-    queries = getattr(config, "num_query_tokens", None)
     if main[0].startswith("pixel_values") and "input_ids" in parameters and text:
         made.add("input_ids")
-    elif main[0].startswith("pixel_values") and "input_ids" in parameters and type(queries) is int:
-        # A Q-Former model that splices its `num_query_tokens` queries into a prompt at placeholder
-        # tokens (InstructBLIP) reads the prompt too: the placeholders first (per frame of a clip).
-        made.add("input_ids")
-        token = next(
-            (
-                getattr(config, k)
-                for k in ("image_token_id", "video_token_id")
-                if type(getattr(config, k, None)) is int
-            ),
-            None,
-        )
-        clip = made.kwargs.get(main[0])
-        spliced = queries * (clip.shape[1] if clip is not None and clip.dim() == 5 else 1)
-        if token is not None and spliced < made.kwargs["input_ids"].shape[1]:
-            made.kwargs["input_ids"][:, :spliced] = token
-    pixels: Any = made.kwargs.get("pixel_values")
-    # (FLAVA's mask of that name is over image patches, (batch, patches), as its docstring says.)
-    over_patches = (made.documented.get("image_attention_mask", ("", None, True))[1] or "").count(",") == 1
-    if (
-        "image_attention_mask" in parameters
-        and "input_ids" in made.kwargs
-        and pixels is not None
-        and not over_patches
-    ):
-        # Cross-attention from each token to each image of its sample (IDEFICS): images come per
-        # sample (batch, images, channels, height, width), one here, attended by every token.
-        if pixels.dim() == 4:
-            made.kwargs["pixel_values"] = pixels.unsqueeze(1)
-        made.kwargs["image_attention_mask"] = torch.ones(*made.kwargs["input_ids"].shape, 1, dtype=torch.long)
+    for patch in _patches_for("joined", config, parameters):  # what one model adds or changes
+        patch.apply(made)
     # A model whose main input only its docstring shapes (Decision Transformer's `states`) reads the
     # other tensors that docstring lists without calling them optional, though they default to None.
     documented_main = main[0] == declared and main[0] in made.from_docstring
@@ -842,31 +725,13 @@ def inputs(model: Any, *, seq_len: int, batch_size: int, image_size: int | None 
             made.add(name)
     for name in parameters:
         # Optional inputs the forward reads all the same: features whose width the config names
-        # (LXMERT raises without its regions), and X-MOD's language when the config sets no default.
-        wanted = type(_width(config, name)) is int or (
-            name == "lang_ids" and getattr(config, "default_language", "") is None
-        )
-        if wanted and name not in made.kwargs:
+        # (LXMERT raises without its regions).
+        if type(_width(config, name)) is int and name not in made.kwargs:
             made.add(name)
     pixels = made.kwargs.get("pixel_values")
     for name in parameters:
         if name.endswith("_position_mask") and pixels is not None and name not in made.kwargs:
             made.add(name)  # where the image's vectors go in the text (Kosmos-2)
-    if "target_sizes" in parameters and getattr(pixels, "ndim", 0) == 4:
-        # A NaViT-style tower (MiniCPM-V's) sizes its position embeddings by each image's patch grid.
-        size = _find(_sub(config, "vision_config"), "patch_size") or 14
-        height, width = _size(size, None)
-        patches = [pixels.shape[-2] // height, pixels.shape[-1] // width]
-        made.kwargs["target_sizes"] = torch.tensor([patches] * pixels.shape[0], dtype=torch.int32)
-    features: Any = made.kwargs.get("input_features")
-    fused = features is not None and features.ndim == 4 and features.shape[1] > 1
-    if fused and (extractor := _feature_extractor(config)) is not None:
-        # Crops of a clip that the model fuses: what its feature extractor says of the clip beside
-        # them, which the model reads when it fuses (CLAP's `is_longer`: fuse the local crops).
-        hop = getattr(extractor, "hop_length", None) or 1
-        for key, value in _extracted(extractor, batch_size, features.shape[2] * hop).items():
-            if key in parameters and key not in made.kwargs:
-                made.kwargs[key] = value
     if "input_features" in made.kwargs and "input_features_mask" in parameters:
         made.add("input_features_mask")  # audio encoders count frames from it, optional or not
     for name in parameters:  # a forecaster's per-series features, where its config counts some
@@ -881,11 +746,6 @@ def inputs(model: Any, *, seq_len: int, batch_size: int, image_size: int | None 
             made.add("future_time_features")
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:
         made.kwargs["decoder_input_ids"] = _decoder_ids(model, made.vocab, batch_size, seq_len)
-    attended = getattr(config, "encoder_hidden_size", None)
-    if attended and "encoder_hidden_states" in parameters and "encoder_hidden_states" not in made.kwargs:
-        # A cross-attending stack whose config names the width of what it attends to (BLIP-2's
-        # Q-Former over the vision tower's output) cannot run its cross-attention layers without it.
-        made.kwargs["encoder_hidden_states"] = torch.randn(batch_size, seq_len, attended)
     if "bbox" in parameters and "bbox" not in made.kwargs:
         grid = getattr(config, "max_2d_position_embeddings", None)
         # A layout model reads a box per token: Bros, whose config embeds no coordinates, in
@@ -1003,3 +863,426 @@ def _boxes(batch_size: int, seq_len: int) -> Any:
     generator = torch.Generator().manual_seed(4)
     xs, ys = (torch.rand(batch_size, seq_len, 2, generator=generator).sort(-1).values for _ in range(2))
     return torch.stack([xs[..., 0], ys[..., 0], xs[..., 1], ys[..., 1]], dim=-1)
+
+
+# Per-model patches: what one model (or a few) needs that the general code above cannot read from
+# names many models share. Each row keys on an input or config name only those models have.
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One special case. `stage` says where the general code applies it and what `apply` takes:
+    "side": (config, vision config, (height, width)) -> (height, width), an image's side;
+    "make": `_Inputs` -> (value, positions) or None (not this case), the input `sets`;
+    "main": `_Inputs` -> inputs, a vision tower's flattened patches and what places them;
+    "joined": `_Inputs` -> None, inputs added or changed once the main ones are made."""
+
+    stage: str
+    keys: tuple[str, ...]  # forward parameters, or `config.<key>` set in the config or a sub-config
+    sets: str
+    models: tuple[str, ...]  # the model types that need it
+    why: str
+    apply: Callable[..., Any]
+    transformers: str = "5.24.0"  # the version whose model needed it
+
+
+def _patches_for(stage: str, config: Any, parameters: Any = (), name: str | None = None) -> Iterator[Patch]:
+    """The rows of `PATCHES` of `stage` (that make the input `name`) whose key the config sets or
+    the forward takes."""
+    for patch in PATCHES:
+        if patch.stage != stage or (name is not None and patch.sets != name):
+            continue
+        if any(
+            _find(config, key.removeprefix("config.")) is not None
+            if key.startswith("config.")
+            else key in parameters
+            for key in patch.keys
+        ):
+            yield patch
+
+
+def _prompt_side(config: Any, vision: Any, side: tuple[int, int]) -> tuple[int, int]:
+    if _find(vision, "image_size") is not None:
+        return side
+    return _size(getattr(config, "max_img_size", None), None)
+
+
+def _windowed_side(config: Any, vision: Any, side: tuple[int, int]) -> tuple[int, int]:
+    windows, patch = getattr(vision, "num_windows", None), getattr(vision, "patch_size", None)
+    if not (type(windows) is int and type(patch) is int and windows > 1):
+        return side
+    tile = windows * patch
+    height, width = (-(-length // tile) * tile for length in side)
+    return height, width
+
+
+def _scaled_side(config: Any, vision: Any, side: tuple[int, int]) -> tuple[int, int]:
+    ratios, patch = getattr(config, "scaled_images_ratios", None), getattr(config, "patch_size", None)
+    if not (isinstance(ratios, (list, tuple)) and ratios and type(patch) is int):
+        return side
+    least = math.ceil(patch / min(ratios))
+    return max(side[0], least), max(side[1], least)
+
+
+def _text_and_codes(made: _Inputs) -> tuple[Any, tuple[int, ...]] | None:
+    import torch
+
+    streams, codes = (
+        getattr(made.config, "num_codebooks", None),
+        getattr(made.config, "codebook_vocab_size", None),
+    )
+    if not (isinstance(streams, int) and isinstance(codes, int)):
+        return None
+    table = getattr(getattr(made.model.get_input_embeddings(), "embed_tokens", None), "num_embeddings", 0)
+    if table != made.vocab + streams * codes + 1:
+        return None
+    text = token_ids(made.vocab, (made.batch_size * made.codebooks, made.length))
+    audio = token_ids(codes, (made.batch_size, made.length, streams), seed=3)
+    return torch.cat([text.unsqueeze(-1), audio], dim=-1), (made.batch_size, made.length)
+
+
+def _task_prompt(made: _Inputs) -> tuple[Any, None] | None:
+    length = getattr(made.config, "task_seq_len", None)
+    return (token_ids(made.vocab, (made.batch_size, length)), None) if type(length) is int else None
+
+
+def _high_frequency(made: _Inputs) -> tuple[Any, None]:
+    import torch
+
+    return torch.zeros(made.batch_size, 1, dtype=torch.long), None
+
+
+def _pix2struct_patches(made: _Inputs) -> tuple[Any, None]:
+    return _flattened_patches(made.config, made.batch_size, made.seq_len), None
+
+
+def _codec_latents(made: _Inputs) -> tuple[Any, tuple[int, ...]] | None:
+    import torch
+
+    hidden = getattr(made.text, "hidden_size", None) or getattr(made.config, "hidden_size", None)
+    if not hidden:
+        return None
+    return torch.randn(made.batch_size, hidden, made.seq_len), (made.batch_size, made.seq_len)
+
+
+def _positioned(made: _Inputs) -> dict[str, Any]:
+    return _positioned_patches(made.config, made.batch_size, made.seq_len)
+
+
+def _spatial(made: _Inputs) -> dict[str, Any]:
+    return _spatial_patches(made.config, made.batch_size)
+
+
+def _merge_sizes(made: _Inputs) -> None:
+    import torch
+
+    if not ("grid_thw" in made.kwargs or "image_grid_thw" in made.kwargs):
+        return
+    merges = next(n for n in ("merge_sizes", "image_merge_sizes") if n in made.parameters)
+    vision = _sub(made.config, "vision_config")
+    made.kwargs[merges] = torch.tensor([getattr(vision, "spatial_merge_size", None) or 1])
+
+
+def _frames_per_token(made: _Inputs) -> tuple[Any, tuple[int, ...]] | None:
+    per_token = _find(made.config, "audio_length_per_tok")
+    if not (type(per_token) is int and "input_ids" in made.kwargs):
+        return None
+    return _features(made.model, made.batch_size, made.length * per_token)
+
+
+def _query_placeholders(made: _Inputs) -> None:
+    config, queries = made.config, getattr(made.config, "num_query_tokens", None)
+    main = made.main[0]
+    if not (type(queries) is int and main.startswith("pixel_values") and "input_ids" in made.parameters):
+        return
+    if "input_ids" in made.kwargs:  # a text the model reads beside the image: no placeholders
+        return
+    made.add("input_ids")
+    token = next(
+        (
+            getattr(config, k)
+            for k in ("image_token_id", "video_token_id")
+            if type(getattr(config, k, None)) is int
+        ),
+        None,
+    )
+    clip = made.kwargs.get(main)
+    spliced = queries * (clip.shape[1] if clip is not None and clip.dim() == 5 else 1)
+    if token is not None and spliced < made.kwargs["input_ids"].shape[1]:
+        made.kwargs["input_ids"][:, :spliced] = token
+
+
+def _images_per_sample(made: _Inputs) -> None:
+    import torch
+
+    pixels = made.kwargs.get("pixel_values")
+    # (FLAVA's mask of that name is over image patches, (batch, patches), as its docstring says.)
+    over_patches = (made.documented.get("image_attention_mask", ("", None, True))[1] or "").count(",") == 1
+    if "input_ids" not in made.kwargs or pixels is None or over_patches:
+        return
+    if pixels.dim() == 4:
+        made.kwargs["pixel_values"] = pixels.unsqueeze(1)
+    made.kwargs["image_attention_mask"] = torch.ones(*made.kwargs["input_ids"].shape, 1, dtype=torch.long)
+
+
+def _default_language(made: _Inputs) -> None:
+    if getattr(made.config, "default_language", "") is None and "lang_ids" not in made.kwargs:
+        made.add("lang_ids")
+
+
+def _patch_grid(made: _Inputs) -> None:
+    import torch
+
+    pixels: Any = made.kwargs.get("pixel_values")
+    if getattr(pixels, "ndim", 0) != 4:
+        return
+    size = _find(_sub(made.config, "vision_config"), "patch_size") or 14
+    height, width = _size(size, None)
+    patches = [pixels.shape[-2] // height, pixels.shape[-1] // width]
+    made.kwargs["target_sizes"] = torch.tensor([patches] * pixels.shape[0], dtype=torch.int32)
+
+
+def _fused_crops(made: _Inputs) -> None:
+    import torch
+
+    features = made.kwargs.get("input_features")
+    extractor = _feature_extractor(made.config) if _find(made.config, "enable_fusion") else None
+    if extractor is None or features is None or features.ndim != 4:
+        return
+    hop = getattr(extractor, "hop_length", None) or 1
+    extracted = _extracted(extractor, made.batch_size, features.shape[2] * hop)
+    crops = extracted["input_features"].shape[1]
+    if crops <= 1:
+        return
+    made.kwargs["input_features"] = torch.randn(made.batch_size, crops, *features.shape[2:])
+    for key, value in extracted.items():
+        if key in made.parameters and key not in made.kwargs:
+            made.kwargs[key] = value
+
+
+def _attended_states(made: _Inputs) -> None:
+    import torch
+
+    width = getattr(made.config, "encoder_hidden_size", None)
+    if width and "encoder_hidden_states" not in made.kwargs:
+        made.kwargs["encoder_hidden_states"] = torch.randn(made.batch_size, made.seq_len, width)
+
+
+def _prompted_frame(made: _Inputs) -> None:
+    from amplint.runtime.target import MadeInTrace
+
+    if any(isinstance(value, MadeInTrace) for value in made.kwargs.values()):
+        made.kwargs["frame_idx"] = 0
+
+
+def _spatial_patches(config: Any, batch_size: int) -> dict[str, Any]:
+    """Inputs of a vision tower that takes a batch of flattened patch sequences and the grid each
+    came from (SigLIP2's NaFlex): a square image that fills its `num_patches`."""
+    import torch
+
+    vision = _sub(config, "vision_config")
+    size = getattr(vision, "patch_size", None) or 16
+    channels = getattr(vision, "num_channels", None) or 3
+    side = math.isqrt(getattr(vision, "num_patches", None) or 256)
+    return {
+        "pixel_values": torch.randn(batch_size, side * side, channels * size * size),
+        "spatial_shapes": torch.tensor([[side, side]] * batch_size),
+    }
+
+
+def _positioned_patches(config: Any, batch_size: int, seq_len: int) -> dict[str, Any]:
+    """Inputs of a vision tower that takes flattened patches and each patch's (x, y) place in its
+    image (Gemma 4's): a square grid of about `seq_len` patches, its side a multiple of the
+    tower's pooling kernel, whose pooling groups that many patches a side."""
+    import torch
+
+    vision = _sub(config, "vision_config")
+    size = getattr(vision, "patch_size", None) or 16
+    channels = getattr(vision, "num_channels", None) or 3
+    kernel = getattr(vision, "pooling_kernel_size", None) or 1
+    side = max(1, math.isqrt(seq_len) // kernel) * kernel
+    ys, xs = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+    places = torch.stack([xs.flatten(), ys.flatten()], dim=-1)
+    return {
+        "pixel_values": torch.rand(batch_size, side * side, channels * size * size),
+        "pixel_position_ids": places.expand(batch_size, -1, -1).clone(),
+    }
+
+
+def _flattened_patches(config: Any, batch_size: int, seq_len: int) -> Any:
+    """Pix2Struct's patches: each row holds its patch's row and column (numbered from 1, as its
+    processor does) and then its values; a square grid of about `seq_len` patches."""
+    import torch
+
+    vision = _sub(config, "vision_config")
+    side = max(1, math.isqrt(seq_len))
+    rows, columns = torch.meshgrid(torch.arange(1, side + 1), torch.arange(1, side + 1), indexing="ij")
+    places = torch.stack([rows.flatten(), columns.flatten()], dim=-1).float().expand(batch_size, -1, -1)
+    values = torch.randn(batch_size, side * side, vision.patch_embed_hidden_size)
+    return torch.cat([places, values], dim=-1)
+
+
+PATCHES: tuple[Patch, ...] = (
+    Patch(
+        "side",
+        ("config.max_img_size",),
+        "pixel_values",
+        ("tvp",),
+        "the side its visual prompt pads to is on the model's config, not its vision config's",
+        _prompt_side,
+    ),
+    Patch(
+        "side",
+        ("config.num_windows",),
+        "pixel_values",
+        ("rf_detr",),
+        "a windowed ViT splits the patch grid into num_windows x num_windows: its processor resizes"
+        " to a side they tile (518 -> 560 for a 14-pixel patch and 4 windows)",
+        _windowed_side,
+    ),
+    Patch(
+        "side",
+        ("config.scaled_images_ratios",),
+        "pixel_values",
+        ("depth_pro",),
+        "it cuts the image, at each of several scales, into patches of `patch_size` pixels: its"
+        " smallest scale must hold one (its processor's side, 1536 for 384)",
+        _scaled_side,
+    ),
+    Patch(
+        "make",
+        ("config.codebook_vocab_size",),
+        "input_ids",
+        ("kyutai_speech_to_text",),
+        "one embedding table for the text and each codebook's stream, summed per position: a text"
+        " token, then one code per codebook, at every position",
+        _text_and_codes,
+    ),
+    Patch(
+        "make",
+        ("config.task_seq_len",),
+        "task_inputs",
+        ("oneformer",),
+        "its task prompt is token ids of the length the config gives",
+        _task_prompt,
+    ),
+    Patch(
+        "make",
+        ("freq",),
+        "freq",
+        ("timesfm",),
+        "its frequency class: 0 (high), what its forecaster uses when not told",
+        _high_frequency,
+    ),
+    Patch(
+        "make",
+        ("flattened_patches",),
+        "flattened_patches",
+        ("pix2struct", "kosmos2_5"),
+        "each row holds its patch's row and column (numbered from 1, as its processor does), then its values",
+        _pix2struct_patches,
+    ),
+    Patch(
+        "make",
+        ("latents",),
+        "latents",
+        ("mimi_decoder", "pocket_tts_audio_tokenizer_decoder"),
+        "what an audio codec's decoder decodes: (batch, hidden, frames)",
+        _codec_latents,
+    ),
+    Patch(
+        "main",
+        ("pixel_position_ids",),
+        "pixel_values",
+        ("gemma4", "gemma4_vision"),
+        "its vision tower takes flattened patches and each patch's (x, y) place in its image: a"
+        " square grid whose side is a multiple of the tower's pooling kernel",
+        _positioned,
+    ),
+    Patch(
+        "main",
+        ("spatial_shapes",),
+        "pixel_values",
+        ("siglip2", "siglip2_vision_model"),
+        "its NaFlex tower takes a batch of flattened patch sequences and the grid each came from:"
+        " a square image that fills its `num_patches`",
+        _spatial,
+    ),
+    Patch(
+        "joined",
+        ("merge_sizes", "image_merge_sizes"),
+        "merge_sizes",
+        ("video_llama_3_vision",),
+        "its tower is told each image's merge block beside its grid: the config's spatial merge"
+        " size, else 1 (what its image processor gives a still image)",
+        _merge_sizes,
+    ),
+    Patch(
+        "make",
+        ("config.audio_length_per_tok",),
+        "input_features",
+        ("voxtral_realtime",),
+        "it adds its audio to the text token by token: `audio_length_per_tok` frames per token",
+        _frames_per_token,
+    ),
+    Patch(
+        "joined",
+        ("config.num_query_tokens",),
+        "input_ids",
+        ("instructblip", "instructblipvideo"),
+        "a Q-Former model splices its `num_query_tokens` queries into a prompt at placeholder"
+        " tokens: it reads the prompt too, the placeholders first (per frame of a clip)",
+        _query_placeholders,
+    ),
+    Patch(
+        "joined",
+        ("image_attention_mask",),
+        "image_attention_mask",
+        ("idefics",),
+        "cross-attention from each token to each image of its sample: images come per sample"
+        " (batch, images, channels, height, width), one here, attended by every token",
+        _images_per_sample,
+    ),
+    Patch(
+        "joined",
+        ("lang_ids",),
+        "lang_ids",
+        ("xmod",),
+        "its forward raises without a language when the config sets no default",
+        _default_language,
+    ),
+    Patch(
+        "joined",
+        ("target_sizes",),
+        "target_sizes",
+        ("minicpm_ocr_vision", "minicpmv4_7_vision"),
+        "a NaViT-style tower sizes its position embeddings by each image's patch grid",
+        _patch_grid,
+    ),
+    Patch(
+        "joined",
+        ("config.enable_fusion",),
+        "input_features",
+        ("clap",),
+        "a model that fuses a clip's crops reads as many as its feature extractor cuts (a global"
+        " view, 3 local) and what the extractor says of the clip (`is_longer`: fuse the crops)",
+        _fused_crops,
+    ),
+    Patch(
+        "joined",
+        ("encoder_hidden_states",),
+        "encoder_hidden_states",
+        ("blip_2_qformer",),
+        "a cross-attending stack whose config names the width of what it attends to (BLIP-2's"
+        " Q-Former over the vision tower's output) cannot run its cross-attention layers without it",
+        _attended_states,
+    ),
+    Patch(
+        "joined",
+        ("frame_idx",),
+        "frame_idx",
+        ("sam2_video", "sam3_video", "sam3_tracker_video", "edgetam_video"),
+        "a video tracker's forward reads the frame its prompt is on",
+        _prompted_frame,
+    ),
+)
