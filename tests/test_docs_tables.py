@@ -58,7 +58,7 @@ def test_the_page_is_what_its_data_renders(
 
 
 # The scripts whose `report` renders blocks of a page, each from its RESULTS into its PAGE.
-BLOCKS = ["parse_parity", "lsp_latency", "large_file"]
+BLOCKS = ["parse_parity", "lsp_latency", "large_file", "training_curves"]
 
 
 @pytest.mark.parametrize("name", BLOCKS)
