@@ -58,7 +58,16 @@ def test_the_page_is_what_its_data_renders(
 
 
 # The scripts whose `report` renders blocks of a page, each from its RESULTS into its PAGE.
-BLOCKS = ["parse_parity", "lsp_latency", "large_file", "training_curves"]
+BLOCKS = [
+    "parse_parity",
+    "training_curves",
+    "values_memory",
+    "backward_cost",
+    "trace_speed",
+    "deep_cost",
+    "large_file",
+    "lsp_latency",
+]
 
 
 @pytest.mark.parametrize("name", BLOCKS)
