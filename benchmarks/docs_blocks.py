@@ -10,12 +10,14 @@ and the block:
     <!-- end values_memory:table -->
 
 `python benchmarks/<script>.py report` prints the blocks its committed JSON renders; `--write` puts
-them into the page. tests/test_docs_tables.py checks that every block is what its data renders.
+them into the page; `python benchmarks/docs_blocks.py` writes every script's blocks (nothing is
+measured). tests/test_docs_tables.py checks that every block is what its data renders.
 """
 
 from __future__ import annotations
 
 import datetime
+import importlib
 import json
 import os
 import platform
@@ -27,6 +29,17 @@ from pathlib import Path
 from typing import Any
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
+# The scripts whose `report` renders blocks of docs/, each from its RESULTS into its PAGE.
+SCRIPTS = (
+    "parse_parity",
+    "training_curves",
+    "values_memory",
+    "backward_cost",
+    "trace_speed",
+    "deep_cost",
+    "large_file",
+    "lsp_latency",
+)
 
 
 def machine(packages: Iterable[str] = ("amplint", "libcst", "torch", "transformers")) -> dict[str, Any]:
@@ -105,3 +118,13 @@ def report_command(page: Path, script: str, rendered: dict[str, str], write: boo
         return
     for name, text in rendered.items():
         sys.stdout.write(f"<!-- {script}:{name} -->\n\n{text}\n\n")
+
+
+def main() -> None:
+    for name in SCRIPTS:
+        script = importlib.import_module(name)  # this folder is on sys.path when this file runs
+        report_command(DOCS / script.PAGE, name, script.report(load(script.RESULTS)), write=True)
+
+
+if __name__ == "__main__":
+    main()

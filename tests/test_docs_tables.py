@@ -57,20 +57,7 @@ def test_the_page_is_what_its_data_renders(
     )
 
 
-# The scripts whose `report` renders blocks of a page, each from its RESULTS into its PAGE.
-BLOCKS = [
-    "parse_parity",
-    "training_curves",
-    "values_memory",
-    "backward_cost",
-    "trace_speed",
-    "deep_cost",
-    "large_file",
-    "lsp_latency",
-]
-
-
-@pytest.mark.parametrize("name", BLOCKS)
+@pytest.mark.parametrize("name", _script("docs_blocks").SCRIPTS)
 def test_the_blocks_of_a_page_are_what_their_data_renders(name: str) -> None:
     try:
         script = _script(name)
