@@ -1,7 +1,8 @@
 """Cost of checking one large valid file: wall time and peak memory of `amplint check` on a generated
 10 MB module, and on a notebook of 10 MB whose outputs hold a plot.
 
-    python benchmarks/large_file.py [--megabytes 10] [--cpus 0,1] [--fix] [--no-trigger]
+    python benchmarks/large_file.py run [--megabytes 10] [--cpus 0,1] [--fix] [--no-trigger]
+    python benchmarks/large_file.py report [--write]  # its block of docs/usage.md
 
 The module is what code generators write: small functions (`F.linear`, a scale), a table every 40
 functions, a multi-line string whose lines look like statements, and a deprecated
@@ -23,6 +24,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+import docs_blocks  # this folder is on sys.path when a script in it runs
+
+RESULTS = Path(__file__).resolve().parent / "large_file.json"
+PAGE = "usage.md"
 
 
 def module(megabytes: float, trigger: bool = True) -> str:
@@ -89,33 +96,80 @@ def measure(folder: Path, name: str, cpus: set[int], fix: bool) -> dict[str, obj
     }
 
 
+def report(data: dict[str, Any]) -> dict[str, str]:
+    meta = data["meta"]
+    names = {
+        "generated.py": f"generated module, {data['megabytes']:g} MB",
+        "generated.py --fix": "the same, `--fix` (two checks and the fixed text verified)",
+        "plots.ipynb": f"notebook, {data['megabytes']:g} MB (one plot output)",
+        "plain.py": "the module without a rule's trigger word (`--no-trigger`: only compiled)",
+    }
+    options = "".join(
+        f" {option}" for option in ("--fix", "--no-trigger") if data[option[2:].replace("-", "_")]
+    )
+    if data["megabytes"] != 10:
+        options += f" --megabytes {data['megabytes']:g}"
+    lines = [
+        f"On a {meta['cpus']}-core machine shared with other work ({docs_blocks.load_text(meta)}; wall time "
+        "grows with the load, CPU seconds and memory are the check's own), amplint "
+        f"{meta['versions']['amplint']}, `python benchmarks/large_file.py run{options}` "
+        "then `report --write`:",
+        "",
+        "| File | Findings | AMP900 | Seconds | CPU seconds | Peak memory |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in data["rows"]:
+        fixed = row["file"].endswith("--fix")
+        findings = f"{row['findings']} left" if fixed else str(row["findings"])
+        lines.append(
+            f"| {names[row['file']]} | {findings} | {row['amp900']} | {row['seconds']:.1f} | "
+            f"{row['cpu_seconds']:.1f} | {row['peak_mb']:.0f} MB |"
+        )
+    return {"table": "\n".join(lines)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--megabytes", type=float, default=10.0)
-    parser.add_argument("--cpus", default="0,1", help="the CPUs the check may run on")
-    parser.add_argument("--fix", action="store_true", help="also time `--fix` on the module")
-    parser.add_argument(
-        "--no-trigger", action="store_true", help="a module without any rule's trigger word: only compiled"
+    commands = parser.add_subparsers(dest="command", required=True)
+    go = commands.add_parser("run")
+    go.add_argument("--megabytes", type=float, default=10.0)
+    go.add_argument("--cpus", default="0,1", help="the CPUs the check may run on")
+    go.add_argument("--fix", action="store_true", help="also time `--fix` on the module")
+    go.add_argument(
+        "--no-trigger",
+        action="store_true",
+        help="also check the module without any rule's trigger word (only compiled)",
     )
+    go.add_argument("--output", type=Path, default=RESULTS)
+    show = commands.add_parser("report")
+    show.add_argument("--input", type=Path, default=RESULTS)
+    show.add_argument("--write", action="store_true", help=f"into docs/{PAGE}")
     args = parser.parse_args(argv)
+    if args.command == "report":
+        rendered = report(docs_blocks.load(args.input))
+        docs_blocks.report_command(docs_blocks.DOCS / PAGE, "large_file", rendered, args.write)
+        return 0
     cpus = {int(cpu) for cpu in args.cpus.split(",")}
+    meta = docs_blocks.machine(("amplint", "libcst"))
     with tempfile.TemporaryDirectory() as directory:
         folder = Path(directory)
-        (folder / "generated.py").write_text(module(args.megabytes, not args.no_trigger), encoding="utf-8")
+        (folder / "generated.py").write_text(module(args.megabytes), encoding="utf-8")
         (folder / "plots.ipynb").write_text(notebook(args.megabytes), encoding="utf-8")
         rows = [measure(folder, "generated.py", cpus, False), measure(folder, "plots.ipynb", cpus, False)]
-        if args.fix:
-            rows.append({**measure(folder, "generated.py", cpus, True), "file": "generated.py --fix"})
-    print("| File | MB | Exit | AMP900 | AMP008 | Seconds | CPU seconds | Peak MB |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for row in rows:
-        print(" | ".join(["", *map(str, row.values()), ""]).strip())
-    if hasattr(os, "getloadavg"):
-        print(
-            f"\nload average (1, 5, 15 min) after the runs: {', '.join(f'{x:.1f}' for x in os.getloadavg())}"
-        )
+        if args.no_trigger:
+            (folder / "plain.py").write_text(module(args.megabytes, trigger=False), encoding="utf-8")
+            rows.insert(1, measure(folder, "plain.py", cpus, False))
+        if args.fix:  # last: it rewrites generated.py
+            rows.insert(1, {**measure(folder, "generated.py", cpus, True), "file": "generated.py --fix"})
+    data = {
+        "megabytes": args.megabytes,
+        "cpus": sorted(cpus),
+        "fix": args.fix,
+        "no_trigger": args.no_trigger,
+    }
+    docs_blocks.save(args.output, {"meta": docs_blocks.finished(meta), **data, "rows": rows})
     return 0 if all(row["amp900"] == 0 for row in rows) else 1
 
 

@@ -2,7 +2,8 @@
 time from the last of them to the diagnostics of its version (median of the runs). Also how many
 checks the server ran for each burst and how long they took (it logs each one).
 
-    python benchmarks/lsp_latency.py [--lines 5000] [--edits 10] [--runs 5]
+    python benchmarks/lsp_latency.py run [--lines 5000] [--edits 10] [--runs 5]  # lsp_latency.json
+    python benchmarks/lsp_latency.py report [--write]  # its block of docs/integrations.md
 
 The editor is pygls's language client speaking LSP to the real server over stdio. Each run opens a
 new document (the same text under another name), waits for its diagnostics, then types `--edits`
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
@@ -24,10 +24,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
+import docs_blocks  # this folder is on sys.path when a script in it runs
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
+RESULTS = Path(__file__).resolve().parent / "lsp_latency.json"
+PAGE = "integrations.md"
 # A guard only: a check of the 5,000-line module takes about 2.5 s on a loaded 2-core machine.
 GUARD_S = 120
 
@@ -146,29 +150,53 @@ async def measure(lines: int, edits: int, runs: int) -> list[Burst]:
             return [await burst(editor, f"model_{run}.py", text, edits) for run in range(runs)]
 
 
+def report(data: dict[str, Any]) -> dict[str, str]:
+    meta, latency, check_s = data["meta"], data["latency_s"], data["check_s"]
+    checks = sorted(set(data["checks_per_burst"]))
+    ran = " or ".join(map(str, checks))
+    text = (
+        f"Measured with `python benchmarks/lsp_latency.py run --lines {data['lines']} --edits {data['edits']} "
+        f"--runs {data['runs']}` (pygls's language client "
+        f"and the real server over stdio; {data['edits']} edits sent back to back, one typed character "
+        f"each, at the end of a generated {data['lines']:,}-line module), then `report --write`: from the last "
+        f"edit to the diagnostics of its version, **{statistics.median(latency):.2f} s** median "
+        f"{f'({min(latency):.2f} to {max(latency):.2f} s)' if len(latency) > 1 else '(one run)'}; the server ran {ran} "
+        f"check{'s' if checks != [1] else ''} per burst, which took {min(check_s):.2f} to {max(check_s):.2f} s. "
+        f"On a {meta['cpus']}-core machine shared with other work ({docs_blocks.load_text(meta)}), amplint "
+        f"{meta['versions']['amplint']}, pygls {meta['versions']['pygls']}: on an idle machine the times are shorter."
+    )
+    return {"latency": text}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--lines", type=int, default=5000)
-    parser.add_argument("--edits", type=int, default=10)
-    parser.add_argument("--runs", type=int, default=5)
+    commands = parser.add_subparsers(dest="command", required=True)
+    go = commands.add_parser("run")
+    go.add_argument("--lines", type=int, default=5000)
+    go.add_argument("--edits", type=int, default=10)
+    go.add_argument("--runs", type=int, default=5)
+    go.add_argument("--output", type=Path, default=RESULTS)
+    show = commands.add_parser("report")
+    show.add_argument("--input", type=Path, default=RESULTS)
+    show.add_argument("--write", action="store_true", help=f"into docs/{PAGE}")
     args = parser.parse_args()
+    if args.command == "report":
+        rendered = report(docs_blocks.load(args.input))
+        docs_blocks.report_command(docs_blocks.DOCS / PAGE, "lsp_latency", rendered, args.write)
+        return
+    meta = docs_blocks.machine(("amplint", "pygls"))
     bursts = asyncio.run(measure(args.lines, args.edits, args.runs))
-    print(
-        json.dumps(
-            {
-                "lines": args.lines,
-                "edits": args.edits,
-                "runs": args.runs,
-                "latency_s": [round(b.latency, 3) for b in bursts],
-                "median_latency_s": round(statistics.median(b.latency for b in bursts), 3),
-                "checks_per_burst": [b.checks for b in bursts],
-                "check_s": [round(b.check_s, 3) for b in bursts],
-            },
-            indent=1,
-        )
-    )
+    data = {
+        "lines": args.lines,
+        "edits": args.edits,
+        "runs": args.runs,
+        "latency_s": [round(b.latency, 3) for b in bursts],
+        "checks_per_burst": [b.checks for b in bursts],
+        "check_s": [round(b.check_s, 3) for b in bursts],
+    }
+    docs_blocks.save(args.output, {"meta": docs_blocks.finished(meta), **data})
 
 
 if __name__ == "__main__":

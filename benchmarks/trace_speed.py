@@ -1,7 +1,8 @@
 """Cost of `amplint trace --hf-config` on Qwen2-shaped configurations: it should grow with the
 number of ops (layers) and stay flat in sequence length, in wall time and peak memory.
 
-    python benchmarks/trace_speed.py [--runs 3]
+    python benchmarks/trace_speed.py run [--runs 3]   # trace_speed.json
+    python benchmarks/trace_speed.py report [--write]  # its block of docs/tracing.md
 
 Each measurement is a fresh `amplint trace --in-process` process, interpreter start included, so
 that its peak RSS is the trace's own (the default child process adds one more interpreter start).
@@ -19,7 +20,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+import docs_blocks  # this folder is on sys.path when a script in it runs
+
+RESULTS = Path(__file__).resolve().parent / "trace_speed.json"
+PAGE = "tracing.md"
 QWEN2_7B = {
     "model_type": "qwen2",
     "hidden_size": 3584,
@@ -102,47 +108,75 @@ def _measure(
     return _run(command, runs)
 
 
+def _rows(runs: int, scratch: Path) -> list[dict[str, Any]]:
+    rows = []
+
+    def add(name: str, config: dict, seq_len: int, *, real: bool = False) -> None:
+        wall, peak = _measure(config, seq_len, runs, scratch, real=real)
+        print(name, seq_len, wall, peak, file=sys.stderr, flush=True)
+        rows.append(
+            {
+                "configuration": name,
+                "seq_len": seq_len,
+                "wall_s": wall,
+                "peak_mb": peak,
+                "bf16_weights_gb": _parameters(config) * 2 / 1e9,
+            }
+        )
+
+    for layers in (4, 8, 16, 28):
+        add(f"Qwen2-7B shape, {layers} layers", {**QWEN2_7B, "num_hidden_layers": layers}, 4096)
+    for seq_len in (512, 1024, 2048):
+        add("Qwen2-7B, 28 layers", QWEN2_7B, seq_len)
+    add("Qwen2-72B, 80 layers", QWEN2_72B, 4096)
+    # Where a real forward pass fits on the machine: the same small configuration both ways.
+    small = {**QWEN2_7B, "num_hidden_layers": 2}
+    add("Qwen2-7B shape, 2 layers: trace", small, 512)
+    add("the same: a real bf16 forward pass on CPU", small, 512, real=True)
+    return rows
+
+
+def report(data: dict[str, Any]) -> dict[str, str]:
+    meta, runs = data["meta"], data["runs"]
+    lines = [
+        f"Measured with `python benchmarks/trace_speed.py run --runs {runs}`, then `report --write` (torch "
+        f"{meta['versions']['torch']}, transformers {meta['versions']['transformers']}, a fresh process per run "
+        "with interpreter start, "
+        + (f"median of {runs}" if runs > 1 else "one run each")
+        + f", on a {meta['cpus']}-core machine shared with other work, {docs_blocks.load_text(meta)}: the wall "
+        "times grow with the load, the memory is each process's own):",
+        "",
+        "| Configuration | Seq len | Wall time | Peak RSS | bf16 weights alone |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    lines += [
+        f"| {row['configuration']} | {row['seq_len']} | {row['wall_s']:.1f} s | {row['peak_mb']:,.0f} MB "
+        f"| {row['bf16_weights_gb']:.1f} GB |"
+        for row in data["rows"]
+    ]
+    return {"table": "\n".join(lines)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--runs", type=int, default=3)
+    commands = parser.add_subparsers(dest="command", required=True)
+    go = commands.add_parser("run")
+    go.add_argument("--runs", type=int, default=3)
+    go.add_argument("--output", type=Path, default=RESULTS)
+    show = commands.add_parser("report")
+    show.add_argument("--input", type=Path, default=RESULTS)
+    show.add_argument("--write", action="store_true", help=f"into docs/{PAGE}")
     args = parser.parse_args()
-    rows = []
+    if args.command == "report":
+        rendered = report(docs_blocks.load(args.input))
+        docs_blocks.report_command(docs_blocks.DOCS / PAGE, "trace_speed", rendered, args.write)
+        return
+    meta = docs_blocks.machine()
     with tempfile.TemporaryDirectory() as scratch:
-        for layers in (4, 8, 16, 28):
-            config = {**QWEN2_7B, "num_hidden_layers": layers}
-            rows.append(
-                (
-                    f"Qwen2-7B shape, {layers} layers",
-                    4096,
-                    config,
-                    *_measure(config, 4096, args.runs, Path(scratch)),
-                )
-            )
-        for seq_len in (512, 1024, 2048):
-            rows.append(
-                (
-                    "Qwen2-7B, 28 layers",
-                    seq_len,
-                    QWEN2_7B,
-                    *_measure(QWEN2_7B, seq_len, args.runs, Path(scratch)),
-                )
-            )
-        rows.append(
-            ("Qwen2-72B, 80 layers", 4096, QWEN2_72B, *_measure(QWEN2_72B, 4096, args.runs, Path(scratch)))
-        )
-        # Where a real forward pass fits on the machine: the same small configuration both ways.
-        small = {**QWEN2_7B, "num_hidden_layers": 2}
-        for label, real in (("trace", False), ("real bf16 forward on CPU", True)):
-            measured = _measure(small, 512, args.runs, Path(scratch), real=real)
-            rows.append((f"Qwen2-7B shape, 2 layers: {label}", 512, small, *measured))
-    print(
-        f"| configuration | seq len | median wall (s), {args.runs} runs | peak RSS (MB) | bf16 weights alone (GB) |"
-    )
-    print("| --- | --- | --- | --- | --- |")
-    for name, seq_len, config, wall, peak in rows:
-        print(f"| {name} | {seq_len} | {wall:.2f} | {peak:.0f} | {_parameters(config) * 2 / 1e9:.1f} |")
+        rows = _rows(args.runs, Path(scratch))
+    docs_blocks.save(args.output, {"meta": docs_blocks.finished(meta), "runs": args.runs, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Training-time precision hazards measured on tiny models on CPU: the numbers and loss curves of
 docs/training.md, and its pictures in docs/images/training-*.svg.
 
-    python benchmarks/training_curves.py [--out docs/images] [--seed 0] [--steps-scale 1.0]
+    python benchmarks/training_curves.py run [--out docs/images] [--seed 0] [--steps-scale 1.0]
+    python benchmarks/training_curves.py report [--write]   # the tables of docs/training.md
 
 Every run is seeded (`--seed`) and single-threaded, so a rerun on the same machine gives the same
 numbers and the same pictures. The pictures are SVG written by `svg_chart` below (no plotting
@@ -20,15 +21,20 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from xml.sax.saxutils import escape
 
+import docs_blocks  # this folder is on sys.path when a script in it runs
 import torch
 import torch.nn.functional as F
 
+RESULTS = Path(__file__).resolve().parent / "training_curves.json"
+PAGE = "training.md"
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 # --- 1. Master weights --------------------------------------------------------------------------
@@ -438,55 +444,56 @@ def _first_nonfinite(values: Sequence[float]) -> int | None:
     return next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
-
-
-def _loss_text(losses: Sequence[float]) -> str:
+def _loss(losses: Sequence[float]) -> dict[str, Any]:
+    """What the tables say of a curve: the mean of its last 20 values, or the step it turned NaN."""
     nan = _first_nonfinite(losses)
-    return f"NaN from step {nan + 1}" if nan is not None else f"{_tail(losses):.4f}"
+    return {"nan_from_step": nan + 1} if nan is not None else {"tail": _tail(losses)}
 
 
 def _write(out: Path, name: str, svg: str) -> None:
     (out / name).write_text(svg, encoding="utf-8")
-    print(f"wrote {out / name}")
+    print(f"wrote {out / name}", file=sys.stderr)
 
 
-def master_weights(out: Path, seed: int, steps: int) -> None:
-    labels = {
-        "fp32": "float32",
-        "bf16-autocast": "float32 parameters, bf16 autocast",
-        "fp16-autocast": "float32 parameters, fp16 autocast + GradScaler",
-        "bf16-master": "bf16 model, float32 master copy",
-        "bf16": "bf16 parameters, plain AdamW",
-        "fp16": "fp16 parameters, plain AdamW",
-    }
+MASTER_LABELS = {
+    "fp32": "float32",
+    "bf16-autocast": "float32 parameters, bf16 autocast",
+    "fp16-autocast": "float32 parameters, fp16 autocast + GradScaler",
+    "bf16-master": "bf16 model, float32 master copy",
+    "bf16": "bf16 parameters, plain AdamW",
+    "fp16": "fp16 parameters, plain AdamW",
+}
+ROPE_LABELS = {
+    "fp32": "float32 inv_freq and positions",
+    "bf16": "bf16 inv_freq x position ids (bf16 product)",
+    "fp16": "fp16 inv_freq x position ids (fp16 product)",
+    "bf16-buffer": "inv_freq rounded to bf16, float32 product",
+}
+SCORE_LABELS = {
+    "fp32": "fp32 angles, cos/sin cast to bf16 (the fix)",
+    "bf16": "bf16 angles",
+    "fp16": "fp16 angles",
+    "bf16-buffer": "bf16 inv_freq buffer, float32 product",
+}
+SCALING_LABELS = {"fp32": "float32", "fp16-scaler": "fp16 + GradScaler", "fp16": "fp16, no scaler"}
+LRS = (1e-3, 1e-4, 1e-5)
+POSITIONS = (100, 256, 1024, 2048, 4096, 8191)
+QUERIES = (1024, 4096, 8192)
+TOKENS = (1 << 16, 1 << 18, 1 << 20, 1 << 22)
+WORLDS = (8, 64, 512)
+
+
+def master_weights(out: Path, seed: int, steps: int) -> dict[str, Any]:
     runs = {
         (mode, lr): train_regression(mode, lr, steps, seed, scaler=mode == "fp16-autocast")
-        for lr in (1e-3, 1e-4, 1e-5)
-        for mode in labels
+        for lr in LRS
+        for mode in MASTER_LABELS
     }
-    rows = [
-        [
-            f"{lr:g}",
-            labels[mode],
-            _loss_text(run.losses),
-            "-" if _first_nonfinite(run.losses) is not None else f"{sum(run.lost_updates) / steps:.1%}",
-        ]
-        for (mode, lr), run in runs.items()
-    ]
-    print(_table(["lr", "run", f"loss (mean of last 20 of {steps} steps)", "updates lost"], rows))
     initial = torch.cat(
         [p.detach().flatten() for p in regression_model(seed).to(torch.bfloat16).parameters()]
     )
-    print(
-        f"bf16 weights whose half unit in the last place exceeds lr 1e-4 at initialisation: "
-        f"{bf16_rounds_away(initial, 1e-4).float().mean().item():.1%}; "
-        f"updates lost at step 1: {runs['bf16', 1e-4].lost_updates[0]:.1%}"
-    )
     series = [
-        Series(labels[mode], range(1, steps + 1), runs[mode, 1e-4].losses)
+        Series(MASTER_LABELS[mode], range(1, steps + 1), runs[mode, 1e-4].losses)
         for mode in ("fp32", "bf16-autocast", "bf16-master", "bf16")
     ]
     _write(
@@ -505,7 +512,7 @@ def master_weights(out: Path, seed: int, steps: int) -> None:
         svg_chart(
             [
                 Series(f"bf16 parameters, lr {lr:g}", range(1, steps + 1), runs["bf16", lr].lost_updates)
-                for lr in (1e-3, 1e-4, 1e-5)
+                for lr in LRS
             ],
             title="Fraction of bf16 parameter elements that an AdamW step leaves unchanged",
             x_label="step",
@@ -525,29 +532,37 @@ def master_weights(out: Path, seed: int, steps: int) -> None:
         (a - b).abs().max().item()
         for a, b in zip(finals[False].parameters, finals[True].parameters, strict=True)
     )
-    print(
-        f"GradScaler under bf16 autocast, {steps} steps: largest parameter difference {difference:g}; "
-        f"wall (best of 3) {timings[False]:.2f} s without, {timings[True]:.2f} s with"
-    )
-
-
-def rotary(out: Path, seed: int, steps: int) -> None:
-    positions = torch.arange(8192)
-    labels = {
-        "fp32": "float32 inv_freq and positions",
-        "bf16": "bf16 inv_freq x position ids (bf16 product)",
-        "fp16": "fp16 inv_freq x position ids (fp16 product)",
-        "bf16-buffer": "inv_freq rounded to bf16, float32 product",
+    return {
+        "steps": steps,
+        "runs": [
+            {
+                "lr": lr,
+                "mode": mode,
+                **_loss(run.losses),
+                "lost_updates": sum(run.lost_updates) / steps,
+                "lost_updates_first_50": _tail(run.lost_updates[:50], 50),
+                "lost_updates_last_50": _tail(run.lost_updates, 50),
+            }
+            for (mode, lr), run in runs.items()
+        ],
+        "bf16_rounds_away_at_init_lr_1e-4": bf16_rounds_away(initial, 1e-4).float().mean().item(),
+        "bf16_lost_at_step_1_lr_1e-4": runs["bf16", 1e-4].lost_updates[0],
+        "scaler_under_bf16": {
+            "largest_parameter_difference": difference,
+            "best_of_3_s_without": timings[False],
+            "best_of_3_s_with": timings[True],
+        },
     }
-    errors = {variant: rope_angle_error(variant, positions) for variant in labels}
-    at = (100, 256, 1024, 2048, 4096, 8191)
-    rows = [[labels[v]] + [f"{errors[v][p].item():.2g}" for p in at] for v in labels]
-    print(_table(["angles (head dim 128, base 10000)"] + [f"position {p}" for p in at], rows))
+
+
+def rotary(out: Path, seed: int, steps: int) -> dict[str, Any]:
+    positions = torch.arange(8192)
+    errors = {variant: rope_angle_error(variant, positions) for variant in ROPE_LABELS}
     _write(
         out,
         "training-rope-angle-error.svg",
         svg_chart(
-            [Series(labels[v], positions[1::8].tolist(), errors[v][1::8].tolist()) for v in labels],
+            [Series(ROPE_LABELS[v], positions[1::8].tolist(), errors[v][1::8].tolist()) for v in ROPE_LABELS],
             title="Rotary angle error against the exact angle (largest over frequencies)",
             x_label="position",
             y_label="angle error (radians, modulo 2π)",
@@ -555,82 +570,51 @@ def rotary(out: Path, seed: int, steps: int) -> None:
         ),
     )
     queries = list(range(128, 8193, 128))
-    score_runs = {
-        "fp32 angles, cos/sin cast to bf16 (the fix)": rope_score_error(
-            "fp32", queries, torch.bfloat16, seed=seed
-        ),
-        "bf16 angles": rope_score_error("bf16", queries, torch.bfloat16, seed=seed),
-        "fp16 angles": rope_score_error("fp16", queries, torch.float16, seed=seed),
-        "bf16 inv_freq buffer, float32 product": rope_score_error(
-            "bf16-buffer", queries, torch.bfloat16, seed=seed
-        ),
+    dtypes = {
+        "fp32": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "fp16": torch.float16,
+        "bf16-buffer": torch.bfloat16,
     }
-    at_queries = (1024, 4096, 8192)
-    rows = [
-        [label] + [f"{errs[queries.index(q)]:.3f}" for q in at_queries] for label, errs in score_runs.items()
-    ]
-    print(_table(["attention score error (in score std)"] + [f"query at {q}" for q in at_queries], rows))
+    scores = {
+        variant: rope_score_error(variant, queries, dtype, seed=seed) for variant, dtype in dtypes.items()
+    }
     _write(
         out,
         "training-rope-score-error.svg",
         svg_chart(
-            [Series(label, queries, errs) for label, errs in score_runs.items()],
+            [Series(SCORE_LABELS[v], queries, errs) for v, errs in scores.items()],
             title="Attention score error: query at a position, keys spread over all before it",
             x_label="query position",
             y_label="mean |score error| / score std",
             log_y=True,
         ),
     )
-    curves = {variant: train_previous_token(variant, steps, seed) for variant in labels}
-    print(
-        _table(
-            ["rotary angles", f"loss (mean of last 20 of {steps} steps)"],
-            [[labels[v], f"{_tail(curves[v]):.3f}"] for v in labels],
-        )
-    )
+    curves = {variant: train_previous_token(variant, steps, seed) for variant in ROPE_LABELS}
     _write(
         out,
         "training-rope-previous-token.svg",
         svg_chart(
-            [Series(labels[v], range(1, steps + 1), curves[v]) for v in labels],
+            [Series(ROPE_LABELS[v], range(1, steps + 1), curves[v]) for v in ROPE_LABELS],
             title="One attention head learning to copy the previous token, positions in [0, 8192)",
             x_label="step",
             y_label="training loss (cross-entropy)",
         ),
     )
+    return {
+        "steps": steps,
+        "angle_error": {v: {str(p): errors[v][p].item() for p in POSITIONS} for v in ROPE_LABELS},
+        "score_error": {v: {str(q): errs[queries.index(q)] for q in QUERIES} for v, errs in scores.items()},
+        "previous_token": {v: _loss(curves[v]) for v in ROPE_LABELS},
+    }
 
 
-def loss_scaling(out: Path, seed: int, steps: int) -> None:
-    tokens = (1 << 16, 1 << 18, 1 << 20, 1 << 22)
+def loss_scaling(out: Path, seed: int, steps: int) -> dict[str, Any]:
     runs = {
         (mode, n): train_classifier(mode, steps, seed, tokens_per_step=n)
-        for n in tokens
-        for mode in ("fp32", "fp16-scaler", "fp16")
+        for n in TOKENS
+        for mode in SCALING_LABELS
     }
-    rows = [
-        [
-            f"2^{n.bit_length() - 1}",
-            mode,
-            _loss_text(run.losses),
-            f"{run.zeroed[0]:.1%}",
-            f"{sum(run.zeroed) / steps:.1%}",
-            f"{run.cosine[0]:.3f}",
-        ]
-        for (mode, n), run in runs.items()
-    ]
-    print(
-        _table(
-            [
-                "tokens per step",
-                "run",
-                f"loss (last 20 of {steps})",
-                "grads zeroed, step 1",
-                "zeroed, mean",
-                "cosine with fp32 grad, step 1",
-            ],
-            rows,
-        )
-    )
     label = {
         "fp32": "float32",
         "fp16-scaler": "fp16 autocast + GradScaler",
@@ -660,20 +644,6 @@ def loss_scaling(out: Path, seed: int, steps: int) -> None:
         for name in ("sgd", "adamw")
         for order in ("after-unscale", "before-unscale")
     }
-    print(
-        _table(
-            [
-                "optimizer",
-                "clip_grad_norm_(max_norm=1.0)",
-                f"loss (last 20 of {steps})",
-                "median norm it returned",
-            ],
-            [
-                [name, order, _loss_text(run.losses), f"{sorted(run.clip_norms)[steps // 2]:.3g}"]
-                for (order, name), run in clipped.items()
-            ],
-        )
-    )
     _write(
         out,
         "training-clip-before-unscale.svg",
@@ -692,40 +662,274 @@ def loss_scaling(out: Path, seed: int, steps: int) -> None:
             log_y=True,
         ),
     )
+    return {
+        "steps": steps,
+        "runs": [
+            {
+                "tokens": n,
+                "mode": mode,
+                **_loss(run.losses),
+                "zeroed_step_1": run.zeroed[0],
+                "zeroed_mean": sum(run.zeroed) / steps,
+                "cosine_step_1": run.cosine[0],
+            }
+            for (mode, n), run in runs.items()
+        ],
+        "clipping": [
+            {
+                "optimizer": name,
+                "clip": order,
+                **_loss(run.losses),
+                "median_norm": sorted(run.clip_norms)[steps // 2],
+            }
+            for (order, name), run in clipped.items()
+        ],
+    }
 
 
-def all_reduce() -> None:
-    worlds = (8, 64, 512)
-    rows = [
-        [name] + [f"{ring_mean_error(w, dtype):.2g}" for w in worlds]
-        for name, dtype in (
-            ("float32", torch.float32),
-            ("bfloat16", torch.bfloat16),
-            ("float16", torch.float16),
-        )
-    ]
-    print(_table(["reduce dtype"] + [f"{w} ranks" for w in worlds], rows))
+def all_reduce() -> dict[str, dict[str, float]]:
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    return {name: {str(w): ring_mean_error(w, dtype) for w in WORLDS} for name, dtype in dtypes.items()}
+
+
+# --- The page -----------------------------------------------------------------------------------
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def _loss_text(loss: dict[str, Any], digits: int = 4) -> str:
+    if "nan_from_step" in loss:
+        return f"NaN from step {loss['nan_from_step']}"
+    return f"{loss['tail']:.{digits}f}"
+
+
+def _find(rows: list[dict[str, Any]], **keys: Any) -> dict[str, Any]:
+    return next(row for row in rows if all(row[k] == v for k, v in keys.items()))
+
+
+def report(data: dict[str, Any]) -> dict[str, str]:
+    """The blocks of docs/training.md, from the results `run` wrote."""
+    meta, master, rope, scaling = data["meta"], data["master_weights"], data["rotary"], data["loss_scaling"]
+    reduce = data["all_reduce"]
+    mw = master["runs"]
+    scaler = master["scaler_under_bf16"]
+    extra = (scaler["best_of_3_s_with"] - scaler["best_of_3_s_without"]) / scaler["best_of_3_s_without"]
+
+    def pct(value: float) -> str:
+        return f"{value:.1%}".replace(".0%", "%") if value >= 0.1 else f"{value:.1%}"
+
+    big = _find(scaling["runs"], tokens=1 << 22, mode="fp16")
+    clip = {(row["optimizer"], row["clip"]): row for row in scaling["clipping"]}
+    blocks = {
+        "run": (
+            "```bash\npython benchmarks/training_curves.py run      # the pictures into docs/images/, the results to "
+            "benchmarks/training_curves.json\npython benchmarks/training_curves.py report --write   # the tables of this page\n```\n\n"
+            f"Seed {data['seed']} for every run, one CPU thread, torch {meta['versions']['torch']}. Steps: "
+            f"{master['steps']} for the master-weight runs, {rope['steps']} for the others. On a "
+            f"{meta['cpus']}-core machine shared with other jobs ({docs_blocks.load_text(meta)}) the script took "
+            f"{data['wall_s']:.0f} s of wall time ({data['cpu_s']:.0f} s of CPU time)."
+        ),
+        "summary": _table(
+            ["Hazard", "Found by", "Without the fix", "With the fix", "float32"],
+            [
+                [
+                    "bf16 parameters, plain AdamW, lr 1e-4",
+                    "AMP016, AMP111",
+                    f"loss {_loss_text(_find(mw, mode='bf16', lr=1e-4), 3)}, {pct(_find(mw, mode='bf16', lr=1e-4)['lost_updates'])} of updates lost",
+                    _loss_text(_find(mw, mode="bf16-master", lr=1e-4), 3),
+                    _loss_text(_find(mw, mode="fp32", lr=1e-4), 3),
+                ],
+                [
+                    "fp16 parameters, plain AdamW, lr 1e-4",
+                    "AMP016",
+                    _loss_text(_find(mw, mode="fp16", lr=1e-4)),
+                    _loss_text(_find(mw, mode="fp16-autocast", lr=1e-4), 3),
+                    _loss_text(_find(mw, mode="fp32", lr=1e-4), 3),
+                ],
+                [
+                    "rotary angles in bf16, previous-token task",
+                    "AMP017",
+                    f"loss {_loss_text(rope['previous_token']['bf16'], 3)}",
+                    _loss_text(rope["previous_token"]["fp32"], 3),
+                    _loss_text(rope["previous_token"]["fp32"], 3),
+                ],
+                [
+                    "rotary angles in fp16, same task",
+                    "AMP017",
+                    f"loss {_loss_text(rope['previous_token']['fp16'], 3)}",
+                    _loss_text(rope["previous_token"]["fp32"], 3),
+                    _loss_text(rope["previous_token"]["fp32"], 3),
+                ],
+                [
+                    "fp16 autocast without loss scaling, 2^22 tokens per step",
+                    "AMP009, `trace --backward --values`",
+                    f"loss {_loss_text(big, 3)}, {pct(big['zeroed_step_1'])} of gradient elements zero at step 1",
+                    _loss_text(_find(scaling["runs"], tokens=1 << 22, mode="fp16-scaler"), 3),
+                    _loss_text(_find(scaling["runs"], tokens=1 << 22, mode="fp32"), 3),
+                ],
+                [
+                    f"GradScaler under bf16 autocast, {master['steps']} steps",
+                    "AMP018",
+                    f"{extra:.0%} more time (CPU, best of 3)",
+                    "bit-identical parameters without it"
+                    if scaler["largest_parameter_difference"] == 0
+                    else f"parameters differ by up to {scaler['largest_parameter_difference']:.2g} without it",
+                    "",
+                ],
+                [
+                    "`clip_grad_norm_` before `unscale_`, SGD",
+                    "AMP019",
+                    f"loss {_loss_text(clip['sgd', 'before-unscale'], 3)}",
+                    _loss_text(clip["sgd", "after-unscale"], 3),
+                    "",
+                ],
+                [
+                    "the same with AdamW",
+                    "AMP019",
+                    f"loss {_loss_text(clip['adamw', 'before-unscale'], 3)}",
+                    _loss_text(clip["adamw", "after-unscale"], 3),
+                    "",
+                ],
+                [
+                    "gradients all-reduced in bf16, 512 ranks (emulated)",
+                    "AMP020",
+                    f"{reduce['bfloat16']['512']:.1%} error in the mean",
+                    "",
+                    f"{reduce['float32']['512']:.2g}",
+                ],
+            ],
+        ),
+        "master-initial": (
+            f"At initialisation that is {master['bf16_rounds_away_at_init_lr_1e-4']:.1%} of this model's weights, and "
+            f"{master['bf16_lost_at_step_1_lr_1e-4']:.1%} of the elements were unchanged by the first step."
+        ),
+        "master-weights": _table(
+            [
+                "lr",
+                "run",
+                f"loss (last 20 of {master['steps']} steps)",
+                "updates lost",
+                "lost, first 50 steps",
+                "lost, last 50 steps",
+            ],
+            [
+                [f"1e-{-round(math.log10(row['lr']))}", MASTER_LABELS[row["mode"]], _loss_text(row)]
+                + (
+                    ["-", "-", "-"]
+                    if "nan_from_step" in row
+                    else [
+                        f"{row[k]:.1%}"
+                        for k in ("lost_updates", "lost_updates_first_50", "lost_updates_last_50")
+                    ]
+                )
+                for row in mw
+            ],
+        ),
+        "rope-angles": _table(
+            ["angles"] + [f"position {p}" for p in POSITIONS],
+            [
+                [ROPE_LABELS[v]] + [f"{rope['angle_error'][v][str(p)]:.2g}" for p in POSITIONS]
+                for v in ROPE_LABELS
+            ],
+        ),
+        "rope-scores": _table(
+            ["attention score error (score std)"] + [f"query at {q}" for q in QUERIES],
+            [
+                [SCORE_LABELS[v]] + [f"{rope['score_error'][v][str(q)]:.3f}" for q in QUERIES]
+                for v in SCORE_LABELS
+            ],
+        ),
+        "rope-training": _table(
+            ["rotary angles", f"loss (last 20 of {rope['steps']} steps)"],
+            [[ROPE_LABELS[v], _loss_text(rope["previous_token"][v], 3)] for v in ROPE_LABELS],
+        ),
+        "loss-scaling": _table(
+            [
+                "tokens per step",
+                "run",
+                f"loss (last 20 of {scaling['steps']})",
+                "gradient elements zeroed, step 1",
+                "zeroed, mean over steps",
+                "cosine with float32 gradient, step 1",
+            ],
+            [
+                [
+                    f"2^{row['tokens'].bit_length() - 1}",
+                    SCALING_LABELS[row["mode"]],
+                    _loss_text(row),
+                    f"{row['zeroed_step_1']:.1%}",
+                    f"{row['zeroed_mean']:.1%}",
+                    f"{row['cosine_step_1']:.3f}",
+                ]
+                for row in scaling["runs"]
+            ],
+        ),
+        "scaler-timing": (
+            (
+                "The parameters at the end are bit-identical"
+                if scaler["largest_parameter_difference"] == 0
+                else f"The parameters at the end differ by up to {scaler['largest_parameter_difference']:.2g}"
+            )
+            + f", and the run with the scaler took {scaler['best_of_3_s_with']:.2f} s against {scaler['best_of_3_s_without']:.2f} s (best "
+            f"of three each, {extra:.0%} more on CPU, {docs_blocks.load_text(meta)}; the GPU synchronisation is not "
+            "measured here)."
+        ),
+        "clipping": _table(
+            [
+                "optimizer",
+                "`clip_grad_norm_(max_norm=1.0)`",
+                f"loss (last 20 of {scaling['steps']})",
+                "median norm it returned",
+            ],
+            [
+                [
+                    {"sgd": "SGD", "adamw": "AdamW"}[row["optimizer"]],
+                    f"{row['clip'].split('-')[0]} `unscale_`",
+                    _loss_text(row),
+                    f"{row['median_norm']:.3g}",
+                ]
+                for row in scaling["clipping"]
+            ],
+        ),
+        "all-reduce": _table(
+            ["reduce dtype"] + [f"{w} ranks" for w in WORLDS],
+            [[name] + [f"{errors[str(w)]:.2g}" for w in WORLDS] for name, errors in reduce.items()],
+        ),
+    }
+    return blocks
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--out", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "images"
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps-scale", type=float, default=1.0, help="multiply every run's steps")
+    commands = parser.add_subparsers(dest="command", required=True)
+    go = commands.add_parser("run")
+    go.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "images")
+    go.add_argument("--seed", type=int, default=0)
+    go.add_argument("--steps-scale", type=float, default=1.0, help="multiply every run's steps")
+    go.add_argument("--output", type=Path, default=RESULTS)
+    show = commands.add_parser("report")
+    show.add_argument("--input", type=Path, default=RESULTS)
+    show.add_argument("--write", action="store_true", help=f"into docs/{PAGE}")
     args = parser.parse_args()
+    if args.command == "report":
+        rendered = report(docs_blocks.load(args.input))
+        docs_blocks.report_command(docs_blocks.DOCS / PAGE, "training_curves", rendered, args.write)
+        return
     torch.set_num_threads(1)  # the same reductions in the same order on every run
     args.out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
+    meta = docs_blocks.machine(("torch",))
+    start, cpu = time.perf_counter(), time.process_time()
+    data: dict[str, Any] = {"seed": args.seed}
     for section, run_steps in ((master_weights, 1000), (rotary, 300), (loss_scaling, 300)):
-        section_start = time.perf_counter()
-        section(args.out, args.seed, max(1, round(run_steps * args.steps_scale)))
-        print(f"{section.__name__}: {time.perf_counter() - section_start:.1f} s\n")
-    all_reduce()
-    print(f"\ntorch {torch.__version__}, seed {args.seed}, wall time {time.perf_counter() - start:.1f} s")
+        data[section.__name__] = section(args.out, args.seed, max(1, round(run_steps * args.steps_scale)))
+    data["all_reduce"] = all_reduce()
+    data["wall_s"], data["cpu_s"] = time.perf_counter() - start, time.process_time() - cpu
+    docs_blocks.save(args.output, {"meta": docs_blocks.finished(meta), **data})
 
 
 if __name__ == "__main__":

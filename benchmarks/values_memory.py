@@ -2,7 +2,8 @@
 --values` runs) against a plain forward pass, on a Llama-shaped causal LM of about 1B parameters
 with random weights in bfloat16, on CPU.
 
-    python benchmarks/values_memory.py [--runs 3] [--seq-len 64] [--layers 16]
+    python benchmarks/values_memory.py run [--runs 3] [--seq-len 64] [--layers 16]  # values_memory.json
+    python benchmarks/values_memory.py report [--write]  # its block of docs/tracing.md
 
 Each measurement is a fresh process (so that its peak RSS is its own): it builds the model, records
 its resident memory (the weights), then runs one forward pass or one replay and records the peak.
@@ -19,7 +20,13 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
+import docs_blocks  # this folder is on sys.path when a script in it runs
+
+RESULTS = Path(__file__).resolve().parent / "values_memory.json"
+PAGE = "tracing.md"
 LLAMA_1B = {
     "hidden_size": 2048,
     "intermediate_size": 8192,
@@ -70,55 +77,72 @@ def _one(mode: str, seq_len: int, layers: int) -> dict[str, float]:
     return {"parameters": parameters, "weights_rss": weights, "peak_rss": peak, "wall": wall}
 
 
+NAMES = {"forward": "plain forward pass (`torch.no_grad`)", "values": "values replay (`--values`)"}
+
+
+def report(data: dict[str, Any]) -> dict[str, str]:
+    meta, runs = data["meta"], data["runs"]
+    lines = [
+        "| Run | RSS with the weights | Peak RSS | Peak above the weights | Wall time |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for mode, results in runs.items():
+        weights = statistics.median(r["weights_rss"] for r in results)
+        peak = statistics.median(r["peak_rss"] for r in results)
+        wall = statistics.median(r["wall"] for r in results)
+        lines.append(
+            f"| {NAMES[mode]} | {weights / _MB:,.0f} MB | {peak / _MB:,.0f} MB | "
+            f"{(peak - weights) / _MB:,.0f} MB | {wall:.1f} s |"
+        )
+    count = len(runs["forward"])
+    parameters = runs["forward"][0]["parameters"]
+    lines += [
+        "",
+        f"(`python benchmarks/values_memory.py run --runs {count} --seq-len {data['seq_len']} --layers "
+        f"{data['layers']}`, then `report --write`: Llama-shaped, {data['layers']} layers, "
+        f"{parameters / 1e9:.2f}B parameters in bfloat16, sequence length {data['seq_len']}, "
+        + (f"median of {count} fresh processes" if count > 1 else "one fresh process per row")
+        + f", torch {meta['versions']['torch']}, transformers {meta['versions']['transformers']}, on a "
+        f"{meta['cpus']}-core machine shared with other work, {docs_blocks.load_text(meta)}: the memory is "
+        "the process's own, the wall time grows with the load.)",
+    ]
+    return {"table": "\n".join(lines)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--seq-len", type=int, default=64)
-    parser.add_argument("--layers", type=int, default=LLAMA_1B["num_hidden_layers"])
-    parser.add_argument("--one", choices=("forward", "values"), help=argparse.SUPPRESS)
+    commands = parser.add_subparsers(dest="command", required=True)
+    go = commands.add_parser("run")
+    go.add_argument("--runs", type=int, default=3)
+    go.add_argument("--seq-len", type=int, default=64)
+    go.add_argument("--layers", type=int, default=LLAMA_1B["num_hidden_layers"])
+    go.add_argument("--output", type=Path, default=RESULTS)
+    go.add_argument("--one", choices=("forward", "values"), help=argparse.SUPPRESS)
+    show = commands.add_parser("report")
+    show.add_argument("--input", type=Path, default=RESULTS)
+    show.add_argument("--write", action="store_true", help=f"into docs/{PAGE}")
     args = parser.parse_args()
+    if args.command == "report":
+        rendered = report(docs_blocks.load(args.input))
+        docs_blocks.report_command(docs_blocks.DOCS / PAGE, "values_memory", rendered, args.write)
+        return
     if args.one:
         print(json.dumps(_one(args.one, args.seq_len, args.layers)))
         return
-    rows = []
+    meta = docs_blocks.machine()
+    runs: dict[str, list[dict[str, float]]] = {}
     for mode in ("forward", "values"):
-        results = []
+        runs[mode] = []
         for _ in range(args.runs):
+            command = [sys.executable, __file__, "run", "--one", mode, "--seq-len", str(args.seq_len)]
             done = subprocess.run(
-                [
-                    sys.executable,
-                    __file__,
-                    "--one",
-                    mode,
-                    "--seq-len",
-                    str(args.seq_len),
-                    "--layers",
-                    str(args.layers),
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
+                [*command, "--layers", str(args.layers)], capture_output=True, text=True, check=True
             )
-            results.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        rows.append((mode, results))
-    parameters = rows[0][1][0]["parameters"]
-    print(
-        f"Llama-shaped, {args.layers} layers, {parameters / 1e9:.2f}B parameters in bfloat16, "
-        f"sequence length {args.seq_len}, median of {args.runs} fresh processes\n"
-    )
-    print("| Run | RSS with the weights | Peak RSS | Peak above the weights | Wall time |")
-    print("| --- | --- | --- | --- | --- |")
-    names = {"forward": "plain forward pass (`torch.no_grad`)", "values": "values replay (`--values`)"}
-    for mode, results in rows:
-        weights = statistics.median(r["weights_rss"] for r in results)
-        peak = statistics.median(r["peak_rss"] for r in results)
-        wall = statistics.median(r["wall"] for r in results)
-        print(
-            f"| {names[mode]} | {weights / _MB:,.0f} MB | {peak / _MB:,.0f} MB | "
-            f"{(peak - weights) / _MB:,.0f} MB | {wall:.1f} s |"
-        )
+            runs[mode].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    data = {"seq_len": args.seq_len, "layers": args.layers, "runs": runs}
+    docs_blocks.save(args.output, {"meta": docs_blocks.finished(meta), **data})
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 on the page changes only with the data (measured again) or with the script that renders it.
 
 One row per page: the page, the script in benchmarks/ and the function of it that renders the page
-from the script's committed results (as its `report` command does)."""
+from the script's committed results (as its `report` command does). A page with prose around a
+script's numbers holds them in blocks between markers (benchmarks/docs_blocks.py): each block is
+what the script's `report` renders from its committed JSON."""
 
 from __future__ import annotations
 
@@ -21,8 +23,7 @@ BENCHMARKS = ROOT / "benchmarks"
 
 
 def _script(name: str) -> ModuleType:
-    if name not in sys.modules:  # version_matrix imports hf_coverage by name
-        sys.path.insert(0, str(BENCHMARKS))
+    if name not in sys.modules:  # benchmarks/ is on the path (pyproject): they import each other by name
         spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
@@ -54,6 +55,30 @@ def test_the_page_is_what_its_data_renders(
     assert text == render(_script(script)), (
         f"regenerate it: python benchmarks/{script}.py report > docs/{page} (or measure again)"
     )
+
+
+@pytest.mark.parametrize("name", _script("docs_blocks").SCRIPTS)
+def test_the_blocks_of_a_page_are_what_their_data_renders(name: str) -> None:
+    try:
+        script = _script(name)
+    except ModuleNotFoundError as missing:  # training_curves needs torch, lsp_latency pygls
+        pytest.skip(f"benchmarks/{name}.py needs {missing.name}")
+    docs_blocks = _script("docs_blocks")
+    page = (ROOT / "docs" / script.PAGE).read_text(encoding="utf-8")
+    assert docs_blocks.blocks(page, name) == script.report(docs_blocks.load(script.RESULTS)), (
+        f"regenerate them: python benchmarks/{name}.py report --write (or measure again)"
+    )
+
+
+def test_report_write_replaces_a_block_in_place_and_refuses_a_page_without_it() -> None:
+    docs_blocks = _script("docs_blocks")
+    page = "Prose.\n\n<!-- begin bench:table -->\n\nold\n\n<!-- end bench:table -->\n\nMore prose.\n"
+    filled = docs_blocks.fill(page, "bench", {"table": "| new |\n| --- |"})
+    assert filled == page.replace("old", "| new |\n| --- |")
+    assert docs_blocks.blocks(filled, "bench") == {"table": "| new |\n| --- |"}
+    assert docs_blocks.blocks(filled, "other") == {}
+    with pytest.raises(SystemExit, match="no block summary of bench"):
+        docs_blocks.fill(page, "bench", {"summary": "text"})
 
 
 def test_the_rendered_pages_are_listed_in_the_readme() -> None:
