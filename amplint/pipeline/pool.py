@@ -291,7 +291,16 @@ def _run_pool(
     the one that kills that worker too gets an AMP900 saying so: one file's crash is one diagnostic,
     never a lost run. A batch that failed otherwise (a result that would not pickle) is left out,
     and so checked again in this process, where a real bug raises as it would without the pool."""
+    import multiprocessing
+
     results: dict[int, FileResult] = {}
+    if multiprocessing.get_start_method() == "fork":
+        # Workers forked from this process find libcst and the rules imported: once here, not once
+        # in each worker.
+        from amplint.rules import all_rules
+        from amplint.rules.runner import lint_source  # noqa: F401
+
+        all_rules()
     broken = _pool_round(tasks, _batches(tasks, workers), settings, precision, workers, results, tell)
     while broken:
         # One worker, one file at a time: the first file left unreported is the one it died on.
