@@ -9,13 +9,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import cast
 
 import libcst as cst
-from libcst.metadata import CodePosition, CodeRange, PositionProvider
-from libcst.metadata.position_provider import PositionProvidingCodegenState
+from libcst.metadata import CodePosition, CodeRange
 
 from amplint.source import NEWLINE, LineIndex, python_ast
+from amplint.static.cst_compat import node_positions
 from amplint.static.dtypes import DtypeFacts
 from amplint.static.facts import Step
 from amplint.static.imports import ImportMap
@@ -115,7 +114,7 @@ class FileContext:
 
     @cached_property
     def _module_positions(self) -> Mapping[cst.CSTNode, CodeRange]:
-        return _positions(self.module, self.module)[0]
+        return node_positions(self.module, self.module)[0]
 
     @cached_property
     def _line_offsets(self) -> dict[cst.CSTNode, int]:
@@ -206,7 +205,7 @@ class FileContext:
             before = len(function.leading_lines) + len(function.lines_after_decorators)
             before += sum(len(NEWLINE.findall(self.code(d))) for d in function.decorators)
             start = def_line - before
-            alone, code = _positions(function, self.module)
+            alone, code = node_positions(function, self.module)
             rendered = code.splitlines()
             begin = lines.offset(start, 1) if start >= 1 else -1
             # At most the rendered text with the indentation and a two-character newline per line.
@@ -230,7 +229,7 @@ class FileContext:
     ) -> tuple[int, Mapping[cst.CSTNode, CodeRange]]:
         cached = self._position_cache.get(statement)
         if cached is None:
-            positions = _positions(statement, self.module)[0]
+            positions = node_positions(statement, self.module)[0]
             cached = self._position_cache[statement] = (self._line_offsets[statement], positions)
         return cached
 
@@ -253,19 +252,6 @@ class FileContext:
     def float32(self) -> tuple[cst.BaseExpression, bool]:
         torch, missing = self.torch_name()
         return cst.Attribute(value=torch, attr=cst.Name("float32")), missing
-
-
-def _positions(node: cst.CSTNode, module: cst.Module) -> tuple[Mapping[cst.CSTNode, CodeRange], str]:
-    """The position of every node under `node` rendered alone in `module`'s style, and its code,
-    from one rendering: what libcst's PositionProvider computes, without the metadata wrapper, which
-    walks the whole tree again for providers of another kind even when none is asked for."""
-    provider = PositionProvider()
-    state = PositionProvidingCodegenState(
-        default_indent=module.default_indent, default_newline=module.default_newline, provider=provider
-    )
-    node._codegen(state)
-    positions = cast(Mapping[cst.CSTNode, CodeRange], provider._computed)  # every value a range
-    return positions, "".join(state.tokens)
 
 
 def _shift(mine: str, rendered: str, indent: str) -> int:
