@@ -315,6 +315,7 @@ def _lint_whole(
         result.diagnostics.extend(
             d for d in diagnostics if not line_suppresses(lines.line_text(d.line), d.code)
         )
+    ctx.release()
     if too_deep:
         message = (
             f"{_TOO_DEEP} for {', '.join(too_deep)}; the rest of the file was checked by the other rules"

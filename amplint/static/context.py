@@ -238,6 +238,13 @@ class FileContext:
         """The dtype facts of this file's expressions (computed per function, on demand)."""
         return DtypeFacts(self)
 
+    def release(self) -> None:
+        """Let go of the dtype facts, which refer back to this context: once the rules are done,
+        the file's tree is freed as soon as nothing else holds it, not at the garbage collector's
+        next pass over older objects."""
+        vars(self).pop("facts", None)
+        self.memo.clear()
+
     def qualified(self, node: cst.BaseExpression) -> str | None:
         return self.imports.qualified(node)
 
