@@ -412,6 +412,9 @@ def _error(message: str) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from amplint.pipeline.pool import collect_less
+
+    collect_less()
     problem = _from_environment(args)
     if problem is not None:
         return _error(problem)

@@ -18,7 +18,8 @@ empty cache. Three corpora, each tool `--runs` times, in one run:
 
 Peers are looked up in the `--peer-bin` directories, next to this interpreter, then on PATH (TorchFix and Fixit are best
 installed in an environment of their own, as they pin their own libcst); a missing one is left out.
-Each table gives the median, the spread and the ratio to amplint with a cold cache.
+Each table gives the median, the spread and the ratio to amplint with a cold cache; the load average
+before and after the run is printed with them.
 """
 
 from __future__ import annotations
@@ -154,6 +155,8 @@ def main() -> None:
     if single.is_absolute():
         single = single.relative_to(corpus)
 
+    # Wall time depends on what else runs: the load average before and after says how quiet it was.
+    print(f"CPUs: {os.cpu_count()}; load average (1, 5, 15 min) at the start: {_load()}")
     with tempfile.TemporaryDirectory(prefix="amplint-bench-") as temporary:
         root = Path(temporary)
         shutil.copytree(corpus, root / "models", ignore=shutil.ignore_patterns("__pycache__"))
@@ -185,6 +188,11 @@ def main() -> None:
             tools = _amplint(root, [target]) + _peers(args, [target])
             _time(tools, root, args.runs)
             _table(f"`{single.as_posix()}` as pre-commit runs it", 1, _size([root / target])[1], tools)
+    print(f"\nload average (1, 5, 15 min) at the end: {_load()}")
+
+
+def _load() -> str:
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 if __name__ == "__main__":

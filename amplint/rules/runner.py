@@ -26,6 +26,7 @@ from amplint.source import (
     read_source,
 )
 from amplint.static.context import FileContext, Finding, FixPlan
+from amplint.static.cst_compat import parse_module
 from amplint.static.modes import role_of
 from amplint.static.profile import CALLER, NEWEST_PYTHON, Profile
 from amplint.static.regions import region_marks, skip_bodies
@@ -313,6 +314,7 @@ def _lint_whole(
         result.diagnostics.extend(
             d for d in diagnostics if not line_suppresses(lines.line_text(d.line), d.code)
         )
+    ctx.release()
     if too_deep:
         message = (
             f"{_TOO_DEEP} for {', '.join(too_deep)}; the rest of the file was checked by the other rules"
@@ -330,7 +332,7 @@ _TRACE_FRAMES = 12
 def _libcst_module(text: str, display: str, result: FileResult) -> cst.Module | None:
     """libcst's parse of text Python accepts; None when it fails, said in `result`."""
     try:
-        return cst.parse_module(text)
+        return parse_module(text)
     except cst.ParserSyntaxError as exc:
         # Python accepted it: the file is not broken, only beyond libcst; not checked, and said so.
         first = exc.message.splitlines()[0] if exc.message else "syntax"
@@ -405,7 +407,7 @@ def _newer_syntax(text: str) -> cst.Module | None:
     else:
         return None  # the parser accepts it: what the compiler refused is refused by newer ones too
     try:
-        return cst.parse_module(text)
+        return parse_module(text)
     except (cst.ParserSyntaxError, RecursionError, MemoryError):
         return None
 

@@ -11,9 +11,10 @@ from functools import cached_property
 from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodePosition, CodeRange
 
 from amplint.source import NEWLINE, LineIndex, python_ast
+from amplint.static.cst_compat import node_positions
 from amplint.static.dtypes import DtypeFacts
 from amplint.static.facts import Step
 from amplint.static.imports import ImportMap
@@ -73,9 +74,10 @@ class FileContext:
         self.memo: dict[str, object] = {}  # per-file results that several rules share
         self._position_cache: dict[cst.CSTNode, tuple[int, Mapping[cst.CSTNode, CodeRange]]] = {}
         self._function_of_cache: dict[cst.CSTNode, dict[cst.CSTNode, cst.FunctionDef]] = {}
-        # Per function: its nodes' positions rendered alone, and the lines and columns to shift them by.
+        # Per function: its nodes' positions rendered alone, the lines to shift them by, and the
+        # columns to shift each rendered line by.
         self._function_position_cache: dict[
-            cst.FunctionDef, tuple[Mapping[cst.CSTNode, CodeRange], int, int] | None
+            cst.FunctionDef, tuple[Mapping[cst.CSTNode, CodeRange], int, list[int]] | None
         ] = {}
 
     @cached_property
@@ -95,7 +97,7 @@ class FileContext:
         it is computed for the one top-level statement that holds the node, and shifted."""
         top = self.index.top_of.get(node)
         if top is None:
-            top = self._statement_of.get(node)
+            top = self.index.statement_of.get(node)
             if top is None:  # not a node of the module's statements
                 return self._module_positions[node]
         # Narrower still: the innermost function around the node, where Python's parser says it is.
@@ -106,8 +108,8 @@ class FileContext:
                 alone, lines, columns = in_function
                 where = alone[node]
                 return CodeRange(
-                    CodePosition(where.start.line + lines, where.start.column + columns),
-                    CodePosition(where.end.line + lines, where.end.column + columns),
+                    CodePosition(where.start.line + lines, where.start.column + columns[where.start.line]),
+                    CodePosition(where.end.line + lines, where.end.column + columns[where.end.line]),
                 )
         offset, positions = self._statement_positions(top)
         where = positions[node]
@@ -118,7 +120,7 @@ class FileContext:
 
     @cached_property
     def _module_positions(self) -> Mapping[cst.CSTNode, CodeRange]:
-        return MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+        return node_positions(self.module, self.module)[0]
 
     @cached_property
     def _line_offsets(self) -> dict[cst.CSTNode, int]:
@@ -161,22 +163,12 @@ class FileContext:
             at += 1
         return lines, located
 
-    @cached_property
-    def _statement_of(self) -> dict[cst.CSTNode, cst.BaseStatement]:
-        """The top-level statement that holds each node of the module (`index.top_of` places only
-        calls and binary operations)."""
-        found: dict[cst.CSTNode, cst.BaseStatement] = {}
-        for top in self.module.body:
-            for node in walk(top):
-                found.setdefault(node, top)
-        return found
-
     def scope_of(self, node: cst.CSTNode) -> cst.FunctionDef | cst.Module | None:
         """The innermost function whose body holds `node`, else the module; None for a node that is
         not in the module's statements."""
         top = self.index.top_of.get(node)
         if top is None:
-            top = self._statement_of.get(node)
+            top = self.index.statement_of.get(node)
             if top is None:
                 return None
         return self._functions_in(top).get(node) or self.module
@@ -193,22 +185,22 @@ class FileContext:
         if found is None:
             found = self._function_of_cache[top] = {}
             # Outer functions first (the walk's order), so inner ones overwrite what they hold.
-            for function in [node for node in walk(top) if isinstance(node, cst.FunctionDef)]:
+            for function in [n for n in walk(top, expressions=False) if isinstance(n, cst.FunctionDef)]:
                 for node in walk(function.body):
                     found[node] = function
         return found
 
     def _function_positions(
         self, function: cst.FunctionDef
-    ) -> tuple[Mapping[cst.CSTNode, CodeRange], int, int] | None:
-        """Positions of the nodes in one function, rendered alone as a module and shifted to the line
-        of its `def` and its indentation. Used only when every line rendered is the file's line at
-        that spot less the indentation, which makes the shift exact (a multi-line string's own lines
-        do not move with the indentation: such a function falls back); None otherwise (the caller
-        falls back to the whole statement)."""
+    ) -> tuple[Mapping[cst.CSTNode, CodeRange], int, list[int]] | None:
+        """Positions of the nodes in one function, rendered alone and shifted to the line of its
+        `def`, each rendered line by its own column shift: the indentation where the file's line is
+        the rendered one indented, none where it is the rendered one as it stands (a multi-line
+        string's own lines do not move with the indentation). None where some line is neither (the
+        caller falls back to the whole statement)."""
         if function in self._function_position_cache:
             return self._function_position_cache[function]
-        positions: tuple[Mapping[cst.CSTNode, CodeRange], int, int] | None = None
+        positions: tuple[Mapping[cst.CSTNode, CodeRange], int, list[int]] | None = None
         layout = self._def_lines
         where = layout[1].get(function) if layout is not None else None
         if layout is not None and where is not None:
@@ -219,8 +211,7 @@ class FileContext:
             before = len(function.leading_lines) + len(function.lines_after_decorators)
             before += sum(len(NEWLINE.findall(self.code(d))) for d in function.decorators)
             start = def_line - before
-            alone = self.module.with_changes(body=[function], header=[], footer=[])
-            code = alone.code_for_node(function)
+            alone, code = node_positions(function, self.module)
             rendered = code.splitlines()
             begin = lines.offset(start, 1) if start >= 1 else -1
             # At most the rendered text with the indentation and a two-character newline per line.
@@ -228,12 +219,14 @@ class FileContext:
             original = (
                 (self.text or "")[begin : begin + span].splitlines()[: len(rendered)] if begin >= 0 else []
             )
-            if len(original) == len(rendered) and all(
-                (mine == f"{indent}{line}" if line.strip() else not mine.strip())
-                for mine, line in zip(original, rendered, strict=True)
-            ):
-                alone_positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
-                positions = (alone_positions, start - 1, len(indent))
+            if len(original) == len(rendered):
+                columns = [0, *(_shift(a, b, indent) for a, b in zip(original, rendered, strict=True))]
+                # Lines as `splitlines` counts them are libcst's lines unless the code holds a line
+                # break of another kind (a form feed): then the shift must be the same on every line.
+                uniform = len(rendered) != len(NEWLINE.findall(code)) + (not code.endswith(("\n", "\r")))
+                if -1 not in columns and not (uniform and set(columns[1:]) - {len(indent)}):
+                    columns.append(len(indent))  # the line after the last: where the function ends
+                    positions = (alone, start - 1, columns)
         self._function_position_cache[function] = positions
         return positions
 
@@ -242,8 +235,7 @@ class FileContext:
     ) -> tuple[int, Mapping[cst.CSTNode, CodeRange]]:
         cached = self._position_cache.get(statement)
         if cached is None:
-            alone = self.module.with_changes(body=[statement], header=[], footer=[])
-            positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
+            positions = node_positions(statement, self.module)[0]
             cached = self._position_cache[statement] = (self._line_offsets[statement], positions)
         return cached
 
@@ -251,6 +243,13 @@ class FileContext:
     def facts(self) -> DtypeFacts:
         """The dtype facts of this file's expressions (computed per function, on demand)."""
         return DtypeFacts(self)
+
+    def release(self) -> None:
+        """Let go of the dtype facts, which refer back to this context: once the rules are done,
+        the file's tree is freed as soon as nothing else holds it, not at the garbage collector's
+        next pass over older objects."""
+        vars(self).pop("facts", None)
+        self.memo.clear()
 
     def qualified(self, node: cst.BaseExpression) -> str | None:
         return self.imports.qualified(node)
@@ -266,6 +265,14 @@ class FileContext:
     def float32(self) -> tuple[cst.BaseExpression, bool]:
         torch, missing = self.torch_name()
         return cst.Attribute(value=torch, attr=cst.Name("float32")), missing
+
+
+def _shift(mine: str, rendered: str, indent: str) -> int:
+    """How many columns a rendered line moves by in the file's line `mine`: the indentation, none
+    for a line that stands as it is (within a multi-line string), or -1 when it is neither."""
+    if mine == f"{indent}{rendered}" if rendered.strip() else not mine.strip():
+        return len(indent)
+    return 0 if mine == rendered else -1
 
 
 def scopes_holding(ctx: FileContext, nodes: Iterable[cst.CSTNode]) -> list[Scope]:

@@ -153,7 +153,7 @@ def _submodules(tree: ast.Module, words: frozenset[str]) -> frozenset[str]:
     nn.Softmax(dim=-1)`): a body that calls `self.attend(dots)` is a softmax's body."""
     return frozenset(
         target.attr
-        for node in ast.walk(tree)
+        for node in _statements(tree.body)
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
         for target in node.targets
         if isinstance(target, ast.Attribute)
@@ -161,6 +161,20 @@ def _submodules(tree: ast.Module, words: frozenset[str]) -> frozenset[str]:
         and target.value.id == "self"
         and _called_name(node.value.func) in words
     )
+
+
+def _statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement in `body` and in the blocks of its statements (an assignment is never inside
+    an expression: `ast.walk` would visit every expression node as well)."""
+    stack: list[ast.AST] = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.stmt):
+            yield node
+        for name in ("finalbody", "orelse", "handlers", "cases", "body"):
+            block = getattr(node, name, None)
+            if isinstance(block, list):
+                stack.extend(reversed(block))
 
 
 def _called_name(func: ast.expr) -> str:

@@ -44,6 +44,8 @@ class ModuleIndex:
     function_names: set[str] = field(default_factory=set)
     calls: list[cst.Call] = field(default_factory=list)
     top_of: dict[cst.CSTNode, cst.BaseStatement] = field(default_factory=dict)
+    # Every node of the module's statements, not only calls and products: the statement holding it.
+    statement_of: dict[cst.CSTNode, cst.BaseStatement] = field(default_factory=dict)
 
 
 # Fields that hold only formatting (whitespace, commas, parentheses): never worth walking into.
@@ -91,14 +93,25 @@ def _value_kind(kind: type) -> int:
     return value
 
 
-def walk(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
+_EXPRESSIONS: dict[type, bool] = {}
+
+
+def walk(root: cst.CSTNode, *, expressions: bool = True) -> Iterator[cst.CSTNode]:
     """Every node below `root`, in source order, formatting nodes left out. A plain walk over the
-    node fields: libcst's visitor machinery costs five times as much for a read-only traversal."""
+    node fields: libcst's visitor machinery costs five times as much for a read-only traversal.
+    Without `expressions`, an expression is the last node of its branch: a walk for statements,
+    definitions or assignments (which no expression holds) skips most of the tree."""
     stack: list[cst.CSTNode] = [root]
     kinds = _VALUE_KINDS
     while stack:
         node = stack.pop()
         yield node
+        if not expressions:
+            leaf = _EXPRESSIONS.get(type(node))
+            if leaf is None:
+                leaf = _EXPRESSIONS[type(node)] = issubclass(type(node), cst.BaseExpression)
+            if leaf:
+                continue
         names = _REVERSED_FIELDS.get(type(node))
         if names is None:
             names = _REVERSED_FIELDS[type(node)] = tuple(reversed(_fields(type(node))))
@@ -120,8 +133,10 @@ def walk(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
 
 def index_module(module: cst.Module) -> ModuleIndex:
     index = ModuleIndex(scopes=[Scope(module, tuple(module.body))])
+    statement_of = index.statement_of
     for top in module.body:
         for node in walk(top):
+            statement_of.setdefault(node, top)
             # Exact types (what the parser makes), not isinstance(): see _VALUE_KINDS.
             kind = type(node)
             if kind is cst.Call:

@@ -46,3 +46,27 @@ def test_every_node_is_where_the_whole_module_says(path: Path, given_tree: bool)
     for node in nodes:
         assert ctx.position(node) == whole[node], (path.name, ctx.code(node)[:60])
         assert ctx.scope_of(node) is innermost[node], (path.name, ctx.code(node)[:60])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A docstring's lines and a string's own lines stay where they are when the method is
+        # rendered alone; the code around them moves with the indentation.
+        'class A:\n    def f(self, x):\n        """Doc.\n\n        More.\n        """\n'
+        '        y = """a\n    b""".join(x) + g(x)\n        return y\n',
+        # A form feed inside a string splits a line for `splitlines`, not for libcst: the lines
+        # cannot be paired, and the whole class is rendered.
+        'class A:\n    def f(self, x):\n        y = "a\x0cb" + g(x)\n        return y\n',
+    ],
+    ids=["multi-line strings", "form feed"],
+)
+def test_a_method_is_placed_from_its_own_rendering(text: str) -> None:
+    module = cst.parse_module(text)
+    ctx = FileContext(Path("a.py"), module, text=text)
+    whole = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    method = next(node for node in walk(module) if isinstance(node, cst.FunctionDef))
+    own = ctx._function_positions(method) is not None  # else the fallback to the whole class
+    assert own == ("\x0c" not in text)
+    for node in walk(method.body):
+        assert ctx.position(node) == whole[node], ctx.code(node)

@@ -450,17 +450,19 @@ class EngineState(ABC):
         aliases = self._aliases.get(function)
         if aliases is None:
             aliases = self._aliases[function] = {}
-            for node in walk(function.body):
+            for node in walk(function.body, expressions=False):
                 if isinstance(node, cst.AnnAssign) and node.value is not None:
                     target, value = node.target, node.value
                 elif isinstance(node, cst.Assign) and len(node.targets) == 1:
                     target, value = node.targets[0].target, node.value
                 else:
                     continue
+                if not isinstance(target, cst.Name):
+                    continue
                 named = {
                     n.value for n in walk(value) if isinstance(n, cst.Name) and n.value in self._functions
                 }
-                if isinstance(target, cst.Name) and len(named) == 1:
+                if len(named) == 1:
                     aliases[target.value] = named.pop()
         return aliases.get(name)
 
