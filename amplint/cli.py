@@ -391,6 +391,10 @@ def _run(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "check":
+        if argv is None:  # amplint's own process (not a caller's, which keeps its collector)
+            from amplint.pipeline.pool import collect_less
+
+            collect_less()
         return _check(args)
     if args.command == "clean":
         return _clean(args)
@@ -412,9 +416,6 @@ def _error(message: str) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from amplint.pipeline.pool import collect_less
-
-    collect_less()
     problem = _from_environment(args)
     if problem is not None:
         return _error(problem)
