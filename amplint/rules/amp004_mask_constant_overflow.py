@@ -18,6 +18,7 @@ from amplint.static.constants import BF16_MAX, FP16_OVERFLOW
 from amplint.static.context import FileContext, Finding, FixPlan, scopes_holding
 from amplint.static.facts import CALLER_CLAUSE, TENSOR, Fact
 from amplint.static.flow import Flow, Policy, analyse
+from amplint.static.imports import last_name
 from amplint.static.ops import F16
 from amplint.static.patterns import argument, callee_name, method_call
 from amplint.static.scopes import Scope, named_params, walk
@@ -534,14 +535,7 @@ def _from_lengths(node: cst.CSTNode) -> bool:
     if called in _SIZED or called == "arange":
         return False  # `torch.ones(seq_len, seq_len)`: a size
     first = node.args[0].value if node.args and node.args[0].keyword is None else None
-    name = (
-        first.value
-        if isinstance(first, cst.Name)
-        else first.attr.value
-        if isinstance(first, cst.Attribute)
-        else ""
-    )
-    return _LENGTH_ARGUMENT.search(name) is not None
+    return _LENGTH_ARGUMENT.search(last_name(first)) is not None
 
 
 def _below_top(mask: cst.BaseExpression, flow: Flow) -> bool:

@@ -11,6 +11,7 @@ import libcst as cst
 from amplint.static.context import FileContext, scopes_holding
 from amplint.static.facts import TENSOR
 from amplint.static.flow import Flow, Policy, value_children
+from amplint.static.imports import last_name
 from amplint.static.patterns import (
     argument,
     callee_name,
@@ -218,14 +219,7 @@ def local_callee(ctx: FileContext, call: cst.CSTNode) -> str | None:
     `self.forward_attention(v, scores, mask)`), or None."""
     if not isinstance(call, cst.Call) or ctx.qualified(call.func) is not None:
         return None
-    func = call.func
-    name = (
-        func.value
-        if isinstance(func, cst.Name)
-        else func.attr.value
-        if isinstance(func, cst.Attribute)
-        else ""
-    )
+    name = last_name(call.func)
     return name if name in ctx.index.function_names else None
 
 

@@ -20,6 +20,13 @@ def dotted_name(node: cst.BaseExpression) -> str | None:
     return ".".join(reversed(parts))
 
 
+def last_name(node: cst.BaseExpression | None) -> str:
+    """`c` for a name `c` or an attribute `a.b.c`; "" for anything else."""
+    if isinstance(node, cst.Name):
+        return node.value
+    return node.attr.value if isinstance(node, cst.Attribute) else ""
+
+
 def _module_name(node: cst.BaseExpression) -> str:
     name = dotted_name(node)
     assert name is not None, "import targets are always dotted names"
