@@ -53,6 +53,16 @@ def node_positions(node: cst.CSTNode, module: cst.Module) -> tuple[Mapping[cst.C
     state = PositionProvidingCodegenState(
         default_indent=module.default_indent, default_newline=module.default_newline, provider=provider
     )
-    node._codegen(state)
+    try:
+        node._codegen(state)
+    except KeyError as exc:
+        # A recursion too deep for the rendering leaves libcst's position bookkeeping half done, and
+        # the KeyErrors of its unwinding hide it: the depth is what failed.
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, RecursionError):
+            cause = cause.__context__
+        if cause is None:
+            raise
+        raise RecursionError("nesting too deep to place the finding") from None
     found = cast(Mapping[cst.CSTNode, CodeRange], provider._computed)  # every value a range
     return found, "".join(state.tokens)

@@ -396,8 +396,9 @@ def test_utf8_non_ascii_columns_count_characters(tmp_path: Path) -> None:
 
 
 def test_a_file_too_deep_to_analyse_is_one_diagnostic(tmp_path: Path) -> None:
-    # A 320-branch `elif` chain (valid Python) is deeper than libcst's position pass can recurse.
-    branches = "".join(f"    elif x == {i}:\n        return torch.exp(y) * {i}\n" for i in range(1, 320))
+    # A 600-branch `elif` chain (valid Python, which Python's parser reads) is deeper than the
+    # rendering that places a finding can recurse.
+    branches = "".join(f"    elif x == {i}:\n        return torch.exp(y) * {i}\n" for i in range(1, 600))
     deep = (
         "import torch\n\n\ndef f(x):\n    y = torch.sigmoid(x)\n    if x == 0:\n        return torch.exp(y)\n"
     )
