@@ -1,16 +1,18 @@
 """Does `amplint check --fix` leave real code working? Applied to an installed package (transformers'
-`models/`, diffusers, flash-linear-attention's `fla`), then every changed module is imported and
-what the fix changed runs before and after (a model, or a function where no model runs on CPU).
+`models/`, or any other package with model code: diffusers, flash-linear-attention's `fla`, ...),
+then every changed module is imported and what the fix changed runs before and after (a model, or
+a function where no model runs on CPU).
 
-    python benchmarks/fix_safety.py [--package transformers|diffusers|fla] [--unsafe-fixes]
-                                    [--all-rules] [--only FOLDER,...] [--output FILE]
+    python benchmarks/fix_safety.py run [--package NAME] [--unsafe-fixes] [--all-rules]
+                                        [--only FOLDER,...] [--results FILE]
+    python benchmarks/fix_safety.py report [FILE] > docs/fix_safety.md
 
-It needs the package installed (transformers 5.24.0, diffusers 0.42.1, or flash-linear-attention
-0.6.0 with fla-core and triton, which fla imports even where its kernels cannot run); none of them
-is a dependency of amplint. The installed package is copied to a temporary directory twice (as it
-is, and to be fixed); `amplint check --fix` (with `--unsafe-fixes`, and every opt-in rule with
-`--all-rules`) runs on the copy (transformers: its `models/`). Then, each in a fresh process with
-the copy first on `sys.path`:
+It needs the package installed (flash-linear-attention with fla-core and triton, which fla imports
+even where its kernels cannot run); none of them is a dependency of amplint. The installed package
+is copied to a temporary directory twice (as it is, and to be fixed); `amplint check --fix` (with
+`--unsafe-fixes`; with `--all-rules`, every opt-in rule and the findings `--show-conditional`
+shows) runs on the copy (transformers: its `models/`). Then, each in a fresh process with the copy
+first on `sys.path`:
 
 - every changed module is imported (one that does not import unfixed either, for want of an
   optional dependency, is left out);
@@ -40,7 +42,9 @@ than rounding (one unit in the last place of the mode's lowest precision at the 
 `--unsafe-fixes`, its output changed dtype or shape. Each run counts for every rule whose fixes
 changed the files it goes through. `--only` limits the fix to some subfolders (model types).
 
-The table goes to stdout, and with `--output` into a Markdown file with the command that made it.
+`run` prints its tables and keeps its record in the results file (benchmarks/fix_safety.json, one
+record per package and level, replaced when measured again); `report` renders docs/fix_safety.md
+from that file.
 """
 
 from __future__ import annotations
@@ -59,11 +63,12 @@ import tempfile
 from collections import Counter
 from importlib.util import find_spec
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 OPT_IN = "AMP001,AMP002,AMP003,AMP004,AMP005,AMP006,AMP013,AMP014"
 CHECKED = {"transformers": "models"}  # the folder of the package amplint fixes (default: all of it)
 TIMEOUT = 300
+RESULTS = Path(__file__).with_name("fix_safety.json")
 CALLS = Path(__file__).with_name("fix_safety_calls.py")  # a tiny run for the other packages
 
 # Run in a child process: build a tiny model of one model type and report its first output per dtype.
@@ -144,6 +149,71 @@ if model is None or not ran(out):
     out = {"default": True, **run(model, inputs)}
 print(json.dumps(out))
 """
+
+
+# The page's fixed text: what the script does and how a run is judged.
+PAGE = """
+# Fix safety on real code
+
+`--fix` writes code into other people's models, so `benchmarks/fix_safety.py` applies it to an
+installed package (transformers' `models/`, or all of any other package with model code), imports
+every changed module, and runs what the fix changed before and after the fix, with the same weights
+and inputs, in every mode of `amplint.runtime.modes`:
+
+| Mode | Weights and inputs | Autocast |
+| --- | --- | --- |
+| `float64` | float64 (the reference) | none |
+| `float32`, `bfloat16`, `float16` | cast to that dtype | none; half scans keep their running value in half, as CUDA's do |
+| `cpu-autocast-bf16` | float32 | `torch.autocast("cpu", dtype=torch.bfloat16)` |
+| `cuda-autocast-bf16`, `cuda-autocast-fp16` | float32 | CUDA autocast, emulated without a GPU: the call is traced on fake `cuda:0` tensors, so CUDA autocast's own kernels pick each op's dtype, and the graph is replayed on CPU on the real weights and inputs |
+
+Each run's output (transformers: the logits, else the first output; otherwise the first floating
+tensor of the output) is compared with the original's float64 output. A fixed run is worse when it
+raises where the original ran, when it is not finite where the reference is, when its largest
+error against the reference exceeds the original's by more than rounding (one unit in the last
+place of the mode's lowest precision at the reference's largest magnitude; in float64, where the
+original is the reference itself, 2**-40 of that magnitude, which lets a rewritten formula round
+otherwise and catches any value narrowed to float32), or, for a safe fix, when its output changes
+dtype or shape. The same judge (`amplint.runtime.modes.judge`) runs the rule examples in CI
+(`tests/rules/test_example_numerics.py`).
+
+What runs:
+
+- transformers: a forward pass of every changed model that the auto classes build from a tiny
+  config (2 layers, hidden size 64, 4 heads, vocabulary 256, 32-pixel images, no cache; its causal
+  LM, else its base model). A model that runs in no mode from the tiny config is built as
+  `amplint trace --hf-config` builds it instead (its default config with 2 layers per stack).
+- other packages: for each changed module, its entry points to the fixed lines, found in its
+  source: the top-level classes and functions that hold a changed line or use one that does, and
+  that no other of them uses (the model class, not its blocks and norms). Each is built from a tiny
+  instance (`benchmarks/fix_safety_calls.py`): the class's `__init__` defaults shrunk (widths that
+  16 divides divided by 16, layers and blocks cut to 1, heads to 2; a required width 32) and its
+  inputs made from the names of its forward arguments; where that cannot build the class, run it,
+  or run it through the fixed lines, a small table gives the config, the inputs and the method to
+  call, sized after the package's own tests; functions run only from that table. A line trace tells
+  whether the run went through a changed line: one that did not is reported, not counted. When an
+  entry point does not run, the definitions that hold the changed lines are called by themselves
+  instead.
+
+`--all-rules` turns on every opt-in rule and fixes the findings that `--show-conditional` shows too
+(those whose half precision is the caller's choice), so that every fix amplint can write is applied.
+A run counts for every rule whose fixes changed the files it goes through. The results are kept in
+`benchmarks/fix_safety.json`, one record per package and level, and this page is rendered from them:
+
+    python benchmarks/fix_safety.py run --package NAME --unsafe-fixes --all-rules   # one record
+    python benchmarks/fix_safety.py report > docs/fix_safety.md
+"""
+
+SUMMARY = """
+Each row is one run of the script: the files its fixes changed, the fixes applied, the models and
+functions run through a changed line (of those that go through one), and, summed over the rules
+and the seven modes of its per-rule table, the runs whose fixed code raises where the original ran
+and those whose error against float64 grew by more than rounding. A model or function that runs in
+no mode before the fix is not compared; the notes under each table name it and say why.
+"""
+
+# What a table alone does not say, by "package level".
+NOTES: dict[str, str] = {}
 
 
 def _digest(path: Path) -> str:
@@ -296,47 +366,45 @@ def _judged(tried: Tried, safe: bool) -> dict[str, str | None]:
     return verdicts
 
 
-def _per_rule(judged: list[tuple[Tried, dict[str, str | None]]]) -> list[str]:
-    """The table of runs, raises and worse errors per rule and mode: a run counts for every rule
-    whose fixes changed the files it goes through."""
+def _per_rule(judged: list[tuple[Tried, dict[str, str | None]]]) -> dict[str, list[list[int]]]:
+    """Per rule, per mode (in `MODES` order): the runs compared, those that raise after the fix and
+    those whose error grew. A run counts for every rule whose fixes changed the files it goes through."""
     from amplint.runtime.modes import MODES
 
-    codes = sorted({code for tried, _ in judged for code in tried.codes})
-    lines = [
-        "| Rule | " + " | ".join(mode.name for mode in MODES) + " |",
-        "| --- |" + " ---: |" * len(MODES),
-    ]
-    for code in codes:
-        cells = []
+    table: dict[str, list[list[int]]] = {}
+    for code in sorted({code for tried, _ in judged for code in tried.codes}):
+        table[code] = []
         for mode in MODES:
             verdicts = [v[mode.name] for tried, v in judged if code in tried.codes and mode.name in v]
             raised = sum(1 for why in verdicts if why is not None and why.startswith("raises"))
             worse = sum(1 for why in verdicts if why is not None and not why.startswith("raises"))
-            cells.append(f"{len(verdicts)} / {raised} / {worse}")
-        lines.append(f"| {code} | " + " | ".join(cells) + " |")
-    return lines
+            table[code].append([len(verdicts), raised, worse])
+    return table
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--package", default="transformers", help="the installed package to fix (default transformers)"
-    )
-    parser.add_argument("--unsafe-fixes", action="store_true", help="apply the unsafe fixes too")
-    parser.add_argument("--all-rules", action="store_true", help="turn the opt-in rules on too")
-    parser.add_argument("--output", type=Path, help="write the table into this Markdown file")
-    parser.add_argument(
-        "--only",
-        help="the subfolders of the checked folder to fix, comma-separated (transformers: model types)",
-    )
-    args = parser.parse_args(argv)
-    package = args.package
+def _revision() -> str:
+    """The commit of amplint that measured, with "+" when its working tree differs from it."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "amplint"], capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        return "?"
+    return (head or "?") + "+" * bool(dirty)
+
+
+def measure(package: str, unsafe: bool, all_rules: bool, only: str | None) -> dict[str, object] | None:
+    """Fix a copy of the installed `package`, run what changed before and after in every mode, and
+    return the record that `report` renders (None when the package is not installed)."""
+    from amplint.runtime.modes import MODES
+
     spec = find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        print(f"{package} is not installed", file=sys.stderr)
-        return 2
+        return None
     from importlib.metadata import packages_distributions, version
 
     distribution = (packages_distributions().get(package) or [package])[0]
@@ -350,17 +418,19 @@ def main(argv: list[str] | None = None) -> int:
         known = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) | set(MODEL_MAPPING_NAMES)
 
     installed = Path(next(iter(spec.submodule_search_locations)))
-    command = ["python", "benchmarks/fix_safety.py"] + ["--package", package] * (package != "transformers")
-    flags = ["--fix"] + (["--unsafe-fixes"] if args.unsafe_fixes else [])
-    flags += ["--extend-select", OPT_IN] if args.all_rules else []
-    command += ["--unsafe-fixes"] * args.unsafe_fixes + ["--all-rules"] * args.all_rules
-    command += ["--only", args.only] if args.only else []
+    command = ["python", "benchmarks/fix_safety.py", "run"] + ["--package", package] * (
+        package != "transformers"
+    )
+    flags = ["--fix"] + (["--unsafe-fixes"] if unsafe else [])
+    flags += ["--extend-select", OPT_IN, "--show-conditional"] if all_rules else []
+    command += ["--unsafe-fixes"] * unsafe + ["--all-rules"] * all_rules
+    command += ["--only", only] if only else []
     with tempfile.TemporaryDirectory() as temporary:
         original, fixed = Path(temporary, "original"), Path(temporary, "fixed")
         for root in (original, fixed):
             shutil.copytree(installed, root / package, ignore=shutil.ignore_patterns("__pycache__"))
         models = fixed / package / CHECKED.get(package, "")
-        folders = [models / name for name in args.only.split(",")] if args.only else [models]
+        folders = [models / name for name in only.split(",")] if only else [models]
         before = {path: _digest(path) for folder in folders for path in folder.rglob("*.py")}
         run = subprocess.run(
             [
@@ -442,42 +512,144 @@ def main(argv: list[str] | None = None) -> int:
                 unreached.append(item.name)
             else:
                 compared.append(item.name)
-                judged.append((item, _judged(item, safe=not args.unsafe_fixes)))
+                judged.append((item, _judged(item, safe=not unsafe)))
         broken = [
             f"{item.name} ({', '.join(sorted(item.codes))}), {mode}: {why}"
             for item, verdicts in judged
             for mode, why in verdicts.items()
             if why is not None
         ]
-        worse_runs = {item.name for item, verdicts in judged if any(verdicts.values())}
+        worse_runs = sorted({item.name for item, verdicts in judged if any(verdicts.values())})
     where = f"`{CHECKED[package]}/`" if package in CHECKED else "the package"
-    where += f" ({', '.join(f'`{name}/`' for name in args.only.split(','))} only)" if args.only else ""
-    unit = "Models" if package == "transformers" else "Models and functions"
+    where += f" ({', '.join(f'`{name}/`' for name in only.split(','))} only)" if only else ""
+    return {
+        "package": package,
+        "distribution": distribution,
+        "version": version(distribution),
+        "level": "unsafe" if unsafe else "safe",
+        "command": shlex.join(command),
+        "check": f"amplint check {' '.join(flags)}",
+        "where": where,
+        "amplint": _revision(),
+        "changed": len(changed),
+        "applied": dict(sorted(applied.items())),
+        "failed_imports": failed_imports,
+        "tried": len(tried),
+        "compared": compared,
+        "worse": worse_runs,
+        "broken": broken,
+        "unbuilt": unbuilt,
+        "unreached": unreached,
+        "no_entry": no_entry,
+        "modes": [mode.name for mode in MODES],
+        "per_rule": _per_rule(judged),
+    }
+
+
+def _key(record: dict[str, Any]) -> str:
+    return f"{record['package']} {record['level']}"
+
+
+def _section(record: dict[str, Any]) -> list[str]:
+    """One measured run of the script: its command, its summary row, its per-rule table and notes."""
+    transformers = record["package"] == "transformers"
+    unit = "Models" if transformers else "Models and functions"
+    applied = ", ".join(f"{code}: {n}" for code, n in record["applied"].items()) or "-"
     lines = [
-        f"`{shlex.join(command)}` ({distribution} {version(distribution)}, `amplint check "
-        f"{' '.join(flags)}` on {where})",
+        f"`{record['command']}` ({record['distribution']} {record['version']}, `{record['check']}` on "
+        f"{record['where']}; amplint {record['amplint']})",
         "",
         f"| Files changed | Fixes applied | Modules that no longer import | {unit} run (changed) | "
         f"{unit} that raise or get worse |",
         "| ---: | --- | ---: | ---: | ---: |",
-        f"| {len(changed)} | {', '.join(f'{code}: {n}' for code, n in sorted(applied.items())) or '-'} | "
-        f"{len(failed_imports)} | {len(compared)} of {len(tried)} | {len(worse_runs)} |",
+        f"| {record['changed']} | {applied} | {len(record['failed_imports'])} | "
+        f"{len(record['compared'])} of {record['tried']} | {len(record['worse'])} |",
     ]
-    if judged:
+    if record["per_rule"]:
         lines += ["", "Per rule and mode: runs compared / that raise after the fix / whose error grew:", ""]
-        lines += _per_rule(judged)
-    notes = [f"- import: {item}" for item in failed_imports] + [f"- worse: {item}" for item in broken]
-    tiny = "a tiny config nor from its default one" if package == "transformers" else "a tiny instance"
-    notes += [f"- not run from {tiny}, so not compared: {item}" for item in unbuilt]
-    notes += [f"- ran, but not through a fixed line: {item}" for item in unreached]
-    notes += [f"- no class or function of the module reaches a fixed line: {item}" for item in no_entry]
-    if package != "transformers":  # what ran is the script's choice here: name it
-        notes += [f"- compared: {item}" for item in compared]
-    lines += [""] * bool(notes) + notes
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.output:
-        args.output.write_text(text, encoding="utf-8")
+        lines += [
+            "| Rule | " + " | ".join(record["modes"]) + " |",
+            "| --- |" + " ---: |" * len(record["modes"]),
+        ]
+        for code, cells in record["per_rule"].items():
+            lines.append(f"| {code} | " + " | ".join(" / ".join(map(str, cell)) for cell in cells) + " |")
+    tiny = "a tiny config nor from its default one" if transformers else "a tiny instance"
+    notes = [f"- import: {item}" for item in record["failed_imports"]]
+    notes += [f"- worse: {item}" for item in record["broken"]]
+    notes += [f"- not run from {tiny}, so not compared: {item}" for item in record["unbuilt"]]
+    notes += [f"- ran, but not through a fixed line: {item}" for item in record["unreached"]]
+    notes += [
+        f"- no class or function of the module reaches a fixed line: {item}" for item in record["no_entry"]
+    ]
+    if not transformers:  # what ran is the script's choice here: name it
+        notes += [f"- compared: {item}" for item in record["compared"]]
+    return lines + [""] * bool(notes) + notes
+
+
+def report(data: dict[str, Any]) -> str:
+    """docs/fix_safety.md from the results file: the method, a summary row per tree and level, then
+    each run's tables and notes."""
+    records = sorted(
+        data["runs"].values(), key=lambda r: (r["package"] != "transformers", r["package"], r["level"])
+    )
+    lines = [PAGE.strip(), "", "## Summary", ""]
+    lines += [
+        "| Tree | Level | Files changed | Fixes applied | Runs compared (of changed) | Runs that raise | "
+        "Runs whose error grew |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for record in records:
+        raised = sum(cell[1] for cells in record["per_rule"].values() for cell in cells)
+        grew = sum(cell[2] for cells in record["per_rule"].values() for cell in cells)
+        lines.append(
+            f"| {record['distribution']} {record['version']} | {record['level']} | {record['changed']} | "
+            f"{sum(record['applied'].values())} | {len(record['compared'])} of {record['tried']} | "
+            f"{raised} | {grew} |"
+        )
+    lines += ["", SUMMARY.strip()]
+    for record in records:
+        lines += ["", f"## {record['distribution']} {record['version']}, {record['level']} fixes", ""]
+        lines += _section(record)
+        if note := NOTES.get(_key(record)):
+            lines += ["", note.strip()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_parser = sub.add_parser("run", help="measure one package at one level, into the results file")
+    run_parser.add_argument(
+        "--package", default="transformers", help="the installed package to fix (default transformers)"
+    )
+    run_parser.add_argument("--unsafe-fixes", action="store_true", help="apply the unsafe fixes too")
+    run_parser.add_argument(
+        "--all-rules",
+        action="store_true",
+        help="turn the opt-in rules on too, and fix the findings shown only with --show-conditional",
+    )
+    run_parser.add_argument(
+        "--only",
+        help="the subfolders of the checked folder to fix, comma-separated (transformers: model types)",
+    )
+    run_parser.add_argument("--results", type=Path, default=RESULTS, help="the results file to update")
+    report_parser = sub.add_parser("report", help="render docs/fix_safety.md from the results file")
+    report_parser.add_argument("results", type=Path, nargs="?", default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.command == "report":
+        print(report(json.loads(args.results.read_text(encoding="utf-8"))), end="")
+        return 0
+    record = measure(args.package, args.unsafe_fixes, args.all_rules, args.only)
+    if record is None:
+        print(f"{args.package} is not installed", file=sys.stderr)
+        return 2
+    data = json.loads(args.results.read_text(encoding="utf-8")) if args.results.exists() else {"runs": {}}
+    data["runs"][_key(record)] = record
+    data["runs"] = dict(sorted(data["runs"].items()))
+    args.results.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    print("\n".join(_section(record)))
     return 0
 
 
