@@ -263,6 +263,37 @@ def _changed_lines(old: str, new: str) -> tuple[set[int], set[int]]:
     return old_lines, new_lines
 
 
+def _functions(source: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The functions and methods of a module by qualified name."""
+    found: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if not isinstance(child, ast.ClassDef):
+                    found[prefix + child.name] = child
+                walk(child, f"{prefix}{child.name}.")
+
+    walk(ast.parse(source), "")
+    return found
+
+
+def _redecorated(old: str, new: str, new_lines: set[int]) -> tuple[set[int], set[int]]:
+    """The body lines, in the old source and in the new one, of the functions whose decorators a fix
+    changed (AMP015's `custom_fwd`): a decorator runs at import, so a run goes through that fix when
+    it calls the function, which the line trace sees in the body."""
+    old_functions, new_functions = _functions(old), _functions(new)
+    old_body: set[int] = set()
+    new_body: set[int] = set()
+    for name, node in new_functions.items():
+        if not any(decorator.lineno in new_lines for decorator in node.decorator_list):
+            continue
+        for body, function in ((new_body, node), (old_body, old_functions.get(name))):
+            if function is not None:
+                body.update(range(function.body[0].lineno, (function.end_lineno or function.lineno) + 1))
+    return old_body, new_body
+
+
 def _joined(lines: set[int]) -> str:
     return ",".join(map(str, sorted(lines)))
 
@@ -490,7 +521,10 @@ def measure(package: str, unsafe: bool, all_rules: bool, only: str | None) -> di
                 entries, holders = _reaching(text, new_lines)
                 if not entries:
                     no_entry.append(module)
-                lines = (_joined(old_lines), _joined(new_lines))
+                old_body, new_body = _redecorated(
+                    (original / path.relative_to(fixed)).read_text("utf-8"), text, new_lines
+                )
+                lines = (_joined(old_lines | old_body), _joined(new_lines | new_body))
                 results = [_call(module, name, lines, original, fixed, codes([path])) for name in entries]
                 if not all(_ran(item.old) for item in results):
                     # an entry point does not run: call what holds the fixed lines by itself instead

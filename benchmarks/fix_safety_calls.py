@@ -266,6 +266,16 @@ def _block_circular(cls: type) -> Run:
     return None, lambda **f: cls.apply(f["x"], f["w"]), {"x": torch.randn(2, 16), "w": torch.randn(4, 4, 4)}
 
 
+def _x_transformer(cls: type) -> Run:
+    # x-transformers' language model with the options whose code the fixes change: CoPE positions
+    # and the data-dependent (forgetting-transformer) ALiBi in attention, sigsoftmax logits
+    from x_transformers import Decoder
+
+    decoder = Decoder(dim=32, depth=2, heads=2, attn_use_cope=True, attn_data_dependent_alibi=True)
+    model = cls(num_tokens=256, max_seq_len=64, attn_layers=decoder, sigsoftmax_logits=True)
+    return model, model, {"x": torch.randint(0, 256, (1, 16))}
+
+
 # Tiny instances by "module:name", the package left out of the module's name.
 TINY: dict[str, Callable[[Any], Run]] = {
     "models.transformers.transformer_sana_wm:SanaWMTransformer3DModel": _sana_wm,
@@ -283,6 +293,7 @@ TINY: dict[str, Callable[[Any], Run]] = {
     "finite_scalar_perturbation:laplace_act": _laplace_act,
     "finite_scalar_perturbation:laplace_inv_act": _laplace_inv_act,
     "minGRU:heinsen_associative_scan_log": _heinsen_scan,
+    "x_transformers:TransformerWrapper": _x_transformer,
     "tuners.loha.layer:Linear": _loha(torch.nn.Linear(16, 16), (1, 4, 16)),
     "tuners.loha.layer:Conv1d": _loha(torch.nn.Conv1d(4, 8, 3), (1, 4, 16)),
     "tuners.loha.layer:Conv2d": _loha(torch.nn.Conv2d(4, 8, 3), (1, 4, 8, 8), use_effective_conv2d=True),

@@ -84,6 +84,16 @@ def test_a_fix_outside_any_definition_reaches_nothing() -> None:
     assert fix_safety._reaching(MODULE, {1}) == ([], [])
 
 
+def test_a_changed_decorator_is_reached_through_the_body_it_decorates() -> None:
+    # AMP015's fix adds decorators, which run at import: a call goes through the fix when it runs
+    # the decorated method's body, in the old source (no decorator yet) as in the new one
+    old = "class F:\n    @staticmethod\n    def forward(ctx, x):\n        return x\n\n    def other(self):\n        return 1\n"
+    new = old.replace("    @staticmethod\n", "    @staticmethod\n    @custom_fwd(device_type='cuda')\n")
+    _, new_lines = fix_safety._changed_lines(old, new)
+    assert new_lines == {3}
+    assert fix_safety._redecorated(old, new, new_lines) == ({4}, {5})
+
+
 def test_shrink_cuts_depth_and_width_and_keeps_the_rest() -> None:
     pytest.importorskip("torch")
     shrink = _load("fix_safety_calls").shrink
