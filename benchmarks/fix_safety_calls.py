@@ -222,14 +222,16 @@ def _heinsen_scan(fn: Callable[..., Any]) -> Run:
     return None, fn, {"log_coeffs": gates, "log_values": torch.randn(1, 64, 8)}
 
 
-def _loha(base: torch.nn.Module, shape: tuple[int, ...], **options: Any) -> Callable[[type], Run]:
+def _loha(
+    base: Callable[[], torch.nn.Module], shape: tuple[int, ...], **options: Any
+) -> Callable[[type], Run]:
     # peft's LoHa adapter on a tiny base layer, with random factors (its default init leaves the
     # product zero) so that the Hadamard product the fix decorates adds something
     def build(cls: type) -> Run:
         from peft import LoHaConfig
 
         config = LoHaConfig(r=2, alpha=2, init_weights=False, **options)
-        model = cls(base, "default", config=config, r=2, alpha=2)
+        model = cls(base(), "default", config=config, r=2, alpha=2)  # built after the seed is set
         return model, model, {"x": torch.randn(*shape)}
 
     return build
@@ -294,9 +296,11 @@ TINY: dict[str, Callable[[Any], Run]] = {
     "finite_scalar_perturbation:laplace_inv_act": _laplace_inv_act,
     "minGRU:heinsen_associative_scan_log": _heinsen_scan,
     "x_transformers:TransformerWrapper": _x_transformer,
-    "tuners.loha.layer:Linear": _loha(torch.nn.Linear(16, 16), (1, 4, 16)),
-    "tuners.loha.layer:Conv1d": _loha(torch.nn.Conv1d(4, 8, 3), (1, 4, 16)),
-    "tuners.loha.layer:Conv2d": _loha(torch.nn.Conv2d(4, 8, 3), (1, 4, 8, 8), use_effective_conv2d=True),
+    "tuners.loha.layer:Linear": _loha(lambda: torch.nn.Linear(16, 16), (1, 4, 16)),
+    "tuners.loha.layer:Conv1d": _loha(lambda: torch.nn.Conv1d(4, 8, 3), (1, 4, 16)),
+    "tuners.loha.layer:Conv2d": _loha(
+        lambda: torch.nn.Conv2d(4, 8, 3), (1, 4, 8, 8), use_effective_conv2d=True
+    ),
     "tuners.loha.layer:HadaWeight": _hada_weight,
     "tuners.loha.layer:HadaWeightCP": _hada_weight_cp,
     "tuners.c3a.utils:BlockCircularConvolution": _block_circular,
