@@ -246,6 +246,22 @@ in float32 and `logsigmoid` in the half dtype, so under it the logits come out b
 instead of float32. The same two expressions on a Linear's output in `amplint.runtime.modes` give
 float32 before and the half dtype after in both emulated CUDA autocast modes.
 """,
+    "transformers unsafe": """
+`--only` names 8 of the 21 model types whose files these fixes change in `models/` (at least one
+per rule that has a fix there, and the AMP001-AMP007 chain of `xlstm`): a run of all of `models/`
+did not fit the time of this measurement. Of the eight, `kimi_linear` (the AMP014 fixes) was killed
+by the out-of-memory killer and `nemotron_asr_streaming` (the AMP004 fixes) ran past the script's
+300-second limit, both on a machine shared with other jobs, so AMP004 and AMP014 have no transformers
+run in this record.
+""",
+    "fla unsafe": """
+fla's layers compute their recurrences in triton kernels with no torch fallback: on a machine with
+no GPU the forward pass of every changed layer raises `0 active drivers` before the fix as after it
+(`HGRN2Attention` does not even build from its shrunk defaults: an `expand_ratio` of 128 leaves no
+head at that width). The layers hold all of the AMP001 and AMP014 fixes, so those two rules have no
+run here; the naive torch references and the torch GRPO loss, which hold the others, run from the
+table in `benchmarks/fix_safety_calls.py`.
+""",
     "mambapy unsafe": """
 mambapy's `Mamba` does not run in bfloat16 or float16 without autocast before any fix (its parallel
 scan meets float32 tensors it makes itself: `expected m1 and m2 to have the same dtype`), so its
