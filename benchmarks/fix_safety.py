@@ -254,6 +254,16 @@ by the out-of-memory killer and `nemotron_asr_streaming` (the AMP004 fixes) ran 
 300-second limit, both on a machine shared with other jobs, so AMP004 and AMP014 have no transformers
 run in this record.
 """,
+    "diffusers unsafe": """
+Two runs are worse, and the table keeps them. `UniDiffuserTextDecoder`'s output is the token ids its
+beam search returns (`generate_captions`, from the table), so its error in bfloat16 (541 after
+the fix, 517 before) says that the fixed search (AMP003's and AMP014's log-probabilities) returns
+other tokens than the unfixed one there, not by how much a value grew; which beams changed, and
+whether the fixed captions are closer to float64's, this record does not show.
+`AutoencoderKLLTX2Audio` (AMP006's norm statistics) under the emulated CUDA autocast in float16 has
+an error of 0.00544 against float64 after the fix and 0.00331 before: a real growth that this
+record does not explain further.
+""",
     "fla unsafe": """
 fla's layers compute their recurrences in triton kernels with no torch fallback: on a machine with
 no GPU the forward pass of every changed layer raises `0 active drivers` before the fix as after it
