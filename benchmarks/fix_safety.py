@@ -1,16 +1,18 @@
 """Does `amplint check --fix` leave real code working? Applied to an installed package (transformers'
-`models/`, diffusers, flash-linear-attention's `fla`), then every changed module is imported and
-what the fix changed runs before and after (a model, or a function where no model runs on CPU).
+`models/`, or any other package with model code: diffusers, flash-linear-attention's `fla`, ...),
+then every changed module is imported and what the fix changed runs before and after (a model, or
+a function where no model runs on CPU).
 
-    python benchmarks/fix_safety.py [--package transformers|diffusers|fla] [--unsafe-fixes]
-                                    [--all-rules] [--only FOLDER,...] [--output FILE]
+    python benchmarks/fix_safety.py run [--package NAME] [--unsafe-fixes] [--all-rules]
+                                        [--only FOLDER,...] [--results FILE]
+    python benchmarks/fix_safety.py report [FILE] > docs/fix_safety.md
 
-It needs the package installed (transformers 5.24.0, diffusers 0.42.1, or flash-linear-attention
-0.6.0 with fla-core and triton, which fla imports even where its kernels cannot run); none of them
-is a dependency of amplint. The installed package is copied to a temporary directory twice (as it
-is, and to be fixed); `amplint check --fix` (with `--unsafe-fixes`, and every opt-in rule with
-`--all-rules`) runs on the copy (transformers: its `models/`). Then, each in a fresh process with
-the copy first on `sys.path`:
+It needs the package installed (flash-linear-attention with fla-core and triton, which fla imports
+even where its kernels cannot run); none of them is a dependency of amplint. The installed package
+is copied to a temporary directory twice (as it is, and to be fixed); `amplint check --fix` (with
+`--unsafe-fixes`; with `--all-rules`, every opt-in rule and the findings `--show-conditional`
+shows) runs on the copy (transformers: its `models/`). Then, each in a fresh process with the copy
+first on `sys.path`:
 
 - every changed module is imported (one that does not import unfixed either, for want of an
   optional dependency, is left out);
@@ -40,7 +42,9 @@ than rounding (one unit in the last place of the mode's lowest precision at the 
 `--unsafe-fixes`, its output changed dtype or shape. Each run counts for every rule whose fixes
 changed the files it goes through. `--only` limits the fix to some subfolders (model types).
 
-The table goes to stdout, and with `--output` into a Markdown file with the command that made it.
+`run` prints its tables and keeps its record in the results file (benchmarks/fix_safety.json, one
+record per package and level, replaced when measured again); `report` renders docs/fix_safety.md
+from that file.
 """
 
 from __future__ import annotations
@@ -59,11 +63,12 @@ import tempfile
 from collections import Counter
 from importlib.util import find_spec
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 OPT_IN = "AMP001,AMP002,AMP003,AMP004,AMP005,AMP006,AMP013,AMP014"
 CHECKED = {"transformers": "models"}  # the folder of the package amplint fixes (default: all of it)
 TIMEOUT = 300
+RESULTS = Path(__file__).with_name("fix_safety.json")
 CALLS = Path(__file__).with_name("fix_safety_calls.py")  # a tiny run for the other packages
 
 # Run in a child process: build a tiny model of one model type and report its first output per dtype.
@@ -146,6 +151,136 @@ print(json.dumps(out))
 """
 
 
+# The page's fixed text: what the script does and how a run is judged.
+PAGE = """
+# Fix safety on real code
+
+`--fix` writes code into other people's models, so `benchmarks/fix_safety.py` applies it to an
+installed package (transformers' `models/`, or all of any other package with model code), imports
+every changed module, and runs what the fix changed before and after the fix, with the same weights
+and inputs, in every mode of `amplint.runtime.modes`:
+
+| Mode | Weights and inputs | Autocast |
+| --- | --- | --- |
+| `float64` | float64 (the reference) | none |
+| `float32`, `bfloat16`, `float16` | cast to that dtype | none; half scans keep their running value in half, as CUDA's do |
+| `cpu-autocast-bf16` | float32 | `torch.autocast("cpu", dtype=torch.bfloat16)` |
+| `cuda-autocast-bf16`, `cuda-autocast-fp16` | float32 | CUDA autocast, emulated without a GPU: the call is traced on fake `cuda:0` tensors, so CUDA autocast's own kernels pick each op's dtype, and the graph is replayed on CPU on the real weights and inputs |
+
+Each run's output (transformers: the logits, else the first output; otherwise the first floating
+tensor of the output) is compared with the original's float64 output. A fixed run is worse when it
+raises where the original ran, when it is not finite where the reference is, when its largest
+error against the reference exceeds the original's by more than rounding (one unit in the last
+place of the mode's lowest precision at the reference's largest magnitude; in float64, where the
+original is the reference itself, 2**-40 of that magnitude, which lets a rewritten formula round
+otherwise and catches any value narrowed to float32), or, for a safe fix, when its output changes
+dtype or shape. The same judge (`amplint.runtime.modes.judge`) runs the rule examples in CI
+(`tests/rules/test_example_numerics.py`).
+
+What runs:
+
+- transformers: a forward pass of every changed model that the auto classes build from a tiny
+  config (2 layers, hidden size 64, 4 heads, vocabulary 256, 32-pixel images, no cache; its causal
+  LM, else its base model). A model that runs in no mode from the tiny config is built as
+  `amplint trace --hf-config` builds it instead (its default config with 2 layers per stack).
+- other packages: for each changed module, its entry points to the fixed lines, found in its
+  source: the top-level classes and functions that hold a changed line or use one that does, and
+  that no other of them uses (the model class, not its blocks and norms). Each is built from a tiny
+  instance (`benchmarks/fix_safety_calls.py`): the class's `__init__` defaults shrunk (widths that
+  16 divides divided by 16, layers and blocks cut to 1, heads to 2; a required width 32) and its
+  inputs made from the names of its forward arguments; where that cannot build the class, run it,
+  or run it through the fixed lines, a small table gives the config, the inputs and the method to
+  call, sized after the package's own tests; functions run only from that table. A line trace tells
+  whether the run went through a changed line: one that did not is reported, not counted. When an
+  entry point does not run, the definitions that hold the changed lines are called by themselves
+  instead.
+
+`--all-rules` turns on every opt-in rule and fixes the findings that `--show-conditional` shows too
+(those whose half precision is the caller's choice), so that every fix amplint can write is applied.
+A run counts for every rule whose fixes changed the files it goes through. The results are kept in
+`benchmarks/fix_safety.json`, one record per package and level, and this page is rendered from them:
+
+    python benchmarks/fix_safety.py run --package NAME --unsafe-fixes --all-rules   # one record
+    python benchmarks/fix_safety.py report > docs/fix_safety.md
+"""
+
+SUMMARY = """
+Each row is one run of the script: the files its fixes changed, the fixes applied, the models and
+functions run through a changed line (of those that go through one), and, over the seven modes,
+the runs (a model or function in one mode) whose fixed code raises where the original ran and those
+otherwise worse: an error against float64 grown by more than rounding, or, for a safe fix, a changed
+output dtype or shape. A model or function that runs in no mode before the fix is not compared; the
+notes under each table name it and say why. The per-rule tables count a run under every rule whose
+fixes changed its files.
+"""
+
+# The trees the page reports on, each at both levels (`--all-rules`; unsafe with `--unsafe-fixes`).
+TREES = (
+    "transformers",
+    "diffusers",
+    "fla",
+    "x_transformers",
+    "vector_quantize_pytorch",
+    "peft",
+    "mambapy",
+    "minGRU_pytorch",
+)
+
+# What a table alone does not say, by "package level".
+NOTES: dict[str, str] = {
+    "x_transformers unsafe": """
+The two raises are one bug in a fix. AMP007's unsafe fix of `DataDependentAlibi.forward` (the
+forgetting-transformer bias) accumulates `forget_gates.cumsum(dim = -1, dtype=torch.promote_types(
+forget_gates.dtype, torch.float32))` and returns the float32 bias without casting it back. The
+caller adds it to the half attention logits in another module, so the attention weights become
+float32, and `einsum('b h i j, b h j d -> b h i d', attn, v)` in `attend.py` meets the bfloat16 or
+float16 values: `expected m1 and m2 to have the same dtype`. The fix does not follow the value out
+through the function's return into the module that consumes it. The other modes run: under
+autocast and in float32 and float64 the bias has the logits' dtype anyway.
+""",
+    "x_transformers safe": """
+The two changed dtypes are one bug in a safe fix. AMP014 rewrites the sigsoftmax logits
+`logits + logits.sigmoid().log()` (`TransformerWrapper`, `sigsoftmax_logits=True`) as
+`logits + F.logsigmoid(logits)`: equal values where no autocast runs, but CUDA autocast runs `log`
+in float32 and `logsigmoid` in the half dtype, so under it the logits come out bfloat16 or float16
+instead of float32. The same two expressions on a Linear's output in `amplint.runtime.modes` give
+float32 before and the half dtype after in both emulated CUDA autocast modes.
+""",
+    "transformers unsafe": """
+`--only` names 8 of the 21 model types whose files these fixes change in `models/` (at least one
+per rule that has a fix there, and the AMP001-AMP007 chain of `xlstm`): a run of all of `models/`
+did not fit the time of this measurement. Of the eight, `kimi_linear` (the AMP014 fixes) was killed
+by the out-of-memory killer and `nemotron_asr_streaming` (the AMP004 fixes) ran past the script's
+300-second limit, both on a machine shared with other jobs, so AMP004 and AMP014 have no transformers
+run in this record.
+""",
+    "diffusers unsafe": """
+Two runs are worse, and the table keeps them. `UniDiffuserTextDecoder`'s output is the token ids its
+beam search returns (`generate_captions`, from the table), so its error in bfloat16 (541 after
+the fix, 517 before) says that the fixed search (AMP003's and AMP014's log-probabilities) returns
+other tokens than the unfixed one there, not by how much a value grew; which beams changed, and
+whether the fixed captions are closer to float64's, this record does not show.
+`AutoencoderKLLTX2Audio` (AMP006's norm statistics) under the emulated CUDA autocast in float16 has
+an error of 0.00544 against float64 after the fix and 0.00331 before: a real growth that this
+record does not explain further.
+""",
+    "fla unsafe": """
+fla's layers compute their recurrences in triton kernels with no torch fallback: on a machine with
+no GPU the forward pass of every changed layer raises `0 active drivers` before the fix as after it
+(`HGRN2Attention` does not even build from its shrunk defaults: an `expand_ratio` of 128 leaves no
+head at that width). The layers hold all of the AMP001 and AMP014 fixes, so those two rules have no
+run here; the naive torch references and the torch GRPO loss, which hold the others, run from the
+table in `benchmarks/fix_safety_calls.py`.
+""",
+    "mambapy unsafe": """
+mambapy's `Mamba` does not run in bfloat16 or float16 without autocast before any fix (its parallel
+scan meets float32 tensors it makes itself: `expected m1 and m2 to have the same dtype`), so its
+cast runs are not compared; the fixed RMSNorm statistics run in the other five modes.
+""",
+}
+NOTES["mambapy safe"] = NOTES["mambapy unsafe"]
+
+
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -191,6 +326,37 @@ def _changed_lines(old: str, new: str) -> tuple[set[int], set[int]]:
             old_lines.update(range(i1 + 1, i2 + 1))
             new_lines.update(range(j1 + 1, j2 + 1))
     return old_lines, new_lines
+
+
+def _functions(source: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The functions and methods of a module by qualified name."""
+    found: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if not isinstance(child, ast.ClassDef):
+                    found[prefix + child.name] = child
+                walk(child, f"{prefix}{child.name}.")
+
+    walk(ast.parse(source), "")
+    return found
+
+
+def _redecorated(old: str, new: str, new_lines: set[int]) -> tuple[set[int], set[int]]:
+    """The body lines, in the old source and in the new one, of the functions whose decorators a fix
+    changed (AMP015's `custom_fwd`): a decorator runs at import, so a run goes through that fix when
+    it calls the function, which the line trace sees in the body."""
+    old_functions, new_functions = _functions(old), _functions(new)
+    old_body: set[int] = set()
+    new_body: set[int] = set()
+    for name, node in new_functions.items():
+        if not any(decorator.lineno in new_lines for decorator in node.decorator_list):
+            continue
+        for body, function in ((new_body, node), (old_body, old_functions.get(name))):
+            if function is not None:
+                body.update(range(function.body[0].lineno, (function.end_lineno or function.lineno) + 1))
+    return old_body, new_body
 
 
 def _joined(lines: set[int]) -> str:
@@ -296,47 +462,45 @@ def _judged(tried: Tried, safe: bool) -> dict[str, str | None]:
     return verdicts
 
 
-def _per_rule(judged: list[tuple[Tried, dict[str, str | None]]]) -> list[str]:
-    """The table of runs, raises and worse errors per rule and mode: a run counts for every rule
-    whose fixes changed the files it goes through."""
+def _per_rule(judged: list[tuple[Tried, dict[str, str | None]]]) -> dict[str, list[list[int]]]:
+    """Per rule, per mode (in `MODES` order): the runs compared, those that raise after the fix and
+    those whose error grew. A run counts for every rule whose fixes changed the files it goes through."""
     from amplint.runtime.modes import MODES
 
-    codes = sorted({code for tried, _ in judged for code in tried.codes})
-    lines = [
-        "| Rule | " + " | ".join(mode.name for mode in MODES) + " |",
-        "| --- |" + " ---: |" * len(MODES),
-    ]
-    for code in codes:
-        cells = []
+    table: dict[str, list[list[int]]] = {}
+    for code in sorted({code for tried, _ in judged for code in tried.codes}):
+        table[code] = []
         for mode in MODES:
             verdicts = [v[mode.name] for tried, v in judged if code in tried.codes and mode.name in v]
             raised = sum(1 for why in verdicts if why is not None and why.startswith("raises"))
             worse = sum(1 for why in verdicts if why is not None and not why.startswith("raises"))
-            cells.append(f"{len(verdicts)} / {raised} / {worse}")
-        lines.append(f"| {code} | " + " | ".join(cells) + " |")
-    return lines
+            table[code].append([len(verdicts), raised, worse])
+    return table
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--package", default="transformers", help="the installed package to fix (default transformers)"
-    )
-    parser.add_argument("--unsafe-fixes", action="store_true", help="apply the unsafe fixes too")
-    parser.add_argument("--all-rules", action="store_true", help="turn the opt-in rules on too")
-    parser.add_argument("--output", type=Path, help="write the table into this Markdown file")
-    parser.add_argument(
-        "--only",
-        help="the subfolders of the checked folder to fix, comma-separated (transformers: model types)",
-    )
-    args = parser.parse_args(argv)
-    package = args.package
+def _revision() -> str:
+    """The commit of amplint that measured, with "+" when its working tree differs from it."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "amplint"], capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        return "?"
+    return (head or "?") + "+" * bool(dirty)
+
+
+def measure(package: str, unsafe: bool, all_rules: bool, only: str | None) -> dict[str, object] | None:
+    """Fix a copy of the installed `package`, run what changed before and after in every mode, and
+    return the record that `report` renders (None when the package is not installed)."""
+    from amplint.runtime.modes import MODES
+
     spec = find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        print(f"{package} is not installed", file=sys.stderr)
-        return 2
+        return None
     from importlib.metadata import packages_distributions, version
 
     distribution = (packages_distributions().get(package) or [package])[0]
@@ -350,17 +514,19 @@ def main(argv: list[str] | None = None) -> int:
         known = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) | set(MODEL_MAPPING_NAMES)
 
     installed = Path(next(iter(spec.submodule_search_locations)))
-    command = ["python", "benchmarks/fix_safety.py"] + ["--package", package] * (package != "transformers")
-    flags = ["--fix"] + (["--unsafe-fixes"] if args.unsafe_fixes else [])
-    flags += ["--extend-select", OPT_IN] if args.all_rules else []
-    command += ["--unsafe-fixes"] * args.unsafe_fixes + ["--all-rules"] * args.all_rules
-    command += ["--only", args.only] if args.only else []
+    command = ["python", "benchmarks/fix_safety.py", "run"] + ["--package", package] * (
+        package != "transformers"
+    )
+    flags = ["--fix"] + (["--unsafe-fixes"] if unsafe else [])
+    flags += ["--extend-select", OPT_IN, "--show-conditional"] if all_rules else []
+    command += ["--unsafe-fixes"] * unsafe + ["--all-rules"] * all_rules
+    command += ["--only", only] if only else []
     with tempfile.TemporaryDirectory() as temporary:
         original, fixed = Path(temporary, "original"), Path(temporary, "fixed")
         for root in (original, fixed):
             shutil.copytree(installed, root / package, ignore=shutil.ignore_patterns("__pycache__"))
         models = fixed / package / CHECKED.get(package, "")
-        folders = [models / name for name in args.only.split(",")] if args.only else [models]
+        folders = [models / name for name in only.split(",")] if only else [models]
         before = {path: _digest(path) for folder in folders for path in folder.rglob("*.py")}
         run = subprocess.run(
             [
@@ -420,7 +586,10 @@ def main(argv: list[str] | None = None) -> int:
                 entries, holders = _reaching(text, new_lines)
                 if not entries:
                     no_entry.append(module)
-                lines = (_joined(old_lines), _joined(new_lines))
+                old_body, new_body = _redecorated(
+                    (original / path.relative_to(fixed)).read_text("utf-8"), text, new_lines
+                )
+                lines = (_joined(old_lines | old_body), _joined(new_lines | new_body))
                 results = [_call(module, name, lines, original, fixed, codes([path])) for name in entries]
                 if not all(_ran(item.old) for item in results):
                     # an entry point does not run: call what holds the fixed lines by itself instead
@@ -442,42 +611,155 @@ def main(argv: list[str] | None = None) -> int:
                 unreached.append(item.name)
             else:
                 compared.append(item.name)
-                judged.append((item, _judged(item, safe=not args.unsafe_fixes)))
+                judged.append((item, _judged(item, safe=not unsafe)))
         broken = [
             f"{item.name} ({', '.join(sorted(item.codes))}), {mode}: {why}"
             for item, verdicts in judged
             for mode, why in verdicts.items()
             if why is not None
         ]
-        worse_runs = {item.name for item, verdicts in judged if any(verdicts.values())}
+        worse_runs = sorted({item.name for item, verdicts in judged if any(verdicts.values())})
     where = f"`{CHECKED[package]}/`" if package in CHECKED else "the package"
-    where += f" ({', '.join(f'`{name}/`' for name in args.only.split(','))} only)" if args.only else ""
-    unit = "Models" if package == "transformers" else "Models and functions"
+    where += f" ({', '.join(f'`{name}/`' for name in only.split(','))} only)" if only else ""
+    return {
+        "package": package,
+        "distribution": distribution,
+        "version": version(distribution),
+        "level": "unsafe" if unsafe else "safe",
+        "command": shlex.join(command),
+        "check": f"amplint check {' '.join(flags)}",
+        "where": where,
+        "amplint": _revision(),
+        "changed": len(changed),
+        "applied": dict(sorted(applied.items())),
+        "failed_imports": failed_imports,
+        "tried": len(tried),
+        "compared": compared,
+        "worse": worse_runs,
+        "broken": broken,
+        "unbuilt": unbuilt,
+        "unreached": unreached,
+        "no_entry": no_entry,
+        "modes": [mode.name for mode in MODES],
+        "per_rule": _per_rule(judged),
+    }
+
+
+def _key(record: dict[str, Any]) -> str:
+    return f"{record['package']} {record['level']}"
+
+
+def _section(record: dict[str, Any]) -> list[str]:
+    """One measured run of the script: its command, its summary row, its per-rule table and notes."""
+    transformers = record["package"] == "transformers"
+    unit = "Models" if transformers else "Models and functions"
+    applied = ", ".join(f"{code}: {n}" for code, n in record["applied"].items()) or "-"
     lines = [
-        f"`{shlex.join(command)}` ({distribution} {version(distribution)}, `amplint check "
-        f"{' '.join(flags)}` on {where})",
+        f"`{record['command']}` ({record['distribution']} {record['version']}, `{record['check']}` on "
+        f"{record['where']}; amplint {record['amplint']})",
         "",
         f"| Files changed | Fixes applied | Modules that no longer import | {unit} run (changed) | "
         f"{unit} that raise or get worse |",
         "| ---: | --- | ---: | ---: | ---: |",
-        f"| {len(changed)} | {', '.join(f'{code}: {n}' for code, n in sorted(applied.items())) or '-'} | "
-        f"{len(failed_imports)} | {len(compared)} of {len(tried)} | {len(worse_runs)} |",
+        f"| {record['changed']} | {applied} | {len(record['failed_imports'])} | "
+        f"{len(record['compared'])} of {record['tried']} | {len(record['worse'])} |",
     ]
-    if judged:
+    if record["per_rule"]:
         lines += ["", "Per rule and mode: runs compared / that raise after the fix / whose error grew:", ""]
-        lines += _per_rule(judged)
-    notes = [f"- import: {item}" for item in failed_imports] + [f"- worse: {item}" for item in broken]
-    tiny = "a tiny config nor from its default one" if package == "transformers" else "a tiny instance"
-    notes += [f"- not run from {tiny}, so not compared: {item}" for item in unbuilt]
-    notes += [f"- ran, but not through a fixed line: {item}" for item in unreached]
-    notes += [f"- no class or function of the module reaches a fixed line: {item}" for item in no_entry]
-    if package != "transformers":  # what ran is the script's choice here: name it
-        notes += [f"- compared: {item}" for item in compared]
-    lines += [""] * bool(notes) + notes
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.output:
-        args.output.write_text(text, encoding="utf-8")
+        lines += [
+            "| Rule | " + " | ".join(record["modes"]) + " |",
+            "| --- |" + " ---: |" * len(record["modes"]),
+        ]
+        for code, cells in record["per_rule"].items():
+            lines.append(f"| {code} | " + " | ".join(" / ".join(map(str, cell)) for cell in cells) + " |")
+    tiny = "a tiny config nor from its default one" if transformers else "a tiny instance"
+    notes = [f"- import: {item}" for item in record["failed_imports"]]
+    notes += [f"- worse: {item}" for item in record["broken"]]
+    notes += [f"- not run from {tiny}, so not compared: {item}" for item in record["unbuilt"]]
+    notes += [f"- ran, but not through a fixed line: {item}" for item in record["unreached"]]
+    notes += [
+        f"- no class or function of the module reaches a fixed line: {item}" for item in record["no_entry"]
+    ]
+    if not transformers:  # what ran is the script's choice here: name it
+        notes += [f"- compared: {item}" for item in record["compared"]]
+    return lines + [""] * bool(notes) + notes
+
+
+def report(data: dict[str, Any]) -> str:
+    """docs/fix_safety.md from the results file: the method, a summary row per tree and level, then
+    each run's tables and notes."""
+    records = sorted(
+        data["runs"].values(), key=lambda r: (r["package"] != "transformers", r["package"], r["level"])
+    )
+    lines = [PAGE.strip(), "", "## Summary", ""]
+    lines += [
+        "| Tree | Level | Files changed | Fixes applied | Runs compared (of changed) | Runs that raise | "
+        "Runs otherwise worse |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for record in records:
+        # each (run, mode) once, though its row counts it under every rule of its files
+        whys = [line.split(": ", 1)[1] for line in record["broken"]]
+        raised = sum(1 for why in whys if why.startswith("raises"))
+        grew = len(whys) - raised
+        lines.append(
+            f"| {record['distribution']} {record['version']} | {record['level']} | {record['changed']} | "
+            f"{sum(record['applied'].values())} | {len(record['compared'])} of {record['tried']} | "
+            f"{raised} | {grew} |"
+        )
+    lines += ["", SUMMARY.strip()]
+    measured = {_key(record) for record in records}
+    missing = [
+        f"{tree} {level}"
+        for tree in TREES
+        for level in ("unsafe", "safe")
+        if f"{tree} {level}" not in measured
+    ]
+    if missing:
+        lines += ["", "Not measured yet (no record in the results file): " + ", ".join(missing) + "."]
+    for record in records:
+        lines += ["", f"## {record['distribution']} {record['version']}, {record['level']} fixes", ""]
+        lines += _section(record)
+        if note := NOTES.get(_key(record)):
+            lines += ["", note.strip()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_parser = sub.add_parser("run", help="measure one package at one level, into the results file")
+    run_parser.add_argument(
+        "--package", default="transformers", help="the installed package to fix (default transformers)"
+    )
+    run_parser.add_argument("--unsafe-fixes", action="store_true", help="apply the unsafe fixes too")
+    run_parser.add_argument(
+        "--all-rules",
+        action="store_true",
+        help="turn the opt-in rules on too, and fix the findings shown only with --show-conditional",
+    )
+    run_parser.add_argument(
+        "--only",
+        help="the subfolders of the checked folder to fix, comma-separated (transformers: model types)",
+    )
+    run_parser.add_argument("--results", type=Path, default=RESULTS, help="the results file to update")
+    report_parser = sub.add_parser("report", help="render docs/fix_safety.md from the results file")
+    report_parser.add_argument("results", type=Path, nargs="?", default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.command == "report":
+        print(report(json.loads(args.results.read_text(encoding="utf-8"))), end="")
+        return 0
+    record = measure(args.package, args.unsafe_fixes, args.all_rules, args.only)
+    if record is None:
+        print(f"{args.package} is not installed", file=sys.stderr)
+        return 2
+    data = json.loads(args.results.read_text(encoding="utf-8")) if args.results.exists() else {"runs": {}}
+    data["runs"][_key(record)] = record
+    data["runs"] = dict(sorted(data["runs"].items()))
+    args.results.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    print("\n".join(_section(record)))
     return 0
 
 

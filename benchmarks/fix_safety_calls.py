@@ -16,6 +16,7 @@ parent runs this once in the original copy and once in the fixed one, with the s
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import json
@@ -200,6 +201,83 @@ def _fla_grpo(fn: Callable[..., Any]) -> Run:
     return None, fn, inputs
 
 
+def _fsp(cls: type) -> Run:
+    # the Laplace CDF and its inverse are the activations the fixes change: 4 codebook dimensions
+    model = cls(levels=[8, 5, 5, 5], act_name="laplace", need_inv_act=True)
+    return model, model, {"z": torch.randn(1, 16, 4)}
+
+
+def _laplace_act(fn: Callable[..., Any]) -> Run:
+    return None, fn, {"z": torch.randn(2, 16) * 3}
+
+
+def _laplace_inv_act(fn: Callable[..., Any]) -> Run:
+    # probabilities in (0, 1), some close to either end, where the log is steep
+    return None, fn, {"p": torch.rand(2, 16) * 0.998 + 0.001}
+
+
+def _heinsen_scan(fn: Callable[..., Any]) -> Run:
+    # minGRU's scan: log gates (negative) and log values over 64 steps
+    gates = -torch.nn.functional.softplus(torch.randn(1, 64, 8))
+    return None, fn, {"log_coeffs": gates, "log_values": torch.randn(1, 64, 8)}
+
+
+def _loha(
+    base: Callable[[], torch.nn.Module], shape: tuple[int, ...], **options: Any
+) -> Callable[[type], Run]:
+    # peft's LoHa adapter on a tiny base layer, with random factors (its default init leaves the
+    # product zero) so that the Hadamard product the fix decorates adds something
+    def build(cls: type) -> Run:
+        from peft import LoHaConfig
+
+        config = LoHaConfig(r=2, alpha=2, init_weights=False, **options)
+        model = cls(base(), "default", config=config, r=2, alpha=2)  # built after the seed is set
+        return model, model, {"x": torch.randn(*shape)}
+
+    return build
+
+
+def _hada_weight(cls: type) -> Run:
+    factors = {
+        "w1a": torch.randn(8, 2),
+        "w1b": torch.randn(2, 8),
+        "w2a": torch.randn(8, 2),
+        "w2b": torch.randn(2, 8),
+    }
+    return None, lambda **f: cls.apply(f["w1a"], f["w1b"], f["w2a"], f["w2b"]), factors
+
+
+def _hada_weight_cp(cls: type) -> Run:
+    factors = {
+        "t1": torch.randn(2, 2, 3, 3),
+        "w1a": torch.randn(2, 8),
+        "w1b": torch.randn(2, 4),
+        "t2": torch.randn(2, 2, 3, 3),
+        "w2a": torch.randn(2, 8),
+        "w2b": torch.randn(2, 4),
+    }
+    return (
+        None,
+        lambda **f: cls.apply(*(f[name] for name in ("t1", "w1a", "w1b", "t2", "w2a", "w2b"))),
+        factors,
+    )
+
+
+def _block_circular(cls: type) -> Run:
+    # C3A's block-circular product: 16 features in 4 blocks of 4
+    return None, lambda **f: cls.apply(f["x"], f["w"]), {"x": torch.randn(2, 16), "w": torch.randn(4, 4, 4)}
+
+
+def _x_transformer(cls: type) -> Run:
+    # x-transformers' language model with the options whose code the fixes change: CoPE positions
+    # and the data-dependent (forgetting-transformer) ALiBi in attention, sigsoftmax logits
+    from x_transformers import Decoder
+
+    decoder = Decoder(dim=32, depth=2, heads=2, attn_use_cope=True, attn_data_dependent_alibi=True)
+    model = cls(num_tokens=256, max_seq_len=64, attn_layers=decoder, sigsoftmax_logits=True)
+    return model, model, {"x": torch.randint(0, 256, (1, 16))}
+
+
 # Tiny instances by "module:name", the package left out of the module's name.
 TINY: dict[str, Callable[[Any], Run]] = {
     "models.transformers.transformer_sana_wm:SanaWMTransformer3DModel": _sana_wm,
@@ -213,6 +291,19 @@ TINY: dict[str, Callable[[Any], Run]] = {
     "ops.stickbreaking_attn.naive:naive_stickbreaking_attn": _fla_stickbreaking,
     "ops.titans.log_impl:combine_params_log": _fla_titans,
     "modules.grpo.ops:grpo_loss_torch": _fla_grpo,
+    "finite_scalar_perturbation:FSP": _fsp,
+    "finite_scalar_perturbation:laplace_act": _laplace_act,
+    "finite_scalar_perturbation:laplace_inv_act": _laplace_inv_act,
+    "minGRU:heinsen_associative_scan_log": _heinsen_scan,
+    "x_transformers:TransformerWrapper": _x_transformer,
+    "tuners.loha.layer:Linear": _loha(lambda: torch.nn.Linear(16, 16), (1, 4, 16)),
+    "tuners.loha.layer:Conv1d": _loha(lambda: torch.nn.Conv1d(4, 8, 3), (1, 4, 16)),
+    "tuners.loha.layer:Conv2d": _loha(
+        lambda: torch.nn.Conv2d(4, 8, 3), (1, 4, 8, 8), use_effective_conv2d=True
+    ),
+    "tuners.loha.layer:HadaWeight": _hada_weight,
+    "tuners.loha.layer:HadaWeightCP": _hada_weight_cp,
+    "tuners.c3a.utils:BlockCircularConvolution": _block_circular,
 }
 
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
@@ -237,16 +328,53 @@ def shrink(name: str, value: Any) -> Any:
     return value
 
 
-def _generic(cls: type) -> Run:
+def _required(name: str) -> int | None:
+    """A tiny value for a required `__init__` argument that names a size (a width, a head or layer
+    count, a vocabulary), else None."""
+    if _LAYERS.search(name):
+        return 1
+    if _HEADS.search(name):
+        return 2
+    if name in ("num_tokens", "vocab_size", "codebook_size"):
+        return 256
+    if name == "dim" or _WIDTH.search(name):
+        return 32
+    return None
+
+
+def _arguments(function: Callable[..., Any]) -> dict[str, Any]:
+    """Tiny arguments for `function` (an `__init__`): defaults shrunk, required sizes made tiny, and
+    a required argument annotated with a dataclass (a config) built the same way from its fields."""
+    try:
+        parameters = inspect.signature(function, eval_str=True).parameters
+    except (NameError, TypeError):  # an annotation that does not evaluate
+        parameters = inspect.signature(function).parameters
     kwargs = {}
-    for name, parameter in inspect.signature(cls.__init__).parameters.items():
+    for name, parameter in parameters.items():
         if name == "self" or parameter.kind in _VARIADIC:
             continue
-        if parameter.default is parameter.empty:
-            raise TypeError(f"{cls.__name__}.__init__ needs {name!r}, which has no default")
-        kwargs[name] = shrink(name, parameter.default)
+        if parameter.default is not parameter.empty:
+            kwargs[name] = shrink(name, parameter.default)
+        elif (size := _required(name)) is not None:
+            kwargs[name] = size
+        elif dataclasses.is_dataclass(parameter.annotation) and isinstance(parameter.annotation, type):
+            kwargs[name] = parameter.annotation(**_arguments(parameter.annotation.__init__))
+        else:
+            raise TypeError(f"{function.__qualname__} needs {name!r}, which has no default")
+    return kwargs
+
+
+def _generic(cls: type) -> Run:
+    kwargs = _arguments(cls.__init__)
     model = cls(**kwargs)
-    config = dict(getattr(model, "config", None) or kwargs)
+    found = getattr(model, "config", None)
+    config = dict(kwargs)
+    for value in (found, *kwargs.values()):  # a config's sizes: a dataclass, or diffusers' dict
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            config.update(dataclasses.asdict(value))
+        elif isinstance(value, dict):
+            config.update(value)
+    width = config.get("hidden_size") or config.get("dim") or config.get("d_model")
     first = next((m for m in model.modules() if isinstance(m, (torch.nn.Conv3d, torch.nn.Conv2d))), None)
     channels = config.get("in_channels") or getattr(first, "in_channels", None)
     inputs: dict[str, Any] = {}
@@ -257,8 +385,10 @@ def _generic(cls: type) -> Run:
         if name in ("sample", "hidden_states", "x") and channels:
             frames = (9,) if isinstance(first, torch.nn.Conv3d) else ()
             inputs[name] = torch.randn(1, channels, *frames, 64, 64)
-        elif name in ("hidden_states", "x") and "hidden_size" in config:
-            inputs[name] = torch.randn(1, 16, config["hidden_size"])
+        elif name in ("hidden_states", "x") and "num_tokens" in config:
+            inputs[name] = torch.randint(0, config["num_tokens"], (1, 16))
+        elif name in ("hidden_states", "x") and width:
+            inputs[name] = torch.randn(1, 16, width)
         elif name == "timestep":
             inputs[name] = torch.tensor([500.0])
         elif name == "encoder_hidden_states" and "cross_attention_dim" in config:
@@ -305,7 +435,7 @@ def main(argv: list[str]) -> None:
         elif isinstance(target, type) and issubclass(target, torch.nn.Module):
             model, call, inputs = _generic(target)
         else:
-            raise TypeError(f"{name} is a function with no tiny call here")
+            raise TypeError(f"{name} is not a module and has no tiny call here")
     except Exception as exc:
         print(json.dumps({"build": _why(exc)}))
         return

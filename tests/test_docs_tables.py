@@ -44,6 +44,7 @@ RENDERED: list[tuple[str, str, Callable[[ModuleType], str]]] = [
         lambda script: script.report(_data("hf_coverage.json")["rows"], _data("hf_coverage.json")["meta"]),
     ),
     ("version-matrix.md", "version_matrix", lambda script: script.report(_data("version_matrix.json"))),
+    ("fix_safety.md", "fix_safety", lambda script: script.report(_data("fix_safety.json"))),
 ]
 
 

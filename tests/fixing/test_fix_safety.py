@@ -84,6 +84,16 @@ def test_a_fix_outside_any_definition_reaches_nothing() -> None:
     assert fix_safety._reaching(MODULE, {1}) == ([], [])
 
 
+def test_a_changed_decorator_is_reached_through_the_body_it_decorates() -> None:
+    # AMP015's fix adds decorators, which run at import: a call goes through the fix when it runs
+    # the decorated method's body, in the old source (no decorator yet) as in the new one
+    old = "class F:\n    @staticmethod\n    def forward(ctx, x):\n        return x\n\n    def other(self):\n        return 1\n"
+    new = old.replace("    @staticmethod\n", "    @staticmethod\n    @custom_fwd(device_type='cuda')\n")
+    _, new_lines = fix_safety._changed_lines(old, new)
+    assert new_lines == {3}
+    assert fix_safety._redecorated(old, new, new_lines) == ({4}, {5})
+
+
 def test_shrink_cuts_depth_and_width_and_keeps_the_rest() -> None:
     pytest.importorskip("torch")
     shrink = _load("fix_safety_calls").shrink
@@ -116,13 +126,13 @@ TINY = textwrap.dedent(
 )
 
 
-def _calls(tmp_path: Path, name: str, lines: set[int]) -> dict[str, object]:
-    """What `fix_safety_calls.py` prints for `name` of MODULE + TINY, in a process of its own (it
+def _calls(tmp_path: Path, name: str, lines: set[int], source: str = MODULE + TINY) -> dict[str, object]:
+    """What `fix_safety_calls.py` prints for `name` of `source`, in a process of its own (it
     sets a trace function); its outputs are saved to `tmp_path / "outputs.pt"`."""
     package = tmp_path / "tinypkg"
     package.mkdir(exist_ok=True)
     (package / "__init__.py").write_text("")
-    (package / "model.py").write_text(MODULE + TINY)
+    (package / "model.py").write_text(source)
     argv = [sys.executable, str(BENCHMARKS / "fix_safety_calls.py"), "tinypkg.model", name]
     argv += [",".join(map(str, sorted(lines))), str(tmp_path / "outputs.pt")]
     root = Path(__file__).parents[2]
@@ -166,7 +176,7 @@ def test_a_default_config_is_built_tiny_and_runs_in_every_mode_through_the_fixed
 def test_a_function_runs_only_from_the_table(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     assert _calls(tmp_path, "lonely", {5}) == {
-        "build": "TypeError: lonely is a function with no tiny call here"
+        "build": "TypeError: lonely is not a module and has no tiny call here"
     }
 
 
@@ -191,10 +201,79 @@ def test_each_mode_is_judged_against_the_originals_float64_output(tmp_path: Path
     assert [mode for mode, why in verdicts.items() if why is None] == [
         mode.name for mode in MODES if mode.name not in ("bfloat16", "float16")
     ]
-    row = fix_safety._per_rule([(tried, verdicts)])[-1]
-    cells = row.strip("| ").split(" | ")
-    assert cells[0] == "AMP007"
-    assert dict(zip([mode.name for mode in MODES], cells[1:], strict=True)) == {
-        mode.name: {"bfloat16": "1 / 0 / 1", "float16": "1 / 1 / 0"}.get(mode.name, "1 / 0 / 0")
-        for mode in MODES
+    table = fix_safety._per_rule([(tried, verdicts)])
+    assert list(table) == ["AMP007"]
+    assert dict(zip([mode.name for mode in MODES], table["AMP007"], strict=True)) == {
+        mode.name: {"bfloat16": [1, 0, 1], "float16": [1, 1, 0]}.get(mode.name, [1, 0, 0]) for mode in MODES
     }
+    # the page says it: the summary counts the raise and the grown error, the rule's row each cell
+    record = {
+        "package": "tinypkg",
+        "distribution": "tinypkg",
+        "version": "1.0",
+        "level": "unsafe",
+        "command": "python benchmarks/fix_safety.py run --package tinypkg --unsafe-fixes",
+        "check": "amplint check --fix --unsafe-fixes",
+        "where": "the package",
+        "amplint": "abc1234",
+        "changed": 1,
+        "applied": {"AMP007": 1},
+        "failed_imports": [],
+        "tried": 1,
+        "compared": ["tinypkg.model.Tiny"],
+        "worse": ["tinypkg.model.Tiny"],
+        "broken": [
+            "tinypkg.model.Tiny (AMP007), bfloat16: error 0.25 against float64, 0.0039 before the fix",
+            "tinypkg.model.Tiny (AMP007), float16: raises: RuntimeError: mat1 and mat2 must have the same dtype",
+        ],
+        "unbuilt": [],
+        "unreached": [],
+        "no_entry": [],
+        "modes": [mode.name for mode in MODES],
+        "per_rule": table,
+    }
+    page = fix_safety.report({"runs": {"tinypkg unsafe": record}})
+    assert "| tinypkg 1.0 | unsafe | 1 | 1 | 1 of 1 | 1 | 1 |" in page
+    assert "| AMP007 | 1 / 0 / 0 | 1 / 0 / 0 | 1 / 0 / 1 | 1 / 1 / 0 |" in page
+
+
+CONFIGURED = textwrap.dedent(
+    """
+
+    @dataclasses.dataclass
+    class Config:
+        d_model: int
+        n_layers: int
+        eps: float = 1e-5
+
+
+    class Configured(torch.nn.Module):
+        def __init__(self, config: Config):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(config.d_model, config.d_model) for _ in range(config.n_layers))
+
+        def forward(self, x):
+            return rms(self.layers[0](x))
+
+
+    class Sized(torch.nn.Module):
+        def __init__(self, dim, heads):
+            super().__init__()
+            self.proj = torch.nn.Linear(dim, dim * heads)
+
+        def forward(self, x):
+            return rms(self.proj(x))
+    """
+)
+
+
+def test_required_sizes_and_a_dataclass_config_are_made_tiny(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    source = "import dataclasses\n" + MODULE + CONFIGURED  # `rms`'s body is now line 6
+    # a required `dim` is 32 wide, `heads` 2; a config dataclass is built from its fields the same
+    # way, and `x` is made 16 tokens of its width
+    sized = _calls(tmp_path, "Sized", {6}, source)
+    configured = _calls(tmp_path, "Configured", {6}, source)
+    assert sized["float32"] == {"dtype": "torch.float32", "shape": [1, 16, 64], "finite": True}
+    assert configured["float32"] == {"dtype": "torch.float32", "shape": [1, 16, 32], "finite": True}
+    assert sized["reached"] is True and configured["reached"] is True
