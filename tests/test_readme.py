@@ -35,7 +35,7 @@ def test_readme_starts_with_the_two_commands() -> None:
     # then pytest itself.
     assert 'pip install --quiet torch==2.13.0 ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}' in script
     assert '-m pip install --quiet -e ".[runtime,test]"' in script
-    assert script.rstrip().endswith('-m pytest "$@"')
+    assert script.rstrip().endswith('-m pytest -n 2 --dist loadfile "$@"')
     assert (ROOT / "scripts" / "test").stat().st_mode & 0o111, "scripts/test must be executable"
 
 
