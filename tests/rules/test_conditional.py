@@ -65,4 +65,3 @@ def test_a_training_run_hazard_in_a_test_is_conditional(rule: type[Rule]) -> Non
 
 def test_the_training_run_rules() -> None:
     assert {rule.code for rule in TRAINING_RUN} == {"AMP009", "AMP016", "AMP020"}
-
