@@ -39,6 +39,7 @@ class Excerpt:
     names: tuple[str, ...]  # the definitions of the excerpt that run (its imports do not)
     run: str
     prelude: str = ""
+    after: str = ""  # code that uses the definitions (a real class taking the excerpt's method)
 
 
 EXCERPTS = {
@@ -72,6 +73,8 @@ EXCERPTS = {
         "from transformers.models.recurrent_gemma.modeling_recurrent_gemma import SqrtBoundDerivative\n"
         "def is_torchdynamo_compiling():\n"
         "    return False\n",
+        # The excerpt's forward on the real layer: the subclass takes the excerpt's method only.
+        after="\nclass Layer(real.RecurrentGemmaRglru):\n    forward = RecurrentGemmaRglru.forward\n",
     ),
     "nemo_forward_sum_masked_fill.py": Excerpt(
         ("ForwardSumLoss",),
@@ -156,13 +159,9 @@ def test_the_fix_of_a_real_excerpt_is_right_in_every_mode(name: str) -> None:
     row = EXCERPTS[name]
     path = DATA / name
     text, fixed, safe = _fixed(path)
-    before_code = "import torch\n" + row.prelude + _definitions(text, row.names)
-    after_code = "import torch\n" + row.prelude + _definitions(fixed, row.names)
+    before_code = "import torch\n" + row.prelude + _definitions(text, row.names) + row.after
+    after_code = "import torch\n" + row.prelude + _definitions(fixed, row.names) + row.after
     assert before_code != after_code, "the fix changes no line of the definitions that run"
-    if name == "transformers_recurrent_gemma_rglru.py":
-        # The excerpt's forward on the real layer: the subclass takes the excerpt's method only.
-        before_code += "\nclass Layer(real.RecurrentGemmaRglru):\n    forward = RecurrentGemmaRglru.forward\n"
-        after_code += "\nclass Layer(real.RecurrentGemmaRglru):\n    forward = RecurrentGemmaRglru.forward\n"
     unfixed = Run.of(lambda: execute(before_code, row.run, FLOAT64))
     assert unfixed.out is not None, f"the unfixed excerpt does not run in float64: {unfixed.raised}"
     failures = []
