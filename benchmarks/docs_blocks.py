@@ -10,8 +10,8 @@ and the block:
     <!-- end values_memory:table -->
 
 `python benchmarks/<script>.py report` prints the blocks its committed JSON renders; `--write` puts
-them into the page; `python benchmarks/docs_blocks.py` writes every script's blocks (nothing is
-measured). tests/test_docs_tables.py checks that every block is what its data renders.
+them into the page (a block may instead sit in README.md, for the numbers the README quotes);
+`python benchmarks/docs_blocks.py` writes every script's blocks (nothing is measured). tests/test_docs_tables.py checks that every block is what its data renders.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
+README = DOCS.parent / "README.md"
 # The scripts whose `report` renders blocks of docs/, each from its RESULTS into its PAGE.
 SCRIPTS = (
     "parse_parity",
@@ -39,6 +40,7 @@ SCRIPTS = (
     "deep_cost",
     "large_file",
     "lsp_latency",
+    "static_speed",
 )
 
 
@@ -111,10 +113,24 @@ def fill(page: str, script: str, rendered: dict[str, str]) -> str:
     )
 
 
+def page_blocks(page: Path, script: str) -> dict[str, str]:
+    """The blocks of `script` in its page and in the README, by name."""
+    return {
+        **blocks(page.read_text(encoding="utf-8"), script),
+        **blocks(README.read_text(encoding="utf-8"), script),
+    }
+
+
 def report_command(page: Path, script: str, rendered: dict[str, str], write: bool) -> None:
-    """The `report` subcommand: print the blocks, or (`write`) put them into the page."""
+    """The `report` subcommand: print the blocks, or (`write`) put them into the page or the README,
+    wherever each block's markers are."""
     if write:
-        page.write_text(fill(page.read_text(encoding="utf-8"), script, rendered), encoding="utf-8")
+        in_readme = set(blocks(README.read_text(encoding="utf-8"), script)) & set(rendered)
+        if in_readme:
+            text = README.read_text(encoding="utf-8")
+            README.write_text(fill(text, script, {n: rendered[n] for n in in_readme}), encoding="utf-8")
+        rest = {n: t for n, t in rendered.items() if n not in in_readme}
+        page.write_text(fill(page.read_text(encoding="utf-8"), script, rest), encoding="utf-8")
         return
     for name, text in rendered.items():
         sys.stdout.write(f"<!-- {script}:{name} -->\n\n{text}\n\n")

@@ -1,7 +1,8 @@
 """Wall time of the static pass against its peers, side by side on one corpus in one run.
 
-    python benchmarks/static_speed.py [CORPUS_DIR] [--subset 'b*,c*'] [--runs 3] [--single FILE]
+    python benchmarks/static_speed.py run [CORPUS_DIR] [--subset 'b*,c*'] [--runs 3] [--single FILE]
         [--peer-bin DIR] [--torchfix PATH] [--fixit PATH] [--ruff PATH] [--flake8 PATH] [--no-tree]
+    python benchmarks/static_speed.py report [--write]
 
 CORPUS_DIR is the `transformers/models` folder of an installed transformers (found with this
 interpreter when not given). It is copied to a temporary directory first: amplint and ruff skip
@@ -18,8 +19,9 @@ empty cache. Three corpora, each tool `--runs` times, in one run:
 
 Peers are looked up in the `--peer-bin` directories, next to this interpreter, then on PATH (TorchFix and Fixit are best
 installed in an environment of their own, as they pin their own libcst); a missing one is left out.
-Each table gives the median, the spread and the ratio to amplint with a cold cache; the load average
-before and after the run is printed with them.
+`run` keeps every time in static_speed.json (with the versions, the CPU count and the load average
+before and after); `report` renders from it the table of docs/measured.md and the README's speed line:
+the median, the spread and the ratio to amplint with a cold cache.
 """
 
 from __future__ import annotations
@@ -36,8 +38,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
+
+import docs_blocks  # this folder is on sys.path when a script in it runs
 
 CACHE = ".amplint_cache"
+RESULTS = Path(__file__).resolve().parent / "static_speed.json"
+PAGE = "measured.md"
 
 
 @dataclass
@@ -117,36 +124,93 @@ def _time(tools: list[Tool], root: Path, runs: int) -> None:
         print(f"  {tool.name}: {', '.join(f'{t:.2f}' for t in tool.runs)} s", file=sys.stderr, flush=True)
 
 
-def _table(label: str, files: int, lines: int, tools: list[Tool]) -> None:
-    base = statistics.median(tools[0].runs)
-    plural = "" if files == 1 else "s"
-    print(f"\n{label}: {files:,} file{plural}, {lines:,} lines, median of {len(tools[0].runs)} runs\n")
-    print("| Tool | Median wall time | Min-max | Ratio to amplint cold |")
-    print("| --- | --- | --- | --- |")
-    for tool in tools:
-        median = statistics.median(tool.runs)
-        spread = f"{min(tool.runs):.2f}-{max(tool.runs):.2f} s"
-        print(f"| {tool.name} | {median:.2f} s | {spread} | {median / base:.2f} |")
-    sys.stdout.flush()
+def _record(label: str, paths: list[Path], tools: list[Tool]) -> dict[str, Any]:
+    files, lines = _size(paths)
+    return {
+        "corpus": label,
+        "files": files,
+        "lines": lines,
+        "tools": [{"name": t.name, "runs": [round(r, 3) for r in t.runs]} for t in tools],
+    }
 
 
-def main() -> None:
+def _median(table: dict[str, Any], name: str) -> float:
+    return statistics.median(next(t["runs"] for t in table["tools"] if t["name"] == name))
+
+
+def _peer_ratio(table: dict[str, Any], peer: str) -> str:
+    names = [t["name"] for t in table["tools"] if t["name"].startswith(peer)]
+    if not names:
+        return f"{peer} was not measured"
+    return f"{_median(table, names[0]) / _median(table, 'amplint, cold cache'):.1f}x faster than {peer}"
+
+
+def report(data: dict[str, Any]) -> dict[str, str]:
+    meta = data["meta"]
+    versions = meta["versions"]
+    lines = [
+        f"`python benchmarks/static_speed.py run --runs {data['runs']} --peer-bin <the peers' bin directory>` "
+        f"on transformers {versions['transformers']}'s `models/`, then `report --write`: amplint "
+        f"{versions['amplint']} (libcst {versions['libcst']}) on {meta['cpus']} CPUs "
+        f"({docs_blocks.load_text(meta)}), {meta['date']}; the median of {data['runs']} runs, every "
+        'tool with its default rules, all in one run ("cold" removes `.amplint_cache/` before each '
+        'run, "warm" runs again with nothing changed; the peers run without caches):',
+        "",
+        "| Tool | Corpus | Median wall time | Min-max | Ratio to amplint, cold cache |",
+        "| --- | --- | ---: | --- | ---: |",
+    ]
+    for table in data["tables"]:
+        base = _median(table, "amplint, cold cache")
+        plural = "" if table["files"] == 1 else "s"
+        corpus = f"{table['corpus']}: {table['files']:,} file{plural}, {table['lines']:,} lines"
+        for tool in table["tools"]:
+            median, runs = statistics.median(tool["runs"]), tool["runs"]
+            lines.append(
+                f"| {tool['name']} | {corpus} | {median:.2f} s | {min(runs):.2f}-{max(runs):.2f} s | "
+                f"{median / base:.2f} |"
+            )
+            corpus = "same"
+    subset, *rest = data["tables"]
+    tree = next((t for t in rest if t["corpus"].startswith("`models/` (whole")), None)
+    readme = (
+        f"- **Speed**: transformers' {subset['corpus']} ({subset['files']:,} files, {subset['lines']:,} lines) "
+        f"in {_median(subset, 'amplint, cold cache'):.1f} s on {meta['cpus']} cores, "
+        f"{_peer_ratio(subset, 'TorchFix')} and {_peer_ratio(subset, 'Fixit')}"
+    )
+    if tree:
+        readme += (
+            f"; the whole `models/` tree ({tree['lines']:,} lines) in {_median(tree, 'amplint, cold cache'):.0f} s "
+            f"cold and {_median(tree, 'amplint, warm cache'):.1f} s with a warm cache"
+        )
+    readme += f" ({docs_blocks.load_text(meta)}; [docs/measured.md](docs/measured.md))."
+    return {"table": "\n".join(lines), "readme": readme}
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "corpus", type=Path, nargs="?", help="transformers/models (default: the installed one)"
-    )
-    parser.add_argument("--subset", default="b*,c*", help="comma-separated globs of sub-directories")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--single", type=Path, help="one file, relative to the corpus or absolute")
-    parser.add_argument("--peer-bin", action="append", default=[], metavar="DIR", help="where peers live")
-    parser.add_argument("--torchfix")
-    parser.add_argument("--fixit")
-    parser.add_argument("--ruff")
-    parser.add_argument("--flake8")
-    parser.add_argument("--no-tree", action="store_true", help="leave out the whole-tree runs")
-    args = parser.parse_args()
+    commands = parser.add_subparsers(dest="command", required=True)
+    go = commands.add_parser("run")
+    go.add_argument("corpus", type=Path, nargs="?", help="transformers/models (default: the installed one)")
+    go.add_argument("--subset", default="b*,c*", help="comma-separated globs of sub-directories")
+    go.add_argument("--runs", type=int, default=3)
+    go.add_argument("--single", type=Path, help="one file, relative to the corpus or absolute")
+    go.add_argument("--peer-bin", action="append", default=[], metavar="DIR", help="where peers live")
+    go.add_argument("--torchfix")
+    go.add_argument("--fixit")
+    go.add_argument("--ruff")
+    go.add_argument("--flake8")
+    go.add_argument("--no-tree", action="store_true", help="leave out the whole-tree runs")
+    go.add_argument("--output", type=Path, default=RESULTS)
+    show = commands.add_parser("report")
+    show.add_argument("--input", type=Path, default=RESULTS)
+    show.add_argument("--write", action="store_true", help=f"into docs/{PAGE} and README.md")
+    args = parser.parse_args(argv)
+    if args.command == "report":
+        rendered = report(docs_blocks.load(args.input))
+        docs_blocks.report_command(docs_blocks.DOCS / PAGE, "static_speed", rendered, args.write)
+        return 0
 
     corpus = args.corpus or _installed_models()
     if corpus is None or not corpus.is_dir():
@@ -156,11 +220,12 @@ def main() -> None:
         single = single.relative_to(corpus)
 
     # Wall time depends on what else runs: the load average before and after says how quiet it was.
-    print(f"CPUs: {os.cpu_count()}; load average (1, 5, 15 min) at the start: {_load()}")
+    meta = docs_blocks.machine(("amplint", "libcst", "transformers"))
+    tables = []
     with tempfile.TemporaryDirectory(prefix="amplint-bench-") as temporary:
         root = Path(temporary)
         shutil.copytree(corpus, root / "models", ignore=shutil.ignore_patterns("__pycache__"))
-        print(f"corpus: {corpus} (copied), {args.runs} runs each", file=sys.stderr)
+        print(f"{args.runs} runs each; load average {meta['load_average']}", file=sys.stderr)
 
         subset = sorted(
             {
@@ -169,31 +234,30 @@ def main() -> None:
                 for p in (root / "models").glob(g)
             }
         )
-        files, lines = _size([root / p for p in subset])
+        label = " + ".join(f"`models/{g}`" for g in args.subset.split(","))
         print(f"subset {args.subset}:", file=sys.stderr)
         tools = _amplint(root, subset) + _peers(args, subset)
         _time(tools, root, args.runs)
-        _table(f"`models/{{{args.subset}}}`", files, lines, tools)
+        tables.append(_record(label, [root / p for p in subset], tools))
 
         if not args.no_tree:
-            files, lines = _size([root / "models"])
             print("whole tree:", file=sys.stderr)
             tools = _amplint(root, ["models"])
             _time(tools, root, args.runs)
-            _table("`models/` (whole tree)", files, lines, tools)
+            tables.append(_record("`models/` (whole tree)", [root / "models"], tools))
 
         target = (Path("models") / single).as_posix()
         if (root / target).is_file():
             print(f"one file, {target}:", file=sys.stderr)
             tools = _amplint(root, [target]) + _peers(args, [target])
             _time(tools, root, args.runs)
-            _table(f"`{single.as_posix()}` as pre-commit runs it", 1, _size([root / target])[1], tools)
-    print(f"\nload average (1, 5, 15 min) at the end: {_load()}")
-
-
-def _load() -> str:
-    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
+            label = f"`{single.as_posix()}` as pre-commit runs it (a fresh process)"
+            tables.append(_record(label, [root / target], tools))
+    data = {"meta": docs_blocks.finished(meta), "runs": args.runs, "subset": args.subset, "tables": tables}
+    docs_blocks.save(args.output, data)
+    print(report(data)["table"])
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

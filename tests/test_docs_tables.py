@@ -65,8 +65,8 @@ def test_the_blocks_of_a_page_are_what_their_data_renders(name: str) -> None:
     except ModuleNotFoundError as missing:  # training_curves needs torch, lsp_latency pygls
         pytest.skip(f"benchmarks/{name}.py needs {missing.name}")
     docs_blocks = _script("docs_blocks")
-    page = (ROOT / "docs" / script.PAGE).read_text(encoding="utf-8")
-    assert docs_blocks.blocks(page, name) == script.report(docs_blocks.load(script.RESULTS)), (
+    found = docs_blocks.page_blocks(ROOT / "docs" / script.PAGE, name)
+    assert found == script.report(docs_blocks.load(script.RESULTS)), (
         f"regenerate them: python benchmarks/{name}.py report --write (or measure again)"
     )
 
