@@ -17,6 +17,8 @@ from pathlib import Path
 
 # Line breaks as Python's tokenizer counts them (not str.splitlines, which also splits on \f etc.).
 NEWLINE = re.compile(r"\r\n|\r|\n")
+# An identifier-like word: what rules' trigger words are matched against.
+WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A NUL byte does not occur in Python source; its presence marks a binary file.
 _BINARY_PROBE = 8192
 

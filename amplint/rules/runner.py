@@ -17,6 +17,7 @@ from amplint.results import UNPARSABLE, FileResult, unparsable_diagnostic, unrea
 from amplint.rule import Rule
 from amplint.rules.suppression import file_is_exempt, line_suppresses
 from amplint.source import (
+    WORD,
     LineIndex,
     SourceError,
     SourceFile,
@@ -40,8 +41,6 @@ __all__ = [
     "unparsable_diagnostic",
     "unreadable",
 ]
-
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def lint_file(
@@ -71,7 +70,7 @@ def lint_source(
     text = source.text
     if file_is_exempt(text):
         return result
-    words = frozenset(_WORD.findall(text)) if rules else frozenset()
+    words = frozenset(WORD.findall(text)) if rules else frozenset()
     active = [rule for rule in rules if not rule.triggers or rule.triggers & words]
     if len(text) > LARGE:
         return _lint_in_parts(source, active, display, profile, result)
@@ -161,7 +160,7 @@ def _part(
     words, parsed) as `_python_tree` does, its AMP900 at the file's line. A part after the first
     follows a statement: one `pass` line stands for what comes before it (a late `from __future__`
     stays late)."""
-    tree = bool(wanted) and not wanted.isdisjoint(_WORD.findall(text, start, end))
+    tree = bool(wanted) and not wanted.isdisjoint(WORD.findall(text, start, end))
     lead = "" if first_line == 1 else "pass\n"
     parsed = _python_tree(lead + text[start:end], display, tree=tree, python=profile.python)
     if not isinstance(parsed, Diagnostic):
@@ -232,7 +231,7 @@ def _statements(
         begin = min([statement.lineno, *(d.lineno for d in decorators)]) - shift
         end = (statement.end_lineno or statement.lineno) - shift
         code = "".join(lines[begin - 1 : end])
-        if not triggers.isdisjoint(_WORD.findall(code)):
+        if not triggers.isdisjoint(WORD.findall(code)):
             found.append((begin + first_line - 1, code))
     return found
 
@@ -258,7 +257,7 @@ def _lint_kept(
         pieces.append(body)
         line = first_line + body.count("\n")
     module = "".join(pieces) + "\n"
-    words = frozenset(_WORD.findall(module))
+    words = frozenset(WORD.findall(module))
     wanted = [rule for rule in active if not rule.triggers or rule.triggers & words]
     found = _lint_whole(module, wanted, words, display, profile, FileResult(source.path, display, source))
     result.diagnostics += [d for d in found.diagnostics if d.line >= kept[0][0]]

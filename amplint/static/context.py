@@ -13,7 +13,7 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
 
-from amplint.source import NEWLINE, LineIndex, python_ast
+from amplint.source import NEWLINE, WORD, LineIndex, python_ast
 from amplint.static.cst_compat import node_positions
 from amplint.static.dtypes import DtypeFacts
 from amplint.static.facts import Step
@@ -87,6 +87,36 @@ class FileContext:
     @cached_property
     def imports(self) -> ImportMap:
         return ImportMap(self.index.aliases)
+
+    @cached_property
+    def code_words(self) -> frozenset[str]:
+        """The words of the file's code (names, attributes, keywords, imports, strings), not of its
+        comments or docstrings: a comment that names a GradScaler puts none in scope. The file's
+        words where Python's tree of the whole file is not at hand."""
+        if self.tree is None:
+            return self.words
+        docstrings = {
+            id(node.value)
+            for node in ast.walk(self.tree)
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        }
+        found: set[str] = set()
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Name):
+                found.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                found.add(node.attr)
+            elif isinstance(node, (ast.keyword, ast.arg)) and node.arg:
+                found.add(node.arg)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found.add(node.name)
+            elif isinstance(node, ast.alias):
+                found.update(WORD.findall(f"{node.name} {node.asname or ''}"))
+            elif (
+                isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+            ):
+                found.update(WORD.findall(node.value))
+        return frozenset(found)
 
     @property
     def scopes(self) -> list[Scope]:

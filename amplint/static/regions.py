@@ -24,12 +24,11 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from amplint.source import python_ast
+from amplint.source import WORD, python_ast
 
 if TYPE_CHECKING:
     from amplint.rule import Rule
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 # One physical line with its line break, as Python's tokenizer counts lines.
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
@@ -110,7 +109,7 @@ class _Body:
         self.text = "".join(lines[function.lineno - 1 : self.end])
         # Its own name counts only where the function names itself again (`super().forward(x)`, a
         # recursion), not in its `def`: every `forward` would otherwise name and call every other one.
-        words, calls = _WORD.findall(self.text), _CALLED.findall(self.text)
+        words, calls = WORD.findall(self.text), _CALLED.findall(self.text)
         self.words = frozenset(words) - ({self.name} if words.count(self.name) == 1 else set())
         self.calls = frozenset(calls) - ({self.name} if calls.count(self.name) == 1 else set())
 
