@@ -11,7 +11,7 @@ from amplint.rules.runner import lint_text
 
 AMP009 = [rule for rule in all_rules() if rule.code == "AMP009"]
 
-STEP = '''
+STEP = """
 import torch
 
 
@@ -24,7 +24,7 @@ def train(model, loader, optimizer):
             loss = model(**batch).loss
         {backward}
         optimizer.step()
-'''
+"""
 
 
 def _codes(doc: str = "pass", setup: str = "pass", backward: str = "loss.backward()") -> list[str]:
