@@ -6,6 +6,7 @@ sequence length 64 (the head and inputs `amplint trace` picks). Each trace runs 
 process with a timeout.
 
     python benchmarks/hf_coverage.py run [--jobs 2] [--timeout 120] [--types a,b] [--sample N] [--failed]
+    python benchmarks/hf_coverage.py run --types a,b --update   (measure these again, keep the rest)
     python benchmarks/hf_coverage.py report > docs/hf-coverage.md
     python benchmarks/hf_coverage.py inputs --output inputs.json [--types a,b] [--sample N]
 
@@ -321,6 +322,11 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "```",
         "python benchmarks/hf_coverage.py run --jobs 2",
         *(["python benchmarks/hf_coverage.py run --jobs 2 --failed"] if meta.get("failed_again") else []),
+        *(
+            [f"python benchmarks/hf_coverage.py run --types {','.join(meta['updated'])} --update"]
+            if meta.get("updated")
+            else []
+        ),
         "python benchmarks/hf_coverage.py report > docs/hf-coverage.md",
         "```",
         "",
@@ -402,6 +408,9 @@ def main() -> int:
     go.add_argument("--seed", type=int, default=0)
     go.add_argument("--output", type=Path, default=RESULTS)
     go.add_argument("--failed", action="store_true", help="run again the types that failed in --output")
+    go.add_argument(
+        "--update", action="store_true", help="with --types: measure them again, keep --output's other rows"
+    )
     dump = commands.add_parser("inputs")
     dump.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     dump.add_argument("--timeout", type=float, default=120.0)
@@ -427,20 +436,32 @@ def main() -> int:
         args.output.write_text(json.dumps({"rows": rows}, indent=1) + "\n", encoding="utf-8")
         return 0
     kept: list[dict[str, Any]] = []
-    if args.failed:  # the traced rows stay as they are, the others are measured again
-        earlier = json.loads(args.output.read_text(encoding="utf-8"))["rows"]
-        kept = [row for row in earlier if row["result"] == "traced"]
-        types = [row["type"] for row in earlier if row["result"] != "traced"]
+    earlier_meta: dict[str, Any] = {}
+    if args.update and not args.types:
+        parser.error("--update measures again the model types --types names")
+    if args.failed or args.update:
+        earlier_data = json.loads(args.output.read_text(encoding="utf-8"))
+        earlier, earlier_meta = earlier_data["rows"], earlier_data["meta"]
+        if args.failed:  # the traced rows stay as they are, the others are measured again
+            kept = [row for row in earlier if row["result"] == "traced"]
+            types = [row["type"] for row in earlier if row["result"] != "traced"]
+        else:  # the rows of the types named are measured again, the others stay
+            kept = [row for row in earlier if row["type"] not in set(types)]
     rows = sorted(kept + run(types, args.jobs, args.timeout), key=lambda row: row["type"])
     for row in rows:
         if row["result"] != "traced":
             row["kind"] = kind(row)
+    versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+    if args.update and any(earlier_meta.get(k) != v for k, v in versions.items()):
+        parser.error(f"--update keeps rows measured on other versions ({args.output}): run them all")
     meta = {
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "cores": os.cpu_count(),
-        "jobs": args.jobs,
-        "failed_again": args.failed,  # the failed types of a full run measured again
+        "jobs": earlier_meta.get("jobs", args.jobs) if args.update else args.jobs,  # the full run's
+        "failed_again": args.failed or earlier_meta.get("failed_again", False),
+        # Model types measured again after the full run (`--update`), with the rest kept.
+        "updated": sorted({*earlier_meta.get("updated", []), *types}) if args.update else [],
     }
     args.output.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n", encoding="utf-8")
     done = sum(row["result"] == "traced" for row in rows)

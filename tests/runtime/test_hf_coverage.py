@@ -44,3 +44,23 @@ def test_a_sample_across_families_traces(tmp_path: Path) -> None:
     failed = {row["type"]: row.get("reason", "")[:400] for row in rows if row["result"] != "traced"}
     assert not failed, failed
     assert all(row["ops"] > 50 and row["head"] for row in rows)
+
+    # `--update` measures the named types again and keeps every other row as it was.
+    earlier = {row["type"]: row for row in rows}
+    again = sorted(earlier)[0]
+    update = [sys.executable, str(BENCHMARK), "run", "--types", again, "--update", "--output", str(output)]
+    done = subprocess.run([*update, "--timeout", "240"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(output.read_text(encoding="utf-8"))
+    assert data["meta"]["updated"] == [again] and data["meta"]["jobs"] == 2
+    assert {row["type"]: row for row in data["rows"] if row["type"] != again} == {
+        name: row for name, row in earlier.items() if name != again
+    }
+    assert next(row for row in data["rows"] if row["type"] == again)["result"] == "traced"
+    assert "run --types " + again + " --update" in _benchmark().report(data["rows"], data["meta"])
+
+
+def test_update_without_types_is_refused(tmp_path: Path) -> None:
+    command = [sys.executable, str(BENCHMARK), "run", "--update", "--output", str(tmp_path / "rows.json")]
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 2 and "--update measures again the model types --types names" in done.stderr
