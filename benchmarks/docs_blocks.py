@@ -41,12 +41,13 @@ SCRIPTS = (
     "large_file",
     "lsp_latency",
     "static_speed",
+    "precision_summary",
 )
 
 
 def machine(packages: Iterable[str] = ("amplint", "libcst", "torch", "transformers")) -> dict[str, Any]:
     """The versions, CPU count and load average a measurement ran with (taken when it starts)."""
-    versions = {"python": platform.python_version()}
+    versions: dict[str, str | None] = {"python": platform.python_version()}
     for name in packages:
         try:
             versions[name] = metadata.version(name)

@@ -102,6 +102,11 @@ UNREAD = "unread"
 DISMISSIVE = re.compile(r"\b(unlikely|harmless)\b", re.IGNORECASE)
 # AMP008 flags a deprecated API: the numeric rules are all the others.
 API_RULES = frozenset({"AMP008"})
+# The core numeric rules issue 29 puts on by default: their first-contact reads are summed apart.
+CORE_RULES = frozenset({"AMP001", "AMP002", "AMP003", "AMP004", "AMP005", "AMP007", "AMP013"})
+# Each review's first-contact counts per project, written by `report`: the numbers README.md and
+# docs/measured.md quote are rendered from it (benchmarks/precision_summary.py).
+DEFAULT_SUMMARY = REPO / "benchmarks" / "precision_summary.json"
 # Findings that say nothing about a hazard (a file amplint could not parse): counted, never sampled.
 NOT_SAMPLED = frozenset({"AMP900"})
 KEPT_SUFFIXES = (".py", ".ipynb")
@@ -175,11 +180,18 @@ class Corpus:
         return self.reviews[-1]
 
     def group(self, project: Project) -> str:
-        if project.tuned_on:
-            return TUNED
+        # The review that checks a project first reads it on first contact, whatever rules were
+        # tuned on it after that read; the reviews after it report it apart.
         if project.first_checked is None or project.first_checked == self.current.key:
             return FIRST
-        return EARLIER
+        return TUNED if project.tuned_on else EARLIER
+
+    def as_of(self, key: str) -> Corpus:
+        """The corpus as it stood when the review named `key` was the current one."""
+        keys = [review.key for review in self.reviews]
+        if key not in keys:
+            raise ReviewError(f"no [[review]] is named {key!r} (by its `id`, or its date where it has none)")
+        return Corpus(self.projects, self.reviews[: keys.index(key) + 1])
 
     def added_by(self, key: str) -> list[Project]:
         """The projects a review (named by its `id` or date) checks first, tuned-on ones included."""
@@ -679,9 +691,10 @@ def run(
     rev: str | None,
     command_line: str,
     partial: bool = False,
+    run_name: str = RUN_FILE,
 ) -> dict[str, Any]:
     """Check every project; with `partial`, replace only these projects in the last run's results
-    (which must come from the same amplint source)."""
+    (which must come from the same amplint source). The findings go to `run_name` in `corpus`."""
     if not corpus.is_dir():
         raise ReviewError(f"{corpus} does not exist: run `fetch` first")
     env: dict[str, str] | None = None
@@ -732,10 +745,10 @@ def run(
             )
     wall = time.perf_counter() - total_start
     load_after = os.getloadavg() if hasattr(os, "getloadavg") else None
-    if partial and (corpus / RUN_FILE).is_file():
+    if partial and (corpus / run_name).is_file():
         short = commit[:12] if commit else None
         return _merge_partial(
-            corpus, short, rev is not None, source, summaries, findings, shown, command_line, wall
+            corpus / run_name, short, rev is not None, source, summaries, findings, shown, command_line, wall
         )
     document = {
         "format": 2,
@@ -762,14 +775,12 @@ def run(
         "findings": findings,
         "conditional": shown,
     }
-    _save_run(corpus, document)
+    _save_run(corpus / run_name, document)
     return document
 
 
-def _save_run(corpus: Path, document: dict[str, Any]) -> None:
-    (corpus / RUN_FILE).write_text(
-        json.dumps(document, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
-    )
+def _save_run(path: Path, document: dict[str, Any]) -> None:
+    path.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     findings = document["findings"]
     by_rule = Counter(f["code"] for f in findings)
     print(
@@ -780,7 +791,7 @@ def _save_run(corpus: Path, document: dict[str, Any]) -> None:
 
 
 def _merge_partial(
-    corpus: Path,
+    path: Path,
     commit: str | None,
     snapshot: bool,
     source: str,
@@ -790,7 +801,7 @@ def _merge_partial(
     command_line: str,
     wall: float,
 ) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads((corpus / RUN_FILE).read_text(encoding="utf-8"))
+    document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     before = document["amplint"]
     if (before.get("commit"), before.get("snapshot")) != (commit, snapshot) or document.get("format") != 2:
         raise ReviewError(
@@ -811,7 +822,7 @@ def _merge_partial(
         1,
     )
     document.setdefault("reruns", []).append(command_line)
-    _save_run(corpus, document)
+    _save_run(path, document)
     return document
 
 
@@ -1466,6 +1477,34 @@ def write_reading_aid(
     return parts
 
 
+def _per_project(reads: Sequence[Read]) -> dict[str, list[int]]:
+    """Real, worth a look and false verdicts per project, in the order of the reads (the order the
+    cluster bootstrap draws from)."""
+    counts: dict[str, list[int]] = {}
+    for read in reads:
+        if read.status in VERDICT_VALUES:
+            counts.setdefault(read.unit.project, [0, 0, 0])[VERDICT_VALUES.index(read.status)] += 1
+    return counts
+
+
+def summary(measured: Measured, corpus: Corpus, seed: int) -> dict[str, Any]:
+    """The current review's first-contact counts, per project, for benchmarks/precision_summary.json."""
+    first, units = measured.sample[FIRST], measured.units[FIRST]
+    return {
+        "order": len(corpus.reviews),  # the review's number: 1 for the corpus's first
+        "date": corpus.current.date,
+        "commit": corpus.current.commit,
+        "seed": seed,
+        "projects": sum(1 for p in corpus.projects if corpus.group(p) == FIRST),
+        "findings": len(units),
+        "numeric_findings": sum(1 for u in units if u.code not in API_RULES),
+        "all": _per_project(first),
+        "numeric": _per_project(measured.numeric),
+        "api": _per_project([r for r in first if r.unit.code in API_RULES]),
+        "core": _per_project([r for r in measured.first_reads if r.unit.code in CORE_RULES]),
+    }
+
+
 def report(
     corpus_dir: Path,
     corpus: Corpus,
@@ -1478,8 +1517,10 @@ def report(
     command: str,
     per_rule: int = MIN_READS,
     numeric_size: int = 0,
+    run_name: str = RUN_FILE,
+    summary_path: Path | None = None,
 ) -> None:
-    run_file = corpus_dir / RUN_FILE
+    run_file = corpus_dir / run_name
     if not run_file.is_file():
         raise ReviewError(f"{run_file} does not exist: run `run` first")
     run_data = json.loads(run_file.read_text(encoding="utf-8"))
@@ -1496,6 +1537,11 @@ def report(
         render_report(run_data, corpus, measured, command, stale, seed, per_rule, dismissed) + "\n",
         encoding="utf-8",
     )
+    if summary_path is not None and corpus.current.key is not None:
+        kept = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
+        kept.setdefault("reviews", {})[corpus.current.key] = summary(measured, corpus, seed)
+        kept["reviews"] = dict(sorted(kept["reviews"].items(), key=lambda item: item[1]["order"]))
+        summary_path.write_text(json.dumps(kept, indent=1) + "\n", encoding="utf-8")
     parts = write_reading_aid(run_data, corpus, measured, corpus_dir, context)
     for group in GROUPS:
         tally = _counts(measured.sample[group])
@@ -1551,7 +1597,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--context", type=int, default=DEFAULT_CONTEXT, help="reading-aid lines either side")
     parser.add_argument("--only", help="comma-separated project names (fetch/run); default: all")
     parser.add_argument(
-        "--review", help="only the projects this review (its `id`, or its date) added (fetch/run)"
+        "--review",
+        help="only the projects this review (its `id`, or its date) added (fetch/run); report: measure "
+        "that review as it stood, from --run-file",
+    )
+    parser.add_argument(
+        "--run-file", default=RUN_FILE, help="the run's findings, in the corpus folder (run, report)"
+    )
+    parser.add_argument(
+        "--summary",
+        type=Path,
+        default=DEFAULT_SUMMARY,
+        help="where report keeps each review's first-contact counts",
     )
     parser.add_argument("--amplint", help="the amplint command (default: the one beside this Python)")
     parser.add_argument("--jobs", type=int, help="passed to `amplint check --jobs`")
@@ -1585,6 +1642,8 @@ def display_command(args: argparse.Namespace, step: str, seed: int | None = None
         parts += ["--only", args.only]
     if step in ("fetch", "run") and args.review:
         parts += ["--review", args.review]
+    if step == "run" and args.run_file != RUN_FILE:
+        parts += ["--run-file", args.run_file]
     if step == "run":
         if args.rev:
             parts += ["--rev", args.rev]
@@ -1593,6 +1652,10 @@ def display_command(args: argparse.Namespace, step: str, seed: int | None = None
         if args.jobs:
             parts += ["--jobs", str(args.jobs)]
     if step == "report":
+        if args.review:
+            parts += ["--review", args.review]
+        if args.run_file != RUN_FILE:
+            parts += ["--run-file", args.run_file]
         parts += ["--sample", str(args.sample), "--sample-numeric", str(args.sample_numeric)]
         parts += ["--sample-earlier", str(args.sample_earlier)]
         parts += ["--seed", str(seed), "--per-rule", str(args.per_rule)]
@@ -1631,8 +1694,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.rev:
                 args.rev = rev or args.rev  # the report names the commit, not a moving `HEAD`
             partial = bool(args.only or args.review) and args.step == "run"
-            run(projects, corpus_dir, amplint, args.jobs, args.rev, display_command(args, "run"), partial)
+            command = display_command(args, "run")
+            run(projects, corpus_dir, amplint, args.jobs, args.rev, command, partial, args.run_file)
         if args.step in ("report", "all"):
+            if args.review:
+                corpus = corpus.as_of(args.review)
             seed = corpus.current.seed if args.seed is None else args.seed
             report(
                 corpus_dir,
@@ -1646,6 +1712,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 display_command(args, "report", seed),
                 args.per_rule,
                 args.sample_numeric,
+                args.run_file,
+                args.summary,
             )
     except ReviewError as exc:
         print(f"error: {exc}", file=sys.stderr)

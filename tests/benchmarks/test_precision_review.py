@@ -10,6 +10,7 @@ import json
 import sys
 import tarfile
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -462,3 +463,44 @@ def test_the_numeric_row_extends_the_sample_in_the_same_order(tmp_path: Path) ->
     # Every first-contact read is counted once, however the samples overlap.
     keys = [r.unit.key for r in measured.first_reads]
     assert len(keys) == len(set(keys))
+
+
+def test_report_keeps_the_reviews_counts_and_the_quoted_numbers_render_from_them(tmp_path: Path) -> None:
+    corpus_dir, corpus, verdicts = fake_corpus(tmp_path)
+    corpus = review.Corpus(corpus.projects, [*corpus.reviews[:-1], replace(corpus.current, id="two")])
+    summary = tmp_path / "summary.json"
+    page = tmp_path / "precision.md"
+    review.report(
+        corpus_dir, corpus, verdicts, page, 120, 60, 2, 15, "python report", per_rule=20, summary_path=summary
+    )
+    kept = json.loads(summary.read_text(encoding="utf-8"))["reviews"]
+    assert list(kept) == ["two"]  # the current review, by its id (or its date)
+    counts = kept["two"]
+    # First contact is "new" only; its 4 reads: 2 real, 2 false (one "worth a look" whose reason
+    # calls the problem unlikely); the tuned-on project's real verdict is not in them.
+    assert counts["all"] == {"new": [2, 0, 2]} and counts["core"] == {"new": [2, 0, 2]}
+    assert counts["api"] == {} and counts["order"] == 2 and counts["findings"] == 17
+    # The renderer quotes the shares with the intervals the page prints.
+    summary_script = _load("precision_summary")
+    table = summary_script.table(counts)
+    assert "| All default rules | 4 | 50% (Wilson 15-85%, by project 50-50%) |" in table
+    assert "50% (15-85; 50-50)" in page.read_text(encoding="utf-8")
+    text = summary_script.readme({"reviews": kept})
+    assert "4 of their 17 default findings" in text and "50% were useful (50% real" in text
+
+
+def test_a_review_is_measured_as_it_stood(tmp_path: Path) -> None:
+    # As of the first review, its projects are first contact, the tuned one too (it was read before
+    # any rule was tuned on it); the later review's project is not in it.
+    corpus = review.load_corpus(
+        write(tmp_path, "c.toml", MANIFEST.replace("seed = 2\n", 'id = "two"\nseed = 2\n'))
+    )
+    first = corpus.as_of("2026-01-01")
+    assert first.current.key == "2026-01-01" and len(first.reviews) == 1
+    assert {p.name: first.group(p) for p in first.projects if p.name != "new"} == {
+        "old": review.FIRST,
+        "tuned": review.FIRST,
+    }
+    assert corpus.group(corpus.projects[1]) == review.TUNED  # in the reviews after it, apart
+    with pytest.raises(review.ReviewError, match="no \\[\\[review\\]\\] is named"):
+        corpus.as_of("three")

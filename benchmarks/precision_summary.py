@@ -1,0 +1,159 @@
+"""The first-contact precision that README.md and docs/measured.md quote, rendered from the counts
+`python benchmarks/precision_review.py report` keeps for each review in precision_summary.json
+(per project: real, worth a look and false verdicts).
+
+    python benchmarks/precision_summary.py report [--write]
+
+Each review's table gives the shares with the two intervals of its page (docs/precision.md for the
+current review, docs/precision-review-<n>.md for earlier ones); the reviews together are summed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import docs_blocks  # this folder is on sys.path when a script in it runs
+from precision_review import cluster_bootstrap, wilson
+
+RESULTS = Path(__file__).resolve().parent / "precision_summary.json"
+PAGE = "measured.md"
+# The bar issue 29 sets for first contact: default findings real, numeric ones real.
+BAR_ALL, BAR_NUMERIC = 0.85, 0.80
+
+Counts = Mapping[str, list[int]]  # project -> [real, worth a look, false]
+
+
+def _totals(counts: Counts) -> tuple[int, int, int]:
+    """(real, useful, read) over every project."""
+    real = sum(c[0] for c in counts.values())
+    useful = real + sum(c[1] for c in counts.values())
+    return real, useful, sum(sum(c) for c in counts.values())
+
+
+def _percent(hits: int, read: int) -> str:
+    return f"{100 * hits / read:.0f}%" if read else "-"
+
+
+def share(counts: Counts, useful: bool, seed: int) -> str:
+    """'46% (Wilson 35-58%, by project 31-61%)', as the review's page computes it."""
+    clusters = [(c[0] + (c[1] if useful else 0), sum(c)) for c in counts.values()]
+    hits, read = sum(h for h, _ in clusters), sum(r for _, r in clusters)
+    if not read:
+        return "-"
+    low, high = wilson(hits, read)
+    b_low, b_high = cluster_bootstrap(clusters, seed)
+    return (
+        f"{100 * hits / read:.0f}% (Wilson {100 * low:.0f}-{100 * high:.0f}%, "
+        f"by project {100 * b_low:.0f}-{100 * b_high:.0f}%)"
+    )
+
+
+def table(review: dict[str, Any]) -> str:
+    seed = review["seed"]
+    lines = ["| | Read | Real | Useful (real + worth a look) |", "| --- | ---: | --- | --- |"]
+    for label, key in (
+        ("All default rules", "all"),
+        ("Numeric rules (all but AMP008)", "numeric"),
+        ("AMP008 (deprecated API)", "api"),
+    ):
+        counts = review[key]
+        read = _totals(counts)[2]
+        lines.append(f"| {label} | {read} | {share(counts, False, seed)} | {share(counts, True, seed)} |")
+    return "\n".join(lines)
+
+
+def _summed(reviews: list[dict[str, Any]], key: str) -> tuple[int, int, int, int]:
+    """(real, useful, read, projects read) of one row over several reviews."""
+    real = useful = read = 0
+    projects: set[str] = set()
+    for review in reviews:
+        r, u, n = _totals(review[key])
+        real, useful, read = real + r, useful + u, read + n
+        projects |= {name for name, counts in review[key].items() if sum(counts)}
+    return real, useful, read, len(projects)
+
+
+def _names(reviews: list[dict[str, Any]]) -> str:
+    numbers = [str(review["order"]) for review in reviews]
+    return " and ".join([", ".join(numbers[:-1]), numbers[-1]] if len(numbers) > 1 else numbers)
+
+
+def together(data: dict[str, Any]) -> str:
+    reviews = list(data["reviews"].values())
+    real, useful, read, projects = _summed(reviews, "all")
+    n_real, n_useful, n_read, _ = _summed(reviews, "numeric")
+    c_real, c_useful, c_read, _ = _summed(reviews, "core")
+    met = real >= BAR_ALL * read and n_real >= BAR_NUMERIC * n_read
+    return (
+        f"Reviews {_names(reviews)} together read {read} first-contact findings from {projects} projects: "
+        f"{_percent(real, read)} real, {_percent(useful, read)} useful; {n_read} of them numeric: "
+        f"{_percent(n_real, n_read)} real, {_percent(n_useful, n_read)} useful. The bar of issue 29 "
+        f"({BAR_ALL:.0%} of the default findings real, {BAR_NUMERIC:.0%} of the numeric ones) is "
+        f"{'met' if met else 'not met'}. The core numeric rules (AMP001-AMP005, AMP007, AMP013) were "
+        f"read {c_read} times, {c_real} real and {c_useful - c_real} worth a look."
+    )
+
+
+def readme(data: dict[str, Any]) -> str:
+    *earlier, latest = data["reviews"].values()
+    real, useful, read = _totals(latest["all"])
+    n_real, n_useful, n_read = _totals(latest["numeric"])
+    projects_read = sum(1 for counts in latest["all"].values() if sum(counts))
+    seed = latest["seed"]
+    by_project = share(latest["all"], True, seed).split("by project ")[1].rstrip(")")
+    text = (
+        f"- **Precision, first contact**: {latest['projects']} pinned public PyTorch projects from PyPI "
+        f"that nobody here had checked before (review {latest['order']}), each checked "
+        f"whole with amplint's defaults; {read} of their {latest['findings']} default findings (counted "
+        f"once per line, on {projects_read} of the projects) were read in their code, by readers outside "
+        "the rules' development, before any rule changed because of them. "
+        f"{_percent(useful, read)} were useful ({_percent(real, read)} real; 95% interval by project "
+        f"{by_project}), and {_percent(n_useful, n_read)} of the {n_read} about numerics (all but the "
+        f"deprecated-API rule AMP008), {_percent(n_real, n_read)} of them real."
+    )
+    if earlier:
+        all_reviews = [*earlier, latest]
+        t_real, t_useful, t_read, _ = _summed(all_reviews, "all")
+        c_real, _, c_read, _ = _summed(all_reviews, "core")
+        text += (
+            f" With review {_names(earlier)} ({sum(r['projects'] for r in earlier)} other projects), "
+            f"{t_read} first-contact findings: {_percent(t_useful, t_read)} useful, "
+            f"{_percent(t_real, t_read)} real. "
+        )
+        if t_real < BAR_ALL * t_read:
+            text += (
+                "Far from good enough: the core numeric rules (AMP001-AMP005, AMP007, AMP013) were read "
+                f"{c_read} times in these reviews and {c_real} of them were real."
+            )
+    return text + (
+        " The measurement, per rule, with every verdict and its reason, is in "
+        "[docs/precision.md](docs/precision.md); the earlier reviews are reported apart in "
+        "[docs/measured.md](docs/measured.md)."
+    )
+
+
+def report(data: dict[str, Any]) -> dict[str, str]:
+    blocks = {key: table(review) for key, review in data["reviews"].items()}
+    return {**blocks, "together": together(data), "readme": readme(data)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    show = commands.add_parser("report")
+    show.add_argument("--input", type=Path, default=RESULTS)
+    show.add_argument("--write", action="store_true", help=f"into docs/{PAGE} and README.md")
+    args = parser.parse_args(argv)
+    rendered = report(docs_blocks.load(args.input))
+    docs_blocks.report_command(docs_blocks.DOCS / PAGE, "precision_summary", rendered, args.write)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
