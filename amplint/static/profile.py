@@ -491,6 +491,8 @@ def _settings(code: bytes, partials: Mapping[str, Partial]) -> Iterator[tuple[in
 # a tensor (that value alone, which the engine follows where it is used). A model is built there
 # (`GPT().half()`), is `self` in a module, or is named as one (`model`, `self.unet`, `text_encoder`).
 _CONSTRUCTED = re.compile(rb"\b[A-Z]\w*\((?:[^()]|\([^()]*\))*\)\Z")
+# Capitalised, yet a tensor: `torch.Tensor([...]).half()`, `nn.Parameter(w).half()`.
+_TENSOR_CONSTRUCTOR = re.compile(rb"(?:\w*Tensor|Parameter|Buffer)\(")
 _MODULE_NAME = re.compile(
     rb"(?:\A|[._])(?:self|model|models|net|network|module|encoder|decoder|transformer|backbone|unet|vae|"
     rb"pipe|pipeline|policy|actor|critic|generator|discriminator|tower|lm|llm|classifier|denoiser|"
@@ -504,8 +506,9 @@ def _cast_kind(code: bytes, start: int) -> str:
     """`CAST` for a cast of a model at `start` (the `.` of `.half()` or `.to(...)`), `CAST_TENSOR`
     for a cast of a tensor."""
     before = code[max(start - 200, 0) : start]
-    if _CONSTRUCTED.search(before) is not None:
-        return CAST
+    constructed = _CONSTRUCTED.search(before)
+    if constructed is not None:
+        return CAST_TENSOR if _TENSOR_CONSTRUCTOR.match(constructed.group()) else CAST
     receiver = _QUALIFIER.search(before)
     name = receiver.group().lower() if receiver is not None else b""
     return CAST if name and _MODULE_NAME.search(name) is not None else CAST_TENSOR

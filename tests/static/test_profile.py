@@ -34,6 +34,7 @@ from amplint.static.profile import (
     configured,
     detect,
     settings_in,
+    settings_with_kinds,
 )
 
 BF16, FP16 = frozenset({"bfloat16"}), frozenset({"float16"})
@@ -150,6 +151,22 @@ def test_evidence_names_the_line_and_is_capped_per_dtype() -> None:
         ("a.py", line, f"m{line - 2}.half()") for line in range(2, 7)
     ]
     assert ("a.py", 15, "x.to(torch.bfloat16)") in profile.evidence
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("model = GPT(cfg).half()\n", "cast"),
+        ("self.weight_tensor = torch.Tensor([5.0, 4.0]).half().to(self.device)\n", "cast:tensor"),
+        ("w = torch.FloatTensor(3).half()\n", "cast:tensor"),
+        ("p = nn.Parameter(torch.ones(3)).half()\n", "cast:tensor"),
+    ],
+    ids=["model", "tensor", "float-tensor", "parameter"],
+)
+def test_a_capitalised_tensor_constructor_casts_a_tensor_not_a_model(text: str, kind: str) -> None:
+    # pyiqa 0.1.16 q_align/modeling_mplug_owl2.py:280: a tensor of weights made half in a model's
+    # method was taken for a cast of the model, and every attention of it ran "as cast-fp16".
+    assert [found[3] for found in settings_with_kinds(text)] == [kind]
 
 
 def test_both_dtypes_on_one_line_are_two_settings() -> None:
