@@ -50,6 +50,16 @@ class CellEdit(Edit):
     cell: int
 
 
+@dataclass(frozen=True, order=True)
+class Span:
+    """A stretch of text: 1-based lines and columns, end exclusive (a finding's range)."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+
 # How far a fix can be trusted, as in ruff: `--fix` applies safe fixes only, `--unsafe-fixes` also
 # the unsafe ones (they may change what the code computes beyond the hazard, such as the dtype a
 # consumer sees); display-only fixes are shown, never applied.
@@ -62,6 +72,10 @@ class Fix:
     description: str
     edits: tuple[Edit, ...]
     applicability: str = SAFE
+    # The ranges of other findings that its edits fix too (the accumulation an upcast at the start
+    # of its chain keeps in float32): a finding there needs no fix of its own once this one is
+    # written, and counts as fixed by it.
+    covers: tuple[Span, ...] = ()
 
     def applies(self, unsafe: bool) -> bool:
         """Whether `--fix` writes it (with `--unsafe-fixes` when `unsafe`)."""
@@ -85,6 +99,10 @@ class Diagnostic:
     fix: Fix | None = None
     help: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def span(self) -> Span:
+        return Span(self.line, self.column, self.end_line, self.end_column)
 
     @property
     def sort_key(self) -> tuple[str, int, int, int, str]:

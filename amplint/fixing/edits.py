@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from amplint.diagnostics import UNSAFE, Confidence, Diagnostic, Edit
+from amplint.diagnostics import UNSAFE, Confidence, Diagnostic, Edit, Fix
 from amplint.rule import Rule
 from amplint.rules.runner import FileResult, invalid_code, lint_source
 from amplint.source import LineIndex, SourceFile, replace_file
@@ -58,26 +58,13 @@ def _fix_edits(
     ]
 
 
-def _encloses(outer: tuple[Edit, ...], inner: tuple[Edit, ...]) -> bool:
-    """Whether every edit of `inner` lies within one replacement of `outer`."""
-    spans = [((e.line, e.column), (e.end_line, e.end_column)) for e in outer]
-    return bool(inner) and all(
-        any(
-            start < end and start <= (e.line, e.column) and (e.end_line, e.end_column) <= end
-            for start, end in spans
-        )
-        for e in inner
-    )
-
-
 def _in_evaluation_order(
     candidates: list[tuple[Diagnostic, tuple[Edit, ...]]],
 ) -> list[tuple[Diagnostic, tuple[Edit, ...]]]:
     """The fixes in the order their findings' values are computed, which is where their code ends
     (an operand before its op, a statement before the next): of two overlapping fixes on one chain,
-    the one at its start (AMP001's upcast of a log-decay) is written, and the other (AMP007's
-    `dtype=` on the `cumsum` it feeds), found again or not on the fixed text, waits for the next
-    round; written together their casts would stack."""
+    the one computed first is written, and the other, found again or not on the fixed text, waits
+    for the next round."""
     return sorted(candidates, key=lambda candidate: (candidate[0].end_line, candidate[0].end_column))
 
 
@@ -85,18 +72,37 @@ def _non_overlapping(
     candidates: list[tuple[Diagnostic, tuple[Edit, ...]]],
 ) -> tuple[list[Diagnostic], list[Edit]]:
     """Whole fixes whose replacements do not overlap one another (insertions such as
-    `import torch` at the same spot are shared): the findings they fix, and their edits."""
+    `import torch` at the same spot are shared): the findings they fix, and their edits. A finding
+    that another fix covers (`Fix.covers`: AMP007's `cumsum` in the chain whose start AMP001's fix
+    upcasts) waits for that fix, and is tried only if it was not chosen: written together, their
+    casts would stack."""
+    covered = {span for diagnostic, _ in candidates if diagnostic.fix for span in diagnostic.fix.covers}
     fixes: list[Diagnostic] = []
     chosen: list[Edit] = []
     taken: list[tuple[tuple[int, int], tuple[int, int]]] = []
-    for diagnostic, edits in candidates:
-        ranges = [((e.line, e.column), (e.end_line, e.end_column)) for e in edits if e not in chosen]
-        if any(start < t_end and t_start < end for start, end in ranges for t_start, t_end in taken):
-            continue
-        fixes.append(diagnostic)
-        chosen.extend(e for e in edits if e not in chosen)
-        taken.extend(r for r in ranges if r[0] != r[1])
+    for waiting in (False, True):
+        for diagnostic, edits in candidates:
+            if (diagnostic.span in covered) is not waiting or (waiting and _covering(fixes, diagnostic)):
+                continue
+            ranges = [((e.line, e.column), (e.end_line, e.end_column)) for e in edits if e not in chosen]
+            if any(start < t_end and t_start < end for start, end in ranges for t_start, t_end in taken):
+                continue
+            fixes.append(diagnostic)
+            chosen.extend(e for e in edits if e not in chosen)
+            taken.extend(r for r in ranges if r[0] != r[1])
     return fixes, chosen
+
+
+def _covering(fixes: Sequence[Diagnostic], diagnostic: Diagnostic) -> Fix | None:
+    """The fix among `fixes` whose edits fix `diagnostic` too (`Fix.covers`), if any."""
+    return next(
+        (
+            d.fix
+            for d in fixes
+            if d.fix is not None and d is not diagnostic and diagnostic.span in d.fix.covers
+        ),
+        None,
+    )
 
 
 @dataclass
@@ -183,17 +189,16 @@ def fix_source(
 def _fixed_along(
     chosen: list[Diagnostic], before: Sequence[Diagnostic], after: Sequence[Diagnostic]
 ) -> list[tuple[Diagnostic, tuple[int, int]]]:
-    """The findings a written fix fixed with its own: each not written this round whose range lies
-    within that fix's edits (AMP007's `cumsum` in the chain AMP001's fix keeps in float32) and gone
-    once the fix is written (one fewer finding of its rule and message). Each comes with the
-    enclosing fix in place of its own (the edit written) and that fix's first and last line."""
+    """The findings a written fix fixed with its own: each not written this round that the fix
+    covers (`Fix.covers`) and gone once it is written (one fewer finding of its rule and message).
+    Each comes with the covering fix in place of its own (the edit written) and that fix's first
+    and last line."""
     left: Counter[tuple[str, str]] = Counter((d.code, d.message) for d in before)
     left.subtract((d.code, d.message) for d in after)
     found = []
     for diagnostic in before:
         key = (diagnostic.code, diagnostic.message)
-        span = Edit(diagnostic.line, diagnostic.column, diagnostic.end_line, diagnostic.end_column, "")
-        outer = next((c.fix for c in chosen if c.fix is not None and _encloses(c.fix.edits, (span,))), None)
+        outer = _covering(chosen, diagnostic)
         if diagnostic in chosen or outer is None or left[key] <= 0:
             continue
         left[key] -= 1

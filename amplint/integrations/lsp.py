@@ -453,7 +453,11 @@ def _quick_fixes(
                     title=f"amplint: {fix.description}"
                     + (" (unsafe: may change a consumer's dtype)" if unsafe else ""),
                     kind=types.CodeActionKind.QuickFix,
-                    diagnostics=[shown],
+                    # With the findings its edits fix too (`Fix.covers`).
+                    diagnostics=[
+                        shown,
+                        *(other for d, other in found if d.cell == diagnostic.cell and d.span in fix.covers),
+                    ],
                     is_preferred=not unsafe,
                     edit=types.WorkspaceEdit(changes=changes),
                 )

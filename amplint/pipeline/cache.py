@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from amplint.config import Settings
-from amplint.diagnostics import APPLICABILITIES, CellEdit, Confidence, Diagnostic, Edit, Fix, Severity
+from amplint.diagnostics import APPLICABILITIES, CellEdit, Confidence, Diagnostic, Edit, Fix, Severity, Span
 from amplint.pipeline.precision import Precision
 from amplint.results import FileResult
 from amplint.source import SourceError, current_umask, decode_source, within
@@ -44,7 +44,7 @@ from amplint.source import SourceError, current_umask, decode_source, within
 __all__ = ["CACHE_DIR_NAME", "Cache", "cache_directory", "clean", "refusal"]
 
 CACHE_DIR_NAME = ".amplint_cache"
-_FORMAT = 2  # bump when the entry layout changes
+_FORMAT = 3  # bump when the entry layout changes
 # Entries live in one directory per version of the checking code (`v1-<fingerprint>`): a change of
 # amplint, libcst or Python starts a new one, and a run that writes keeps the few most recently used
 # of the others (two environments sharing a checkout keep theirs) and removes the rest.
@@ -345,6 +345,7 @@ def _encode(key: str, diagnostics: Iterable[Diagnostic]) -> bytes | None:
                     + ([e.cell] if isinstance(e, CellEdit) else [])
                     for e in d.fix.edits
                 ],
+                "covers": [[c.line, c.column, c.end_line, c.end_column] for c in d.fix.covers],
             }
         items.append(
             {
@@ -408,7 +409,8 @@ def _decode(item: Any, display: str) -> Diagnostic:
         applicability = _string(item["fix"]["applicability"])
         if applicability not in APPLICABILITIES:
             raise ValueError(f"unknown fix applicability {applicability!r}")
-        fix = Fix(_string(item["fix"]["description"]), edits, applicability)
+        covers = tuple(Span(*(_integer(v) for v in span)) for span in item["fix"]["covers"])
+        fix = Fix(_string(item["fix"]["description"]), edits, applicability, covers)
     help_text = item["help"]
     extra = item["extra"]
     if not isinstance(extra, dict):

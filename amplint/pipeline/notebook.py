@@ -38,6 +38,7 @@ from amplint.diagnostics import (
     CellEdit,
     Diagnostic,
     Edit,
+    Span,
     cell_location,
     sort_diagnostics,
 )
@@ -283,7 +284,10 @@ class _Notebook:
         cell, line = self.locate(diagnostic.line, starts)
         fix = diagnostic.fix
         if fix is not None:
-            fix = replace(fix, edits=tuple(self._place_edit(edit, starts) for edit in fix.edits))
+            covers = tuple(self._place_span(span, starts) for span in fix.covers)
+            fix = replace(
+                fix, edits=tuple(self._place_edit(edit, starts) for edit in fix.edits), covers=covers
+            )
         return replace(
             diagnostic,
             line=line,
@@ -296,6 +300,10 @@ class _Notebook:
         cell, line = self.locate(edit.line, starts)
         end_line = line + edit.end_line - edit.line
         return CellEdit(line, edit.column, end_line, edit.end_column, edit.content, cell.number)
+
+    def _place_span(self, span: Span, starts: list[int]) -> Span:
+        _, line = self.locate(span.line, starts)
+        return replace(span, line=line, end_line=line + span.end_line - span.line)
 
     def drop(self, diagnostic: Diagnostic, starts: list[int], *, report: bool = True) -> None:
         """Leave out the cell of an AMP900 found on the module, and report it (`report`)."""

@@ -116,7 +116,8 @@ def _one_at_a_time(
         kept: list[Edit] = []
         text = original.text
         judged: list[FixOutcome] = []
-        for fix in _fixes(before, path):
+        written: list[Diagnostic] = []
+        for fix in _covered_last(_fixes(before, path)):
             if original.path.suffix == ".ipynb":  # cell edits are not positions in the file's text
                 judged.append(_outcome(fix, False, "rolled back with the other fixes of this notebook"))
                 continue
@@ -124,6 +125,10 @@ def _one_at_a_time(
                 judged.append(_refuted(fix))
                 continue
             assert fix.fix is not None
+            covering = next((w for w in written if w.fix is not None and fix.span in w.fix.covers), None)
+            if covering is not None:
+                judged.append(_outcome(fix, True, f"fixed by the {covering.code} fix kept before it"))
+                continue
             candidate, _ = apply_edits(original.text, [*kept, *fix.fix.edits])
             try:
                 cst.parse_module(candidate)
@@ -144,6 +149,7 @@ def _one_at_a_time(
             judged.append(outcome)
             if outcome.kept:
                 kept.extend(fix.fix.edits)
+                written.append(fix)
                 text, current, state = candidate, now, run
             else:
                 write_atomic(original, text, roots=state.roots)
@@ -220,6 +226,12 @@ def preview(paths: Sequence[Path], settings: Settings, trace: Tracer, *, jobs: i
 
 def _fixes(diagnostics: Sequence[Diagnostic], path: str) -> list[Diagnostic]:
     return [d for d in diagnostics if d.path == path and d.fix is not None]
+
+
+def _covered_last(fixes: list[Diagnostic]) -> list[Diagnostic]:
+    """`fixes` with those that another one covers (`Fix.covers`) after it: kept, that one fixes them."""
+    covered = {span for d in fixes if d.fix is not None for span in d.fix.covers}
+    return sorted(fixes, key=lambda d: d.span in covered)
 
 
 def _fixable_files(diagnostics: Sequence[Diagnostic]) -> dict[str, SourceFile]:

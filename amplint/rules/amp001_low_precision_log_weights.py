@@ -264,14 +264,9 @@ def _finding(ctx: FileContext, call: cst.Call, kind: str, label: str) -> Finding
     if chain is not None and (plan is None or plan.applicability != SAFE):
         plan = chain
     if plan is not None:
-        plan = _holding_accumulations(ctx, call, plan)
-    # The help shows the edits the fix writes, the cast back included (not the accumulations a
-    # chain's fix holds as they stand).
-    edits = (
-        [(old, new) for old, new in plan.replacements if new is not old]
-        if plan is not None
-        else [(call, fixed)]
-    )
+        plan = _covering_accumulations(ctx, call, plan)
+    # The help shows the edits the fix writes, the cast back included.
+    edits = list(plan.replacements) if plan is not None else [(call, fixed)]
     shown = "; ".join(f"`{_shortened(' '.join(ctx.code(new).split()))}`" for _, new in edits)
     return Finding(
         call,
@@ -302,14 +297,12 @@ def _chain_fix(
     )
 
 
-def _holding_accumulations(ctx: FileContext, call: cst.Call, plan: FixPlan) -> FixPlan:
-    """`plan` with each accumulation its upcast value reaches (AMP007's `cumsum`, which it keeps in
-    float32) held as an edit that writes it as it stands: a fix of the accumulation's own then
-    overlaps this one, and `amplint.fixing.edits` writes the fix of the chain's start alone rather
-    than both, whose casts would stack (`dtype=` on a float32 sum, a cast back to it)."""
-    edited = {id(node) for old, _ in plan.replacements for node in walk(old)}
-    held = tuple((node, node) for node in accumulations(ctx, call) if id(node) not in edited)
-    return replace(plan, replacements=plan.replacements + held) if held else plan
+def _covering_accumulations(ctx: FileContext, call: cst.Call, plan: FixPlan) -> FixPlan:
+    """`plan` covering each accumulation its upcast value reaches (AMP007's `cumsum`, which it keeps
+    in float32): `amplint.fixing.edits` then writes this fix alone and counts a finding there as
+    fixed by it, rather than writing both, whose casts would stack (`dtype=` on a float32 sum, a
+    cast back to it)."""
+    return replace(plan, covers=plan.covers + tuple(accumulations(ctx, call)))
 
 
 def _shortened(code: str) -> str:

@@ -9,9 +9,11 @@ import libcst as cst
 
 from amplint.rule import Rule
 from amplint.static.attention import SOFTMAX_FUNCTIONS, softmax_module_call
+from amplint.static.consumers import op_dtype
 from amplint.static.context import FileContext, Finding, FixPlan, scopes_holding
 from amplint.static.facts import Fact, why_half
 from amplint.static.flow import Flow, Policy, analyse
+from amplint.static.ops import autocast_policy
 from amplint.static.patterns import (
     argument,
     callee_name,
@@ -41,6 +43,10 @@ _UNDERFLOW = (
 )
 
 
+# The ops a composition is made of, and the fused op that replaces it.
+Ops = tuple[tuple[str, ...], str]
+
+
 @dataclass(frozen=True)
 class Problem:
     node: cst.CSTNode  # what the finding points at, and what a fix replaces
@@ -51,6 +57,9 @@ class Problem:
     needs_torch: bool = False
     # For the precision losses (`log1p`, `expm1`): the engine's fact that the operand may be half.
     fact: Fact | None = None
+    # The ops of the composition and the fused op that replaces it (`_autocast_keeps`); None where
+    # the fix casts its input to the composition's dtype itself.
+    ops: Ops | None = None
 
 
 class UnstableLogExp(Rule):
@@ -96,6 +105,19 @@ class UnstableLogExp(Rule):
     `--fix` rewrites the direct compositions (keeping the module's spelling: `F.softmax(...).log()`
     becomes `F.log_softmax(...)`); where the intermediate is bound to a name, the help shows the
     fused call.
+
+    A rewrite keeps the dtype the composition gave in every mode. Outside autocast every op keeps
+    its input's dtype; CUDA autocast runs `log`, `exp`, `sum` and `softmax` in float32, and so it
+    runs `log_softmax`, `logsumexp`, `softplus`, `log1p` and `expm1`, but not `logsigmoid` or
+    `logaddexp` (`amplint.static.ops`): `log(sigmoid(x))` of a half `x` is float32 there and
+    `logsigmoid(x)` would be half, and less accurate. So the fix casts the input to the dtype `log`
+    gives it where the code runs, float32 under CUDA autocast and its own dtype elsewhere:
+    ```python
+    logits + logits.sigmoid().log()  # x-transformers' sigsoftmax
+    logits + F.logsigmoid(logits.to(logits.new_empty(0).log().dtype))
+    ```
+    Where the input's dtype cannot be read without computing it twice (`self.proj(x)`), and for
+    `logaddexp`, no fix is offered; the help shows the fused call.
 
     ## References
     - `torch.log_softmax`, `torch.nn.functional.logsigmoid`, `torch.logsumexp`, `torch.logaddexp`,
@@ -172,6 +194,10 @@ def _finding(ctx: FileContext, problem: Problem) -> Finding:
         message += "; " + why_half(fact)
     evidence = fact.why if fact is not None else ()
     caller = fact is not None and fact.caller
+    if problem.fixed is not None and problem.ops is not None and not _autocast_keeps(*problem.ops):
+        composed, fused = problem.ops
+        lost = f"; autocast runs `{'`/`'.join(composed)}` in float32 and `{fused}` in the input's dtype: cast its inputs to float32 there"
+        return Finding(problem.node, message, help=problem.help + lost, evidence=evidence, caller_only=caller)
     if problem.fixed is None:
         return Finding(problem.node, message, help=problem.help, evidence=evidence, caller_only=caller)
     fix = FixPlan(problem.description, ((problem.node, problem.fixed),), problem.needs_torch)
@@ -335,13 +361,13 @@ def _log_problem(ctx: FileContext, call: cst.Call, flow: Flow | None) -> Problem
             return Problem(call, message, "use an `nn.LogSoftmax` module (or `torch.log_softmax`) instead")
         renamed = _renamed(softmax, "log_softmax")
         shown = _code(ctx, renamed or softmax)
-        return Problem(call, message, f"`{shown}`", renamed if direct else None, "Use `log_softmax`")
+        ops: Ops = (("log", "softmax"), "log_softmax")
+        return Problem(call, message, f"`{shown}`", renamed if direct else None, "Use `log_softmax`", ops=ops)
 
     sigmoid_x = _sigmoid_input(ctx, inner)
     if sigmoid_x is not None:
-        fixed, needs_torch = _functional(ctx, "logsigmoid", sigmoid_x)
         message = f"`log` of a sigmoid underflows: {_UNDERFLOW}; `logsigmoid` stays finite"
-        return _maybe_fixed(ctx, call, message, fixed, "Use `logsigmoid`", direct, needs_torch)
+        return _logsigmoid(ctx, call, message, sigmoid_x, direct, negate=False)
 
     summed = _sum_of(ctx, inner)
     if summed is not None:
@@ -354,7 +380,8 @@ def _log_problem(ctx: FileContext, call: cst.Call, flow: Flow | None) -> Problem
         )
         logsumexp = _logsumexp(ctx, call, summed, exponent)
         needs_torch = logsumexp is not None and not _is_method(logsumexp, ctx) and ctx.torch_name()[1]
-        return _maybe_fixed(ctx, call, message, logsumexp, "Use `logsumexp`", direct, needs_torch)
+        ops = (("log", "sum", "exp"), "logsumexp")
+        return _maybe_fixed(ctx, call, message, logsumexp, "Use `logsumexp`", direct, needs_torch, ops)
 
     if isinstance(inner, cst.BinaryOperation) and isinstance(inner.operator, cst.Add):
         left, right = _exp_input(ctx, inner.left), _exp_input(ctx, inner.right)
@@ -365,7 +392,8 @@ def _log_problem(ctx: FileContext, call: cst.Call, flow: Flow | None) -> Problem
                 args=[_arg(left, last=False), _arg(right)],
             )
             message = "`log(exp(a) + exp(b))` overflows once `a` or `b` passes 88 (11 in float16); `logaddexp` does not"
-            return _maybe_fixed(ctx, call, message, fixed, "Use `logaddexp`", direct, needs_torch)
+            ops = (("log", "exp"), "logaddexp")
+            return _maybe_fixed(ctx, call, message, fixed, "Use `logaddexp`", direct, needs_torch, ops)
 
     one = _one_plus(inner)
     if one is not None and direct:
@@ -384,7 +412,8 @@ def _log1p_problem(
             "`log(1 + exp(x))` is a softplus written by hand: `exp` overflows to `inf` above 88 (11 in "
             "float16) and `1 + exp(x)` rounds small values away; `softplus` does neither"
         )
-        return _maybe_fixed(ctx, call, message, fixed, "Use `softplus`", direct, needs_torch)
+        ops: Ops = (("log", "exp"), "softplus")
+        return _maybe_fixed(ctx, call, message, fixed, "Use `softplus`", direct, needs_torch, ops)
     fact = _half_operand(ctx, x if exponent is None else exponent)
     if fact is None:
         return None
@@ -399,14 +428,15 @@ def _log1p_problem(
             "`log(1 - exp(x))` cancels: for `x` near 0, `exp(x)` rounds to 1 and the result is `-inf`; "
             "`log(-expm1(x))` keeps the digits"
         )
-        return replace(_maybe_fixed(ctx, call, message, fixed, "Use `expm1`", direct, needs_torch), fact=fact)
+        ops = (("log", "exp"), "log")  # `log(-expm1(x))`: the outer op stays `log`
+        problem = _maybe_fixed(ctx, call, message, fixed, "Use `expm1`", direct, needs_torch, ops)
+        return replace(problem, fact=fact)
     sigmoid_x = _sigmoid_input(ctx, x)
     if sigmoid_x is not None and sign == "-":
-        fixed, needs_torch = _functional(ctx, "logsigmoid", _negated(sigmoid_x))
         message = (
             f"`log(1 - sigmoid(x))` underflows: {_UNDERFLOW}; `logsigmoid(-x)` is the same value, stable"
         )
-        return _maybe_fixed(ctx, call, message, fixed, "Use `logsigmoid`", direct, needs_torch)
+        return _logsigmoid(ctx, call, message, sigmoid_x, direct, negate=True)
     operand = x if sign == "+" else _negated(x)
     if method:
         fixed_expr: cst.BaseExpression = with_method(operand, "log1p")
@@ -420,8 +450,9 @@ def _log1p_problem(
         f"`log(1 {sign} x)` loses `x` when it is small: `1 {sign} x` rounds to 1 once `|x|` is below about "
         "2e-3 in bfloat16 (2e-4 in float16, 3e-8 in float32), so the log is 0 where `log1p` is accurate"
     )
+    ops = (("log",), "log1p")
     return replace(
-        _maybe_fixed(ctx, call, message, fixed_expr, "Use `log1p`", direct, needs_torch), fact=fact
+        _maybe_fixed(ctx, call, message, fixed_expr, "Use `log1p`", direct, needs_torch, ops), fact=fact
     )
 
 
@@ -488,7 +519,8 @@ def _expm1_problem(ctx: FileContext, node: cst.BinaryOperation) -> Problem | Non
         f"`{written}` cancels: for small `x`, `exp(x)` rounds to 1 and the difference keeps none of `x`'s "
         "digits (in bfloat16 anything below about 1e-3 becomes 0); `expm1` is accurate"
     )
-    return Problem(node, message, f"`{_code(ctx, fixed)}`", fixed, "Use `expm1`", needs_torch, fact=fact)
+    ops = (("exp",), "expm1")
+    return Problem(node, message, f"`{_code(ctx, fixed)}`", fixed, "Use `expm1`", needs_torch, fact, ops)
 
 
 def _divides_a_name(ctx: FileContext, node: cst.BinaryOperation) -> bool:
@@ -537,7 +569,8 @@ def _softmax_problem(ctx: FileContext, node: cst.BinaryOperation, flow: Flow | N
     shown = _code(ctx, fixed) if fixed is not None else "torch.softmax(x, dim=...)"
     if not direct or fixed is None:
         return Problem(node, message, f"`{shown}`")
-    return Problem(node, message, f"`{shown}`", fixed, "Use `softmax`", needs_torch)
+    ops = (("exp", "sum"), "softmax")
+    return Problem(node, message, f"`{shown}`", fixed, "Use `softmax`", needs_torch, ops=ops)
 
 
 def argument_dim(args: list[cst.Arg]) -> cst.BaseExpression | None:
@@ -557,6 +590,42 @@ def _same_exponentials(
 # -- building fixes -------------------------------------------------------------------------------
 
 
+def _autocast_keeps(composed: tuple[str, ...], fused: str) -> bool:
+    """Whether the fused op gives the dtype the composition gave under autocast on each device: where
+    autocast runs one of the composed ops in float32 (`log` under CUDA autocast), the unfixed result
+    is float32 there, and the fused op must run in float32 too (`log_softmax` does, `logsigmoid`
+    keeps the half dtype of its input). Outside autocast every op keeps its input's dtype."""
+    return all(
+        autocast_policy(fused, device) == "fp32"
+        or all(autocast_policy(op, device) != "fp32" for op in composed)
+        for device in ("cuda", "cpu")
+    )
+
+
+def _logsigmoid(
+    ctx: FileContext, call: cst.Call, message: str, x: cst.BaseExpression, direct: bool, *, negate: bool
+) -> Problem:
+    """`F.logsigmoid(x)` for `log(sigmoid(x))` (`logsigmoid(-x)` for `log(1 - sigmoid(x))`). Autocast
+    runs the unfixed `log` in float32 on CUDA and leaves `logsigmoid` in its input's dtype
+    (`_autocast_keeps`), so where it does, `x` is first cast to the dtype `log` gives it there:
+    `x.to(x.new_empty(0).log().dtype)` is float32 under CUDA autocast (the unfixed result's dtype,
+    and its float32 accuracy) and `x`'s own dtype elsewhere (the plain rewrite). No fix where `x`'s
+    dtype cannot be read without computing it twice."""
+    composed, fused = ("log", "sigmoid"), "logsigmoid"
+    plain, needs_torch = _functional(ctx, fused, _negated(x) if negate else x)
+    if _autocast_keeps(composed, fused):
+        return _maybe_fixed(ctx, call, message, plain, "Use `logsigmoid`", direct, needs_torch)
+    if not all(isinstance(node, (cst.Name, cst.Attribute)) for node in walk(x)):
+        where = "its input cast to float32 where CUDA autocast runs `log` in float32"
+        return Problem(call, message, f"`{_code(ctx, plain)}`, {where}")
+    x = x.with_changes(lpar=[], rpar=[])  # a name needs none
+    dtype = op_dtype(cst.Attribute(value=x, attr=cst.Name("dtype")), "log", dim=False)
+    cast = with_method(x, "to", dtype)
+    fixed, needs_torch = _functional(ctx, fused, _negated(cast) if negate else cast)
+    description = "Use `logsigmoid`, in the dtype `log` gives (float32 under CUDA autocast)"
+    return _maybe_fixed(ctx, call, message, fixed, description, direct, needs_torch)
+
+
 def _maybe_fixed(
     ctx: FileContext,
     call: cst.Call,
@@ -565,11 +634,12 @@ def _maybe_fixed(
     description: str,
     direct: bool,
     needs_torch: bool = False,
+    ops: Ops | None = None,
 ) -> Problem:
     shown = f"`{_code(ctx, fixed)}`" if fixed is not None else "the fused op"
     if not direct or fixed is None:
         return Problem(call, message, f"compute it directly: {shown}")
-    return Problem(call, message, shown, fixed, description, needs_torch)
+    return Problem(call, message, shown, fixed, description, needs_torch, ops=ops)
 
 
 def _code(ctx: FileContext, node: cst.CSTNode | None) -> str:

@@ -11,8 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import libcst as cst
+from libcst.metadata import CodeRange
 
-from amplint.diagnostics import SAFE, Confidence, Diagnostic, Edit, Fix, sort_diagnostics
+from amplint.diagnostics import SAFE, Confidence, Diagnostic, Edit, Fix, Span, sort_diagnostics
 from amplint.results import UNPARSABLE, FileResult, unparsable_diagnostic, unreadable
 from amplint.rule import Rule
 from amplint.rules.suppression import file_is_exempt, line_suppresses
@@ -488,7 +489,12 @@ def render_fix(ctx: FileContext, plan: FixPlan, lines: LineIndex, applicability:
     if plan.needs_torch_import:
         line = _import_line(ctx)
         edits.append(Edit(line, 1, line, 1, f"import torch{ctx.module.default_newline}"))
-    return Fix(plan.description, tuple(sorted(edits)), plan.applicability or applicability)
+    covers = tuple(_span(ctx.position(node)) for node in plan.covers)
+    return Fix(plan.description, tuple(sorted(edits)), plan.applicability or applicability, covers)
+
+
+def _span(where: CodeRange) -> Span:
+    return Span(where.start.line, where.start.column + 1, where.end.line, where.end.column + 1)
 
 
 def _render(

@@ -290,16 +290,18 @@ def dtype_source(
     return _dtype_source(ctx, scope, data, through_modules) if scope is not None else None
 
 
-def op_dtype(dtype: cst.BaseExpression, op: str) -> cst.BaseExpression:
-    """`x.new_empty(0).<op>(0).dtype` for `x.dtype`: the dtype `op` gives a tensor of `x`'s dtype
-    where the cast back runs. Under CUDA autocast, which runs `cumsum` and `cumprod` in float32, that
-    is float32 (the unfixed code's dtype there: casting back to `x.dtype` would round autocast's
-    float32 result to half); elsewhere `x`'s dtype. An empty tensor: nothing is computed."""
+def op_dtype(dtype: cst.BaseExpression, op: str, dim: bool = True) -> cst.BaseExpression:
+    """`x.new_empty(0).<op>(0).dtype` for `x.dtype` (`.<op>()` for an op without `dim`): the dtype
+    `op` gives a tensor of `x`'s dtype where the cast back runs. Under CUDA autocast, which runs
+    `cumsum`, `cumprod` and `log` in float32, that is float32 (the unfixed code's dtype there:
+    casting back to `x.dtype` would round autocast's float32 result to half); elsewhere `x`'s dtype.
+    An empty tensor: nothing is computed."""
     assert isinstance(dtype, cst.Attribute)
     empty = cst.Call(
         func=cst.Attribute(value=dtype.value, attr=cst.Name("new_empty")), args=[cst.Arg(cst.Integer("0"))]
     )
-    result = cst.Call(func=cst.Attribute(value=empty, attr=cst.Name(op)), args=[cst.Arg(cst.Integer("0"))])
+    args = [cst.Arg(cst.Integer("0"))] if dim else []
+    result = cst.Call(func=cst.Attribute(value=empty, attr=cst.Name(op)), args=args)
     return cst.Attribute(value=result, attr=cst.Name("dtype"))
 
 

@@ -30,6 +30,8 @@ class FixPlan:
     replacements: tuple[tuple[cst.CSTNode, cst.CSTNode], ...]
     needs_torch_import: bool = False
     applicability: str | None = None  # None: the rule's `fix_applicability`
+    # The nodes of other findings that the replacements fix too (`Fix.covers`), left as they stand.
+    covers: tuple[cst.CSTNode, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ and after the fix in every mode; here both rules run on them, through `fix_sourc
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,21 @@ def test_diff_shows_one_hunk_and_fix_writes_the_composed_edit(tmp_path: Path) ->
         "amplint: fixed time_mix.py:12:23 AMP001",
         "amplint: fixed time_mix.py:13:39 AMP007",
     ]
+
+
+def test_json_carries_the_covered_finding_and_no_edit_that_writes_text_as_it_stands(tmp_path: Path) -> None:
+    """AMP001's fix says that it fixes the `cumsum` AMP007 flags by `covers`, AMP007's range, and
+    none of its edits rewrites the `cumsum` unchanged."""
+    code = RWKV.code.lstrip("\n")
+    write(tmp_path / "time_mix.py", code)
+    select = ("--select", "AMP001,AMP007", "--precision", "bf16", "--no-cache")
+    proc = amplint_run(tmp_path, "check", *select, "--format", "json", "time_mix.py")
+    found = {d["code"]: d for d in json.loads(proc.stdout)["diagnostics"]}
+    chain, accumulation = found["AMP001"]["fix"], found["AMP007"]
+    span = {key: accumulation[key] for key in ("line", "column", "end_line", "end_column")}
+    assert chain["covers"] == [span]
+    lines = code.splitlines()
+    for edit in chain["edits"]:
+        assert edit["line"] == edit["end_line"]
+        assert edit["content"] != lines[edit["line"] - 1][edit["column"] - 1 : edit["end_column"] - 1]
+    assert accumulation["fix"]["covers"] == []

@@ -11,7 +11,7 @@ from support import amplint_run, write
 
 from amplint.diagnostics import Confidence, Diagnostic, Edit, Fix
 from amplint.rule import CastPoint, RuntimeRule
-from amplint.rules import all_rules
+from amplint.rules import all_rules, rule_by_code
 
 pytest.importorskip("torch")
 
@@ -593,3 +593,33 @@ def test_the_configured_timeout_bounds_each_trace(tmp_path: Path, timeout: str, 
     # `--timeout` wins over the configured one.
     if timeout == "0.01":
         assert expected not in amplint_run(tmp_path, "check", ".", "--confirm", "--timeout", "300").stderr
+
+
+def test_a_finding_that_a_kept_fix_covers_is_fixed_by_it(tmp_path: Path) -> None:
+    """AMP001's fix of the RWKV chain covers AMP007's `cumsum` (`Fix.covers`). Written with the
+    other fixes it is one hunk; judged one at a time (a refuted fix in the file rolls the others
+    back to that), AMP007's own casts are not stacked on it once it is kept, and the log says which
+    fix fixed that finding."""
+    (example,) = [e for e in rule_by_code("AMP001").bad if "self.out(x * torch.exp(w.cumsum(1)))" in e.code]
+    assert example.fixed is not None
+    refuted = UPCAST_EARLIER.split("\n\n\nclass Decay")[1].split("\n\n\ndef unused")[0]
+    tail = (
+        f"\n\nclass Decay{refuted}\n\n\ndef factory():\n    torch.manual_seed(0)\n"
+        "    return TimeMix(16).to(torch.bfloat16), (torch.randn(1, 64, 16, dtype=torch.bfloat16),)\n"
+        "\n\ndef refuted():\n    return Decay(), (torch.randn(2, 64),)\n"
+    )
+    path = write(tmp_path / "model.py", "import math\n" + example.code.lstrip("\n") + tail)
+    write(
+        tmp_path / "pyproject.toml",
+        '[tool.amplint]\nselect = ["AMP001", "AMP007"]\nprecision = "bf16"\n\n'
+        '[tool.amplint.runtime]\ntargets = ["model.py:factory", "model.py:refuted"]\n',
+    )
+    done = amplint_run(tmp_path, "check", "model.py", "--confirm", "--fix", "--unsafe-fixes")
+    assert done.returncode in (0, 1), done.stderr
+    log = [line for line in done.stderr.splitlines() if line.startswith("amplint: fix ")]
+    assert "amplint: fix model.py:13 AMP001: verified: the finding is gone and no new one appeared" in log, (
+        log
+    )
+    assert "amplint: fix model.py:14 AMP007: fixed by the AMP001 fix kept before it" in log, log
+    assert any("AMP001: dropped: the trace refuted its finding" in line for line in log), log
+    assert path.read_text(encoding="utf-8") == "import math\n" + example.fixed.lstrip("\n") + tail

@@ -137,6 +137,30 @@ def test_positions_count_utf16_units(tmp_path: Path) -> None:
     assert 'torch.amp.GradScaler("cuda")' in _apply(WIDE, _fix(session["quick"]).edit.changes[session["uri"]])
 
 
+def test_a_chain_fix_lists_the_finding_it_covers_and_writes_no_text_as_it_stands(tmp_path: Path) -> None:
+    """AMP001's quick fix of the RWKV chain fixes AMP007's `cumsum` too: the action names both
+    findings, and each of its edits changes the text it replaces."""
+    (example,) = [e for e in rule_by_code("AMP001").bad if "self.out(x * torch.exp(w.cumsum(1)))" in e.code]
+    assert example.fixed is not None
+    code = example.code.lstrip("\n")
+    write(tmp_path / "pyproject.toml", '[tool.amplint]\nselect = ["AMP001", "AMP007"]\nprecision = "bf16"\n')
+
+    async def run() -> tuple[str, list[types.CodeAction]]:
+        async with Editor(tmp_path, types.ClientCapabilities()) as editor:
+            uri = editor.open("time_mix.py", code)
+            await editor.diagnostics(uri)
+            return uri, await _actions(editor, uri)
+
+    uri, actions = asyncio.run(run())
+    (chain,) = [a for a in actions if "keep its chain in float32" in a.title]
+    assert sorted(d.code for d in chain.diagnostics or []) == ["AMP001", "AMP007"]
+    lines = code.splitlines()
+    for edit in chain.edit.changes[uri]:
+        start, end = edit.range.start, edit.range.end
+        assert start.line == end.line and edit.new_text != lines[start.line][start.character : end.character]
+    assert _apply(code, chain.edit.changes[uri]) == example.fixed.lstrip("\n")
+
+
 def test_the_files_configuration_applies(tmp_path: Path) -> None:
     write(tmp_path / "pyproject.toml", '[tool.amplint]\nignore = ["AMP008"]\n')
     session = asyncio.run(_session(tmp_path, HAZARD))

@@ -10,7 +10,7 @@ from amplint.fixing.edits import fix_source
 from amplint.rule import Bad, Good, Rule
 from amplint.rules import all_rules
 from amplint.rules.runner import lint_text
-from amplint.source import decode_source
+from amplint.source import LineIndex, decode_source
 
 # Runtime-only rules' examples are models to trace: tests/fixing/test_confirm.py runs them.
 STATIC = [rule for rule in all_rules() if not rule.runtime_only]
@@ -45,6 +45,19 @@ def test_bad_example_is_flagged_and_fixed(case: tuple[type[Rule], int, Bad], tmp
     safe = all(d.fix.applicability == SAFE for d in found if d.fix is not None)
     assert (safe_only.new_text == example.fixed) == safe
     assert not [d for d in lint_text(outcome.new_text, [rule]).diagnostics if d.code == rule.code]
+
+
+@pytest.mark.parametrize("case", [case for case in CASES if case[2].fixed is not None], ids=_id)
+def test_no_fix_writes_text_as_it_stands(case: tuple[type[Rule], int, Bad]) -> None:
+    """Every edit of every fix (as JSON output, `--diff` and editors' code actions carry them)
+    changes the text it replaces: a fix says which other findings it fixes too by `Fix.covers`,
+    not by rewriting them unchanged. All rules run, as `check` runs them."""
+    _, _, example = case
+    lines = LineIndex(example.code)
+    for diagnostic in lint_text(example.code, STATIC).diagnostics:
+        for edit in diagnostic.fix.edits if diagnostic.fix is not None else ():
+            start, end = lines.offset(edit.line, edit.column), lines.offset(edit.end_line, edit.end_column)
+            assert edit.content != example.code[start:end], (diagnostic.code, edit)
 
 
 @pytest.mark.parametrize("case", GOOD, ids=_id)
