@@ -276,6 +276,8 @@ class Interpreter(AttributeFacts):
                 if index is not None and -len(value.items) <= index < len(value.items):
                     return value.items[index]
                 return join(value.items)
+            if value.kind == SCALAR:  # `q.shape[-1]`: a number, whatever it is divided by
+                return SCALAR_FACT
             return value if value.kind in (TENSOR, UNKNOWN) else UNKNOWN_FACT
         if isinstance(node, cst.UnaryOperation):
             inner = self._expr(node.expression, frame)
