@@ -514,6 +514,29 @@ def _cast_kind(code: bytes, start: int) -> str:
     return CAST if name and _MODULE_NAME.search(name) is not None else CAST_TENSOR
 
 
+_DTYPE_NAMED = re.compile(rb"torch\.(float16|bfloat16|half|float32|float)\b")
+
+
+def _assigned_dtypes(code: bytes, name: bytes) -> tuple[frozenset[str], str] | None:
+    """The half dtypes a variable an autocast's `dtype=` names is assigned in this file, and where
+    (`self.amp_dtype = torch.bfloat16 if amp else torch.float32`: bfloat16 only); None when one of its
+    assignments names no dtype (`dtype = cfg.dtype`) or the file assigns it nowhere."""
+    pattern = re.compile(
+        rb"^[ \t]*" + re.escape(name) + rb"[ \t]*(?::[^=\n]+)?=(?!=)[ \t]*(?P<value>[^\n]+)", re.M
+    )
+    half: set[str] = set()
+    lines = []
+    for match in pattern.finditer(code):
+        named = [_text(found[1]) for found in _DTYPE_NAMED.finditer(match["value"])]
+        if not named:
+            return None
+        half |= {_HALF_NAME[dtype] for dtype in named if dtype in _HALF_NAME}
+        lines.append(str(code.count(b"\n", 0, match.start()) + 1))
+    if not lines:
+        return None
+    return frozenset(half), f"`{_text(name)}` assigned on line {', '.join(lines)}"
+
+
 def _line_end(code: bytes, start: int) -> int:
     end = code.find(b"\n", start)
     return len(code) if end < 0 else end
@@ -653,7 +676,11 @@ def _autocasts(
             if name in _HALF_NAME:
                 yield start, call, _dtypes(name.encode()), mode
             elif "float32" not in name and name != "float":
-                yield start, f"{call} (dtype not known statically)", BOTH, mode
+                assigned = _assigned_dtypes(code, given["value"])
+                if assigned is None:
+                    yield start, f"{call} (dtype not known statically)", BOTH, mode
+                elif assigned[0]:
+                    yield start, f"{call} ({assigned[1]})", assigned[0], mode
             continue
         if not kind:
             yield start, f"{call} (device not known statically)", BOTH, mode

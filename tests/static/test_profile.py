@@ -78,6 +78,23 @@ def detected(text: str) -> Profile:
         ),
         ('with torch.amp.autocast("cuda", dtype=torch.float16):\n    pass\n', FP16, "torch.amp.autocast"),
         ("with torch.autocast(device_type=dev, dtype=amp_dtype):\n    pass\n", BOTH, "not known statically"),
+        # a variable the file assigns dtypes to (rl-games 1.6.5 sac_agent.py:114): those it names
+        (
+            "self.amp_dtype = torch.bfloat16 if self.amp else torch.float32\n"
+            "with torch.amp.autocast('cuda', dtype=self.amp_dtype):\n    pass\n",
+            BF16,
+            "(`self.amp_dtype` assigned on line 2)",
+        ),
+        (
+            "amp_dtype: torch.dtype = torch.float16\nwith torch.autocast('cuda', dtype=amp_dtype):\n    pass\n",
+            FP16,
+            "(`amp_dtype` assigned on line 2)",
+        ),
+        (
+            "amp_dtype = torch.bfloat16\namp_dtype = cfg.dtype\nwith torch.autocast('cuda', dtype=amp_dtype):\n    pass\n",
+            BOTH,
+            "not known statically",
+        ),
         # a partial of autocast: its arguments come first (tabpfn's `partial(_amp_autocast,
         # device_type="cuda")`), under any name it is bound to
         (
@@ -197,6 +214,7 @@ def test_both_dtypes_on_one_line_are_two_settings() -> None:
         "def load(path, dtype=torch.float16):\n    pass\n",  # a parameter's default
         "x = x.to(torch.float32)\n",  # float32 is not a half dtype
         "with torch.autocast('cuda', dtype=torch.float32):\n    pass\n",
+        "amp_dtype = torch.float32\nwith torch.autocast('cuda', dtype=amp_dtype):\n    pass\n",
         "np.set_printoptions(precision=16)\n",  # printed digits
         'args = TrainingArguments("out", fp16=False)\n',
         'Trainer(precision="32-true")\n',
