@@ -355,7 +355,18 @@ class EngineState(ABC):
         return None
 
     def _sites(self, function: cst.FunctionDef) -> list[tuple[cst.Call, cst.FunctionDef | cst.Module]]:
-        """The calls of `function` in this file: `name(...)`, or `self.name(...)` for a method."""
+        """The calls of `function` in this file: `name(...)`, or `self.name(...)` for a method; for a
+        function defined in another's body, the calls of its name in that body."""
+        name = function.name.value
+        if function not in self._class_of and function not in self._functions.get(name, ()):
+            return [
+                (call, outer)
+                for call in self.ctx.index.calls
+                if isinstance(call.func, cst.Name)
+                and call.func.value == name
+                and (outer := self.ctx.function_of(call)) is not None
+                and any(item is function for item in suite_body(outer.body))
+            ]
         if self._call_sites is None:
             self._call_sites = {}
             for call in self.ctx.index.calls:
