@@ -3,7 +3,7 @@
 `precision` in `[tool.amplint]` (or `--precision`) fixes one profile for every file; `modes` names
 the execution modes of a library that runs none of its own code. Otherwise the project around the
 checked paths (the folder of the nearest `pyproject.toml`, `setup.py`, `setup.cfg` or `.git` above
-them) is indexed by `amplint.static.modes`: its training loops, scripts, tests and benchmarks are the
+them; without one, the checked paths and the files beside them) is indexed by `amplint.static.modes`: its training loops, scripts, tests and benchmarks are the
 entry points, and each file gets the modes that reach it. A project that sets no precision anywhere
 leaves every file to its caller: its findings are conditional (`--show-conditional` shows them).
 """
@@ -90,9 +90,14 @@ def project_precision(
     from amplint.pipeline.discovery import discover
 
     root = project_root(files) if files else Path.cwd()
+    scope = [root]
+    if files and not any((root / marker).exists() for marker in _MARKERS):
+        # No project around the paths (a loose file in a downloads or temporary folder): the paths
+        # and the files beside them, not every folder below theirs.
+        scope = [*files, *(entry for entry in root.iterdir() if entry.suffix in (".py", SUFFIX))]
     # Absolute paths as strings: a project has thousands of files, and `Path` objects cost.
     own = {os.path.abspath(path) for path in files if not os.path.isdir(path)}
-    project = {os.path.abspath(path) for path in discover([root], settings).files}
+    project = {os.path.abspath(path) for path in discover(scope, settings).files}
     given = {os.path.abspath(path): raw for path, raw in (overrides or {}).items()}
     prefix = str(root).rstrip(os.sep) + os.sep
     found = index_modes(

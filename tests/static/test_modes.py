@@ -417,3 +417,21 @@ def test_a_float16_hazard_cites_the_float16_modes_evidence(
     assert "cast-fp16" in finding.message
     assert "in bf16 under autocast-bf16" not in finding.message
     assert not any("in bf16 under" in step["message"] for step in finding.extra.get("why", []))
+
+
+def test_without_a_project_marker_only_the_paths_and_their_neighbours_are_read(tmp_path: Path) -> None:
+    # A loose file in a big folder (downloads, /tmp): the modes pass reads the file and the files
+    # beside it, not every folder below; a checked folder is read whole, as it is checked.
+    model = "import torch\nfrom torch import nn\n\n\nclass Net(nn.Module):\n    def forward(self, x):\n"
+    write(
+        tmp_path / "loose" / "model.py", model + "        return x * torch.rsqrt(x.pow(2).mean(-1) + 1e-6)\n"
+    )
+    write(tmp_path / "loose" / "deep" / "go.py", "from model import Net\n\nmodel = Net().bfloat16()\n")
+    alone = amplint_run(tmp_path / "loose", "check", "--show-settings", "model.py")
+    assert alone.returncode == 0, alone.stderr
+    assert "entry points: none" in alone.stdout and "go.py" not in alone.stdout
+    write(tmp_path / "loose" / "run.py", "from model import Net\nmodel = Net().half()\n")
+    beside = amplint_run(tmp_path / "loose", "check", "--show-settings", "model.py")
+    assert "run.py:2: cast-fp16" in beside.stdout and "go.py" not in beside.stdout
+    whole = amplint_run(tmp_path, "check", "--show-settings", "loose")
+    assert "loose/deep/go.py:3: cast-bf16" in whole.stdout and "loose/run.py:2: cast-fp16" in whole.stdout
