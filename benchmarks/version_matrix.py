@@ -266,12 +266,14 @@ def main() -> int:
     # Rows measured earlier and not asked for now stay as they were.
     earlier = json.loads(args.output.read_text(encoding="utf-8"))["rows"] if args.output.exists() else []
     measured = {row["row"]: row for row in earlier}
-    # Each row's virtualenv and log are its own; the results file is written as each row ends.
+    # Rows start in the order asked; each row's virtualenv and log are its own; the results file is
+    # written as each row ends.
+    requirements = {name: (torch_req, transformers_req) for name, torch_req, transformers_req, _ in ROWS}
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         running = {
-            pool.submit(measure, name, torch_req, transformers_req, args.root): name
-            for name, torch_req, transformers_req, _ in ROWS
-            if name in wanted
+            pool.submit(measure, name, *requirements[name], args.root): name
+            for name in wanted
+            if name in requirements
         }
         for done in concurrent.futures.as_completed(running):
             print(f"{running[done]}: measured", file=sys.stderr, flush=True)
