@@ -1,18 +1,20 @@
 """amplint's runtime on several torch and transformers versions: the lower bounds pyproject admitted
-before this table, the versions CI pins, and the newest on the registry. pyproject's ranges admit
+before this table, the versions CI pins, the torch release between those and the newest, and the
+newest on the registry. pyproject's ranges admit
 the rows that pass and no other (tests/test_docs_tables.py).
 
 Each row gets its own virtualenv (outside the repository), with only the packages the runtime
 needs. In it run the runtime test subset (RUNTIME_TESTS) and the coverage sample
 (benchmarks/hf_coverage.py on hf_coverage.SAMPLE); the rows are written to version_matrix.json.
 
-    python benchmarks/version_matrix.py run [--root DIR] [--rows oldest,pinned,newest]
+    python benchmarks/version_matrix.py run [--root DIR] [--rows oldest,pinned,...] [--jobs N]
     python benchmarks/version_matrix.py report > docs/version-matrix.md
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -42,6 +44,7 @@ ROWS: tuple[tuple[str, str, str, str], ...] = (
         "the lower bounds pyproject admitted before this table",
     ),
     ("pinned", "torch==2.13.0", "transformers==5.24.0", "the versions CI pins"),
+    ("between", "torch==2.14.1", "transformers==5.24.0", "the torch release between pinned and newest"),
     ("newest", "torch==2.15.0", "transformers", "the newest on the registry"),
 )
 SHOWN_MESSAGES = 5  # the most common failure messages a row lists
@@ -251,6 +254,7 @@ def main() -> int:
     go.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="where the virtualenvs go")
     go.add_argument("--rows", default=",".join(row[0] for row in ROWS))
     go.add_argument("--output", type=Path, default=RESULTS)
+    go.add_argument("--jobs", type=int, default=1, help="rows measured at once (each its own virtualenv)")
     show = commands.add_parser("report")
     show.add_argument("--input", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -262,10 +266,18 @@ def main() -> int:
     # Rows measured earlier and not asked for now stay as they were.
     earlier = json.loads(args.output.read_text(encoding="utf-8"))["rows"] if args.output.exists() else []
     measured = {row["row"]: row for row in earlier}
-    for name, torch_req, transformers_req, _ in ROWS:
-        if name in wanted:
-            print(f"{name}: {torch_req} {transformers_req}", file=sys.stderr, flush=True)
-            measured[name] = measure(name, torch_req, transformers_req, args.root)
+    # Rows start in the order asked; each row's virtualenv and log are its own; the results file is
+    # written as each row ends.
+    requirements = {name: (torch_req, transformers_req) for name, torch_req, transformers_req, _ in ROWS}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        running = {
+            pool.submit(measure, name, *requirements[name], args.root): name
+            for name in wanted
+            if name in requirements
+        }
+        for done in concurrent.futures.as_completed(running):
+            print(f"{running[done]}: measured", file=sys.stderr, flush=True)
+            measured[running[done]] = done.result()
             meta = {"python": sys.version.split()[0]}
             rows = [measured[row[0]] for row in ROWS if row[0] in measured]
             args.output.write_text(

@@ -85,7 +85,9 @@ def backward_graph(
 
     with fx_traceback.preserve_node_meta():
         try:
-            graph_module = make_fx(joint, tracing_mode="fake")(*leaves)
+            # An explicit (empty) decomposition table: without one, make_fx since torch 2.14
+            # records `detach` as `alias`, and the graph would not be the ops a real run dispatches.
+            graph_module = make_fx(joint, tracing_mode="fake", decomposition_table={})(*leaves)
         except TraceError:
             raise
         except Exception as exc:  # in a derivative: the last prehook named the op it belongs to

@@ -325,7 +325,10 @@ def trace_batch_in_child(specs: list[dict[str, Any]], timeout: float) -> list[Dt
 def _cap_memory(limit: int) -> None:
     import resource
 
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    # The data limit (heap and private writable mappings: what the target allocates), not the
+    # address space: a CUDA build of torch maps over 3 GB of libraries on import, which take no
+    # memory, and an address-space cap below that stopped torch from importing at all.
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
 def _end_group(child: subprocess.Popen[bytes]) -> None:

@@ -4,7 +4,8 @@
 The graph is run node by node in the dtypes the trace recorded (autocast's casts are explicit
 nodes, so CUDA autocast's choices replay as made). Device arguments are mapped to the CPU, and the
 fused attention kernels that only CUDA builds have are run as the math they compute: scores in
-float32 from the half inputs, the output rounded to the input dtype, as the fused kernels do.
+float32 from the half inputs, the output rounded to the input dtype, as the fused kernels do; cuDNN's
+grid sampler runs as the CPU's, with the modes it stands for.
 A node can also be evaluated again with its floating-point values converted to another dtype (a
 float64 reference, a float32 fix), its dtype arguments included: a cast to half becomes a cast to
 that dtype.
@@ -240,6 +241,21 @@ def _log_softmax(value: torch.Tensor, dim: int, half_to_float: bool) -> torch.Te
     return aten._log_softmax.default(value.float() if half_to_float else value, dim, False)
 
 
+# cuDNN's grid sampler is the one `grid_sampler` picks for bilinear, zeros padding and aligned corners.
+_BILINEAR, _ZEROS, _ALIGNED = 0, 0, True
+
+
+def _cudnn_grid_sampler(image: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+    return aten.grid_sampler_2d.default(image, grid, _BILINEAR, _ZEROS, _ALIGNED)
+
+
+def _cudnn_grid_sampler_backward(
+    image: torch.Tensor, grid: torch.Tensor, grad_output: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    both = [True, True]
+    return aten.grid_sampler_2d_backward.default(grad_output, image, grid, _BILINEAR, _ZEROS, _ALIGNED, both)
+
+
 _CPU_STANDINS: dict[Any, Callable[..., Any]] = {
     aten._scaled_dot_product_flash_attention.default: _flash,
     aten._scaled_dot_product_efficient_attention.default: _efficient,
@@ -249,6 +265,8 @@ _CPU_STANDINS: dict[Any, Callable[..., Any]] = {
     aten._scaled_dot_product_cudnn_attention_backward.default: _cudnn_backward,
     aten._softmax.default: _softmax,
     aten._log_softmax.default: _log_softmax,
+    aten.cudnn_grid_sampler.default: _cudnn_grid_sampler,
+    aten.cudnn_grid_sampler_backward.default: _cudnn_grid_sampler_backward,
 }
 
 

@@ -11,6 +11,10 @@ that the CUDA build runs, a trace on fake CUDA tensors would fail on a model tha
   CUDA): no meta kernel at all, so a fake tensor would fall back to running the CUDA kernel. Their
   outputs take the gates' dtype: the new state (and cell state) of the hidden size, and a workspace
   of 5 (GRU) or 4 (LSTM) hidden sizes per row.
+- `aten::cudnn_grid_sampler` and its backward: `F.grid_sample` (bilinear, zeros padding,
+  `align_corners=True`, 4-d) runs cuDNN's kernel on a build with cuDNN, and it has no meta kernel.
+  Its output is the input's channels at the grid's points, in the input's dtype; its gradients are
+  shaped as the input and the grid.
 """
 
 from __future__ import annotations
@@ -70,6 +74,16 @@ def _lstm_cell(
     return new((rows, hidden)), new((rows, hidden)), new((rows, 4 * hidden))
 
 
+def _cudnn_grid_sampler(image: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+    return image.new_empty((image.shape[0], image.shape[1], grid.shape[1], grid.shape[2]))
+
+
+def _cudnn_grid_sampler_backward(
+    image: torch.Tensor, grid: torch.Tensor, grad_output: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return image.new_empty(image.shape), grid.new_empty(grid.shape)
+
+
 @contextmanager
 def relaxed_meta() -> Iterator[None]:
     """The meta kernels above, registered for the `with` block."""
@@ -80,6 +94,8 @@ def relaxed_meta() -> Iterator[None]:
         library.impl("_grouped_mm", _grouped_mm, "Meta", allow_override=True)
         library.impl("_thnn_fused_gru_cell", _gru_cell, "Meta")
         library.impl("_thnn_fused_lstm_cell", _lstm_cell, "Meta")
+        library.impl("cudnn_grid_sampler", _cudnn_grid_sampler, "Meta")
+        library.impl("cudnn_grid_sampler_backward", _cudnn_grid_sampler_backward, "Meta")
         yield
     finally:
         destroy_library(library)

@@ -406,7 +406,10 @@ def trace(
             stack.enter_context(answering(answers))
             mode.answers = answers
             try:
-                return make_fx(run, tracing_mode="fake", record_stack_traces=True)(*traced_inputs)
+                # No decompositions: since torch 2.14 make_fx without a table records `detach` as `alias`.
+                return make_fx(run, tracing_mode="fake", record_stack_traces=True, decomposition_table={})(
+                    *traced_inputs
+                )
             except TraceError:
                 raise
             except Exception as exc:

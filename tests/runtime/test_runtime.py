@@ -403,6 +403,24 @@ def test_trace_caps_the_targets_memory(tmp_path: Path) -> None:
     assert "the target ran out of memory" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_trace_memory_cap_counts_memory_not_mapped_files(tmp_path: Path) -> None:
+    # A CUDA build of torch maps over 3 GB of libraries, address space that takes no memory; a
+    # 4 GiB file mapped read-only stands in for them on any build, under a 2 GB cap.
+    with (tmp_path / "big.bin").open("wb") as big:
+        big.truncate(4 << 30)  # sparse: no disk taken
+    (tmp_path / "maps.py").write_text(
+        "import mmap\n\nimport torch\n\n_KEPT = []\n\n\n"
+        "def factory():\n"
+        "    with open('big.bin', 'rb') as big:\n"
+        "        _KEPT.append(mmap.mmap(big.fileno(), 0, access=mmap.ACCESS_READ))\n"
+        "    return torch.nn.Linear(2, 2), (torch.ones(1, 2),)\n",
+        encoding="utf-8",
+    )
+    done = _amplint("trace", "maps.py:factory", "--memory-limit", "2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "traced Linear from maps.py:factory" in done.stdout
+
+
 def test_trace_shows_only_the_end_of_a_failing_targets_output(tmp_path: Path) -> None:
     (tmp_path / "loud.py").write_text(
         "def factory():\n    print('x' * 20_000_000)\n    raise ValueError('the end')\n", encoding="utf-8"

@@ -277,3 +277,35 @@ def test_trace_values_cli_refuses_weights_that_do_not_fit(tmp_path: Path) -> Non
     assert done.returncode == 2
     assert "the weights do not match the model" in done.stderr
     assert "q_proj.weight: [2, 2] in the weights, [512, 512] in the model" in done.stderr
+
+
+def test_cudnn_grid_sampler_traces_and_replays_as_the_grid_sample_it_stands_for() -> None:
+    # A build with cuDNN runs `F.grid_sample(..., align_corners=True)` (bilinear, zeros) as
+    # `cudnn_grid_sampler`, which has no meta kernel: the trace gives it one, and the replay runs
+    # it, and its backward, as the CPU's grid sampler in those modes. Called here by name, so that
+    # a CPU build checks them too.
+    from amplint.runtime.cpu_replay import replay_outputs
+    from amplint.runtime.cuda_kernels import relaxed_meta
+
+    aten = torch.ops.aten
+    torch.manual_seed(0)
+    image = torch.randn(2, 3, 5, 6, requires_grad=True)
+    grid = (torch.rand(2, 4, 7, 2) * 2 - 1).requires_grad_()
+    sampled = torch.nn.functional.grid_sample(image, grid, align_corners=True)
+    upstream = torch.randn_like(sampled)
+    gradients = torch.autograd.grad(sampled, (image, grid), upstream)
+    with relaxed_meta():
+        out = aten.cudnn_grid_sampler(image.to("meta", torch.float16), grid.to("meta", torch.float16))
+        back = aten.cudnn_grid_sampler_backward(image.to("meta"), grid.to("meta"), upstream.to("meta"))
+    assert (out.shape, out.dtype) == (sampled.shape, torch.float16)
+    assert [g.shape for g in back] == [image.shape, grid.shape]
+
+    graph = torch.fx.Graph()
+    a, b, c = (graph.placeholder(name) for name in "abc")
+    forward = graph.call_function(aten.cudnn_grid_sampler.default, (a, b))
+    backward = graph.call_function(aten.cudnn_grid_sampler_backward.default, (a, b, c))
+    graph.output((forward, backward))
+    replayed, (to_image, to_grid) = replay_outputs(torch.fx.GraphModule({}, graph), (image, grid, upstream))
+    torch.testing.assert_close(replayed, sampled.detach())
+    torch.testing.assert_close(to_image, gradients[0])
+    torch.testing.assert_close(to_grid, gradients[1])
