@@ -27,8 +27,9 @@ first on `sys.path`:
   functions that hold a changed line or use one that does, and that no other of them uses: the
   model class, not its blocks) run from a tiny instance (`benchmarks/fix_safety_calls.py`: the
   class's `__init__` defaults shrunk and inputs made from its forward signature, or a tiny config,
-  inputs and method from that file's table, sized after the package's own tests). A run counts only
-  if it went through a changed line. When an entry point does not run, the definitions that hold
+  inputs and method from that file's table, sized after the package's own tests; fla's layers run
+  on CPU with each triton kernel they call replaced by fla's own PyTorch reference of the op, from
+  that file's `KERNELS`). A run counts only if it went through a changed line. When an entry point does not run, the definitions that hold
   the changed lines are called by themselves instead, if the table has them.
 
 Each runs in every mode of `amplint.runtime.modes` (float64; float32, bfloat16 and float16 casts;
@@ -194,6 +195,15 @@ What runs:
   whether the run went through a changed line: one that did not is reported, not counted. When an
   entry point does not run, the definitions that hold the changed lines are called by themselves
   instead.
+- flash-linear-attention's layers call triton kernels, which do not run without a GPU. For the CPU
+  run, each kernel a fixed layer calls is replaced, in the layer's module and only for the run, by
+  fla's own PyTorch reference of the same op (its `naive` recurrences and `_ref` functions, the ones
+  its tests check the kernels against), the same in the original copy and in the fixed one; the
+  fixed lines run as written. So these runs measure the fixes around the kernels, not the kernels.
+  The references compute in float32, as the kernels do, so a float64 run is float32 inside them.
+  `KERNELS` in `benchmarks/fix_safety_calls.py` lists each replacement and why; a kernel with no
+  reference in the package is not replaced, and its layer is not compared. The notes under fla's
+  tables name every replacement.
 
 `--all-rules` turns on every opt-in rule and fixes the findings that `--show-conditional` shows too
 (those whose half precision is the caller's choice), so that every fix amplint can write is applied.
@@ -619,6 +629,11 @@ def measure(package: str, unsafe: bool, all_rules: bool, only: str | None) -> di
             if why is not None
         ]
         worse_runs = sorted({item.name for item, verdicts in judged if any(verdicts.values())})
+        replaced = [  # kernels that fix_safety_calls.py replaced by the package's references (fla)
+            f"{item.name}: {'; '.join(map(str, item.old['replaced']))}"
+            for item in tried
+            if isinstance(item.old.get("replaced"), list)
+        ]
     where = f"`{CHECKED[package]}/`" if package in CHECKED else "the package"
     where += f" ({', '.join(f'`{name}/`' for name in only.split(','))} only)" if only else ""
     return {
@@ -640,6 +655,7 @@ def measure(package: str, unsafe: bool, all_rules: bool, only: str | None) -> di
         "unbuilt": unbuilt,
         "unreached": unreached,
         "no_entry": no_entry,
+        "replaced": replaced,
         "modes": [mode.name for mode in MODES],
         "per_rule": _per_rule(judged),
     }
@@ -680,6 +696,7 @@ def _section(record: dict[str, Any]) -> list[str]:
     notes += [
         f"- no class or function of the module reaches a fixed line: {item}" for item in record["no_entry"]
     ]
+    notes += [f"- run on CPU with its kernels replaced: {item}" for item in record.get("replaced", [])]
     if not transformers:  # what ran is the script's choice here: name it
         notes += [f"- compared: {item}" for item in record["compared"]]
     return lines + [""] * bool(notes) + notes
