@@ -641,6 +641,7 @@ def measure(package: str, unsafe: bool, all_rules: bool, only: str | None) -> di
         "distribution": distribution,
         "version": version(distribution),
         "level": "unsafe" if unsafe else "safe",
+        "only": only,
         "command": shlex.join(command),
         "check": f"amplint check {' '.join(flags)}",
         "where": where,
@@ -662,7 +663,15 @@ def measure(package: str, unsafe: bool, all_rules: bool, only: str | None) -> di
 
 
 def _key(record: dict[str, Any]) -> str:
-    return f"{record['package']} {record['level']}"
+    """A record's key in the results file: its package and level, and its `--only` folders, so that
+    a run of some model types alone (one that did not fit with the others) keeps its own record."""
+    only = f" --only {record['only']}" if record.get("only") else ""
+    return f"{record['package']} {record['level']}{only}"
+
+
+def _only(record: dict[str, Any]) -> str:
+    """The folders a record's `--only` names, in words ("" for a run of all of them)."""
+    return f" (`{'/`, `'.join(record['only'].split(','))}/` only)" if record.get("only") else ""
 
 
 def _section(record: dict[str, Any]) -> list[str]:
@@ -706,7 +715,8 @@ def report(data: dict[str, Any]) -> str:
     """docs/fix_safety.md from the results file: the method, a summary row per tree and level, then
     each run's tables and notes."""
     records = sorted(
-        data["runs"].values(), key=lambda r: (r["package"] != "transformers", r["package"], r["level"])
+        data["runs"].values(),
+        key=lambda r: (r["package"] != "transformers", r["package"], r["level"], r.get("only") or ""),
     )
     lines = [PAGE.strip(), "", "## Summary", ""]
     lines += [
@@ -720,12 +730,12 @@ def report(data: dict[str, Any]) -> str:
         raised = sum(1 for why in whys if why.startswith("raises"))
         grew = len(whys) - raised
         lines.append(
-            f"| {record['distribution']} {record['version']} | {record['level']} | {record['changed']} | "
+            f"| {record['distribution']} {record['version']} | {record['level']}{_only(record)} | {record['changed']} | "
             f"{sum(record['applied'].values())} | {len(record['compared'])} of {record['tried']} | "
             f"{raised} | {grew} |"
         )
     lines += ["", SUMMARY.strip()]
-    measured = {_key(record) for record in records}
+    measured = {f"{record['package']} {record['level']}" for record in records}
     missing = [
         f"{tree} {level}"
         for tree in TREES
@@ -735,7 +745,11 @@ def report(data: dict[str, Any]) -> str:
     if missing:
         lines += ["", "Not measured yet (no record in the results file): " + ", ".join(missing) + "."]
     for record in records:
-        lines += ["", f"## {record['distribution']} {record['version']}, {record['level']} fixes", ""]
+        lines += [
+            "",
+            f"## {record['distribution']} {record['version']}, {record['level']} fixes{_only(record)}",
+            "",
+        ]
         lines += _section(record)
         if note := NOTES.get(_key(record)):
             lines += ["", note.strip()]
