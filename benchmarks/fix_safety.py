@@ -236,7 +236,11 @@ TREES = (
     "minGRU_pytorch",
 )
 
-# What a table alone does not say, by "package level".
+# The transformers model types `--only` names: at least one per rule that has a fix in `models/`, and
+# the AMP001-AMP007 chain of `xlstm` (a run of all of `models/` does not fit a measurement's time).
+MODEL_TYPES = "xlstm,recurrent_gemma,esm,nemotron_asr_streaming,encodec,imagegpt,kimi_linear,yoso"
+
+# What a table alone does not say, by the record's key ("package level", then its `--only`).
 NOTES: dict[str, str] = {
     "x_transformers unsafe": """
 The two raises are one bug in a fix. AMP007's unsafe fix of `DataDependentAlibi.forward` (the
@@ -256,13 +260,39 @@ in float32 and `logsigmoid` in the half dtype, so under it the logits come out b
 instead of float32. The same two expressions on a Linear's output in `amplint.runtime.modes` give
 float32 before and the half dtype after in both emulated CUDA autocast modes.
 """,
-    "transformers unsafe": """
+    f"transformers unsafe --only {MODEL_TYPES}": """
 `--only` names 8 of the 21 model types whose files these fixes change in `models/` (at least one
 per rule that has a fix there, and the AMP001-AMP007 chain of `xlstm`): a run of all of `models/`
 did not fit the time of this measurement. Of the eight, `kimi_linear` (the AMP014 fixes) was killed
 by the out-of-memory killer and `nemotron_asr_streaming` (the AMP004 fixes) ran past the script's
 300-second limit, both on a machine shared with other jobs, so AMP004 and AMP014 have no transformers
-run in this record.
+run in this record. `kimi_linear` run alone (its record below) ran past the limit too.
+""",
+    "transformers unsafe --only kimi_linear": """
+`kimi_linear` alone: the tiny config does not build it, and its default config (2 layers per stack)
+builds a model whose forward pass in the seven modes ran past the script's 300-second limit, before
+the fix, on a machine shared with other jobs; in the run with the other seven model types the
+out-of-memory killer stopped it. So its two AMP014 fixes have no run.
+""",
+    f"transformers safe --only {MODEL_TYPES}": """
+The same 8 model types as the unsafe run. The safe fixes change the files of four of them: `encodec`
+and `imagegpt` (AMP006) ran; `kimi_linear` (AMP014) was killed by the out-of-memory killer and
+`xlstm` (AMP001 and AMP007) ran past the script's 300-second limit, both on a machine shared with
+other jobs. `xlstm` run alone has its record below.
+""",
+    "diffusers safe": """
+Two runs are worse, and the table keeps them; both are the same runs as at the unsafe level.
+`UniDiffuserTextDecoder`'s output is the token ids its beam search returns, so its error in
+bfloat16 (541 after the fix, 517 before) says that the fixed search (AMP003's and AMP014's
+log-probabilities) picks other tokens there, not by how much a value grew.
+`AutoencoderKLLTX2Audio` under the emulated CUDA autocast in float16 (error 0.00544 after, 0.00331
+before) is AMP006's safe fix of `LTX2AudioPixelNorm`: `mean_sq = torch.mean(x**2, ...)` becomes
+`torch.mean(x.to(torch.promote_types(x.dtype, torch.float32))**2, ...)` and the root is cast back to
+`x.dtype`. Under CUDA autocast `x**2` already runs in float32 (`pow` is on autocast's float32
+list), so the unfixed root is float32 and `x / rms` divides in float32; the fix casts the root back
+to the float16 of the convolution's output, and the division rounds to float16. The cast back should
+give the root the dtype the unfixed statistic has there (float32 under autocast), as AMP007's fix
+does for `cumsum`.
 """,
     "diffusers unsafe": """
 Two runs are worse, and the table keeps them. `UniDiffuserTextDecoder`'s output is the token ids its
@@ -275,12 +305,15 @@ an error of 0.00544 against float64 after the fix and 0.00331 before: a real gro
 record does not explain further.
 """,
     "fla unsafe": """
-fla's layers compute their recurrences in triton kernels with no torch fallback: on a machine with
-no GPU the forward pass of every changed layer raises `0 active drivers` before the fix as after it
-(`HGRN2Attention` does not even build from its shrunk defaults: an `expand_ratio` of 128 leaves no
-head at that width). The layers hold all of the AMP001 and AMP014 fixes, so those two rules have no
-run here; the naive torch references and the torch GRPO loss, which hold the others, run from the
-table in `benchmarks/fix_safety_calls.py`.
+fla's layers compute their recurrences, norms and fused activations in triton kernels, which do not
+run without a GPU. Here they ran on CPU with each kernel they call replaced by fla's own PyTorch
+reference of the same op (the notes above name every replacement; `KERNELS` in
+`benchmarks/fix_safety_calls.py` gives why), in the original copy and in the fixed one alike, so
+these runs check the fixed lines around the kernels, not the kernels. fla's `swish` and `swiglu`
+kernels have no reference in the package: `GatedSlotAttention` and `Raven` are built with relu
+feature maps (and `Raven` with a relu gate and torch's RMSNorm) to keep off `swish`, which the fixed
+gate lines do not use; `HGRNAttention` (`swiglu` on its fixed line) and `HGRN2Attention` (`swish` on
+its queries) are not compared.
 """,
     "mambapy unsafe": """
 mambapy's `Mamba` does not run in bfloat16 or float16 without autocast before any fix (its parallel
@@ -289,6 +322,7 @@ cast runs are not compared; the fixed RMSNorm statistics run in the other five m
 """,
 }
 NOTES["mambapy safe"] = NOTES["mambapy unsafe"]
+NOTES["fla safe"] = NOTES["fla unsafe"]
 
 
 def _digest(path: Path) -> str:
@@ -705,7 +739,7 @@ def _section(record: dict[str, Any]) -> list[str]:
     notes += [
         f"- no class or function of the module reaches a fixed line: {item}" for item in record["no_entry"]
     ]
-    notes += [f"- run on CPU with its kernels replaced: {item}" for item in record.get("replaced", [])]
+    notes += [f"- triton kernels on CPU: {item}" for item in record.get("replaced", [])]
     if not transformers:  # what ran is the script's choice here: name it
         notes += [f"- compared: {item}" for item in record["compared"]]
     return lines + [""] * bool(notes) + notes
@@ -716,7 +750,8 @@ def report(data: dict[str, Any]) -> str:
     each run's tables and notes."""
     records = sorted(
         data["runs"].values(),
-        key=lambda r: (r["package"] != "transformers", r["package"], r["level"], r.get("only") or ""),
+        # a level's main run first, then the folders run alone
+        key=lambda r: (r["package"] != "transformers", r["package"], r["level"], -len(r.get("only") or "")),
     )
     lines = [PAGE.strip(), "", "## Summary", ""]
     lines += [

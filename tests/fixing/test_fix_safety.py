@@ -235,7 +235,7 @@ def test_each_mode_is_judged_against_the_originals_float64_output(tmp_path: Path
     }
     page = fix_safety.report({"runs": {"tinypkg unsafe": record}})
     assert "| tinypkg 1.0 | unsafe | 1 | 1 | 1 of 1 | 1 | 1 |" in page
-    assert "- run on CPU with its kernels replaced: tinypkg.model.Tiny: fused_rms by tinypkg.ref.rms" in page
+    assert "- triton kernels on CPU: tinypkg.model.Tiny: fused_rms by tinypkg.ref.rms" in page
     # a run of some folders alone (one that did not fit with the others) keeps a record of its own
     alone = {**record, "only": "big,bigger"}
     assert fix_safety._key(alone) == "tinypkg unsafe --only big,bigger"
