@@ -309,11 +309,13 @@ fla's layers compute their recurrences, norms and fused activations in triton ke
 run without a GPU. Here they ran on CPU with each kernel they call replaced by fla's own PyTorch
 reference of the same op (the notes above name every replacement; `KERNELS` in
 `benchmarks/fix_safety_calls.py` gives why), in the original copy and in the fixed one alike, so
-these runs check the fixed lines around the kernels, not the kernels. fla's `swish` and `swiglu`
-kernels have no reference in the package: `GatedSlotAttention` and `Raven` are built with relu
-feature maps (and `Raven` with a relu gate and torch's RMSNorm) to keep off `swish`, which the fixed
-gate lines do not use; `HGRNAttention` (`swiglu` on its fixed line) and `HGRN2Attention` (`swish` on
-its queries) are not compared.
+these runs check the fixed lines around the kernels, not the kernels: the references cast every
+input to float32, so whether a kernel takes the float32 gates that AMP001's fix hands it beside half
+queries and keys is not measured here. fla's `swish` and `swiglu` kernels have no reference in the
+package: `GatedSlotAttention` and `Raven` are built with relu feature maps (and `Raven` with a relu
+gate and torch's RMSNorm) to keep off `swish`, which the fixed gate lines do not use;
+`HGRNAttention` (`swiglu` on its fixed line) and `HGRN2Attention` (`swish` on its queries) are not
+compared.
 """,
     "mambapy unsafe": """
 mambapy's `Mamba` does not run in bfloat16 or float16 without autocast before any fix (its parallel
