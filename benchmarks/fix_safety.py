@@ -27,8 +27,9 @@ first on `sys.path`:
   functions that hold a changed line or use one that does, and that no other of them uses: the
   model class, not its blocks) run from a tiny instance (`benchmarks/fix_safety_calls.py`: the
   class's `__init__` defaults shrunk and inputs made from its forward signature, or a tiny config,
-  inputs and method from that file's table, sized after the package's own tests). A run counts only
-  if it went through a changed line. When an entry point does not run, the definitions that hold
+  inputs and method from that file's table, sized after the package's own tests; fla's layers run
+  on CPU with each triton kernel they call replaced by fla's own PyTorch reference of the op, from
+  that file's `KERNELS`). A run counts only if it went through a changed line. When an entry point does not run, the definitions that hold
   the changed lines are called by themselves instead, if the table has them.
 
 Each runs in every mode of `amplint.runtime.modes` (float64; float32, bfloat16 and float16 casts;
@@ -194,6 +195,15 @@ What runs:
   whether the run went through a changed line: one that did not is reported, not counted. When an
   entry point does not run, the definitions that hold the changed lines are called by themselves
   instead.
+- flash-linear-attention's layers call triton kernels, which do not run without a GPU. For the CPU
+  run, each kernel a fixed layer calls is replaced, in the layer's module and only for the run, by
+  fla's own PyTorch reference of the same op (its `naive` recurrences and `_ref` functions, the ones
+  its tests check the kernels against), the same in the original copy and in the fixed one; the
+  fixed lines run as written. So these runs measure the fixes around the kernels, not the kernels.
+  The references compute in float32, as the kernels do, so a float64 run is float32 inside them.
+  `KERNELS` in `benchmarks/fix_safety_calls.py` lists each replacement and why; a kernel with no
+  reference in the package is not replaced, and its layer is not compared. The notes under fla's
+  tables name every replacement.
 
 `--all-rules` turns on every opt-in rule and fixes the findings that `--show-conditional` shows too
 (those whose half precision is the caller's choice), so that every fix amplint can write is applied.
@@ -226,7 +236,11 @@ TREES = (
     "minGRU_pytorch",
 )
 
-# What a table alone does not say, by "package level".
+# The transformers model types `--only` names: at least one per rule that has a fix in `models/`, and
+# the AMP001-AMP007 chain of `xlstm` (a run of all of `models/` does not fit a measurement's time).
+MODEL_TYPES = "xlstm,recurrent_gemma,esm,nemotron_asr_streaming,encodec,imagegpt,kimi_linear,yoso"
+
+# What a table alone does not say, by the record's key ("package level", then its `--only`).
 NOTES: dict[str, str] = {
     "x_transformers unsafe": """
 The two raises are one bug in a fix. AMP007's unsafe fix of `DataDependentAlibi.forward` (the
@@ -246,13 +260,50 @@ in float32 and `logsigmoid` in the half dtype, so under it the logits come out b
 instead of float32. The same two expressions on a Linear's output in `amplint.runtime.modes` give
 float32 before and the half dtype after in both emulated CUDA autocast modes.
 """,
-    "transformers unsafe": """
+    f"transformers unsafe --only {MODEL_TYPES}": """
 `--only` names 8 of the 21 model types whose files these fixes change in `models/` (at least one
 per rule that has a fix there, and the AMP001-AMP007 chain of `xlstm`): a run of all of `models/`
 did not fit the time of this measurement. Of the eight, `kimi_linear` (the AMP014 fixes) was killed
 by the out-of-memory killer and `nemotron_asr_streaming` (the AMP004 fixes) ran past the script's
 300-second limit, both on a machine shared with other jobs, so AMP004 and AMP014 have no transformers
-run in this record.
+run in this record. Run alone (their records below), `nemotron_asr_streaming` went through and
+`kimi_linear` ran past the limit again.
+""",
+    "transformers unsafe --only nemotron_asr_streaming": """
+`nemotron_asr_streaming` alone, where the run of all eight ran past the time limit: AMP004's two
+fixes run in five modes. In the two emulated CUDA autocast modes the model runs neither before nor
+after the fix, so they have no run.
+""",
+    "transformers unsafe --only kimi_linear": """
+`kimi_linear` alone: the tiny config does not build it, and its default config (2 layers per stack)
+builds a model whose forward pass in the seven modes ran past the script's 300-second limit, before
+the fix, on a machine shared with other jobs; in the run with the other seven model types the
+out-of-memory killer stopped it. So its two AMP014 fixes have no run.
+""",
+    f"transformers safe --only {MODEL_TYPES}": """
+The same 8 model types as the unsafe run. The safe fixes change the files of four of them: `encodec`
+and `imagegpt` (AMP006) ran; `kimi_linear` (AMP014) was killed by the out-of-memory killer and
+`xlstm` (AMP001 and AMP007) ran past the script's 300-second limit, both on a machine shared with
+other jobs. `xlstm` run alone has its record below.
+""",
+    "transformers safe --only xlstm": """
+`xlstm` alone, where the run of all eight ran past the time limit: AMP001's and AMP007's safe fixes
+run in every mode. A first run alone timed out in the fixed copy on the shared machine (the script
+counts that as a raise in every mode); this second run went through.
+""",
+    "diffusers safe": """
+Two runs are worse, and the table keeps them; both are the same runs as at the unsafe level.
+`UniDiffuserTextDecoder`'s output is the token ids its beam search returns, so its error in
+bfloat16 (541 after the fix, 517 before) says that the fixed search (AMP003's and AMP014's
+log-probabilities) picks other tokens there, not by how much a value grew.
+`AutoencoderKLLTX2Audio` under the emulated CUDA autocast in float16 (error 0.00544 after, 0.00331
+before) is AMP006's safe fix of `LTX2AudioPixelNorm`: `mean_sq = torch.mean(x**2, ...)` becomes
+`torch.mean(x.to(torch.promote_types(x.dtype, torch.float32))**2, ...)` and the root is cast back to
+`x.dtype`. Under CUDA autocast `x**2` already runs in float32 (`pow` is on autocast's float32
+list), so the unfixed root is float32 and `x / rms` divides in float32; the fix casts the root back
+to the float16 of the convolution's output, and the division rounds to float16. The cast back should
+give the root the dtype the unfixed statistic has there (float32 under autocast), as AMP007's fix
+does for `cumsum`.
 """,
     "diffusers unsafe": """
 Two runs are worse, and the table keeps them. `UniDiffuserTextDecoder`'s output is the token ids its
@@ -265,12 +316,17 @@ an error of 0.00544 against float64 after the fix and 0.00331 before: a real gro
 record does not explain further.
 """,
     "fla unsafe": """
-fla's layers compute their recurrences in triton kernels with no torch fallback: on a machine with
-no GPU the forward pass of every changed layer raises `0 active drivers` before the fix as after it
-(`HGRN2Attention` does not even build from its shrunk defaults: an `expand_ratio` of 128 leaves no
-head at that width). The layers hold all of the AMP001 and AMP014 fixes, so those two rules have no
-run here; the naive torch references and the torch GRPO loss, which hold the others, run from the
-table in `benchmarks/fix_safety_calls.py`.
+fla's layers compute their recurrences, norms and fused activations in triton kernels, which do not
+run without a GPU. Here they ran on CPU with each kernel they call replaced by fla's own PyTorch
+reference of the same op (the notes above name every replacement; `KERNELS` in
+`benchmarks/fix_safety_calls.py` gives why), in the original copy and in the fixed one alike, so
+these runs check the fixed lines around the kernels, not the kernels: the references cast every
+input to float32, so whether a kernel takes the float32 gates that AMP001's fix hands it beside half
+queries and keys is not measured here. fla's `swish` and `swiglu` kernels have no reference in the
+package: `GatedSlotAttention` and `Raven` are built with relu feature maps (and `Raven` with a relu
+gate and torch's RMSNorm) to keep off `swish`, which the fixed gate lines do not use;
+`HGRNAttention` (`swiglu` on its fixed line) and `HGRN2Attention` (`swish` on its queries) are not
+compared.
 """,
     "mambapy unsafe": """
 mambapy's `Mamba` does not run in bfloat16 or float16 without autocast before any fix (its parallel
@@ -279,6 +335,7 @@ cast runs are not compared; the fixed RMSNorm statistics run in the other five m
 """,
 }
 NOTES["mambapy safe"] = NOTES["mambapy unsafe"]
+NOTES["fla safe"] = NOTES["fla unsafe"]
 
 
 def _digest(path: Path) -> str:
@@ -619,6 +676,11 @@ def measure(package: str, unsafe: bool, all_rules: bool, only: str | None) -> di
             if why is not None
         ]
         worse_runs = sorted({item.name for item, verdicts in judged if any(verdicts.values())})
+        replaced = [  # kernels that fix_safety_calls.py replaced by the package's references (fla)
+            f"{item.name}: {'; '.join(map(str, item.old['replaced']))}"
+            for item in tried
+            if isinstance(item.old.get("replaced"), list)
+        ]
     where = f"`{CHECKED[package]}/`" if package in CHECKED else "the package"
     where += f" ({', '.join(f'`{name}/`' for name in only.split(','))} only)" if only else ""
     return {
@@ -626,6 +688,7 @@ def measure(package: str, unsafe: bool, all_rules: bool, only: str | None) -> di
         "distribution": distribution,
         "version": version(distribution),
         "level": "unsafe" if unsafe else "safe",
+        "only": only,
         "command": shlex.join(command),
         "check": f"amplint check {' '.join(flags)}",
         "where": where,
@@ -640,13 +703,22 @@ def measure(package: str, unsafe: bool, all_rules: bool, only: str | None) -> di
         "unbuilt": unbuilt,
         "unreached": unreached,
         "no_entry": no_entry,
+        "replaced": replaced,
         "modes": [mode.name for mode in MODES],
         "per_rule": _per_rule(judged),
     }
 
 
 def _key(record: dict[str, Any]) -> str:
-    return f"{record['package']} {record['level']}"
+    """A record's key in the results file: its package and level, and its `--only` folders, so that
+    a run of some model types alone (one that did not fit with the others) keeps its own record."""
+    only = f" --only {record['only']}" if record.get("only") else ""
+    return f"{record['package']} {record['level']}{only}"
+
+
+def _only(record: dict[str, Any]) -> str:
+    """The folders a record's `--only` names, in words ("" for a run of all of them)."""
+    return f" (`{'/`, `'.join(record['only'].split(','))}/` only)" if record.get("only") else ""
 
 
 def _section(record: dict[str, Any]) -> list[str]:
@@ -680,6 +752,7 @@ def _section(record: dict[str, Any]) -> list[str]:
     notes += [
         f"- no class or function of the module reaches a fixed line: {item}" for item in record["no_entry"]
     ]
+    notes += [f"- triton kernels on CPU: {item}" for item in record.get("replaced", [])]
     if not transformers:  # what ran is the script's choice here: name it
         notes += [f"- compared: {item}" for item in record["compared"]]
     return lines + [""] * bool(notes) + notes
@@ -689,7 +762,9 @@ def report(data: dict[str, Any]) -> str:
     """docs/fix_safety.md from the results file: the method, a summary row per tree and level, then
     each run's tables and notes."""
     records = sorted(
-        data["runs"].values(), key=lambda r: (r["package"] != "transformers", r["package"], r["level"])
+        data["runs"].values(),
+        # a level's main run first, then the folders run alone
+        key=lambda r: (r["package"] != "transformers", r["package"], r["level"], -len(r.get("only") or "")),
     )
     lines = [PAGE.strip(), "", "## Summary", ""]
     lines += [
@@ -703,12 +778,12 @@ def report(data: dict[str, Any]) -> str:
         raised = sum(1 for why in whys if why.startswith("raises"))
         grew = len(whys) - raised
         lines.append(
-            f"| {record['distribution']} {record['version']} | {record['level']} | {record['changed']} | "
+            f"| {record['distribution']} {record['version']} | {record['level']}{_only(record)} | {record['changed']} | "
             f"{sum(record['applied'].values())} | {len(record['compared'])} of {record['tried']} | "
             f"{raised} | {grew} |"
         )
     lines += ["", SUMMARY.strip()]
-    measured = {_key(record) for record in records}
+    measured = {f"{record['package']} {record['level']}" for record in records}
     missing = [
         f"{tree} {level}"
         for tree in TREES
@@ -718,7 +793,11 @@ def report(data: dict[str, Any]) -> str:
     if missing:
         lines += ["", "Not measured yet (no record in the results file): " + ", ".join(missing) + "."]
     for record in records:
-        lines += ["", f"## {record['distribution']} {record['version']}, {record['level']} fixes", ""]
+        lines += [
+            "",
+            f"## {record['distribution']} {record['version']}, {record['level']} fixes{_only(record)}",
+            "",
+        ]
         lines += _section(record)
         if note := NOTES.get(_key(record)):
             lines += ["", note.strip()]

@@ -278,6 +278,158 @@ def _x_transformer(cls: type) -> Run:
     return model, model, {"x": torch.randint(0, 256, (1, 16))}
 
 
+def _fla_layer(**options: Any) -> Callable[[type], Run]:
+    # an fla layer from its shrunk defaults, with the options that keep it off the kernels that have
+    # no PyTorch reference in the package (`KERNELS`)
+    return lambda cls: _generic(cls, **options)
+
+
+def _no_varlen(cu_seqlens: Any) -> None:
+    if cu_seqlens is not None:
+        raise NotImplementedError("fla's reference runs sequences of equal length only")
+
+
+def _gsa_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    s: torch.Tensor,
+    g: torch.Tensor | None = None,
+    scale: float | None = None,
+    initial_state: Any = None,
+    output_final_state: bool = False,
+    cu_seqlens: Any = None,
+) -> Any:
+    from fla.ops.gsa.naive import naive_recurrent_gsa
+
+    _no_varlen(cu_seqlens)
+    return naive_recurrent_gsa(q, k, v, s, g, scale, initial_state, output_final_state)
+
+
+def _rms_norm_linear(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    norm_bias: torch.Tensor | None,
+    linear_weight: torch.Tensor,
+    linear_bias: torch.Tensor | None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    # fla's `rms_norm_ref` in float32, then the linear layer as `rms_norm_linear`'s own torch code
+    # (LayerNormLinearFunction.forward) runs it: in the norm's output dtype, or CUDA autocast's dtype
+    from fla.modules.norm.layernorm import rms_norm_ref
+
+    y = rms_norm_ref(x, norm_weight, norm_bias, eps=eps, upcast=True)
+    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else y.dtype
+    bias = linear_bias.to(dtype) if linear_bias is not None else None
+    return torch.nn.functional.linear(y.to(dtype), linear_weight.to(dtype), bias)
+
+
+def _token_shift(
+    x: torch.Tensor, cu_seqlens: Any = None, cache: Any = None, output_cache: bool = False
+) -> Any:
+    from fla.modules.token_shift import token_shift_ref
+
+    if cache is not None:
+        raise NotImplementedError("fla's reference takes no cache")
+    delta = token_shift_ref(x, cu_seqlens)
+    return (delta, None) if output_cache else delta
+
+
+def _addcmul_rwkv7(*args: Any) -> Any:
+    from fla.ops.rwkv7.fused_addcmul import torch_addcmul_rwkv7
+
+    return torch_addcmul_rwkv7(*args)
+
+
+def _k_update(k: torch.Tensor, a: torch.Tensor, ka: torch.Tensor, cu_seqlens: Any = None) -> torch.Tensor:
+    from fla.ops.rwkv7.fused_k_update import k_update_ref
+
+    return k_update_ref(k, a, ka)
+
+
+def _rwkv7_recurrent(
+    r: torch.Tensor,
+    w: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    kk: torch.Tensor,
+    a: torch.Tensor,
+    scale: float = 1.0,
+    initial_state: Any = None,
+    output_final_state: bool = False,
+    cu_seqlens: Any = None,
+) -> Any:
+    # The kernel's recurrence S = exp(w) S + (kk * a)(-kk^T S) + k v^T, o = S^T (r * scale) is the
+    # generalized delta rule's with alpha = -kk, beta = kk * a, gk = w; its reference takes
+    # (batch, heads, steps, width), scales r by width ** -0.5 itself, which r undoes here, and
+    # loads all but alpha in float32, as the kernel loads every input (a float64 alpha would not
+    # meet its float32 state)
+    from fla.ops.generalized_delta_rule.dplr.naive import dplr_recurrence
+
+    _no_varlen(cu_seqlens)
+    q = r * (scale * r.shape[-1] ** 0.5)
+    heads_first = [x.transpose(1, 2) for x in (q, k, v, -kk.float(), kk * a, w)]
+    o, state = dplr_recurrence(*heads_first, initial_state, output_final_state)
+    return o.transpose(1, 2), state
+
+
+def _gate_output_correction(*args: Any) -> torch.Tensor:
+    from fla.ops.rwkv7.gate_output_correction import gate_output_correction_ref
+
+    return gate_output_correction_ref(*args)
+
+
+_NO_REFERENCE = "has no PyTorch reference in the package"
+# fla's layers run their recurrences, norms and fused elementwise ops in triton kernels, which need a
+# GPU. For a run on CPU, each kernel that a fixed layer calls is replaced, in the layer's module, by
+# fla's own PyTorch reference of the same op (the one fla's tests check the kernel against), in the
+# original copy and in the fixed one alike; the fixed lines run as written. A kernel with no
+# reference in the package raises instead (None here), so its layer is not compared.
+KERNELS: dict[str, tuple[Callable[..., Any] | None, str]] = {
+    "fla.layers.gsa:fused_recurrent_gsa": (_gsa_recurrent, "fla.ops.gsa.naive.naive_recurrent_gsa"),
+    "fla.layers.gsa:rms_norm_linear": (
+        _rms_norm_linear,
+        "fla.modules.norm.layernorm.rms_norm_ref, then the linear layer as rms_norm_linear runs it",
+    ),
+    "fla.layers.raven:fused_recurrent_gsa": (_gsa_recurrent, "fla.ops.gsa.naive.naive_recurrent_gsa"),
+    "fla.layers.hgrn:swiglu": (None, f"fla's swiglu kernel {_NO_REFERENCE}"),
+    "fla.layers.hgrn2:swish": (None, f"fla's swish kernel {_NO_REFERENCE}"),
+    "fla.layers.rwkv7:token_shift": (_token_shift, "fla.modules.token_shift.token_shift_ref"),
+    "fla.layers.rwkv7:fused_addcmul_rwkv7": (
+        _addcmul_rwkv7,
+        "fla.ops.rwkv7.fused_addcmul.torch_addcmul_rwkv7",
+    ),
+    "fla.layers.rwkv7:fused_k_rwkv7": (_k_update, "fla.ops.rwkv7.fused_k_update.k_update_ref"),
+    "fla.layers.rwkv7:fused_mul_recurrent_rwkv7": (
+        _rwkv7_recurrent,
+        "fla.ops.generalized_delta_rule.dplr.naive.dplr_recurrence (alpha = -kk, beta = kk * a)",
+    ),
+    "fla.layers.rwkv7:gate_output_correction": (
+        _gate_output_correction,
+        "fla.ops.rwkv7.gate_output_correction.gate_output_correction_ref",
+    ),
+}
+
+
+def _replace_kernels(module: Any) -> list[str]:
+    """Replace, in `module`, the kernels `KERNELS` names for it; what was replaced, in words."""
+    replaced = []
+    for key, (reference, why) in KERNELS.items():
+        module_name, _, name = key.partition(":")
+        if module_name != module.__name__:
+            continue
+        replaced.append(f"{name} by {why}" if reference else f"{name}: not replaced ({why})")
+        setattr(module, name, reference or _raising(why))
+    return replaced
+
+
+def _raising(why: str) -> Callable[..., Any]:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(why)
+
+    return kernel
+
+
 # Tiny instances by "module:name", the package left out of the module's name.
 TINY: dict[str, Callable[[Any], Run]] = {
     "models.transformers.transformer_sana_wm:SanaWMTransformer3DModel": _sana_wm,
@@ -291,6 +443,12 @@ TINY: dict[str, Callable[[Any], Run]] = {
     "ops.stickbreaking_attn.naive:naive_stickbreaking_attn": _fla_stickbreaking,
     "ops.titans.log_impl:combine_params_log": _fla_titans,
     "modules.grpo.ops:grpo_loss_torch": _fla_grpo,
+    # fla's layers, built off the swish kernel where an option allows (its relu runs in torch)
+    "layers.gsa:GatedSlotAttention": _fla_layer(feature_map="relu"),
+    "layers.raven:Raven": _fla_layer(feature_map="relu", gate_fn="relu", fuse_norm=False),
+    "layers.hgrn2:HGRN2Attention": _fla_layer(expand_ratio=32),  # 2 heads of 32 at width 64
+    # the first of two layers (it makes its own v_first; the init spreads its decays over the layers)
+    "layers.rwkv7:RWKV7Attention": _fla_layer(layer_idx=0, num_hidden_layers=2),
     "finite_scalar_perturbation:FSP": _fsp,
     "finite_scalar_perturbation:laplace_act": _laplace_act,
     "finite_scalar_perturbation:laplace_inv_act": _laplace_inv_act,
@@ -364,8 +522,8 @@ def _arguments(function: Callable[..., Any]) -> dict[str, Any]:
     return kwargs
 
 
-def _generic(cls: type) -> Run:
-    kwargs = _arguments(cls.__init__)
+def _generic(cls: type, **options: Any) -> Run:
+    kwargs = {**_arguments(cls.__init__), **options}
     model = cls(**kwargs)
     found = getattr(model, "config", None)
     config = dict(kwargs)
@@ -429,6 +587,7 @@ def main(argv: list[str]) -> None:
         module = importlib.import_module(module_name)
         target = getattr(module, name)
         key = f"{module_name.partition('.')[2]}:{name}"
+        replaced = _replace_kernels(module)
         torch.manual_seed(0)
         if key in TINY:
             model, call, inputs = TINY[key](target)
@@ -465,6 +624,8 @@ def main(argv: list[str]) -> None:
         sys.settrace(None)
     out.update(save(runs, saved))
     out["reached"] = bool(reached)
+    if replaced:
+        out["replaced"] = replaced
     print(json.dumps(out))
 
 

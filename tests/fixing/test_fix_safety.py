@@ -229,11 +229,19 @@ def test_each_mode_is_judged_against_the_originals_float64_output(tmp_path: Path
         "unbuilt": [],
         "unreached": [],
         "no_entry": [],
+        "replaced": ["tinypkg.model.Tiny: fused_rms by tinypkg.ref.rms"],
         "modes": [mode.name for mode in MODES],
         "per_rule": table,
     }
     page = fix_safety.report({"runs": {"tinypkg unsafe": record}})
     assert "| tinypkg 1.0 | unsafe | 1 | 1 | 1 of 1 | 1 | 1 |" in page
+    assert "- triton kernels on CPU: tinypkg.model.Tiny: fused_rms by tinypkg.ref.rms" in page
+    # a run of some folders alone (one that did not fit with the others) keeps a record of its own
+    alone = {**record, "only": "big,bigger"}
+    assert fix_safety._key(alone) == "tinypkg unsafe --only big,bigger"
+    page = fix_safety.report({"runs": {"tinypkg unsafe": record, fix_safety._key(alone): alone}})
+    assert "| tinypkg 1.0 | unsafe (`big/`, `bigger/` only) | 1 | 1 | 1 of 1 | 1 | 1 |" in page
+    assert "## tinypkg 1.0, unsafe fixes (`big/`, `bigger/` only)" in page
     assert "| AMP007 | 1 / 0 / 0 | 1 / 0 / 0 | 1 / 0 / 1 | 1 / 1 / 0 |" in page
 
 
@@ -277,3 +285,58 @@ def test_required_sizes_and_a_dataclass_config_are_made_tiny(tmp_path: Path) -> 
     assert sized["float32"] == {"dtype": "torch.float32", "shape": [1, 16, 64], "finite": True}
     assert configured["float32"] == {"dtype": "torch.float32", "shape": [1, 16, 32], "finite": True}
     assert sized["reached"] is True and configured["reached"] is True
+
+
+KERNELS = textwrap.dedent(
+    """\
+    import torch
+
+
+    def fused_silu(x):
+        raise RuntimeError("0 active drivers ([]). There should only be one.")  # a kernel without a GPU
+
+
+    def fused_gate(x):
+        raise RuntimeError("0 active drivers ([]). There should only be one.")
+
+
+    def layer(x):
+        return fused_silu(x) * 2
+
+
+    def gated(x):
+        return fused_gate(x)
+    """
+)
+
+
+def test_a_kernel_is_replaced_by_its_reference_in_the_module_that_calls_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fla's layers run on CPU with each kernel they call replaced, in their module, by the package's
+    reference; a kernel with no reference raises with that reason, so its layer is not compared."""
+    torch = pytest.importorskip("torch")
+    calls = _load("fix_safety_calls")
+    (tmp_path / "kernelpkg").mkdir()
+    (tmp_path / "kernelpkg" / "__init__.py").write_text("")
+    (tmp_path / "kernelpkg" / "layers.py").write_text(KERNELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import kernelpkg.layers as layers
+
+    monkeypatch.setattr(
+        calls,
+        "KERNELS",
+        {
+            "kernelpkg.layers:fused_silu": (torch.nn.functional.silu, "torch.nn.functional.silu"),
+            "kernelpkg.layers:fused_gate": (None, "the gate kernel has no reference"),
+            "kernelpkg.other:fused_silu": (torch.sigmoid, "another module's kernel"),
+        },
+    )
+    assert calls._replace_kernels(layers) == [
+        "fused_silu by torch.nn.functional.silu",
+        "fused_gate: not replaced (the gate kernel has no reference)",
+    ]
+    x = torch.linspace(-3, 3, 8)
+    assert torch.equal(layers.layer(x), torch.nn.functional.silu(x) * 2)
+    with pytest.raises(NotImplementedError, match="the gate kernel has no reference"):
+        layers.gated(x)
