@@ -38,7 +38,8 @@ the first output; otherwise the first floating tensor of the output) of each run
 pair is judged per mode by `amplint.runtime.modes.judge`, the rule-example tests' judge, against the
 original's float64 output: the fixed run raises where the original ran, or its error grew by more
 than rounding (one unit in the last place of the mode's lowest precision at the largest magnitude;
-2**-40 of it in float64, where the original is the reference), or, for `--fix` without
+2**-40 of it in float64, where the original is the reference; for an integer output such as token
+ids, the error is the number of positions that differ from float64's), or, for `--fix` without
 `--unsafe-fixes`, its output changed dtype or shape. Each run counts for every rule whose fixes
 changed the files it goes through. `--only` limits the fix to some subfolders (model types).
 
@@ -174,7 +175,9 @@ error against the reference exceeds the original's by more than rounding (one un
 place of the mode's lowest precision at the reference's largest magnitude; in float64, where the
 original is the reference itself, 2**-40 of that magnitude, which lets a rewritten formula round
 otherwise and catches any value narrowed to float32), or, for a safe fix, when its output changes
-dtype or shape. The same judge (`amplint.runtime.modes.judge`) runs the rule examples in CI
+dtype or shape. An integer output (the token ids a beam search returns) is compared by the number
+of positions that differ from float64's, and is worse only where more of them differ: the
+difference of two token ids says nothing of how far apart the tokens are. The same judge (`amplint.runtime.modes.judge`) runs the rule examples in CI
 (`tests/rules/test_example_numerics.py`).
 
 What runs:
