@@ -264,19 +264,20 @@ def _finding(ctx: FileContext, call: cst.Call, kind: str, label: str) -> Finding
     )
     source = _input(ctx, call)
     assert source is not None
-    # `self.w_lora(xw).sigmoid()`: the input is bound once to read its dtype.
-    binding = bind_input(ctx, call, source, f"{op}_input")
-    dtype = binding[1] if binding is not None else None
-    float32, missing_import = upcast_dtype(ctx, call, source, source=dtype)
+    float32, missing_import = upcast_dtype(ctx, call, source)
     fixed = upcast_input(call, source, float32)
-    fixed = (
-        cst.ensure_type(fixed.deep_replace(source, binding[0]), cst.Call) if binding is not None else fixed
-    )
     description = f"Upcast the input of `{op}` to float32"
-    plan = dtype_keeping_fix(ctx, call, fixed, source, description, missing_import, source=dtype)
+    plan = dtype_keeping_fix(ctx, call, fixed, source, description, missing_import)
     chain = _chain_fix(ctx, call, source, description)
     if chain is not None and (plan is None or plan.applicability != SAFE):
         plan = chain
+    binding = bind_input(ctx, call, source, f"{op}_input") if plan is None else None
+    if binding is not None:
+        # `self.w_lora(xw).sigmoid()` returned: the input is bound once to read the dtype to cast back to.
+        named, dtype = binding
+        float32, missing_import = upcast_dtype(ctx, call, source, source=dtype)
+        fixed = cst.ensure_type(upcast_input(call, source, float32).deep_replace(source, named), cst.Call)
+        plan = dtype_keeping_fix(ctx, call, fixed, source, description, missing_import, source=dtype)
     if plan is not None:
         plan = _holding_accumulations(ctx, call, plan)
     # The help shows the edits the fix writes, the cast back included (not the accumulations a

@@ -146,6 +146,13 @@ def cast_back(
     flow = analyse(scope, Policy(seed=seed, sink=sink, leaves=leaves))
     if unsure or not places or any(flow.resolve(place) is upcast for place in places):
         return None  # cast back as soon as computed, the upcast would gain nothing
+    if (
+        through_modules
+        and all(places.values())
+        and not accumulations(ctx, upcast)
+        and half_weight_consumer(ctx, upcast) is None
+    ):
+        return None  # a lone upcast whose value leaves: the rule's own fix stands
     # Under CUDA autocast a value that went through `exp`, `cumsum` or `pow` on the way was float32
     # before the fix, where it leaves: cast back to the dtype that op gives there. At a module or a
     # product, which autocast casts itself, the input's dtype does.
@@ -164,7 +171,8 @@ def _reached_by(
     found: dict[cst.BaseExpression, cst.Call] = {}
 
     def note(node: cst.BaseExpression, origins: Origins) -> None:
-        seed = next((o for o in origins if isinstance(o, cst.Call)), None)
+        # The first in evaluation order (`cumsum` before the `exp` of it): the same every run.
+        seed = min((o for o in origins if isinstance(o, cst.Call)), key=seeds.index, default=None)
         if node in places and seed is not None:
             found.setdefault(node, seed)
 
@@ -273,8 +281,8 @@ def half_weight_consumer(
 
 
 def leaves_function(ctx: FileContext, upcast: cst.BaseExpression) -> bool:
-    """Whether the value computed from `upcast` is returned, yielded or stored on an attribute:
-    callers the file does not show (another module's half product) would meet it. A return does
+    """Whether the value computed from `upcast` by elementwise code is returned, yielded or stored
+    on an attribute: callers the file does not show (another module's half product) would meet it. A return does
     not count in a function that says it returns float32 (ParlAI's `_generation_activation(...)
     -> torch.float32`): its callers want float32."""
     scope = _scope_of(ctx, upcast)
@@ -295,7 +303,13 @@ def leaves_function(ctx: FileContext, upcast: cst.BaseExpression) -> bool:
         if not (wants and id(node) in returns):
             left.append(node)
 
-    analyse(scope, Policy(seed=lambda node, flow: node is upcast, leaves=leaves))
+    def sink(node: cst.BaseExpression, flow: Flow) -> str | None:
+        """A module, a product or a function takes the value: its consumer there, not the caller's."""
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+            return "product"
+        return "call" if isinstance(node, cst.Call) and not _passes_on(ctx, node) else None
+
+    analyse(scope, Policy(seed=lambda node, flow: node is upcast, sink=sink, leaves=leaves))
     return bool(left)
 
 
