@@ -232,22 +232,34 @@ TREES = (
 # What a table alone does not say, by "package level".
 NOTES: dict[str, str] = {
     "x_transformers unsafe": """
-The two raises are one bug in a fix. AMP007's unsafe fix of `DataDependentAlibi.forward` (the
-forgetting-transformer bias) accumulates `forget_gates.cumsum(dim = -1, dtype=torch.promote_types(
-forget_gates.dtype, torch.float32))` and returns the float32 bias without casting it back. The
-caller adds it to the half attention logits in another module, so the attention weights become
-float32, and `einsum('b h i j, b h j d -> b h i d', attn, v)` in `attend.py` meets the bfloat16 or
-float16 values: `expected m1 and m2 to have the same dtype`. The fix does not follow the value out
-through the function's return into the module that consumes it. The other modes run: under
-autocast and in float32 and float64 the bias has the logits' dtype anyway.
+No run raises now. The earlier record (amplint 1e253c5) had two: `TransformerWrapper` in bfloat16 and
+float16, `expected m1 and m2 to have the same dtype`, one bug in AMP007's unsafe fix of
+`DataDependentAlibi.forward` (the forgetting-transformer bias). It accumulated
+`forget_gates.cumsum(dim = -1, dtype=torch.promote_types(forget_gates.dtype, torch.float32))` and
+returned the float32 bias; the caller adds it to the half attention logits in another module, and
+`einsum('b h i j, b h j d -> b h i d', attn, v)` in `attend.py` met float32 attention weights and
+half values. An upcast value that leaves its function is now cast back where it leaves, or the fix
+is not offered (`amplint.rule.dtype_keeping_fix`). `forget_gates` is bound again on the very line,
+so its dtype is read at the `cumsum` and the sum is cast back at once, to the dtype `cumsum` gives
+there (`.to(forget_gates.new_empty(0).cumsum(0).dtype)`: float32 under CUDA autocast, as before the
+fix). `tests/static/data/real/x_transformers_data_dependent_alibi.py` runs that fix into a half
+einsum in every mode. AMP003's fixes in `next_latent_wrapper.py` now upcast to
+`torch.promote_types(logits1.dtype, torch.float32)`, binding the logits once
+(`(logits1 := frozen_to_logits(...))`), not to a plain float32 that lowers float64 code;
+`NextLatentWrapper` needs a network to wrap and is not run here.
 """,
     "x_transformers safe": """
-The two changed dtypes are one bug in a safe fix. AMP014 rewrites the sigsoftmax logits
+The two changed dtypes are one bug in a safe fix, AMP014's. It rewrites the sigsoftmax logits
 `logits + logits.sigmoid().log()` (`TransformerWrapper`, `sigsoftmax_logits=True`) as
 `logits + F.logsigmoid(logits)`: equal values where no autocast runs, but CUDA autocast runs `log`
 in float32 and `logsigmoid` in the half dtype, so under it the logits come out bfloat16 or float16
 instead of float32. The same two expressions on a Linear's output in `amplint.runtime.modes` give
-float32 before and the half dtype after in both emulated CUDA autocast modes.
+float32 before and the half dtype after in both emulated CUDA autocast modes. AMP001 and AMP007 count
+the same two runs because their safe fixes are in the same file: `CoPE`'s gates, which the table's
+model builds, and `PerRowDataDependentAlibi`'s forget gates, each upcast and cast back where the
+value leaves the function, to the dtype `cumsum` gives there. The changed dtype is the one of the
+final logits, which AMP014's rewrite gives, so this record does not tell whether the `CoPE` fix
+changes values there too; `PerRowDataDependentAlibi`, run by itself, is no worse in any mode.
 """,
     "transformers unsafe": """
 `--only` names 8 of the 21 model types whose files these fixes change in `models/` (at least one

@@ -67,9 +67,10 @@ class LowPrecisionLogWeights(Rule):
     Upcast the input before the op that does not upcast by itself, and cast the result back where
     it leaves the function:
     ```python
-    w = -math.exp(-0.5) * (sigmoid_input := self.w_lora(xw)).to(
-        torch.promote_types(sigmoid_input.dtype, torch.float32)
-    ).sigmoid()
+    w = (
+        -math.exp(-0.5)
+        * (sigmoid_input := self.w_lora(xw)).to(torch.promote_types(sigmoid_input.dtype, torch.float32)).sigmoid()
+    )
     return w.to(sigmoid_input.dtype)
     ```
     Where the weight's uses are elementwise and end in a return, a product or a module, the fix
