@@ -130,6 +130,15 @@ def cast_back(
             tainted = [arg.value for arg in node.args if flow.taint(arg.value)]
             if any(arg.star for arg in node.args if arg.value in tainted):
                 unsure.append(node)
+            func = node.func
+            if (
+                isinstance(func, cst.Attribute)
+                and ctx.qualified(func) is None
+                and func.attr.value not in _CASTS
+                and flow.taint(func.value)
+            ):
+                # `logits.topk(k)`: the method takes the value too (and its indices are no float).
+                tainted.append(func.value)
             leaves = not (_is_module(ctx, node) or callee_name(node) in _PRODUCTS)
             places.update((value, leaves) for value in tainted)
             return "call" if tainted else None
@@ -194,6 +203,8 @@ def _reached_by(
 
 
 _ACCUMULATIONS = frozenset({"cumsum", "cumprod", "logcumsumexp"})
+# Methods that set the dtype themselves (a cast back already written): not a consumer of the old one.
+_CASTS = frozenset({"to", "type", "float", "double", "half", "bfloat16"})
 
 
 def accumulations(ctx: FileContext, upcast: cst.BaseExpression) -> list[cst.Call]:
