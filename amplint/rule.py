@@ -217,20 +217,26 @@ def dtype_keeping_fix(
     *,
     accumulates: bool = False,
     autocast_op: str | None = None,
+    source: cst.Attribute | None = None,
 ) -> FixPlan | None:
     """The fix that puts `fixed` (which computes in float32) in place of `upcast`: safe where what
     derives from it is cast back to the dtype of `data` wherever it leaves elementwise code, so
     that every consumer sees the dtype it saw before. Otherwise unsafe: for an op that
     `accumulates` (a running sum keeps its float32 total inside the op, so rounding its result
     once still gains), cast back to the dtype of `data` at once where that dtype can be read;
-    else with no cast back, and no fix at all where the float32 value would meet a module or a
-    product in its function (`consumers.half_weight_consumer`): with half weights that raises. `autocast_op`: the op, where an autocast runs it in float32 itself; the
+    else cast back wherever it leaves elementwise code even where it was mixed with another tensor
+    on the way (`consumers.cast_back` with `mixed`); else with no cast back where it never leaves
+    the function, and no fix at all where the float32 value would meet a module or a product in
+    its function (`consumers.half_weight_consumer`: with half weights that raises) or leaves it
+    uncast (returned into callers the file does not show). `autocast_op`: the op, where an autocast runs it in float32 itself; the
     cast back is then to the dtype that op gives there (`amplint.static.consumers.op_dtype`), so that
-    under CUDA autocast the fix does not round autocast's float32 result to half."""
+    under CUDA autocast the fix does not round autocast's float32 result to half. `source`: the
+    dtype of the input where the fix binds it to a name (`consumers.bind_input`)."""
     from amplint.static.consumers import (  # libcst: checking files only
         cast_back,
         dtype_source,
         half_weight_consumer,
+        leaves_function,
         op_dtype,
     )
     from amplint.static.context import FixPlan
@@ -238,16 +244,22 @@ def dtype_keeping_fix(
 
     # Under CUDA autocast an op it runs in float32 returned float32 before the fix: cast back to that.
     to = "the input's dtype" if autocast_op is None else f"the dtype `{autocast_op}` gives there"
-    back = cast_back(ctx, upcast, fixed, data, autocast_op)
+    back = cast_back(ctx, upcast, fixed, data, autocast_op, source=source)
     if back is not None:
         where = "where the result leaves elementwise code"
         where += "" if autocast_op is None else f", to {to}"
         return FixPlan(f"{description}, cast back {where}", back, missing_import, SAFE)
-    dtype = dtype_source(ctx, upcast, data) if accumulates else None
+    dtype = (source or dtype_source(ctx, upcast, data)) if accumulates else None
     if dtype is not None:
         dtype = dtype if autocast_op is None else op_dtype(dtype, autocast_op)
         edits = ((upcast, with_method(fixed, "to", dtype)),)
         return FixPlan(f"{description}, cast back to {to} at once", edits, missing_import, UNSAFE)
     if half_weight_consumer(ctx, upcast) is not None:
         return None  # unsafe changes the numbers, never raises: a half module or product would
+    back = cast_back(ctx, upcast, fixed, data, autocast_op, mixed=True, source=source)
+    if back is not None:
+        where = f"where the result leaves elementwise code, to {to}"
+        return FixPlan(f"{description}, cast back {where}", back, missing_import, UNSAFE)
+    if leaves_function(ctx, upcast):
+        return None  # a float32 value returned uncast reaches callers that never asked for it
     return FixPlan(description, ((upcast, fixed),), missing_import, UNSAFE)

@@ -12,7 +12,7 @@ import libcst as cst
 from amplint.diagnostics import SAFE, UNSAFE, Confidence, Diagnostic
 from amplint.rule import Rule, Verdict, dtype_keeping_fix
 from amplint.runtime.chains import HALF, describe_error, measured_error, upcast_reached, where
-from amplint.static.consumers import accumulations, cast_back, upcast_dtype
+from amplint.static.consumers import accumulations, bind_input, cast_back, upcast_dtype
 from amplint.static.context import FileContext, Finding, FixPlan, scopes_holding
 from amplint.static.facts import why_half
 from amplint.static.flow import Flow, Hit, Policy, analyse, names_read
@@ -64,15 +64,25 @@ class LowPrecisionLogWeights(Rule):
     ```
 
     ## Fix
-    Upcast the input before the op that does not upcast by itself (this changes numerics on purpose):
+    Upcast the input before the op that does not upcast by itself, and cast the result back where
+    it leaves the function:
     ```python
-    w = -math.exp(-0.5) * self.w_lora(xw).to(torch.float32).sigmoid()
+    w = (
+        -math.exp(-0.5)
+        * (sigmoid_input := self.w_lora(xw)).to(torch.promote_types(sigmoid_input.dtype, torch.float32)).sigmoid()
+    )
+    return w.to(sigmoid_input.dtype)
     ```
-    The log-weight then stays float32, as the recurrence wants it.
-    Where the weight's uses are elementwise and end in a return, a product or a module, and its
-    input is one tensor whose dtype can be read there, the fix also casts the result back at those
-    places (`torch.exp(-torch.sigmoid(x.to(torch.float32))).to(x.dtype)`) and is safe; otherwise it
-    leaves the weight float32 and is unsafe.
+    Where the weight's uses are elementwise and end in a return, a product or a module, the fix
+    casts the result back at those places and is safe; where it is mixed with another tensor on the
+    way, it is cast back all the same and the fix is unsafe (the result may have been wider). A
+    float32 weight returned uncast would reach callers the file does not show (another module's half
+    product raises on it): where the fix cannot cast it back there, it is not offered. Where no name
+    tells the input's dtype (a module's output, a sum of two tensors, a name bound again later), the
+    fix binds the input once (`sigmoid_input := ...`) rather than computing it twice. Under CUDA
+    autocast, a value that went through `exp`, `cumsum` or another op autocast runs in float32 was
+    float32 before the fix: where it leaves, the cast back is to the dtype that op gives there
+    (`x.new_empty(0).exp().dtype`: float32 under CUDA autocast, `x`'s dtype elsewhere).
 
     Where the weight starts a chain that meets a module or a product (a float32 value there would
     raise against half weights), in its function or in one of the file that it is returned to
@@ -89,9 +99,8 @@ class LowPrecisionLogWeights(Rule):
     as before the fix). Where the value is mixed with another tensor on the way, the dtype to cast
     back to is not known: where it meets a module or a product, no fix is offered.
 
-    Where the dtype of the value it upcasts can be read from a tensor (`x`, not a module's output
-    or a sum of two tensors), the fix upcasts to `torch.promote_types(x.dtype, torch.float32)`: float32
-    for half values, while float64 code stays float64 (a plain float32 would lower its precision).
+    The fix upcasts to `torch.promote_types(x.dtype, torch.float32)`: float32 for half values, while
+    float64 code stays float64 (a plain float32 would lower its precision).
 
     ## References
     - PyTorch autocast op reference: https://pytorch.org/docs/stable/amp.html#autocast-op-reference
@@ -263,6 +272,13 @@ def _finding(ctx: FileContext, call: cst.Call, kind: str, label: str) -> Finding
     chain = _chain_fix(ctx, call, source, description)
     if chain is not None and (plan is None or plan.applicability != SAFE):
         plan = chain
+    binding = bind_input(ctx, call, source, f"{op}_input") if plan is None else None
+    if binding is not None:
+        # `self.w_lora(xw).sigmoid()` returned: the input is bound once to read the dtype to cast back to.
+        named, dtype = binding
+        float32, missing_import = upcast_dtype(ctx, call, source, source=dtype)
+        fixed = cst.ensure_type(upcast_input(call, source, float32).deep_replace(source, named), cst.Call)
+        plan = dtype_keeping_fix(ctx, call, fixed, source, description, missing_import, source=dtype)
     if plan is not None:
         plan = _covering_accumulations(ctx, call, plan)
     # The help shows the edits the fix writes, the cast back included.

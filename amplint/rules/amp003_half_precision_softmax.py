@@ -18,7 +18,7 @@ from amplint.static.attention import (
     softmax_module_call,
     submodule,
 )
-from amplint.static.consumers import upcast_dtype
+from amplint.static.consumers import bind_input, upcast_dtype
 from amplint.static.context import FileContext, Finding, scopes_holding
 from amplint.static.dtypes import DtypeFacts
 from amplint.static.facts import DTYPE, Fact, why_half
@@ -69,12 +69,18 @@ class HalfPrecisionSoftmax(Rule):
     ```
     When the log-probabilities only meet elementwise code and reductions (`nll_loss`, `kl_div`) of
     their own, the result is cast back to the logits' dtype where it leaves that code and the fix is
-    safe; where they meet another tensor of unknown dtype or leave at once, they stay float32 and
-    the fix is unsafe.
+    safe; where they meet another tensor on the way (the targets of `nll_loss`), the result is cast
+    back all the same and the fix is unsafe (it may have been wider). Under CUDA autocast, which runs
+    `nll_loss` and `kl_div` in float32, the cast back is to the dtype such an op gives there
+    (`logits.new_empty(0).prod().dtype`). Log-probabilities returned as they are would reach callers
+    in float32 that never asked for it: no fix is offered there, unless the function says it
+    returns float32 (`-> torch.float32`).
 
-    Where the dtype of the value it upcasts can be read from a tensor (`x`, not a module's output
-    or a sum of two tensors), the fix upcasts to `torch.promote_types(x.dtype, torch.float32)`: float32
-    for half values, while float64 code stays float64 (a plain float32 would lower its precision).
+    The fix upcasts to `torch.promote_types(logits.dtype, torch.float32)`: float32 for half values,
+    while float64 code stays float64 (a plain float32 would lower its precision). Where no name
+    tells the logits' dtype (`frozen_to_logits(h)`, a module's output), the fix binds them once,
+    `F.log_softmax((logits := frozen_to_logits(h)), dim=-1, dtype=torch.promote_types(logits.dtype,
+    torch.float32))`, rather than computing them twice.
 
     ## References
     - `torch.nn.functional.log_softmax(input, dim, dtype=...)`
@@ -168,14 +174,18 @@ def _log_softmax_finding(ctx: FileContext, call: cst.Call, fact: Fact) -> Findin
             caller_only=fact.caller,
         )
     data = method_call(ctx, call, frozenset({"log_softmax"})) or argument(call, 0, "input") or call
-    float32, missing_import = upcast_dtype(ctx, call, data)
-    fixed = with_dtype(call, float32, softmax_dtype_argument(ctx, call))
+    # `log_softmax(frozen_to_logits(h), ...)`: the logits are bound once to read their dtype.
+    binding = bind_input(ctx, call, data, "logits") if data is not call else None
+    source = binding[1] if binding is not None else None
+    float32, missing_import = upcast_dtype(ctx, call, data, source=source)
+    written = cst.ensure_type(call.deep_replace(data, binding[0]), cst.Call) if binding is not None else call
+    fixed = with_dtype(written, float32, softmax_dtype_argument(ctx, call))
     return Finding(
         call,
         f"{_MESSAGE}: `log_softmax` rounds each log-probability to the half dtype; pass "
         f"`dtype=torch.float32`; {why}",
         fix=dtype_keeping_fix(
-            ctx, call, fixed, data, "Compute the log-probabilities in float32", missing_import
+            ctx, call, fixed, data, "Compute the log-probabilities in float32", missing_import, source=source
         ),
         help=f"`{' '.join(ctx.code(fixed).split())}`",
         evidence=fact.why,

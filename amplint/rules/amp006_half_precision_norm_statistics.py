@@ -10,11 +10,11 @@ import libcst as cst
 
 from amplint.rule import Rule, Verdict
 from amplint.runtime.chains import half_precision_verdict
-from amplint.static.consumers import upcast_dtype
+from amplint.static.consumers import op_dtype, upcast_dtype
 from amplint.static.context import FileContext, Finding, FixPlan, scopes_holding
 from amplint.static.facts import SCALAR, TENSOR, Fact, why_half
 from amplint.static.flow import Flow, Hit, Policy, analyse
-from amplint.static.ops import BF16, F32
+from amplint.static.ops import BF16, F32, autocast_policy
 from amplint.static.patterns import argument, callee_name, function_call, method_call, with_method
 from amplint.static.scopes import Scope, walk
 
@@ -90,7 +90,10 @@ class HalfPrecisionNormStatistics(Rule):
     ```
     Where the statistic feeds `rsqrt`/`sqrt` and nothing else, `--fix` makes the smaller change of
     computing the statistic and its root in float32 and casting the factor back to the input's
-    dtype, so that every dtype downstream stays as it was.
+    dtype, so that every dtype downstream stays as it was. Under CUDA autocast, which runs `pow`
+    and `rsqrt` in float32, the factor was float32 before the fix: the cast back is to the dtype
+    the op gives there (`x.new_empty(0).pow(0).dtype`: float32 under CUDA autocast, `x`'s dtype
+    elsewhere), so that the fix does not round autocast's float32 factor to half.
 
     Where the dtype of the value it upcasts can be read from a tensor (`x`, not a module's output
     or a sum of two tensors), the fix upcasts to `torch.promote_types(x.dtype, torch.float32)`: float32
@@ -315,7 +318,12 @@ def _finding(ctx: FileContext, scope: Scope, stat: Statistic, hits: list[Hit]) -
         new_stat = cst.ensure_type(stat.call.deep_replace(stat.square, new_square), cst.Call)
     else:
         new_stat = cst.ensure_type(stat.call.deep_replace(stat.data, upcast), cst.Call)
-    cast_back = cst.Attribute(value=reference, attr=cst.Name("dtype"))
+    cast_back: cst.BaseExpression = cst.Attribute(value=reference, attr=cst.Name("dtype"))
+    # Under CUDA autocast the squares (`pow`) or the root (`rsqrt`) ran in float32, and so did the
+    # root's product with the input: cast back to the dtype that op gives there, not to half.
+    float32_op = "pow" if stat.kind == "pow" else callee_name(root)
+    if autocast_policy(float32_op, "cuda") == "fp32":
+        cast_back = op_dtype(cast_back, float32_op)
     replacements: tuple[tuple[cst.CSTNode, cst.CSTNode], ...]
     if any(node is stat.call for node in walk(root)):
         inner = cst.ensure_type(root.deep_replace(stat.call, new_stat), cst.Call)

@@ -619,7 +619,7 @@ def _logsigmoid(
         where = "its input cast to float32 where CUDA autocast runs `log` in float32"
         return Problem(call, message, f"`{_code(ctx, plain)}`, {where}")
     x = x.with_changes(lpar=[], rpar=[])  # a name needs none
-    dtype = op_dtype(cst.Attribute(value=x, attr=cst.Name("dtype")), "log", dim=False)
+    dtype = op_dtype(cst.Attribute(value=x, attr=cst.Name("dtype")), "log")
     cast = with_method(x, "to", dtype)
     fixed, needs_torch = _functional(ctx, fused, _negated(cast) if negate else cast)
     description = "Use `logsigmoid`, in the dtype `log` gives (float32 under CUDA autocast)"

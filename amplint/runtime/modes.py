@@ -177,9 +177,15 @@ def tensors(out: object) -> list[torch.Tensor]:
 
 
 def error(values: Sequence[torch.Tensor], reference: Sequence[torch.Tensor]) -> float:
-    """The largest absolute error where the reference is finite; inf where the result is not."""
+    """The largest absolute error where the reference is finite; inf where the result is not. An
+    integer or boolean output (token ids, lengths) counts the positions that differ from the
+    reference instead: the difference of two token ids says nothing of how far apart they are."""
     worst = 0.0
     for value, ref in zip(values, reference, strict=True):
+        if not (ref.is_floating_point() or ref.is_complex()):
+            same = value.shape == ref.shape
+            worst = max(worst, float((value != ref).sum().item()) if same else float(ref.numel()))
+            continue
         finite = torch.isfinite(ref)
         if not finite.any():
             continue

@@ -356,7 +356,9 @@ def test_each_fix_is_judged_and_no_fix_that_would_raise_is_offered(tmp_path: Pat
     text = path.read_text(encoding="utf-8")
     assert "torch.log_softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))" in text
     assert "self.w_lora(x).to(torch.promote_types(x.dtype, torch.float32)).sigmoid()" in text
-    assert "return self.out((x * w.exp()).to(x.dtype)) + logp.mean()" in text
+    # The log-probabilities meet the Linear's output in the sum returned: cast back there, so that the
+    # block still returns bfloat16.
+    assert "return (self.out((x * w.exp()).to(x.dtype)) + logp.mean()).to(scores.dtype)" in text
     assert "Fixed 2 findings, 0 remaining." in done.stdout
 
 

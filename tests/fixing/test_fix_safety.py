@@ -245,6 +245,28 @@ def test_each_mode_is_judged_against_the_originals_float64_output(tmp_path: Path
     assert "| AMP007 | 1 / 0 / 0 | 1 / 0 / 0 | 1 / 0 / 1 | 1 / 1 / 0 |" in page
 
 
+def test_token_ids_are_judged_by_how_many_differ_from_float64s(tmp_path: Path) -> None:
+    """A beam search's token ids (diffusers' `UniDiffuserTextDecoder`): ids far from float64's in
+    value but at as many positions are no worse; one more position that differs is."""
+    torch = pytest.importorskip("torch")
+    from amplint.runtime.modes import MODES, Run, save
+
+    reference = torch.arange(16)
+    near, far, more = reference.clone(), reference.clone(), reference.clone()
+    near[:3] += 1  # three ids off by one
+    far[5:8] += 900  # three others, off by 900
+    more[:4] += 1
+    before = {mode.name: Run(out=[reference if mode is MODES[0] else near]) for mode in MODES}
+    after = dict(before, bfloat16=Run(out=[far]), float16=Run(out=[more]))
+    saved = (tmp_path / "original.pt", tmp_path / "fixed.pt")
+    save(before, str(saved[0]))
+    save(after, str(saved[1]))
+    tried = fix_safety.Tried("decoder", {}, {}, saved, frozenset({"AMP003"}))
+    verdicts = fix_safety._judged(tried, safe=False)
+    assert verdicts["bfloat16"] is None
+    assert verdicts["float16"] == "error 4 against float64, 3 before the fix"
+
+
 CONFIGURED = textwrap.dedent(
     """
 

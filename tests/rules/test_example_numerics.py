@@ -33,7 +33,8 @@ of the fixed code is the reference. For a bad example with a fix, in every mode
   last place of the mode's lowest precision at the reference's largest magnitude (rounding a result
   to that dtype lands either side; in float64, where the unfixed code is the reference itself,
   2**12 units: a rewritten formula rounds otherwise, a value narrowed to float32 is caught);
-  for the rules whose point is precision, it is smaller in bfloat16 or float16.
+  for the rules whose point is precision, it is smaller in bfloat16 or float16 (save the examples
+  whose upcast value is returned and cast back there, `NO_GAIN_AT_RETURN`).
 
 Run in float64, the fixed code returns the dtypes the unfixed code returns there and narrows no
 float64 value to a lower precision that the unfixed code keeps (an upcast to a plain float32 is a
@@ -68,6 +69,14 @@ FLOAT64, *_ = MODES
 CASTS = [mode for mode in MODES if mode.autocast is None and mode is not FLOAT64]
 # Rules whose fix exists to make the numbers better, not only to keep them finite or the API current.
 PRECISION = frozenset({"AMP001", "AMP003", "AMP006", "AMP007", "AMP014"})
+# Examples whose upcast value is returned: the fix casts it back there (a caller the file does not
+# show may meet it with half weights), so the function's own output is rounded to the half dtype
+# once, as before, and gains nothing measurable here; the float32 the caller would want is the
+# caller's to ask for. Checked both ways: an example that gains comes off the list.
+NO_GAIN_AT_RETURN = {
+    "AMP001-2": "`logsigmoid(...) / 16` returned: one rounding either way",
+    "AMP001-4": "`exp(cumsum(tanh(a + b)))` returned: the rounding of the result dominates",
+}
 
 STATIC = [rule for rule in all_rules() if not rule.runtime_only]
 BAD = [(rule, i, ex) for rule in STATIC for i, ex in enumerate(rule.bad) if ex.run and ex.fixed]
@@ -211,7 +220,9 @@ def test_the_fix_is_right_in_every_mode(case: tuple[type[Rule], int, Bad]) -> No
             improved.append(True)  # the unfixed code raised there
     assert failures == []
     assert all(traced) == (_id(case) not in NOT_TRACED), "update NOT_TRACED"
-    if rule.code in PRECISION and reference:
+    if rule.code in PRECISION and reference and _id(case) in NO_GAIN_AT_RETURN:
+        assert not any(improved), "the fix gains on this example now: take it off NO_GAIN_AT_RETURN"
+    elif rule.code in PRECISION and reference:
         assert any(improved), "the fix should be more precise in bfloat16 or float16 on this example"
 
 
@@ -247,13 +258,10 @@ def test_every_rule_with_fixes_has_runnable_examples() -> None:
 
 
 # Fixes that still upcast to a plain float32: the value they upcast has no one tensor to read its
-# dtype from without computing it twice (`amplint.static.consumers.upcast_dtype`). In float64 they
+# dtype from without computing it twice (`amplint.static.consumers.upcast_dtype`), and AMP006's fix
+# does not bind it to a name (`amplint.static.consumers.bind_input`). In float64 they
 # narrow the value to float32 (the six-mode test sees the error; it fails once they keep float64).
 FLOAT32_UPCASTS = {
-    "AMP001-0": "`self.w_lora(xw)`: a module's output",
-    "AMP001-2": "`self.gk_proj(x)`: a module's output",
-    "AMP001-4": "`(a + b)`: the sum of two tensors",
-    "AMP003-1": "`student(x)`: a module's output",
     "AMP006-2": "`(x - u)`: two tensors, though `u` is a mean of `x`",
 }
 

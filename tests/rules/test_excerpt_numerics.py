@@ -56,6 +56,37 @@ EXCERPTS = {
         prelude="from torch import nn, einsum\nimport torch.nn.functional as F\n"
         "from einops.layers.torch import Rearrange\nModule = nn.Module\n",
     ),
+    "x_transformers_data_dependent_alibi.py": Excerpt(
+        ("DataDependentAlibi",),
+        # The bias meets half logits and values where x-transformers' `Attend` adds it and takes the
+        # product of the attention with `v`: a float32 bias there raises.
+        "def attend(alibi, x, q, k, v):\n"
+        "    sim = torch.einsum('b h i d, b h j d -> b h i j', q, k) + alibi(x)\n"
+        "    return torch.einsum('b h i j, b h j d -> b h i d', sim.softmax(dim=-1), v)\n"
+        "alibi = cast(DataDependentAlibi(dim=32, heads=2))\n"
+        "out = attend(alibi, tensor(2, 64, 32), tensor(2, 2, 64, 8), tensor(2, 2, 64, 8), tensor(2, 2, 64, 8))",
+        # einx is not a test dependency: its `subtract` for the one pattern the causal bias uses.
+        prelude="import types\nfrom torch import nn\nfrom einops.layers.torch import Rearrange\n"
+        "Module = nn.Module\n"
+        "def subtract(pattern, a, b):\n"
+        "    assert pattern == 'b h i, b h j -> b h i j'\n"
+        "    return a[..., :, None] - b[..., None, :]\n"
+        "einx = types.SimpleNamespace(subtract=subtract)\n",
+    ),
+    "diffusers_ltx2_audio_pixel_norm.py": Excerpt(
+        ("LTX2AudioPixelNorm",),
+        # As the VAE's blocks use it: on a convolution's output, which CUDA autocast gives in half.
+        "class Block(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.conv = torch.nn.Conv2d(4, 8, 3, padding=1)\n"
+        "        self.norm = LTX2AudioPixelNorm(dim=1, eps=1e-6)\n"
+        "    def forward(self, x):\n"
+        "        return self.norm(self.conv(x))\n"
+        "block = cast(Block())\n"
+        "out = block(tensor(2, 4, 8, 8, scale=3.0))",
+        prelude="import torch.nn as nn\n",
+    ),
     "transformers_recurrent_gemma_rglru.py": Excerpt(
         ("RecurrentGemmaRglru",),
         # The excerpt's forward on transformers' own layer (its __init__, scan and helpers).
