@@ -60,9 +60,9 @@ class Fp16WithoutGradScaler(Rule):
     Flags a training step (a `loss.backward()` and an optimizer step in the same function) whose
     loss is computed under float16 autocast (`torch.autocast("cuda")` defaults to float16, as does
     `torch.cuda.amp.autocast()`) or by a model cast to float16 (`.half()`, `.to(torch.float16)`),
-    when no GradScaler is in scope. A scaler anywhere in the module's code (not its comments or
-    docstrings) counts (`GradScaler`, `scaler.scale(loss).backward()`, `scaler.unscale_(...)`,
-    apex's `amp.scale_loss`, the loss scalers of DeepSpeed and Megatron), and so does a backward delegated to a framework that scales
+    when no GradScaler is in scope. A scaler anywhere in the module's code, not in a comment, counts
+    (`GradScaler`, `scaler.scale(loss).backward()`, `scaler.unscale_(...)`, apex's `amp.scale_loss`,
+    DeepSpeed's and Megatron's loss scalers), and so does a backward delegated to a framework that scales
     the loss itself (`accelerator.backward(loss)`, `fabric.backward(loss)`, `engine.backward(loss)`).
     bfloat16 autocast needs no scaler and is not flagged, nor is another format's autocast
     (TransformerEngine's `te.fp8_autocast`, which scales its FP8 tensors itself) or a wrapper of
@@ -117,10 +117,8 @@ class Fp16WithoutGradScaler(Rule):
         words = ctx.words
         if not words & _FLOAT16_WORDS or not words & {"step", "optimizer_step"}:
             return
-        if words & _SCALER_WORDS and ctx.code_words & _SCALER_WORDS:  # a comment naming one is none
-            return
         calls = ctx.index.calls
-        if any(_scaled_backward(ctx, call) for call in calls):
+        if ctx.in_code(_SCALER_WORDS) or any(_scaled_backward(ctx, call) for call in calls):
             return
         backwards = {id(call): call for call in calls if _unscaled_backward(ctx, call)}
         if not backwards:

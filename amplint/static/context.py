@@ -90,6 +90,10 @@ class FileContext:
     def imports(self) -> ImportMap:
         return ImportMap(self.index.aliases)
 
+    def in_code(self, words: frozenset[str]) -> bool:
+        """Whether the file's code, not only a comment or docstring, names one of `words`."""
+        return not self.words.isdisjoint(words) and not self.code_words.isdisjoint(words)
+
     @cached_property
     def code_words(self) -> frozenset[str]:
         """The words of the file's code (names, attributes, keywords, imports, strings), not of its
