@@ -263,16 +263,15 @@ einsum in every mode. AMP003's fixes in `next_latent_wrapper.py` now upcast to
 `NextLatentWrapper` needs a network to wrap and is not run here.
 """,
     "x_transformers safe": """
-The two changed dtypes are one bug in a safe fix, AMP014's. It rewrites the sigsoftmax logits
-`logits + logits.sigmoid().log()` (`TransformerWrapper`, `sigsoftmax_logits=True`) as
-`logits + F.logsigmoid(logits)`: equal values where no autocast runs, but CUDA autocast runs `log`
-in float32 and `logsigmoid` in the half dtype, so under it the logits come out bfloat16 or float16
-instead of float32. The same two expressions on a Linear's output in `amplint.runtime.modes` give
-float32 before and the half dtype after in both emulated CUDA autocast modes. AMP001 and AMP007 count
-the same two runs because their one safe fix is in the same file: `PerRowDataDependentAlibi`'s forget
-gates, upcast and cast back where they leave the function, to the dtype `cumsum` gives there. The
-changed dtype is the one of the final logits, which AMP014's rewrite gives; `PerRowDataDependentAlibi`,
-run by itself, is no worse in any mode.
+No run raises or gets worse. The earlier record had two changed dtypes, one bug in AMP014's safe
+fix: it rewrote the sigsoftmax logits `logits + logits.sigmoid().log()` (`TransformerWrapper`,
+`sigsoftmax_logits=True`) as `logits + F.logsigmoid(logits)`, equal values where no autocast runs,
+but CUDA autocast runs `log` in float32 and `logsigmoid` in the half dtype, so under it the logits
+came out half instead of float32. A fused rewrite now keeps the dtype the composition gave there
+(`F.logsigmoid(x.to(x.new_empty(0).log().dtype))`: float32 under CUDA autocast, `x`'s own dtype
+elsewhere, float64 kept), or is not offered where `x`'s dtype cannot be read without computing it
+twice. AMP001's and AMP007's one safe fix in this file is `PerRowDataDependentAlibi`'s forget gates,
+upcast and cast back where they leave the function.
 """,
     f"transformers unsafe --only {MODEL_TYPES}": """
 `--only` names 8 of the 21 model types whose files these fixes change in `models/` (at least one
@@ -306,34 +305,27 @@ run in every mode. A first run alone timed out in the fixed copy on the shared m
 counts that as a raise in every mode); this second run went through.
 """,
     "diffusers safe": """
-Two runs are worse, and the table keeps them; both are the same runs as at the unsafe level.
-`UniDiffuserTextDecoder`'s output is the token ids its beam search returns, so its error in
-bfloat16 (541 after the fix, 517 before) says that the fixed search (AMP003's and AMP014's
-log-probabilities) picks other tokens there, not by how much a value grew.
-`AutoencoderKLLTX2Audio` under the emulated CUDA autocast in float16 (error 0.00544 after, 0.00331
-before) is AMP006's safe fix of `LTX2AudioPixelNorm`: `mean_sq = torch.mean(x**2, ...)` becomes
-`torch.mean(x.to(torch.promote_types(x.dtype, torch.float32))**2, ...)` and the root is cast back to
-`x.dtype`. Under CUDA autocast `x**2` already runs in float32 (`pow` is on autocast's float32
-list), so the unfixed root is float32 and `x / rms` divides in float32; the fix casts the root back
-to the float16 of the convolution's output, and the division rounds to float16. The cast back should
-give the root the dtype the unfixed statistic has there (float32 under autocast), as AMP007's fix
-does for `cumsum`.
+No run raises or gets worse. The earlier record had the same two worse runs as the unsafe level
+(below): AMP006's safe fix of `LTX2AudioPixelNorm` cast the root back to the convolution's float16
+where CUDA autocast had computed it in float32, and `UniDiffuserTextDecoder`'s token ids were
+compared by their absolute difference. Both are fixed as the unsafe level's note says.
 """,
     "diffusers unsafe": """
-Two runs are worse in this record, and the table keeps them; both are explained since, and the
-record is not measured again. `AutoencoderKLLTX2Audio` under the emulated CUDA autocast in float16
-(error 0.00544 against float64 after AMP006's fix, 0.00331 before) was a bug in the fix.
-`LTX2AudioPixelNorm.forward` takes `torch.mean(x**2, ...)`, `rms = torch.sqrt(mean_sq + self.eps)`
-and `x / rms` of a convolution's half output; CUDA autocast runs `pow` in float32, so the mean, its
-root and `x / rms` were float32 there, and the fix's cast back, `rms.to(x.dtype)`, rounded the root
-to float16 and made the division half. The fix now casts the root back to the dtype `pow` gives
-there, `x.new_empty(0).pow(0).dtype` (float32 under CUDA autocast, `x`'s dtype elsewhere), and
+No run raises or gets worse. The earlier record had two worse runs; both are explained and fixed.
+`AutoencoderKLLTX2Audio` under the emulated CUDA autocast in float16 (error 0.00544 against float64
+after AMP006's fix, 0.00331 before) was a bug in the fix: `LTX2AudioPixelNorm.forward` takes
+`torch.mean(x**2, ...)`, `rms = torch.sqrt(mean_sq + self.eps)` and `x / rms` of a convolution's half
+output; CUDA autocast runs `pow` in float32, so the mean, its root and `x / rms` were float32 there,
+and the fix's cast back, `rms.to(x.dtype)`, rounded the root to float16 and made the division half.
+The fix now casts the root back to the dtype `pow` gives there, `x.new_empty(0).pow(0).dtype`
+(float32 under CUDA autocast, `x`'s dtype elsewhere), and
 `tests/static/data/real/diffusers_ltx2_audio_pixel_norm.py` runs it after a convolution in every
 mode. `UniDiffuserTextDecoder`'s output is the token ids its beam search returns
-(`generate_captions`, from the table), which this record compared by the absolute difference of the
-ids (541 after AMP003's and AMP014's fixes, 517 before, in bfloat16): that says only that other
-tokens came out, not that they are farther from float64's. Integer outputs are now compared by the
-number of positions that differ from float64's (`amplint.runtime.modes.error`).
+(`generate_captions`, from the table), which the earlier record compared by the absolute difference
+of the ids: that said only that other tokens came out. Integer outputs are now compared by the number
+of positions that differ from float64's (`amplint.runtime.modes.error`). On its beam search's
+`logits.softmax(-1).log()` AMP003 offers no fix at this commit; AMP014's rewrite to
+`logits.log_softmax(-1)` is the one applied.
 """,
     "fla unsafe": """
 fla's layers compute their recurrences, norms and fused activations in triton kernels, which do not

@@ -120,7 +120,7 @@ def readme(data: dict[str, Any]) -> str:
         t_real, t_useful, t_read, _ = _summed(all_reviews, "all")
         c_real, _, c_read, _ = _summed(all_reviews, "core")
         text += (
-            f" With review {_names(earlier)} ({sum(r['projects'] for r in earlier)} other projects), "
+            f" With review{'s' if len(earlier) > 1 else ''} {_names(earlier)} ({sum(r['projects'] for r in earlier)} other projects), "
             f"{t_read} first-contact findings: {_percent(t_useful, t_read)} useful, "
             f"{_percent(t_real, t_read)} real. "
         )
@@ -132,7 +132,7 @@ def readme(data: dict[str, Any]) -> str:
     return text + (
         " The measurement, per rule, with every verdict and its reason, is in "
         "[docs/precision.md](docs/precision.md); the earlier reviews are reported apart in "
-        "[docs/measured.md](docs/measured.md)."
+        "[docs/measured.md](docs/measured.md), each with its own page."
     )
 
 

@@ -186,8 +186,14 @@ def _traced(
 
 
 def _output_dtypes(graph: DtypeGraph) -> list[str]:
-    """The dtypes of the tensors nothing in the traced forward pass consumes: what it returns."""
-    return sorted(node.dtype for node in graph.nodes if node.dtype is not None and not graph.consumers(node))
+    """The dtypes of the tensors nothing in the traced forward pass consumes: what it returns. An
+    empty tensor is none: the dtype probes fixes write (`x.new_empty(0).pow(0).dtype`) are read for
+    their dtype alone."""
+    return sorted(
+        node.dtype
+        for node in graph.nodes
+        if node.dtype is not None and not graph.consumers(node) and not (node.shape and 0 in node.shape)
+    )
 
 
 def _changed_outputs(before: dict[str, list[str]], after: dict[str, list[str]]) -> str | None:

@@ -269,9 +269,15 @@ def test_fix_adds_import_torch_to_its_cell_and_keeps_string_sources(tmp_path: Pa
     (finding,) = diagnostics
     assert (finding["code"], finding["cell"], finding["line"]) == ("AMP001", 3, 2)
     # The fix's edits name their own cells: `import torch` goes to cell 1.
+    # The upcast input is bound once to read its dtype, and the value is cast back where it is returned.
+    upcast = (
+        "F.logsigmoid((logsigmoid_input := self.gk_proj(x))"
+        ".to(torch.promote_types(logsigmoid_input.dtype, torch.float32)))"
+    )
     assert [(e["cell"], e["line"], e["content"]) for e in finding["fix"]["edits"]] == [
         (1, 1, "import torch\n"),
-        (3, 2, "F.logsigmoid(self.gk_proj(x).to(torch.float32))"),
+        (3, 2, upcast),
+        (3, 3, "gk.to(logsigmoid_input.dtype)"),
     ]
     unchanged = path.read_text(encoding="utf-8")
     amplint_run(tmp_path, "check", "--unsafe-fixes", "--fix", "nb.ipynb")
@@ -281,7 +287,10 @@ def test_fix_adds_import_torch_to_its_cell_and_keeps_string_sources(tmp_path: Pa
     text = path.read_text(encoding="utf-8")
     assert "\n" not in text and text.isascii() and '"source":"import torch\\n' in text
     document["cells"][0]["source"] = "import torch\nfrom torch.nn import functional as F"
-    document["cells"][2]["source"] = GATES.replace("self.gk_proj(x)", "self.gk_proj(x).to(torch.float32)")
+    fixed = GATES.replace("F.logsigmoid(self.gk_proj(x))", upcast).replace(
+        "return gk", "return gk.to(logsigmoid_input.dtype)"
+    )
+    document["cells"][2]["source"] = fixed
     assert text == json.dumps(document, separators=(",", ":"))
 
 

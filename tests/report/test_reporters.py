@@ -280,6 +280,7 @@ def test_json_keys_and_round_trip() -> None:
         "description": "Use torch.autocast",
         "edits": [{"line": 1, "column": 5, "end_line": 1, "end_column": 8, "content": "torch.autocast"}],
         "applicability": "safe",
+        "covers": [],
     }
     rebuilt = Diagnostic(
         **{key: second[key] for key in KEYS if key not in ("fix", "severity", "confidence")},
