@@ -79,6 +79,8 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
         except (TargetError, MemoryError):
             raise
         except Exception as exc:
+            if _out_of_memory(exc):
+                raise MemoryError(str(exc)) from None
             raise ChildError("the factory raised:\n" + "".join(traceback.format_exception(exc))) from None
     if spec.get("weights"):
         from amplint.runtime.weights import load_weights
@@ -373,13 +375,23 @@ class _Said(io.StringIO):
 _said = _Said()
 
 
+def _out_of_memory(exc: BaseException) -> bool:
+    """torch's own allocator refuses an allocation with a RuntimeError, not Python's MemoryError."""
+    return isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
+
+
 def _traced_to(spec: dict[str, Any], output: Path) -> int:
     """Trace one target and save its graph to `output`; the exit code that says how it failed."""
     from amplint.runtime.target import TargetError
     from amplint.runtime.tracer import TraceError
 
     try:
-        graph = run_traced(spec)
+        try:
+            graph = run_traced(spec)
+        except RuntimeError as exc:
+            if _out_of_memory(exc):
+                raise MemoryError(str(exc)) from None
+            raise
     except TargetError as exc:  # no such file or factory, or a factory that returns no model
         print(exc, file=_said)
         return BAD_TARGET

@@ -403,6 +403,16 @@ def test_trace_caps_the_targets_memory(tmp_path: Path) -> None:
     assert "the target ran out of memory" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_trace_names_torchs_own_allocation_failure_as_out_of_memory(tmp_path: Path) -> None:
+    # torch's allocator raises a RuntimeError ("DefaultCPUAllocator: can't allocate memory"), not a
+    # MemoryError: the cap is still what stopped the target.
+    code = "import torch\n\n\ndef factory():\n    return torch.empty(8 << 30, dtype=torch.uint8)\n"
+    (tmp_path / "hungry.py").write_text(code, encoding="utf-8")
+    done = _amplint("trace", "hungry.py:factory", "--memory-limit", "2", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "the target ran out of memory" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_trace_memory_cap_counts_memory_not_mapped_files(tmp_path: Path) -> None:
     # A CUDA build of torch maps over 3 GB of libraries, address space that takes no memory; a
     # 4 GiB file mapped read-only stands in for them on any build, under a 2 GB cap.
