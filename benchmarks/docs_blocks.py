@@ -126,10 +126,10 @@ def report_command(page: Path, script: str, rendered: dict[str, str], write: boo
     """The `report` subcommand: print the blocks, or (`write`) put them into the page or the README,
     wherever each block's markers are."""
     if write:
-        in_readme = set(blocks(README.read_text(encoding="utf-8"), script)) & set(rendered)
+        readme = README.read_text(encoding="utf-8")
+        in_readme = set(blocks(readme, script)) & set(rendered)
         if in_readme:
-            text = README.read_text(encoding="utf-8")
-            README.write_text(fill(text, script, {n: rendered[n] for n in in_readme}), encoding="utf-8")
+            README.write_text(fill(readme, script, {n: rendered[n] for n in in_readme}), encoding="utf-8")
         rest = {n: t for n, t in rendered.items() if n not in in_readme}
         page.write_text(fill(page.read_text(encoding="utf-8"), script, rest), encoding="utf-8")
         return

@@ -38,14 +38,19 @@ def _percent(hits: int, read: int) -> str:
     return f"{100 * hits / read:.0f}%" if read else "-"
 
 
+def _by_project(counts: Counts, useful: bool, seed: int) -> tuple[float, float]:
+    """The share's 95% interval from a bootstrap over projects, as the review's page computes it."""
+    return cluster_bootstrap([(c[0] + (c[1] if useful else 0), sum(c)) for c in counts.values()], seed)
+
+
 def share(counts: Counts, useful: bool, seed: int) -> str:
     """'46% (Wilson 35-58%, by project 31-61%)', as the review's page computes it."""
-    clusters = [(c[0] + (c[1] if useful else 0), sum(c)) for c in counts.values()]
-    hits, read = sum(h for h, _ in clusters), sum(r for _, r in clusters)
+    real, useful_hits, read = _totals(counts)
+    hits = useful_hits if useful else real
     if not read:
         return "-"
     low, high = wilson(hits, read)
-    b_low, b_high = cluster_bootstrap(clusters, seed)
+    b_low, b_high = _by_project(counts, useful, seed)
     return (
         f"{100 * hits / read:.0f}% (Wilson {100 * low:.0f}-{100 * high:.0f}%, "
         f"by project {100 * b_low:.0f}-{100 * b_high:.0f}%)"
@@ -104,7 +109,7 @@ def readme(data: dict[str, Any]) -> str:
     n_real, n_useful, n_read = _totals(latest["numeric"])
     projects_read = sum(1 for counts in latest["all"].values() if sum(counts))
     seed = latest["seed"]
-    by_project = share(latest["all"], True, seed).split("by project ")[1].rstrip(")")
+    b_low, b_high = _by_project(latest["all"], True, seed)
     text = (
         f"- **Precision, first contact**: {latest['projects']} pinned public PyTorch projects from PyPI "
         f"that nobody here had checked before (review {latest['order']}), each checked "
@@ -112,7 +117,7 @@ def readme(data: dict[str, Any]) -> str:
         f"once per line, on {projects_read} of the projects) were read in their code, by readers outside "
         "the rules' development, before any rule changed because of them. "
         f"{_percent(useful, read)} were useful ({_percent(real, read)} real; 95% interval by project "
-        f"{by_project}), and {_percent(n_useful, n_read)} of the {n_read} about numerics (all but the "
+        f"{100 * b_low:.0f}-{100 * b_high:.0f}%), and {_percent(n_useful, n_read)} of the {n_read} about numerics (all but the "
         f"deprecated-API rule AMP008), {_percent(n_real, n_read)} of them real."
     )
     if earlier:

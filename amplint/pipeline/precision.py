@@ -58,6 +58,11 @@ class Precision:
         )
 
 
+def _marked(folder: Path) -> bool:
+    """Whether `folder` holds a project marker."""
+    return any((folder / marker).exists() for marker in _MARKERS)
+
+
 def project_root(paths: Sequence[Path]) -> Path:
     """The folder of the project around `paths` (files, or folders): the nearest above their common
     folder that holds a project marker, else that common folder."""
@@ -70,7 +75,7 @@ def project_root(paths: Sequence[Path]) -> Path:
     for folder in (common, *common.parents):
         if folder in stop:
             break
-        if any((folder / marker).exists() for marker in _MARKERS):
+        if _marked(folder):
             return folder
     return common
 
@@ -91,7 +96,7 @@ def project_precision(
 
     root = project_root(files) if files else Path.cwd()
     scope = [root]
-    if files and not any((root / marker).exists() for marker in _MARKERS):
+    if files and not _marked(root):
         # No project around the paths (a loose file in a downloads or temporary folder): the paths
         # and the files beside them, not every folder below theirs.
         scope = [*files, *(entry for entry in root.iterdir() if entry.suffix in (".py", SUFFIX))]

@@ -101,14 +101,12 @@ class FileContext:
         words where Python's tree of the whole file is not at hand."""
         if self.tree is None:
             return self.words
-        docstrings = {
-            id(node.value)
-            for node in ast.walk(self.tree)
-            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-        }
+        docstrings: set[int] = set()  # a statement is walked before the string it holds
         found: set[str] = set()
         for node in ast.walk(self.tree):
-            if isinstance(node, ast.Name):
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+                docstrings.add(id(node.value))
+            elif isinstance(node, ast.Name):
                 found.add(node.id)
             elif isinstance(node, ast.Attribute):
                 found.add(node.attr)

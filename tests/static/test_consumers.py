@@ -9,9 +9,20 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from amplint.static.consumers import cast_back, half_weight_consumer, upcast_dtype
+from amplint.static.consumers import Edit, cast_back, half_weight_consumer, upcast_dtype
 from amplint.static.context import FileContext
 from amplint.static.patterns import upcast_input, with_dtype
+
+
+def _applied(ctx: FileContext, edits: tuple[Edit, ...]) -> str:
+    """The module's code with each node of `edits` replaced."""
+    replaced = {id(old): new for old, new in edits}
+
+    class Apply(cst.CSTTransformer):
+        def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
+            return replaced.get(id(original), updated)
+
+    return ctx.module.visit(Apply()).code
 
 
 def fixed_code(code: str) -> str | None:
@@ -26,13 +37,7 @@ def fixed_code(code: str) -> str | None:
     edits = cast_back(ctx, call, with_dtype(call, float32), call.func.value)
     if edits is None:
         return None
-    replaced = {id(old): new for old, new in edits}
-
-    class Apply(cst.CSTTransformer):
-        def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
-            return replaced.get(id(original), updated)
-
-    return ctx.module.visit(Apply()).code
+    return _applied(ctx, edits)
 
 
 def test_cast_back_before_a_product_and_at_the_return() -> None:
@@ -94,13 +99,7 @@ def chain_code(code: str) -> str | None:
     edits = cast_back(ctx, call, upcast_input(call, data, float32), data, through_modules=True)
     if edits is None:
         return None
-    replaced = {id(old): new for old, new in edits}
-
-    class Apply(cst.CSTTransformer):
-        def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
-            return replaced.get(id(original), updated)
-
-    return ctx.module.visit(Apply()).code
+    return _applied(ctx, edits)
 
 
 CHAIN = """\
