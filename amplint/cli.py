@@ -927,11 +927,11 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
 
             run = preview(paths, settings, trace, jobs=args.jobs)
         else:
-            # The trace decides: conditional candidates are traced too, and shown once confirmed;
-            # with --deep, those of the opt-in rules as well.
-            every = settings.with_overrides(show_conditional=True)
-            if deep:
-                every = every.with_overrides(extend_select=_opt_in_codes())
+            # The trace decides: conditional candidates and those of the opt-in rules are traced
+            # too, and shown once a trace confirms or refutes them.
+            every = settings.with_overrides(
+                show_conditional=True, extend_select=(*settings.extend_select, *_opt_in_codes())
+            )
             run = run_check(paths, every, cache=not args.no_cache, jobs=args.jobs)
             # Hidden unless a trace confirms or refutes them: the conditional findings (counted, as
             # a plain check counts them) and those of rules the user's settings leave off (not

@@ -57,10 +57,15 @@ class HalfPrecisionAttentionScores(Rule):
     product with a layer's weight (`hidden @ weight.t()`, `h @ self.lm_head.weight.T`) is a
     projection, such as the vocabulary logits of a language-model head, not scores: not flagged.
 
-    On by default. Its hazard needs half precision, so it is reported where the project runs the
-    code in bf16/fp16 (an execution mode found in its scripts, tests or configuration, named in
-    the message); where nothing in the project does, the finding is conditional and shown only
-    with `--show-conditional` (docs/usage.md#execution-modes).
+    Off by default (opt-in): whether the scores reach 65504 depends on the magnitudes of the
+    activations, which no static pass sees. On public projects it was not written against it was
+    read 25 times (precision reviews 4 to 7, docs/measured.md) and none was real: most were scores of
+    normalised heads far below the limit. Turn it on with `--extend-select AMP002` or
+    `extend-select = ["AMP002"]` under `[tool.amplint]`; `--deep` traces its candidates. Its hazard
+    needs float16: it is reported where the project runs the code in fp16 (an execution mode found in
+    its scripts, tests or configuration, named in the message); where nothing in the project does,
+    the finding is conditional and shown only with `--show-conditional`
+    (docs/usage.md#execution-modes).
 
     ## Why is this bad?
     In float16 the largest finite value is 65504. A dot product over a 128-wide head of activations
@@ -90,6 +95,7 @@ class HalfPrecisionAttentionScores(Rule):
     triggers = frozenset({"softmax", "log_softmax", "Softmax", "LogSoftmax"})
     region_words = REGION_WORDS
     region_pattern = REGION_PATTERN
+    default_on = False
 
     @classmethod
     def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:

@@ -88,7 +88,7 @@ class Fact:
 
     def explain(self) -> str:
         """`bf16/fp16 here: ...` in one line, the evidence in source order."""
-        steps = "; ".join(step.text for step in self.why)
+        steps = steps_text(self.why)
         return f"{self.names()} here" + (f": {steps}" if steps else "")
 
 
@@ -98,6 +98,12 @@ INTEGER_FACT = Fact(INTEGER)
 OTHER_FACT = Fact(OTHER)
 MAX_WHY = 4
 _MAX_DEPTH = 3  # calls of the file's own functions followed inside each other
+
+
+def steps_text(why: Iterable[Step]) -> str:
+    """The evidence steps for a message, each said once (two operands returned by the same helper
+    give the same step)."""
+    return "; ".join(dict.fromkeys(step.text for step in why))
 
 
 def modes_text(profile: Profile, modes: tuple[ModeWhy, ...]) -> str:
@@ -225,7 +231,7 @@ def why_half(fact: Fact, names: str | None = None) -> str:
     if names == SHORT_NAMES[F16]:
         fact = fact.for_dtype(F16)
     if fact.caller:
-        steps = "; ".join(step.text for step in fact.why)
+        steps = steps_text(fact.why)
         return f"{CALLER_CLAUSE} {names or fact.half_names()}: {steps}"
     return fact.explain()
 

@@ -127,7 +127,17 @@ def test_a_file_no_mode_reaches_is_unreached_with_why(tmp_path: Path) -> None:
     code = (INCIDENTS / "qwen_eager_fp16.py").read_text(encoding="utf-8")
     write(tmp_path / "attention.py", code[: code.index("def generate")])  # no entry point: the caller's
     write(tmp_path / "pyproject.toml", '[project]\nname = "library"\n')
-    args = ["check", ".", "--deep", "--show-conditional", "--no-cache", "--format", "json"]
+    args = [
+        "check",
+        ".",
+        "--deep",
+        "--show-conditional",
+        "--extend-select",
+        "AMP002",
+        "--no-cache",
+        "--format",
+        "json",
+    ]
     (finding,) = [d for d in _json(amplint_run(tmp_path, *args)) if d["code"] == "AMP002"]
     assert finding["confidence"] == "unreached"
     assert "nothing in the project runs this code in bf16/fp16" in finding["evidence"]
@@ -146,7 +156,8 @@ def test_a_notebooks_candidates_are_unreached_with_why(tmp_path: Path) -> None:
         "nbformat_minor": 5,
     }
     write(tmp_path / "attention.ipynb", json.dumps(notebook))
-    write(tmp_path / "pyproject.toml", '[project]\nname = "nb"\n[tool.amplint]\nmodes = ["cast-fp16"]\n')
+    settings = '[tool.amplint]\nmodes = ["cast-fp16"]\nextend-select = ["AMP002"]\n'  # AMP002 is opt-in
+    write(tmp_path / "pyproject.toml", f'[project]\nname = "nb"\n{settings}')
     found = _json(amplint_run(tmp_path, "check", ".", "--deep", "--no-cache", "--format", "json"))
     (finding,) = [d for d in found if d["code"] == "AMP002"]
     assert finding["confidence"] == "unreached"

@@ -41,6 +41,15 @@ def test_each_case_is_found_where_it_is() -> None:
     }  # a half softmax feeding `@ v` or a sampler is not AMP003's: its kernel accumulates in float32
 
 
+def test_the_evidence_says_each_step_once() -> None:
+    # q and k both come back from `rotate_half` (inside `apply_rotary_pos_emb`): one step, said once.
+    (scores,) = [
+        d for d in amplint.check_paths([FIXTURES]) if Path(d.path).name == "qwen2_eager_attention.py"
+    ]
+    assert scores.message.count("returned by `rotate_half`") == 1, scores.message
+    assert ".half()` at fixtures/generate.py:15" in scores.message
+
+
 def test_fix_applies_the_rwkv7_upcast(tmp_path: Path) -> None:
     target = tmp_path / "rwkv7_time_mix.py"
     shutil.copy(FIXTURES / "rwkv7_time_mix.py", target)
