@@ -1502,7 +1502,17 @@ def summary(measured: Measured, corpus: Corpus, seed: int) -> dict[str, Any]:
         "numeric": _per_project(measured.numeric),
         "api": _per_project([r for r in first if r.unit.code in API_RULES]),
         "core": _per_project([r for r in measured.first_reads if r.unit.code in CORE_RULES]),
+        "rules": _per_rule(measured.first_reads),
     }
+
+
+def _per_rule(reads: Sequence[Read]) -> dict[str, list[int]]:
+    """Real, worth a look and false verdicts per rule, over every first-contact read."""
+    counts: dict[str, list[int]] = {}
+    for read in reads:
+        if read.status in VERDICT_VALUES:
+            counts.setdefault(read.unit.code, [0, 0, 0])[VERDICT_VALUES.index(read.status)] += 1
+    return dict(sorted(counts.items()))
 
 
 def report(

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import docs_blocks  # this folder is on sys.path when a script in it runs
-from precision_review import cluster_bootstrap, wilson
+from precision_review import MIN_READS, cluster_bootstrap, wilson
 
 RESULTS = Path(__file__).resolve().parent / "precision_summary.json"
 PAGE = "measured.md"
@@ -103,6 +103,41 @@ def together(data: dict[str, Any]) -> str:
     )
 
 
+def rule_counts(data: dict[str, Any]) -> dict[str, list[int]]:
+    """Real, worth a look and false first-contact verdicts per rule, over every review."""
+    totals: dict[str, list[int]] = {}
+    for review in data["reviews"].values():
+        for code, counts in review.get("rules", {}).items():
+            totals[code] = [a + b for a, b in zip(totals.get(code, [0, 0, 0]), counts, strict=True)]
+    return dict(sorted(totals.items()))
+
+
+def on_by_default_allowed(counts: list[int]) -> bool:
+    """The default-set policy: a rule with MIN_READS or more first-contact reads stays on by default
+    only if BAR_NUMERIC of them were useful; one with fewer keeps its place until it has them."""
+    read = sum(counts)
+    return read < MIN_READS or counts[0] + counts[1] >= BAR_NUMERIC * read
+
+
+def rules_table(data: dict[str, Any], defaults: dict[str, bool]) -> str:
+    lines = [
+        "| Rule | Default | Read | Real | Worth a look | False | Useful | Policy |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for code, counts in rule_counts(data).items():
+        read = sum(counts)
+        if read < MIN_READS:
+            policy = f"fewer than {MIN_READS} reads: not decided"
+        else:
+            policy = "may be on" if on_by_default_allowed(counts) else "off by default"
+        default = "on" if defaults.get(code, False) else "opt-in"
+        lines.append(
+            f"| {code} | {default} | {read} | {counts[0]} | {counts[1]} | {counts[2]} | "
+            f"{_percent(counts[0] + counts[1], read)} | {policy} |"
+        )
+    return "\n".join(lines)
+
+
 def readme(data: dict[str, Any]) -> str:
     *earlier, latest = data["reviews"].values()
     real, useful, read = _totals(latest["all"])
@@ -141,9 +176,18 @@ def readme(data: dict[str, Any]) -> str:
     )
 
 
-def report(data: dict[str, Any]) -> dict[str, str]:
+def default_rules() -> dict[str, bool]:
+    """Which rules amplint turns on by default (the catalogue of this checkout)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from amplint.rules import all_rules
+
+    return {rule.code: rule.default_on for rule in all_rules()}
+
+
+def report(data: dict[str, Any], defaults: dict[str, bool] | None = None) -> dict[str, str]:
     blocks = {key: table(review) for key, review in data["reviews"].items()}
-    return {**blocks, "together": together(data), "readme": readme(data)}
+    rules = rules_table(data, default_rules() if defaults is None else defaults)
+    return {**blocks, "together": together(data), "rules": rules, "readme": readme(data)}
 
 
 def main(argv: list[str] | None = None) -> int:

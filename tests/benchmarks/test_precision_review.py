@@ -504,3 +504,18 @@ def test_a_review_is_measured_as_it_stood(tmp_path: Path) -> None:
     assert corpus.group(corpus.projects[1]) == review.TUNED  # in the reviews after it, apart
     with pytest.raises(review.ReviewError, match="no \\[\\[review\\]\\] is named"):
         corpus.as_of("three")
+
+
+def test_the_default_set_follows_the_first_contact_reads() -> None:
+    # Issue 33: a rule read 20 or more times on first contact stays on by default only if 80% of
+    # those reads were useful; with fewer reads its place is not decided yet.
+    summary_script = _load("precision_summary")
+    allowed = summary_script.on_by_default_allowed
+    assert allowed([16, 0, 4]) and allowed([10, 6, 4]) and allowed([0, 0, 19])
+    assert not allowed([15, 0, 5]) and not allowed([0, 4, 21])
+    # The committed counts decide, and the catalogue follows them.
+    data = json.loads((BENCHMARKS / "precision_summary.json").read_text(encoding="utf-8"))
+    counts = summary_script.rule_counts(data)
+    assert sum(counts["AMP002"]) >= 20  # a decided rule: the check below is not vacuous
+    defaults = summary_script.default_rules()
+    assert [code for code, c in counts.items() if defaults[code] and not allowed(c)] == []
