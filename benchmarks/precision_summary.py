@@ -142,33 +142,46 @@ def readme(data: dict[str, Any]) -> str:
     *earlier, latest = data["reviews"].values()
     real, useful, read = _totals(latest["all"])
     n_real, n_useful, n_read = _totals(latest["numeric"])
-    projects_read = sum(1 for counts in latest["all"].values() if sum(counts))
-    seed = latest["seed"]
-    b_low, b_high = _by_project(latest["all"], True, seed)
-    text = (
-        f"- **Precision, first contact**: {latest['projects']} pinned public PyTorch projects from PyPI "
-        f"that nobody here had checked before (review {latest['order']}), each checked "
-        f"whole with amplint's defaults; {read} of their {latest['findings']} default findings (counted "
-        f"once per line, on {projects_read} of the projects) were read in their code, by readers outside "
-        "the rules' development, before any rule changed because of them. "
-        f"{_percent(useful, read)} were useful ({_percent(real, read)} real; 95% interval by project "
-        f"{100 * b_low:.0f}-{100 * b_high:.0f}%), and {_percent(n_useful, n_read)} of the {n_read} about numerics (all but the "
-        f"deprecated-API rule AMP008), {_percent(n_real, n_read)} of them real."
-    )
-    if earlier:
-        all_reviews = [*earlier, latest]
-        t_real, t_useful, t_read, _ = _summed(all_reviews, "all")
-        c_real, _, c_read, _ = _summed(all_reviews, "core")
-        text += (
-            f" With review{'s' if len(earlier) > 1 else ''} {_names(earlier)} ({sum(r['projects'] for r in earlier)} other projects), "
-            f"{t_read} first-contact findings: {_percent(t_useful, t_read)} useful, "
-            f"{_percent(t_real, t_read)} real. "
+    if not earlier:
+        projects_read = sum(1 for counts in latest["all"].values() if sum(counts))
+        b_low, b_high = _by_project(latest["all"], True, latest["seed"])
+        text = (
+            f"- **Precision, first contact**: {latest['projects']} pinned public PyTorch projects from "
+            f"PyPI that nobody here had checked before (review {latest['order']}), each checked whole "
+            f"with amplint's defaults; {read} of their {latest['findings']} default findings (counted "
+            f"once per line, on {projects_read} of the projects) were read in their code, by readers "
+            "outside the rules' development, before any rule changed because of them. "
+            f"{_percent(useful, read)} were useful ({_percent(real, read)} real; 95% interval by project "
+            f"{100 * b_low:.0f}-{100 * b_high:.0f}%), and {_percent(n_useful, n_read)} of the {n_read} "
+            f"about numerics (all but the deprecated-API rule AMP008), {_percent(n_real, n_read)} of "
+            "them real."
+        )
+    else:
+        # The reviews together lead: one review on first contact now reads a handful of findings.
+        reviews = [*earlier, latest]
+        t_real, t_useful, t_read, _ = _summed(reviews, "all")
+        tn_real, tn_useful, tn_read, _ = _summed(reviews, "numeric")
+        c_real, _, c_read, _ = _summed(reviews, "core")
+        text = (
+            f"- **Precision, first contact**: reviews {_names(reviews)} checked "
+            f"{sum(r['projects'] for r in reviews)} pinned public PyTorch projects from PyPI that nobody "
+            "here had checked before, each whole with amplint's defaults, and read "
+            f"{t_read} of their default findings (counted once per line) in their code, by readers "
+            "outside the rules' development, before any rule changed because of them: "
+            f"{_percent(t_useful, t_read)} useful, {_percent(t_real, t_read)} real; the {tn_read} about "
+            f"numerics (all but the deprecated-API rule AMP008) {_percent(tn_useful, tn_read)} useful, "
+            f"{_percent(tn_real, tn_read)} real."
         )
         if t_real < BAR_ALL * t_read:
             text += (
-                "Far from good enough: the core numeric rules (AMP001-AMP005, AMP007, AMP013) were read "
-                f"{c_read} times in these reviews and {c_real} of them were real."
+                " Far from good enough: the core numeric rules (AMP001-AMP005, AMP007, AMP013) were "
+                f"read {c_read} times and {c_real} of them were real."
             )
+        text += (
+            f" The latest, review {latest['order']} ({latest['projects']} projects), had "
+            f"{latest['findings']} default finding{'s' if latest['findings'] != 1 else ''}: {read} read, "
+            f"{_percent(useful, read)} useful, {_percent(real, read)} real."
+        )
     return text + (
         " The measurement, per rule, with every verdict and its reason, is in "
         "[docs/precision.md](docs/precision.md); the earlier reviews are reported apart in "
