@@ -59,7 +59,7 @@ class HalfPrecisionAttentionScores(Rule):
 
     Off by default (opt-in): whether the scores reach 65504 depends on the magnitudes of the
     activations, which no static pass sees. On public projects it was not written against it was
-    read 25 times (precision reviews 4 to 7, docs/measured.md) and none was real: most were scores of
+    read 25 times (precision reviews 4 to 8, docs/measured.md) and none was real: most were scores of
     normalised heads far below the limit. Turn it on with `--extend-select AMP002` or
     `extend-select = ["AMP002"]` under `[tool.amplint]`; `--deep` traces its candidates. Its hazard
     needs float16: it is reported where the project runs the code in fp16 (an execution mode found in
