@@ -945,13 +945,14 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
             hidden = off | conditional
             traced = trace(run.diagnostics)
             run.diagnostics = deep_pass.judge(run.diagnostics, traced, untraced)
+            judged = (Confidence.CONFIRMED, Confidence.REFUTED)
             if deep:
-                run.traced = deep_pass.counts(run.diagnostics)
-            shown = [
-                d
-                for d in run.diagnostics
-                if d.sort_key not in hidden or d.confidence in (Confidence.CONFIRMED, Confidence.REFUTED)
-            ]
+                # A candidate of a rule the settings leave off counts only where a trace judged it:
+                # unreached, it stays as the plain check left it, which never made it.
+                run.traced = deep_pass.counts(
+                    [d for d in run.diagnostics if d.sort_key not in off or d.confidence in judged]
+                )
+            shown = [d for d in run.diagnostics if d.sort_key not in hidden or d.confidence in judged]
             kept = {d.sort_key for d in shown}
             run.conditional += sum(
                 1 for d in run.diagnostics if d.sort_key in conditional - off and d.sort_key not in kept

@@ -143,6 +143,22 @@ def test_a_file_no_mode_reaches_is_unreached_with_why(tmp_path: Path) -> None:
     assert "nothing in the project runs this code in bf16/fp16" in finding["evidence"]
 
 
+def test_an_opt_in_rules_unreached_candidate_is_neither_shown_nor_counted(tmp_path: Path) -> None:
+    # AMP002 is off by default: --deep traces its candidates, but one no trace reaches stays as the
+    # plain check left it (not made), so the traced counts leave it out too.
+    pytest.importorskip("torch")
+    code = (INCIDENTS / "qwen_eager_fp16.py").read_text(encoding="utf-8")
+    write(tmp_path / "attention.py", code[: code.index("def generate")])  # no entry point: the caller's
+    write(tmp_path / "pyproject.toml", '[project]\nname = "library"\n')
+    done = amplint_run(
+        tmp_path, "check", ".", "--deep", "--show-conditional", "--no-cache", "--format", "json"
+    )
+    document = json.loads(done.stdout)
+    assert [d["code"] for d in document["diagnostics"] if d["code"] == "AMP002"] == []
+    counted = document["summary"].get("traced", {})
+    assert sum(sum(tally.values()) for tally in counted.values()) == 0, counted
+
+
 def test_a_notebooks_candidates_are_unreached_with_why(tmp_path: Path) -> None:
     # Building a notebook's class would run the cells before it; the candidate says so, not that the
     # file has no model class.
