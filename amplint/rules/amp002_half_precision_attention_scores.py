@@ -10,7 +10,15 @@ import libcst as cst
 
 from amplint.diagnostics import Confidence, Diagnostic
 from amplint.rule import Rule, Verdict
-from amplint.runtime.chains import SOFTMAX, describe_error, follow, measured_error, turned_by, where
+from amplint.runtime.chains import (
+    SOFTMAX,
+    describe_error,
+    follow,
+    measured_error,
+    turned_by,
+    where,
+)
+from amplint.runtime.value_walks import softmax_reading
 from amplint.static.attention import (
     REGION_PATTERN,
     REGION_WORDS,
@@ -105,6 +113,14 @@ class HalfPrecisionAttentionScores(Rule):
         overflowing = [node for node in products if node.dtype == "float16"]
         if overflowing:
             node = overflowing[0]
+            bounds: list[DtypeNode] = []
+            if all(softmax_reading(graph, n, bounds) is None for n in overflowing) and bounds:
+                # Soft-capping: an overflow reaches the softmax as a finite value.
+                return Verdict(
+                    Confidence.REFUTED,
+                    f"`{node.op}` at {where(node)} formed the scores in float16, but `{bounds[0].op}` at "
+                    f"{where(bounds[0])} bounds them before the softmax, so an overflow cannot become NaN",
+                )
             evidence = (
                 f"`{node.op}` at {where(node)} formed the scores in float16 (largest finite value 65504)"
             )

@@ -23,6 +23,8 @@ _SUMS = frozenset({"sum", "cumsum", "mean", "prod", "cumprod", "var", "var_mean"
 VALUES_IN_FLOAT16: Mapping[str, object] = MappingProxyType({"dtype": "float16", "values": True})
 # How far downstream a product's result is looked for a softmax (views, scale, mask, cast).
 _SCORES_REACH = 8
+# Ops whose output is bounded whatever their input.
+_SATURATING = frozenset({"tanh", "hardtanh", "nan_to_num"})
 
 
 def replayed(graph: DtypeGraph) -> Iterator[tuple[DtypeNode, NodeValues]]:
@@ -92,8 +94,12 @@ def attention_scores(graph: DtypeGraph, node: DtypeNode) -> bool:
     return node.op in {"bmm", "baddbmm"} and softmax_reading(graph, node) is not None
 
 
-def softmax_reading(graph: DtypeGraph, node: DtypeNode) -> DtypeNode | None:
-    """The softmax that reads `node`'s result within a few ops (scaling, masking, casts), if any."""
+def softmax_reading(
+    graph: DtypeGraph, node: DtypeNode, bounds: list[DtypeNode] | None = None
+) -> DtypeNode | None:
+    """The softmax that reads `node`'s result within a few ops (scaling, masking, casts), if any,
+    not past an op that bounds it (Gemma 2's soft-capping, `tanh(s / c) * c`: an overflow comes out
+    finite); those ops are added to `bounds`."""
     frontier, seen = [node], {node.id}
     for _ in range(_SCORES_REACH):
         following = []
@@ -103,7 +109,11 @@ def softmax_reading(graph: DtypeGraph, node: DtypeNode) -> DtypeNode | None:
                     return consumer
                 if consumer.id not in seen:
                     seen.add(consumer.id)
-                    following.append(consumer)
+                    if consumer.op in _SATURATING:
+                        if bounds is not None:
+                            bounds.append(consumer)
+                    else:
+                        following.append(consumer)
         frontier = following
     return None
 

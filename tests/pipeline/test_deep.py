@@ -419,3 +419,54 @@ def test_trace_runs_a_float16_factory_as_built_and_takes_the_mode(tmp_path: Path
         ).stdout
     )
     assert moded["autocast"] is True and moded["dtype"] == "bfloat16"
+
+
+SOFTCAPPED = """\
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, softcap=None):
+        super().__init__()
+        self.qkv = nn.Linear(64, 192)
+        self.softcap = softcap
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = torch.matmul(q, k.transpose(-1, -2)) * 0.125
+        if self.softcap is not None:
+            scores = torch.tanh(scores / self.softcap) * self.softcap
+        return torch.softmax(scores, dim=-1) @ v
+
+
+def factory():
+    return Attention(SOFTCAP).half(), (torch.randn(2, 16, 64).half(),)
+"""
+
+
+@pytest.mark.parametrize(("softcap", "confidence"), [("None", "confirmed"), ("50.0", "refuted")])
+def test_soft_capped_scores_cannot_turn_an_overflow_into_nan(
+    tmp_path: Path, softcap: str, confidence: str
+) -> None:
+    # Gemma 2's soft-capping, `tanh(s / c) * c` between the product and the softmax, maps an inf
+    # back to a finite value: the trace of a capped model refutes AMP002 and has no AMP109.
+    pytest.importorskip("torch")
+    write(tmp_path / "m.py", SOFTCAPPED.replace("SOFTCAP", softcap))
+    write(tmp_path / "pyproject.toml", '[project]\nname = "library"\n')
+    args = [
+        "check",
+        ".",
+        "--confirm",
+        "--target",
+        "m.py:factory",
+        "--extend-select",
+        "AMP002",
+        "--show-refuted",
+    ]
+    found = _json(amplint_run(tmp_path, *args, "--show-conditional", "--no-cache", "--format", "json"))
+    (scores,) = [d for d in found if d["code"] == "AMP002"]
+    assert scores["confidence"] == confidence, scores.get("evidence")
+    if confidence == "refuted":
+        assert "`tanh` at" in scores["evidence"] and "bounds them before the softmax" in scores["evidence"]
+    assert bool([d for d in found if d["code"] == "AMP109"]) == (confidence == "confirmed")
