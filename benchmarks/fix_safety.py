@@ -239,10 +239,6 @@ TREES = (
     "minGRU_pytorch",
 )
 
-# The transformers model types `--only` names: at least one per rule that has a fix in `models/`, and
-# the AMP001-AMP007 chain of `xlstm` (a run of all of `models/` does not fit a measurement's time).
-MODEL_TYPES = "xlstm,recurrent_gemma,esm,nemotron_asr_streaming,encodec,imagegpt,kimi_linear,yoso"
-
 # What a table alone does not say, by the record's key ("package level", then its `--only`).
 NOTES: dict[str, str] = {
     "x_transformers unsafe": """
@@ -273,36 +269,18 @@ elsewhere, float64 kept), or is not offered where `x`'s dtype cannot be read wit
 twice. AMP001's and AMP007's one safe fix in this file is `PerRowDataDependentAlibi`'s forget gates,
 upcast and cast back where they leave the function.
 """,
-    f"transformers unsafe --only {MODEL_TYPES}": """
-`--only` names 8 of the 21 model types whose files these fixes change in `models/` (at least one
-per rule that has a fix there, and the AMP001-AMP007 chain of `xlstm`): a run of all of `models/`
-did not fit the time of this measurement. Of the eight, `kimi_linear` (the AMP014 fixes) was killed
-by the out-of-memory killer and `nemotron_asr_streaming` (the AMP004 fixes) ran past the script's
-300-second limit, both on a machine shared with other jobs, so AMP004 and AMP014 have no transformers
-run in this record. Run alone (their records below), `nemotron_asr_streaming` went through and
-`kimi_linear` ran past the limit again.
+    "transformers unsafe": """
+All of `models/`: the fixes change the files of 16 model types. Three are not compared, each for a
+reason before any fix: `glm5_next` and `kimi_linear` do not build from the tiny config, and from
+their default configs (2 layers per stack) their forward passes in the seven modes were stopped by
+the out-of-memory killer; building `moonshine_streaming` raises an AttributeError (its config has
+no `num_key_value_heads`). So the AMP014 fixes, all in those files, have no run here.
 """,
-    "transformers unsafe --only nemotron_asr_streaming": """
-`nemotron_asr_streaming` alone, where the run of all eight ran past the time limit: AMP004's two
-fixes run in five modes. In the two emulated CUDA autocast modes the model runs neither before nor
-after the fix, so they have no run.
-""",
-    "transformers unsafe --only kimi_linear": """
-`kimi_linear` alone: the tiny config does not build it, and its default config (2 layers per stack)
-builds a model whose forward pass in the seven modes ran past the script's 300-second limit, before
-the fix, on a machine shared with other jobs; in the run with the other seven model types the
-out-of-memory killer stopped it. So its two AMP014 fixes have no run.
-""",
-    f"transformers safe --only {MODEL_TYPES}": """
-The same 8 model types as the unsafe run. The safe fixes change the files of four of them: `encodec`
-and `imagegpt` (AMP006) ran; `kimi_linear` (AMP014) was killed by the out-of-memory killer and
-`xlstm` (AMP001 and AMP007) ran past the script's 300-second limit, both on a machine shared with
-other jobs. `xlstm` run alone has its record below.
-""",
-    "transformers safe --only xlstm": """
-`xlstm` alone, where the run of all eight ran past the time limit: AMP001's and AMP007's safe fixes
-run in every mode. A first run alone timed out in the fixed copy on the shared machine (the script
-counts that as a raise in every mode); this second run went through.
+    "transformers safe": """
+All of `models/`: the safe fixes change the files of 11 model types. The same three as in the unsafe
+run are not compared (`glm5_next`, `kimi_linear`: out of memory from their default configs;
+`moonshine_streaming`: its config does not build), so AMP014's fixes and AMP003's one safe fix,
+in those files, have no run here.
 """,
     "diffusers safe": """
 No run raises or gets worse. The earlier record had the same two worse runs as the unsafe level
