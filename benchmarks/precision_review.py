@@ -66,7 +66,7 @@ import tarfile
 import time
 import zipfile
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -1477,14 +1477,18 @@ def write_reading_aid(
     return parts
 
 
-def _per_project(reads: Sequence[Read]) -> dict[str, list[int]]:
-    """Real, worth a look and false verdicts per project, in the order of the reads (the order the
-    cluster bootstrap draws from)."""
+def _verdict_counts(reads: Sequence[Read], key: Callable[[Unit], str]) -> dict[str, list[int]]:
+    """Real, worth a look and false verdicts per `key` of the read finding, in the order of the reads
+    (per project, the order the cluster bootstrap draws from)."""
     counts: dict[str, list[int]] = {}
     for read in reads:
         if read.status in VERDICT_VALUES:
-            counts.setdefault(read.unit.project, [0, 0, 0])[VERDICT_VALUES.index(read.status)] += 1
+            counts.setdefault(key(read.unit), [0, 0, 0])[VERDICT_VALUES.index(read.status)] += 1
     return counts
+
+
+def _per_project(reads: Sequence[Read]) -> dict[str, list[int]]:
+    return _verdict_counts(reads, lambda unit: unit.project)
 
 
 def summary(measured: Measured, corpus: Corpus, seed: int) -> dict[str, Any]:
@@ -1502,17 +1506,8 @@ def summary(measured: Measured, corpus: Corpus, seed: int) -> dict[str, Any]:
         "numeric": _per_project(measured.numeric),
         "api": _per_project([r for r in first if r.unit.code in API_RULES]),
         "core": _per_project([r for r in measured.first_reads if r.unit.code in CORE_RULES]),
-        "rules": _per_rule(measured.first_reads),
+        "rules": dict(sorted(_verdict_counts(measured.first_reads, lambda unit: unit.code).items())),
     }
-
-
-def _per_rule(reads: Sequence[Read]) -> dict[str, list[int]]:
-    """Real, worth a look and false verdicts per rule, over every first-contact read."""
-    counts: dict[str, list[int]] = {}
-    for read in reads:
-        if read.status in VERDICT_VALUES:
-            counts.setdefault(read.unit.code, [0, 0, 0])[VERDICT_VALUES.index(read.status)] += 1
-    return dict(sorted(counts.items()))
 
 
 def report(

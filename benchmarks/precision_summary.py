@@ -191,7 +191,9 @@ def readme(data: dict[str, Any]) -> str:
 
 def default_rules() -> dict[str, bool]:
     """Which rules amplint turns on by default (the catalogue of this checkout)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.insert(0, root)
     from amplint.rules import all_rules
 
     return {rule.code: rule.default_on for rule in all_rules()}
