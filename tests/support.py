@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,12 +38,16 @@ STEPS = [load_and_norm]
 """
 
 
-def amplint_run(cwd: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+def amplint_run(
+    cwd: Path, *args: str | Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`amplint ARGS` in a fresh process, with `env` added to this one's environment."""
     return subprocess.run(
         [sys.executable, "-m", "amplint", *map(str, args)],
         cwd=cwd,
         capture_output=True,
         text=True,
+        env={**os.environ, **env} if env is not None else None,
     )
 
 

@@ -435,3 +435,29 @@ def test_without_a_project_marker_only_the_paths_and_their_neighbours_are_read(t
     assert "run.py:2: cast-fp16" in beside.stdout and "go.py" not in beside.stdout
     whole = amplint_run(tmp_path, "check", "--show-settings", "loose")
     assert "loose/deep/go.py:3: cast-bf16" in whole.stdout and "loose/run.py:2: cast-fp16" in whole.stdout
+
+
+def test_evidence_of_several_modes_comes_in_one_order_whatever_the_hash_seed(tmp_path: Path) -> None:
+    # Autocast states are a set: iterated as it stands, string hashing (random per process) would
+    # order the steps, and the same check would print a different message from one run to the next.
+    write(
+        tmp_path / "model.py",
+        "import torch\n\n\ndef decay(x, w):\n"
+        "    gate = torch.sigmoid(torch.nn.functional.linear(x, w))\n"
+        "    return torch.log(gate).cumsum(-1).exp()\n",
+    )
+    write(
+        tmp_path / "train.py",
+        "import torch\n\nfrom model import decay\n\n\n"
+        'def run_bf16(x):\n    with torch.autocast("cuda", dtype=torch.bfloat16):\n        return decay(x, x)\n\n\n'
+        'def run_fp16(x):\n    with torch.autocast("cuda", dtype=torch.float16):\n        return decay(x, x)\n',
+    )
+    outputs = set()
+    for seed in ("1", "5", "6"):
+        run = amplint_run(tmp_path, "check", "--no-cache", "--exit-zero", env={"PYTHONHASHSEED": seed})
+        assert run.returncode == 0, run.stderr
+        outputs.add(run.stdout)
+    assert len(outputs) == 1
+    (output,) = outputs
+    bf16 = output.index("`linear` runs in bf16 under autocast-bf16")
+    assert bf16 < output.index("`linear` runs in fp16 under autocast-fp16")

@@ -457,7 +457,8 @@ class Interpreter(AttributeFacts):
         lower: dict[str, list[Autocast]] = {}  # by how the states are described
         fp32: list[Autocast] = []
         results: list[Fact] = []
-        for state in frame.autocast:
+        # In a fixed order: the set's would follow string hashes, and messages would change per run.
+        for state in sorted(frame.autocast, key=self._state_order):
             policy = ops.autocast_policy(op, state.device) if state.device else None
             if policy == "lower" and state.dtype and base.dtypes != {F64}:  # autocast leaves float64 alone
                 lower.setdefault(_under([state], self), []).append(state)
@@ -480,6 +481,15 @@ class Interpreter(AttributeFacts):
                 )
             )
         return join(results)
+
+    def _state_order(self, state: Autocast) -> tuple[object, ...]:
+        mode = state.mode
+        return (
+            state.device or "",
+            state.dtype or "",
+            self.line(state.where) if state.where is not None else 0,
+            (*mode.rank(), mode.path, mode.line, mode.what, mode.via) if mode is not None else (),
+        )
 
     # Provided by the layers above (`amplint.static.engine`).
     @abstractmethod
