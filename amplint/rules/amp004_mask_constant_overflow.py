@@ -147,9 +147,9 @@ class MaskConstantOverflow(Rule):
         "attention mask built from -1e9, finfo(float32).min, -65504 or a padding -inf that overflows or NaNs"
     )
     # No triggers: `-65504` has no word of its own. A hazardous constant: `-inf`, `finfo`, a number
-    # of five digits or with an exponent, or a name the function binds to one (`masked_fill`); and
-    # `__init__`, where `self.mask_value` and the dtypes of an object's state are set.
-    region_words = frozenset({"inf", "Inf", "finfo", "masked_fill", "masked_fill_", "__init__"})
+    # of five digits or with an exponent, or a name the function binds to one (`masked_fill`). The
+    # `__init__` of a kept method's class, where `self.mask_value` is set, stays as well.
+    region_words = frozenset({"inf", "Inf", "finfo", "masked_fill", "masked_fill_"})
     region_pattern = re.compile(r"\d{5}|\d\.?[eE]\+?\d")
 
     @classmethod

@@ -121,9 +121,9 @@ class EpsUnderflow(Rule):
     )
     # A tiny constant is written somewhere in the file: `1e-12` (the word `e`), or `finfo(...).tiny`.
     triggers = frozenset({"e", "E", "finfo"})
-    # A tiny constant: a negative exponent, many zeros, `finfo(...).tiny`/`.eps`, an `eps` name; and
-    # `__init__`, where `self.eps` and the float32 state of an object are set.
-    region_words = frozenset({"finfo", "tiny", "eps", "epsilon", "__init__"})
+    # A tiny constant: a negative exponent, many zeros, `finfo(...).tiny`/`.eps`, an `eps` name. The
+    # `__init__` of a kept method's class, where `self.eps` is set, stays as well.
+    region_words = frozenset({"finfo", "tiny", "eps", "epsilon"})
     region_pattern = re.compile(r"\d\.?[eE]-\d|\.0{5}")
 
     @classmethod

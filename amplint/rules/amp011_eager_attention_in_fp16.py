@@ -75,6 +75,9 @@ class EagerAttentionInFp16(Rule):
     name = "eager-attention-in-fp16"
     summary = 'attn_implementation="eager" together with float16 (torch_dtype, .half(), float16 autocast)'
     triggers = frozenset({"eager"})
+    # The float16 setting is looked for where eager attention is chosen: that function, or the module.
+    region_words = frozenset()
+    region_pattern = _SETS_EAGER
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         # Every float16 setting is spelled with one of these words (`torch.float16`, `.half()`, ...).

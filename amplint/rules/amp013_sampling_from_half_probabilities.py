@@ -96,6 +96,9 @@ class SamplingFromHalfProbabilities(Rule):
     name = "sampling-from-half-probabilities"
     summary = "multinomial/gumbel sampling from a softmax of logits that were not upcast to float32"
     triggers = frozenset({"multinomial", "gumbel_softmax", "Categorical", "OneHotCategorical"})
+    # The softmax is followed within the sampler's function, into the helpers it calls and back to
+    # its callers, which the skipped-body rules keep (`amplint.static.regions`).
+    region_words = triggers
 
     @classmethod
     def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:

@@ -288,7 +288,10 @@ def _lint_whole(
         module, parsed = tree, text
     else:
         marks = region_marks(active)
-        parsed = (skip_bodies(text, *marks, tree=tree) if marks is not None else None) or text
+        skipped = skip_bodies(text, *marks, tree=tree) if marks is not None else None
+        if skipped == "":
+            return result  # no site of an active rule anywhere in the file
+        parsed = skipped or text
         parsed_module = _libcst_module(parsed, display, result)
         if parsed_module is None:
             return result

@@ -138,6 +138,92 @@ def test_pattern_marks_a_body() -> None:
     assert "return x\n" not in skipped
 
 
+def test_constructor_stays_only_for_a_class_whose_family_keeps_a_method() -> None:
+    text = (
+        "class Config:\n"
+        "    model_type = 'toy'\n\n"
+        "    def __init__(self, hidden=4, **kwargs):\n"
+        "        super().__init__(**kwargs)\n"
+        "        self.hidden = hidden\n\n"
+        "class Base(nn.Module):\n"
+        "    def __init__(self, scale):\n"
+        "        super().__init__()\n"
+        "        self.scale = scale\n\n"
+        "class Head(Base):\n"
+        "    def forward(self, x):\n"
+        "        return (x * self.scale).softmax(-1)\n\n"
+        "class Block(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.head = Head(0.5)\n\n"
+        "    def extra(self):\n"
+        "        return 'block'\n"
+    )
+    skipped = skip_bodies(text, *_marks("AMP003"))
+    assert skipped is not None
+    assert len(skipped.splitlines()) == len(text.splitlines())
+    # `Head.forward` reads `self.scale`, which the `__init__` of its base sets.
+    assert "self.scale = scale" in skipped
+    # `super().__init__()` names no constructor of the file, and naming `Head` in an `__init__`
+    # keeps nothing: `Block` has no method that stays, and `Config` is gone but for its header.
+    assert "self.head = Head(0.5)" not in skipped
+    assert "self.hidden = hidden" not in skipped
+    assert "model_type = 'toy'" not in skipped
+    assert "class Config:" in skipped and "class Block(nn.Module):" in skipped
+    compile(skipped, "<skipped>", "exec")
+
+
+def test_docstrings_and_comments_mark_nothing() -> None:
+    text = (
+        "def load(name):\n"
+        '    """>>> x.softmax(-1)"""\n'
+        "    # the softmax is taken later\n"
+        "    return name\n\n"
+        "def soft(x):\n"
+        "    return x.softmax(-1)  # a softmax\n\n"
+        "def quoted(x):\n"
+        "    return x.get('#', 'softmax')\n"
+    )
+    skipped = skip_bodies(text, *_marks("AMP003"))
+    assert skipped is not None
+    assert "return name" not in skipped
+    assert "return x.softmax(-1)  # a softmax" in skipped
+    # A `#` on a line with a string might be inside it: the line counts whole.
+    assert "return x.get('#', 'softmax')" in skipped
+
+
+def test_a_class_with_a_marked_attribute_or_a_kept_reader_stays() -> None:
+    text = (
+        "class Masks:\n"
+        "    fill = -1e9\n\n"
+        "    def other(self, x):\n"
+        "        return x\n\n"
+        "class Output:\n"
+        "    logits: object = None\n\n"
+        "def run(x):\n"
+        "    out = Output()\n"
+        "    return out.logits.masked_fill(x, -1e9)\n"
+    )
+    skipped = skip_bodies(text, *_marks("AMP004"))
+    assert skipped is not None
+    assert "fill = -1e9" in skipped and "return x\n" not in skipped
+    assert "logits: object = None" in skipped
+
+
+def test_a_body_spelling_a_site_with_an_import_alias_is_kept() -> None:
+    text = (
+        "from torch.distributions import Categorical as Cat\n\n"
+        "def sample(logits):\n"
+        "    return Cat(probs=logits.softmax(-1)).sample()\n\n"
+        "def other(x):\n"
+        "    return x\n"
+    )
+    skipped = skip_bodies(text, *_marks("AMP013"))
+    assert skipped is not None
+    assert "return Cat(probs=logits.softmax(-1)).sample()" in skipped
+    assert "return x\n" not in skipped
+
+
 def test_decorated_first_statement_and_line_endings() -> None:
     text = (
         "import functools\r\n\r\ndef outer(f):\r\n    @functools.wraps(f)\r\n    def inner(*a):\r\n"
@@ -156,6 +242,9 @@ def test_nothing_to_skip_or_not_python() -> None:
     assert skip_bodies("def f(x):\n    return x.softmax(-1)\n", *_marks("AMP003")) is None
     assert skip_bodies("x = 1\n", *_marks("AMP003")) is None
     assert skip_bodies("def f(:\n    pass\n", *_marks("AMP003")) is None
+    # No body stays and nothing else holds a mark: there is nothing to parse.
+    assert skip_bodies('"""A softmax."""\ndef f(x):\n    return x + 1\n', *_marks("AMP003")) == ""
+    assert skip_bodies("import torch\nclass A:\n    size = 4\n", *_marks("AMP003")) == ""
 
 
 def test_a_rule_that_reads_every_body_turns_skipping_off() -> None:
@@ -182,6 +271,18 @@ EXAMPLES = [example.code for rule in RULES for example in (*rule.bad, *rule.good
 def test_examples_give_the_same_findings_skipped_or_whole(index: int, monkeypatch) -> None:
     # Each example with an unrelated class after it, so that there is always a body to skip.
     text = EXAMPLES[index] + "\n\nclass Padding:\n    def method(self, x):\n        return x + 1\n"
+    assert _lint(text, True, monkeypatch) == _lint(text, False, monkeypatch)
+
+
+REAL = sorted((Path(__file__).parent / "data" / "real").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", REAL, ids=[path.stem for path in REAL])
+def test_real_code_gives_the_same_findings_skipped_or_whole(path: Path, monkeypatch) -> None:
+    text = (
+        path.read_text(encoding="utf-8")
+        + "\n\nclass Padding:\n    def method(self, x):\n        return x + 1\n"
+    )
     assert _lint(text, True, monkeypatch) == _lint(text, False, monkeypatch)
 
 
