@@ -888,7 +888,7 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
         overrides = _mode_overrides(args)
         specs = target_specs(settings.runtime, args.target, settings.root, overrides, as_built=True)
         timeout = trace_timeout(settings.runtime, args.timeout)
-        child = child_limits(settings.runtime)
+        child = child_limits(settings.runtime, settings.root)
     except TargetError as exc:
         return _error(str(exc))
     if not specs and not deep:

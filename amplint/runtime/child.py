@@ -38,9 +38,10 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
     """Load the target, call its factory and trace, in this process."""
     import torch
 
-    from amplint.runtime.target import TargetError, call_factory, load_factory
+    from amplint.runtime.target import TargetError, apply_replacements, call_factory, load_factory
     from amplint.runtime.tracer import TraceError, trace
 
+    apply_replacements(spec.get("replace", ()))
     labels = None
     real_model: Callable[[Any], Any] | None = None
     if spec.get("hf_config"):

@@ -67,6 +67,19 @@ DEFAULT_GPU = "a100"
 BF16_ASKED: list[tuple[str, int]] = []
 
 
+class _OneDevice:
+    """`torch.cuda.device(index)` and `device_of(tensor)` on the one emulated device: always current."""
+
+    def __init__(self, device: Any) -> None:
+        self.idx = 0
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
 @contextmanager
 def emulated(gpu: Gpu) -> Iterator[None]:
     """`torch.cuda`'s device questions answered as `gpu` would answer them (one device, index 0)."""
@@ -86,6 +99,14 @@ def emulated(gpu: Gpu) -> Iterator[None]:
         "get_device_name": lambda device=None: gpu.name,
         "is_bf16_supported": bf16_supported,
         "get_arch_list": lambda: [gpu.sm],
+        # Device management, which a CPU-only build refuses: a kernel's guard (`with
+        # torch.cuda.device(x.device.index)`, flash-linear-attention's `input_guard`) changes no value.
+        "device": _OneDevice,
+        "device_of": _OneDevice,
+        "current_device": lambda: 0,
+        "device_count": lambda: 1,
+        "set_device": lambda device: None,
+        "synchronize": lambda device=None: None,
     }
     with ExitStack() as stack:
         for name, answer in answers.items():

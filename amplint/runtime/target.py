@@ -8,7 +8,7 @@ import os
 import sys
 import sysconfig
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -41,6 +41,9 @@ class TargetError(Exception):
     """The target cannot be loaded or its factory misbehaves; the message says what to do."""
 
 
+_LOADED: dict[Path, Any] = {}
+
+
 def load_factory(target: str) -> Any:
     where, sep, name = target.rpartition(":")
     if not sep or not where or not name.isidentifier():
@@ -53,11 +56,15 @@ def load_factory(target: str) -> Any:
 
 
 def load_module(where: str) -> Any:
-    """The module a target's file path or dotted name names, imported (its folder on `sys.path`)."""
+    """The module a target's file path or dotted name names, imported (its folder on `sys.path`);
+    a file is run once per process, so that what a `replace` entry swaps in it is what the trace
+    sees."""
     if where.endswith(".py") or "/" in where or "\\" in where:
         path = Path(where)
         if not path.is_file():
             raise TargetError(f"target file {where} does not exist (expected e.g. {EXAMPLE})")
+        if path.resolve() in _LOADED:
+            return _LOADED[path.resolve()]
         spec = importlib.util.spec_from_file_location(f"amplint_target_{path.stem}", path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
@@ -66,6 +73,7 @@ def load_module(where: str) -> Any:
             spec.loader.exec_module(module)
         except SyntaxError as exc:
             raise TargetError(f"{where}:{exc.lineno}: syntax error: {exc.msg}") from None
+        _LOADED[path.resolve()] = module
     else:
         try:
             module = importlib.import_module(where)
@@ -161,7 +169,7 @@ def unknown_keys(runtime: dict[str, Any]) -> list[str]:
     where = "[tool.amplint.runtime]"
     said = [
         f"{where} unknown key {key!r} ignored"
-        for key in sorted(set(runtime) - {"targets", "timeout", *_CHOICES, *LIMITS, *_CHILD})
+        for key in sorted(set(runtime) - {"targets", "timeout", "replace", *_CHOICES, *LIMITS, *_CHILD})
     ]
     for entry in runtime.get("targets", []) if isinstance(runtime.get("targets"), list) else []:
         if isinstance(entry, dict) and isinstance(entry.get("target"), str):
@@ -190,7 +198,7 @@ def target_specs(
     where = "[tool.amplint.runtime]"
     defaults = {key: _choice(runtime, key, _DEFAULTS[key], where) for key in _CHOICES}
     limits = value_limits(runtime, where)
-    child = child_limits(runtime)
+    child = child_limits(runtime, root)
     entries: list[object] = list(targets) if targets else runtime.get("targets", [])
     if not isinstance(entries, list):
         raise TargetError(f"{where} 'targets' must be a list of FILE.py:FACTORY strings or tables")
@@ -231,19 +239,67 @@ def target_specs(
 _CHILD = {"memory-limit": "memory_limit", "output-limit": "output_limit"}
 
 
-def child_limits(runtime: dict[str, Any]) -> dict[str, int]:
-    """`memory-limit` and `output-limit` of `[tool.amplint.runtime]` in bytes, as a spec's keys;
-    those not set take the child's defaults."""
+def child_limits(runtime: dict[str, Any], root: Path) -> dict[str, Any]:
+    """What every trace's child process takes from `[tool.amplint.runtime]`, as a spec's keys:
+    `memory-limit` and `output-limit` in bytes (those not set take the child's defaults), and the
+    `replace` table (`replacements`)."""
     from amplint.config import ConfigError, parse_size
 
     try:
-        return {
+        limits: dict[str, Any] = {
             name: parse_size(runtime[key], f"[tool.amplint.runtime] '{key}'")
             for key, name in _CHILD.items()
             if key in runtime
         }
     except ConfigError as exc:
         raise TargetError(str(exc)) from None
+    replace = replacements(runtime, root)
+    return {**limits, "replace": replace} if replace else limits
+
+
+def replacements(runtime: dict[str, Any], root: Path) -> list[tuple[str, str, str]]:
+    """`[tool.amplint.runtime] replace`: functions swapped, for the trace only, for ones that run
+    on CPU, such as a triton kernel for the package's own PyTorch reference of it. Each key names
+    the function as the module that calls it sees it, `MODULE:NAME` (`"fla.layers.rwkv7:token_shift"`)
+    or `FILE.py:NAME`; each value is `FILE.py:FUNCTION` or `MODULE:FUNCTION`. Files are relative to
+    the configuration. Each entry as written, then the key and value with their files anchored."""
+    where = "[tool.amplint.runtime] replace"
+    table = runtime.get("replace", {})
+    if not isinstance(table, dict):
+        raise TargetError(f'{where} must be a table of "MODULE:NAME" = "FILE.py:FUNCTION" entries')
+    resolved = []
+    for key, value in table.items():
+        for part, spelled in ((key, "the key"), (value, "the value")):
+            if (
+                not isinstance(part, str)
+                or not part.rpartition(":")[0]
+                or not part.rpartition(":")[2].isidentifier()
+            ):
+                raise TargetError(
+                    f"{where} {key!r}: {spelled} {part!r} is not MODULE:NAME or FILE.py:NAME, "
+                    'e.g. "fla.layers.rwkv7:token_shift" = "refs.py:token_shift"'
+                )
+        resolved.append((key, _anchored(key, root), _anchored(value, root)))
+    return resolved
+
+
+def apply_replacements(replace: Sequence[Sequence[str]]) -> None:
+    """Swap each function `replace` names (`replacements`) in the module that calls it; in the
+    trace's own process, so only the trace sees it."""
+    for written, key, value in replace:
+        module_name, _, name = key.rpartition(":")
+        where = f"[tool.amplint.runtime] replace {written!r}"
+        try:
+            module = load_module(module_name)
+        except TargetError as exc:
+            raise TargetError(f"{where}: {exc}") from None
+        if not hasattr(module, name):
+            raise TargetError(f"{where}: {written.rpartition(':')[0]} has no {name!r}")
+        try:
+            reference = load_factory(value)
+        except TargetError as exc:
+            raise TargetError(f"{where}: {exc}") from None
+        setattr(module, name, reference)
 
 
 def trace_timeout(runtime: dict[str, Any], given: float | None) -> float:

@@ -262,6 +262,118 @@ def test_a_trace_the_models_code_stops_says_where(tmp_path: Path) -> None:
     assert said in done.stderr
 
 
+KERNEL_GATE = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kernels import fused_scale
+
+
+class Gate(nn.Module):
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g = F.logsigmoid(self.proj(x))
+        return torch.exp(fused_scale(g))
+"""
+
+
+@pytest.mark.parametrize("replaced", [False, True])
+def test_a_kernel_without_a_cpu_path_is_replaced_for_the_trace(tmp_path: Path, replaced: bool) -> None:
+    """A layer calling a GPU-only kernel (flash-linear-attention's triton ops) is unreached on CPU;
+    `replace` in [tool.amplint.runtime] swaps the kernel, for the trace only, for a reference."""
+    pytest.importorskip("torch")
+    write(tmp_path / "gate.py", KERNEL_GATE)
+    write(
+        tmp_path / "kernels.py",
+        'def fused_scale(x):\n    raise RuntimeError("fused_scale is a triton kernel: it needs a GPU")\n',
+    )
+    write(tmp_path / "refs.py", "def scale_ref(x):\n    return x * 0.5\n")
+    table = '[tool.amplint.runtime]\nreplace = { "gate.py:fused_scale" = "refs.py:scale_ref" }\n'
+    write(
+        tmp_path / "pyproject.toml",
+        '[project]\nname = "library"\n[tool.amplint]\nmodes = ["autocast-bf16"]\n'
+        + (table if replaced else ""),
+    )
+    done = amplint_run(tmp_path, "check", ".", "--deep", "--no-cache", "--format", "json")
+    (gate,) = [d for d in _json(done) if d["code"] == "AMP001"]
+    if replaced:
+        assert gate["confidence"] == "confirmed", gate.get("evidence")
+        assert "relative error max" in gate["evidence"]
+        # The swap is the trace's alone: the project's files are as they were.
+        assert "raise RuntimeError" in (tmp_path / "kernels.py").read_text(encoding="utf-8")
+    else:
+        assert gate["confidence"] == "unreached"
+        assert "fused_scale is a triton kernel" in gate["evidence"]
+
+
+DEVICE_GUARD = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Gate(nn.Module):
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch.cuda.set_device(torch.cuda.current_device())
+        with torch.cuda.device(x.device.index), torch.cuda.device_of(x):
+            g = F.logsigmoid(self.proj(x))
+        torch.cuda.synchronize()
+        return torch.exp(g)
+"""
+
+
+def test_a_kernels_device_guard_runs_under_emulated_cuda(tmp_path: Path) -> None:
+    """`with torch.cuda.device(x.device.index)` (flash-linear-attention's `input_guard` around each
+    kernel) is refused by a CPU-only torch; under emulated CUDA it is the one device, always current."""
+    pytest.importorskip("torch")
+    write(tmp_path / "gate.py", DEVICE_GUARD)
+    write(tmp_path / "pyproject.toml", '[tool.amplint]\nmodes = ["autocast-bf16"]\n')
+    done = amplint_run(tmp_path, "check", ".", "--deep", "--no-cache", "--format", "json")
+    (gate,) = [d for d in _json(done) if d["code"] == "AMP001"]
+    assert gate["confidence"] == "confirmed", gate.get("evidence")
+
+
+@pytest.mark.parametrize(
+    ("table", "said"),
+    [
+        ('replace = "refs.py:scale_ref"', "must be a table"),
+        ('replace = { "fused_scale" = "refs.py:scale_ref" }', "the key 'fused_scale' is not MODULE:NAME"),
+        ('replace = { "gate.py:fused_scale" = "refs.py" }', "the value 'refs.py' is not MODULE:NAME"),
+    ],
+)
+def test_a_wrong_replace_table_is_refused_where_it_is_written(tmp_path: Path, table: str, said: str) -> None:
+    write(tmp_path / "gate.py", "x = 1\n")
+    write(tmp_path / "pyproject.toml", f"[tool.amplint.runtime]\n{table}\n")
+    done = amplint_run(tmp_path, "check", ".", "--no-cache")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "pyproject.toml" in done.stderr and said in done.stderr, done.stderr
+
+
+def test_a_replacement_that_does_not_resolve_names_the_entry(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    write(tmp_path / "gate.py", KERNEL_GATE)
+    write(tmp_path / "kernels.py", "def fused_scale(x):\n    return x\n")
+    write(
+        tmp_path / "pyproject.toml",
+        '[tool.amplint]\nmodes = ["autocast-bf16"]\n'
+        '[tool.amplint.runtime]\nreplace = { "gate.py:fused_scale" = "refs.py:scale_ref" }\n',
+    )
+    done = amplint_run(tmp_path, "check", ".", "--deep", "--no-cache", "--format", "json")
+    (gate,) = [d for d in _json(done) if d["code"] == "AMP001"]
+    assert gate["confidence"] == "unreached"
+    # Said as written in the configuration, not as amplint resolved it.
+    said = "[tool.amplint.runtime] replace 'gate.py:fused_scale': target file "
+    assert said in gate["evidence"] and "refs.py does not exist" in gate["evidence"], gate["evidence"]
+
+
 FLOAT16_FACTORY = """\
 import torch
 from attention import AttentionConfig, EagerAttention
