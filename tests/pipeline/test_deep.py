@@ -262,23 +262,22 @@ def test_a_trace_the_models_code_stops_says_where(tmp_path: Path) -> None:
     assert said in done.stderr
 
 
-KERNEL_GATE = """\
-import torch
-import torch.nn.functional as F
-from torch import nn
+def _gate(forward: str, imports: str = "") -> str:
+    """A module with a `Gate` layer whose `forward` body is `forward` (`imports` after torch's)."""
+    return (
+        "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n" + imports + "\n\n"
+        "class Gate(nn.Module):\n"
+        "    def __init__(self, width: int = 8) -> None:\n"
+        "        super().__init__()\n"
+        "        self.proj = nn.Linear(width, width)\n\n"
+        "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n" + forward
+    )
 
-from kernels import fused_scale
 
-
-class Gate(nn.Module):
-    def __init__(self, width: int = 8) -> None:
-        super().__init__()
-        self.proj = nn.Linear(width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        g = F.logsigmoid(self.proj(x))
-        return torch.exp(fused_scale(g))
-"""
+KERNEL_GATE = _gate(
+    "        g = F.logsigmoid(self.proj(x))\n        return torch.exp(fused_scale(g))\n",
+    "\nfrom kernels import fused_scale\n",
+)
 
 
 @pytest.mark.parametrize("replaced", [False, True])
@@ -310,24 +309,13 @@ def test_a_kernel_without_a_cpu_path_is_replaced_for_the_trace(tmp_path: Path, r
         assert "fused_scale is a triton kernel" in gate["evidence"]
 
 
-DEVICE_GUARD = """\
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-
-class Gate(nn.Module):
-    def __init__(self, width: int = 8) -> None:
-        super().__init__()
-        self.proj = nn.Linear(width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        torch.cuda.set_device(torch.cuda.current_device())
-        with torch.cuda.device(x.device.index), torch.cuda.device_of(x):
-            g = F.logsigmoid(self.proj(x))
-        torch.cuda.synchronize()
-        return torch.exp(g)
-"""
+DEVICE_GUARD = _gate(
+    "        torch.cuda.set_device(torch.cuda.current_device())\n"
+    "        with torch.cuda.device(x.device.index), torch.cuda.device_of(x):\n"
+    "            g = F.logsigmoid(self.proj(x))\n"
+    "        torch.cuda.synchronize()\n"
+    "        return torch.exp(g)\n"
+)
 
 
 def test_a_kernels_device_guard_runs_under_emulated_cuda(tmp_path: Path) -> None:
