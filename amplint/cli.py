@@ -336,6 +336,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="bytes of a failing target's output shown, from its end (default 65536)",
     )
+    trace.add_argument(
+        "--replace",
+        action="append",
+        default=[],
+        metavar="MODULE:NAME=FILE.py:FUNCTION",
+        help="call FUNCTION where the target's code calls NAME, for the trace only (a kernel that needs a "
+        "GPU, for its CPU reference); repeatable, as `replace` in [tool.amplint.runtime]",
+    )
     trace.add_argument("--in-process", action="store_true", help="trace in this process (for debugging)")
 
     lock = commands.add_parser(
@@ -1158,7 +1166,7 @@ def _trace(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("torch") is None:
         return _error("tracing needs torch: pip install 'amplint[runtime]'")
     from amplint.runtime.child import ChildError, run_traced, trace_in_child
-    from amplint.runtime.target import TargetError, mode_settings
+    from amplint.runtime.target import TargetError, mode_settings, replacements
 
     if (args.target is None) == (args.hf_config is None):
         return _error("give a TARGET such as fixtures/rwkv7_time_mix.py:factory, or --hf-config CONFIG.json")
@@ -1179,6 +1187,11 @@ def _trace(args: argparse.Namespace) -> int:
     limits = _value_limits(args)
     if isinstance(limits, int):
         return limits
+    try:
+        pairs = dict(entry.partition("=")[::2] for entry in args.replace)
+        replace = replacements({"replace": pairs}, Path.cwd())
+    except TargetError as exc:
+        return _error(str(exc).replace("[tool.amplint.runtime] replace", "--replace"))
     if (args.weights is not None or args.graph is not None) and not args.values:
         return _error("--weights and --graph are for the values replay: add --values")
     saved = None
@@ -1219,6 +1232,7 @@ def _trace(args: argparse.Namespace) -> int:
         "max_memory": None if args.max_memory is None else int(args.max_memory * 1024**3),
         "memory_limit": None if args.memory_limit is None else int(args.memory_limit * 1024**3),
         "output_limit": args.output_limit,
+        "replace": replace,
     }
     try:
         if args.in_process:

@@ -38,9 +38,16 @@ def run_traced(spec: dict[str, Any]) -> DtypeGraph:
     """Load the target, call its factory and trace, in this process."""
     import torch
 
-    from amplint.runtime.target import TargetError, apply_replacements, call_factory, load_factory
+    from amplint.runtime.target import (
+        TargetError,
+        apply_replacements,
+        call_factory,
+        forget_loaded,
+        load_factory,
+    )
     from amplint.runtime.tracer import TraceError, trace
 
+    forget_loaded()
     apply_replacements(spec.get("replace", ()))
     labels = None
     real_model: Callable[[Any], Any] | None = None

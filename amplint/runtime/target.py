@@ -44,6 +44,15 @@ class TargetError(Exception):
 _LOADED: dict[Path, Any] = {}
 
 
+def forget_loaded() -> None:
+    """Load target files afresh from now on: each trace runs the files as they are then (a process
+    that traces again, such as `amplint lock` in one process, must not see the old ones)."""
+    for path, module in _LOADED.items():
+        if sys.modules.get(path.stem) is module:
+            del sys.modules[path.stem]
+    _LOADED.clear()
+
+
 def load_factory(target: str) -> Any:
     where, sep, name = target.rpartition(":")
     if not sep or not where or not name.isidentifier():
@@ -56,9 +65,10 @@ def load_factory(target: str) -> Any:
 
 
 def load_module(where: str) -> Any:
-    """The module a target's file path or dotted name names, imported (its folder on `sys.path`);
-    a file is run once per process, so that what a `replace` entry swaps in it is what the trace
-    sees."""
+    """The module a target's file path or dotted name names, imported (its folder on `sys.path`).
+    A file is run once per process and is also the module its name imports (`from gate import Gate`
+    in a factory beside `gate.py`) unless one of that name is already imported: what a `replace`
+    entry swaps in it is what the trace sees."""
     if where.endswith(".py") or "/" in where or "\\" in where:
         path = Path(where)
         if not path.is_file():
@@ -69,10 +79,15 @@ def load_module(where: str) -> Any:
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.path.insert(0, str(path.parent.resolve()))
+        named = sys.modules.setdefault(path.stem, module) is module
         try:
             spec.loader.exec_module(module)
-        except SyntaxError as exc:
-            raise TargetError(f"{where}:{exc.lineno}: syntax error: {exc.msg}") from None
+        except BaseException as exc:
+            if named:
+                del sys.modules[path.stem]
+            if isinstance(exc, SyntaxError):
+                raise TargetError(f"{where}:{exc.lineno}: syntax error: {exc.msg}") from None
+            raise
         _LOADED[path.resolve()] = module
     else:
         try:

@@ -329,6 +329,27 @@ def test_a_kernels_device_guard_runs_under_emulated_cuda(tmp_path: Path) -> None
     assert gate["confidence"] == "confirmed", gate.get("evidence")
 
 
+def test_trace_takes_the_replacements_on_its_command_line(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    write(tmp_path / "gate.py", KERNEL_GATE)
+    write(tmp_path / "kernels.py", 'def fused_scale(x):\n    raise RuntimeError("needs a GPU")\n')
+    write(tmp_path / "refs.py", "def scale_ref(x):\n    return x * 0.5\n")
+    write(
+        tmp_path / "build.py",
+        "import torch\nfrom gate import Gate\n\n\ndef factory():\n    return Gate(), (torch.randn(2, 8),)\n",
+    )
+    stopped = amplint_run(tmp_path, "trace", "build.py:factory")
+    assert stopped.returncode == 2 and "needs a GPU" in stopped.stderr, stopped.stdout + stopped.stderr
+    done = amplint_run(
+        tmp_path, "trace", "build.py:factory", "--replace", "gate.py:fused_scale=refs.py:scale_ref"
+    )
+    assert done.returncode in (0, 1), done.stderr
+    assert "log_sigmoid_forward" in done.stdout and "mul" in done.stdout
+    wrong = amplint_run(tmp_path, "trace", "build.py:factory", "--replace", "gate.py:fused_scale")
+    assert wrong.returncode == 2
+    assert "--replace 'gate.py:fused_scale': the value '' is not MODULE:NAME" in wrong.stderr, wrong.stderr
+
+
 @pytest.mark.parametrize(
     ("table", "said"),
     [
