@@ -77,8 +77,11 @@ def skip_bodies(
     lines = _LINE.findall(text)
     bodies = [_Body(function, owner, lines) for function, owner in _functions(tree.body)]
     bodies = [body for body in bodies if body.start is not None]
-    wanted = words | _constants(tree.body, lines) | _submodules(tree, words) | _aliases(tree.body, words)
-    needed = _needed(bodies, wanted, pattern, _families(tree.body))
+    statements = list(_statements(tree.body))  # walked once: both of these read every statement
+    wanted = (
+        words | _constants(tree.body, lines) | _submodules(statements, words) | _aliases(tree.body, words)
+    )
+    needed = _needed(bodies, wanted, pattern, _families(statements))
     if not bodies and not _marked(_code(lines, 1, tree.body), wanted, pattern):
         return ""
     if len(needed) == len(bodies):
@@ -135,10 +138,11 @@ def _functions(
 
 
 def _families(statements: Sequence[ast.stmt]) -> dict[str, frozenset[str]]:
-    """Each class of the module with the classes of the module it is joined to by inheritance, either
-    way and through other classes (a base's method reads what a subclass's `__init__` sets). Bases
-    from elsewhere join nothing: every `nn.Module` would be one family."""
-    classes = [node for node in _statements(statements) if isinstance(node, ast.ClassDef)]
+    """Each class among `statements` (every statement of the module) with the classes of the module
+    it is joined to by inheritance, either way and through other classes (a base's method reads what
+    a subclass's `__init__` sets). Bases from elsewhere join nothing: every `nn.Module` would be one
+    family."""
+    classes = [node for node in statements if isinstance(node, ast.ClassDef)]
     joined: dict[str, set[str]] = {node.name: set() for node in classes}
     for node in classes:
         for name in {_called_name(base) for base in node.bases} & joined.keys():
@@ -258,18 +262,20 @@ def _constructors(bodies: list[_Body], needed: set[_Body], families: dict[str, f
     live: set[str] = set()
     for body in needed:
         if body.name != "__init__":
-            live |= {body.owner} if body.owner is not None else set()
+            if body.owner is not None:
+                live.add(body.owner)
             live |= body.words & families.keys()
     live = {member for name in live for member in families.get(name, {name})}
     return {body for body in bodies if body.name == "__init__" and body.owner in live}
 
 
-def _submodules(tree: ast.Module, words: frozenset[str]) -> frozenset[str]:
+def _submodules(statements: Sequence[ast.stmt], words: frozenset[str]) -> frozenset[str]:
     """Attributes assigned a module whose constructor is a wanted word (`self.attend =
-    nn.Softmax(dim=-1)`): a body that calls `self.attend(dots)` is a softmax's body."""
+    nn.Softmax(dim=-1)`), among `statements` (every statement of the module): a body that calls
+    `self.attend(dots)` is a softmax's body."""
     return frozenset(
         target.attr
-        for node in _statements(tree.body)
+        for node in statements
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
         for target in node.targets
         if isinstance(target, ast.Attribute)
