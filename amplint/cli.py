@@ -1188,10 +1188,11 @@ def _trace(args: argparse.Namespace) -> int:
     if isinstance(limits, int):
         return limits
     try:
-        pairs = dict(entry.partition("=")[::2] for entry in args.replace)
-        replace = replacements({"replace": pairs}, Path.cwd())
+        replace = replacements(
+            dict(entry.partition("=")[::2] for entry in args.replace), Path.cwd(), "--replace"
+        )
     except TargetError as exc:
-        return _error(str(exc).replace("[tool.amplint.runtime] replace", "--replace"))
+        return _error(str(exc))
     if (args.weights is not None or args.graph is not None) and not args.values:
         return _error("--weights and --graph are for the values replay: add --values")
     saved = None

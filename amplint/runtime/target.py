@@ -73,8 +73,9 @@ def load_module(where: str) -> Any:
         path = Path(where)
         if not path.is_file():
             raise TargetError(f"target file {where} does not exist (expected e.g. {EXAMPLE})")
-        if path.resolve() in _LOADED:
-            return _LOADED[path.resolve()]
+        resolved = path.resolve()
+        if resolved in _LOADED:
+            return _LOADED[resolved]
         spec = importlib.util.spec_from_file_location(f"amplint_target_{path.stem}", path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
@@ -88,7 +89,7 @@ def load_module(where: str) -> Any:
             if isinstance(exc, SyntaxError):
                 raise TargetError(f"{where}:{exc.lineno}: syntax error: {exc.msg}") from None
             raise
-        _LOADED[path.resolve()] = module
+        _LOADED[resolved] = module
     else:
         try:
             module = importlib.import_module(where)
@@ -268,18 +269,17 @@ def child_limits(runtime: dict[str, Any], root: Path) -> dict[str, Any]:
         }
     except ConfigError as exc:
         raise TargetError(str(exc)) from None
-    replace = replacements(runtime, root)
+    replace = replacements(runtime.get("replace", {}), root, "[tool.amplint.runtime] replace")
     return {**limits, "replace": replace} if replace else limits
 
 
-def replacements(runtime: dict[str, Any], root: Path) -> list[tuple[str, str, str]]:
-    """`[tool.amplint.runtime] replace`: functions swapped, for the trace only, for ones that run
-    on CPU, such as a triton kernel for the package's own PyTorch reference of it. Each key names
-    the function as the module that calls it sees it, `MODULE:NAME` (`"fla.layers.rwkv7:token_shift"`)
-    or `FILE.py:NAME`; each value is `FILE.py:FUNCTION` or `MODULE:FUNCTION`. Files are relative to
-    the configuration. Each entry as written, then the key and value with their files anchored."""
-    where = "[tool.amplint.runtime] replace"
-    table = runtime.get("replace", {})
+def replacements(table: object, root: Path, where: str) -> list[tuple[str, str, str]]:
+    """The functions `table` swaps, for the trace only, for ones that run on CPU, such as a triton
+    kernel for the package's own PyTorch reference of it (`replace` of `[tool.amplint.runtime]`, or
+    `trace --replace`; `where` says which, in errors). Each key names the function as the module
+    that calls it sees it, `MODULE:NAME` (`"fla.layers.rwkv7:token_shift"`) or `FILE.py:NAME`; each
+    value is `FILE.py:FUNCTION` or `MODULE:FUNCTION`, files relative to `root`. Each entry as its
+    errors name it, then the key and value with their files anchored."""
     if not isinstance(table, dict):
         raise TargetError(f'{where} must be a table of "MODULE:NAME" = "FILE.py:FUNCTION" entries')
     resolved = []
@@ -294,26 +294,25 @@ def replacements(runtime: dict[str, Any], root: Path) -> list[tuple[str, str, st
                     f"{where} {key!r}: {spelled} {part!r} is not MODULE:NAME or FILE.py:NAME, "
                     'e.g. "fla.layers.rwkv7:token_shift" = "refs.py:token_shift"'
                 )
-        resolved.append((key, _anchored(key, root), _anchored(value, root)))
+        resolved.append((f"{where} {key!r}", _anchored(key, root), _anchored(value, root)))
     return resolved
 
 
 def apply_replacements(replace: Sequence[Sequence[str]]) -> None:
     """Swap each function `replace` names (`replacements`) in the module that calls it; in the
     trace's own process, so only the trace sees it."""
-    for written, key, value in replace:
+    for entry, key, value in replace:
         module_name, _, name = key.rpartition(":")
-        where = f"[tool.amplint.runtime] replace {written!r}"
         try:
             module = load_module(module_name)
         except TargetError as exc:
-            raise TargetError(f"{where}: {exc}") from None
+            raise TargetError(f"{entry}: {exc}") from None
         if not hasattr(module, name):
-            raise TargetError(f"{where}: {written.rpartition(':')[0]} has no {name!r}")
+            raise TargetError(f"{entry}: the module has no {name!r}")
         try:
             reference = load_factory(value)
         except TargetError as exc:
-            raise TargetError(f"{where}: {exc}") from None
+            raise TargetError(f"{entry}: {exc}") from None
         setattr(module, name, reference)
 
 
