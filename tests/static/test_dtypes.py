@@ -181,6 +181,27 @@ def test_caller_dtype_is_marked() -> None:
     assert y.may_be_half and y.caller
 
 
+# nnunet 1.7.1, nnunet/training/loss_functions/dice_loss.py, lines 155-177 (shortened): the loss
+# calls the function it was handed (a softmax), which is no layer in the weights' dtype.
+HANDED_CALLABLE = """\
+import torch
+class SoftDiceLoss(torch.nn.Module):
+    def __init__(self, apply_nonlin=None, smooth=1.0):
+        super().__init__()
+        self.apply_nonlin = apply_nonlin
+        self.proj = torch.nn.Linear(4, 4)
+    def forward(self, x):
+        p = self.apply_nonlin(x.float())
+        h = self.proj(x.float())
+        return p, h
+"""
+
+
+def test_a_handed_callable_follows_its_input_and_a_layer_does_not() -> None:
+    assert fact(HANDED_CALLABLE, 8, "p").dtypes == {"float32"}
+    assert fact(HANDED_CALLABLE, 9, "h").dtypes == CALLER
+
+
 # kornia 0.9.0, kornia/feature/affine_shape.py, lines 99-127 (shortened): the upcast runs in a
 # dtype-guarded branch that has an `else:`; the else runs only when the input was not half.
 GUARDED_WITH_ELSE = """\

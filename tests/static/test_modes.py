@@ -461,3 +461,22 @@ def test_evidence_of_several_modes_comes_in_one_order_whatever_the_hash_seed(tmp
     (output,) = outputs
     bf16 = output.index("`linear` runs in bf16 under autocast-bf16")
     assert bf16 < output.index("`linear` runs in fp16 under autocast-fp16")
+
+
+def test_a_losss_labels_and_a_handed_callable_are_no_half_activations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # nnunet's dice loss under float16 autocast: its labels come from the data and its `apply_nonlin`
+    # is the softmax it is handed, so the sums its eps guards are float32. The variant's guard on
+    # sigmoid outputs is float16 and flagged.
+    root = tmp_path / "project"
+    shutil.copytree(REAL_MODES / "nnunet_dice_loss_labels", root)
+    monkeypatch.chdir(root)
+    loss = root / "nnunet" / "training" / "loss_functions" / "dice_loss.py"
+    expected = [
+        number
+        for number, line in enumerate(loss.read_text(encoding="utf-8").split("\n"), start=1)
+        if line.endswith("# expect: AMP005")
+    ]
+    found = [(d.path, d.line) for d in _check(root, select=["AMP005"], show_conditional=True)]
+    assert expected and found == [("nnunet/training/loss_functions/dice_loss.py", n) for n in expected]

@@ -107,6 +107,11 @@ class CallFacts(Interpreter):
                 # model: the model's cast does not reach it, its output follows its input.
                 plain = not owner.dtypes and self._plain_object(self.ctx.function_of(node))
                 return self._module_call(owner.module or "", node, positional, frame, plain=plain)
+            if owner.kind in (OTHER, SCALAR):
+                # A callable the class was handed (`self.apply_nonlin = apply_nonlin`, a function
+                # or None by default): no layer of the model, so its output follows its inputs.
+                tensors = [f for f in positional if f.kind == TENSOR]
+                return promote(tensors) if tensors else UNKNOWN_FACT
             return self._module_call("", node, positional, frame)
         receiver = self._expr(func.value, frame)
         if receiver.kind == MODULE:

@@ -303,8 +303,21 @@ class EngineState(ABC):
             return Fact(TENSOR, frozenset({F32}), (Step(param, "cast to float32 by `custom_fwd`"),))
         if self._inherited_hook(function):
             return UNKNOWN_FACT
+        if _TARGET_NAME.search(name) and self._loss(function):
+            # A loss's labels come from the data, not from an op autocast runs low: float32 (or
+            # integer) under autocast, as a model's weights are; a cast mode still casts them.
+            return self._caller_tensor(
+                param, f"`{name}` is the target of loss `{function.name.value}`", weights=True
+            )
         return self._caller_tensor(
             param, f"`{name}` is an input of `{function.name.value}`, in the caller's dtype"
+        )
+
+    def _loss(self, function: cst.FunctionDef) -> bool:
+        """A loss: the function, or the class it is a method of, is named as one."""
+        klass = self._class_of.get(function)
+        return any(
+            "loss" in name.lower() for name in (function.name.value, klass.name.value if klass else "")
         )
 
     def _module_class(self, function: cst.FunctionDef) -> bool:
@@ -542,6 +555,8 @@ _FOREIGN = frozenset({"tensorflow", "jax", "flax", "keras", "mlx", "paddle", "mi
 
 # Parameters that by their name hold integers: token ids and indices (`input_ids`, `idx`,
 # `position_ids`), counts and sizes (`num_heads`, `n_head`, `seq_len`, `lengths`).
+# The labels a loss compares its predictions with (`y`, `gt`, `target`, `labels`, `y_true`).
+_TARGET_NAME = re.compile(r"^(y|y_true|gt|gts|ground_truth|targets?|labels?)$|_(gt|targets?|labels?)$")
 _INTEGER_NAME = re.compile(
     r"^(ids|idx|indices|index|positions|lengths?|seq_?len)$"
     r"|_(ids?|idx|indices|len|length|lengths)$|^(num|n)_"
