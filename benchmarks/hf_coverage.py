@@ -94,7 +94,9 @@ def _listed() -> list[str]:
 # split that does not fit the head, a backbone from a package that is not installed), the keys a
 # published checkpoint's config.json sets for it, and that checkpoint. Nothing else is changed.
 # Each key (`a.b`: key b of the sub-config a) has its value and the source that states it: a file
-# of transformers at a version, with its line, or "unverified" where no source at hand states it.
+# of transformers at a version, with its line; a copy of the checkpoint's config in a public GitHub
+# repository at a commit, with its line (`quote`: that line, word for word); or "unverified" where no
+# source at hand states it.
 KEYS_FILE = "benchmarks/hf_checkpoint_keys.json"
 CHECKPOINT_KEYS: dict[str, dict[str, Any]] = json.loads(
     (Path(__file__).resolve().parents[1] / KEYS_FILE).read_text(encoding="utf-8")
@@ -360,7 +362,8 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"For {len(keyed)} types transformers' default config cannot build or run its own model; "
             "they are traced with the keys a published checkpoint sets (nothing else changed). "
             f"Each key's source is in `{KEYS_FILE}`: a transformers file and line that states its "
-            "value, or unverified where none at hand does (the Hub's config.json was not read).",
+            "value, a line of a copy of the checkpoint's config.json in a public GitHub repository at "
+            "a commit, or unverified where none at hand does (the Hub's config.json was not read).",
             "",
             "| model type | checkpoint | keys | unverified keys |",
             "|---|---|---|---|",

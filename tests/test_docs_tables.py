@@ -117,7 +117,8 @@ def test_pyproject_admits_the_versions_the_matrix_passed_and_no_other_row() -> N
 
 def test_each_hand_set_config_key_cites_a_line_that_states_it_or_says_unverified() -> None:
     # A cited source is a line of an installed package's file at the version it names, and that
-    # line names the key (the last part of `a.b`); everything else is marked unverified.
+    # line names the key (the last part of `a.b`), or a quoted line of a copy of the checkpoint's
+    # config at a commit; everything else is marked unverified.
     import importlib.metadata
     import re
 
@@ -127,7 +128,18 @@ def test_each_hand_set_config_key_cites_a_line_that_states_it_or_says_unverified
         (t, key) for t, entry in keys_file.items() for key in entry["keys"] if key["source"] != "unverified"
     ]
     assert sourced
-    for model_type, key in sourced:
+    copies = [(t, key) for t, key in sourced if key["source"].startswith("github ")]
+    assert copies
+    for model_type, key in copies:
+        # A line of a copy of the checkpoint's config at a commit, quoted: it names the key and,
+        # for a plain value, states the value we use.
+        cited = re.fullmatch(r"github [\w.-]+/[\w.-]+@[0-9a-f]{40}, [\w/.-]+:\d+ \(.+\)", key["source"])
+        assert cited, (model_type, key)
+        quote, value = key["quote"], key["value"]
+        assert re.search(rf"[\"']{re.escape(key['key'].split('.')[-1])}[\"']\s*:", quote), (model_type, key)
+        if not isinstance(value, (dict, list)):
+            assert re.search(rf":\s*{re.escape(json.dumps(value))}\s*,?$", quote), (model_type, key)
+    for model_type, key in (row for row in sourced if row not in copies):
         cited = re.fullmatch(r"(\w+) ([\w.]+), ([\w/.]+\.py):(\d+) \(.+\)", key["source"])
         assert cited, (model_type, key)
         package, version, path, line = cited.groups()
