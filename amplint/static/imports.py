@@ -11,7 +11,7 @@ import libcst as cst
 def dotted_name(node: cst.BaseExpression) -> str | None:
     """`a.b.c` for a chain of attributes on a name; None for anything else."""
     parts: list[str] = []
-    while isinstance(node, cst.Attribute):
+    while type(node) is cst.Attribute:  # no subclasses; a failing `isinstance` costs a Python call
         parts.append(node.attr.value)
         node = node.value
     if not isinstance(node, cst.Name):

@@ -249,8 +249,13 @@ class Interpreter(AttributeFacts):
         return fact
 
     def _evaluate(self, node: cst.BaseExpression, frame: Frame) -> Fact:
+        # The commonest kinds first: a libcst class's `isinstance` that fails costs a Python call.
         if isinstance(node, cst.Name):
             return self._name(node, frame)
+        if isinstance(node, cst.Attribute):
+            return self._attribute(node, frame)
+        if isinstance(node, cst.Call):
+            return self._call(node, frame)
         if isinstance(node, (cst.Integer, cst.Float)):
             try:
                 return Fact(SCALAR, number=float(node.evaluated_value))
@@ -264,8 +269,6 @@ class Interpreter(AttributeFacts):
                 # `torch_dtype="float16"`: a string that names a dtype carries it
                 return Fact(OTHER, frozenset({_DTYPE_STRINGS[literal]}), (Step(node, f'`"{literal}"`'),))
             return OTHER_FACT
-        if isinstance(node, cst.Attribute):
-            return self._attribute(node, frame)
         if isinstance(node, cst.Subscript):
             value = self._expr(node.value, frame)
             for element in node.slice:
@@ -316,8 +319,6 @@ class Interpreter(AttributeFacts):
             return Fact(OTHER, items=tuple(self._expr(e.value, frame) for e in node.elements))
         if isinstance(node, (cst.ListComp, cst.GeneratorExp)):
             return self._comprehension(node, frame)
-        if isinstance(node, cst.Call):
-            return self._call(node, frame)
         if isinstance(node, cst.NamedExpr):
             fact = self._expr(node.value, frame)
             self._bind(node.target, fact, node.value, frame)
