@@ -131,14 +131,16 @@ def test_each_hand_set_config_key_cites_a_line_that_states_it_or_says_unverified
     copies = [(t, key) for t, key in sourced if key["source"].startswith("github ")]
     assert copies
     for model_type, key in copies:
-        # A line of a copy of the checkpoint's config at a commit, quoted: it names the key and,
-        # for a plain value, states the value we use.
+        # A line of a copy of the checkpoint's config at a commit (JSON, or the Python that wrote
+        # it), quoted: it names the key and, for a plain value, states the value we use.
         cited = re.fullmatch(r"github [\w.-]+/[\w.-]+@[0-9a-f]{40}, [\w/.-]+:\d+ \(.+\)", key["source"])
         assert cited, (model_type, key)
         quote, value = key["quote"], key["value"]
-        assert re.search(rf"[\"']{re.escape(key['key'].split('.')[-1])}[\"']\s*:", quote), (model_type, key)
+        name = re.escape(key["key"].split(".")[-1])
+        assert re.search(rf"[\"']{name}[\"']\s*:|\b{name}\s*=", quote), (model_type, key)
         if not isinstance(value, (dict, list)):
-            assert re.search(rf":\s*{re.escape(json.dumps(value))}\s*,?$", quote), (model_type, key)
+            spelled = "|".join(re.escape(text) for text in (json.dumps(value), repr(value)))
+            assert re.search(rf"[:=]\s*({spelled})\s*,?$", quote), (model_type, key)
     for model_type, key in (row for row in sourced if row not in copies):
         cited = re.fullmatch(r"(\w+) ([\w.]+), ([\w/.]+\.py):(\d+) \(.+\)", key["source"])
         assert cited, (model_type, key)
