@@ -153,6 +153,38 @@ def test_a_tensors_cast_is_no_execution_mode(tmp_path: Path) -> None:
     assert [why.mode.name for why in _index(root).definitions["lib.py"]["head"]] == ["cast-fp16"]
 
 
+def test_names_in_docstrings_comments_and_annotations_are_not_followed(tmp_path: Path) -> None:
+    # modalities 0.5.0's conversion casts the converted model only; its own model is named by the
+    # function's return annotation and docstring, and a helper's parameter annotation.
+    root = _project(
+        tmp_path,
+        {
+            "models.py": "class Ours:\n    pass\n\n\nclass Theirs:\n    pass\n\n\nclass Config:\n    pass\n",
+            "convert.py": """\
+import torch
+from models import Config, Ours, Theirs
+
+
+def convert(config: dict) -> tuple[Theirs, Ours]:
+    \"\"\"Returns the converted model and the original `Ours`.\"\"\"
+    model = Theirs(Config()).to(dtype=torch.bfloat16)  # copied from an Ours
+    copy(model, config)
+    return model
+
+
+def copy(
+    theirs: Theirs,
+    ours: "Ours",
+    key=lambda item: Config(),
+) -> None:
+    theirs.load(ours)
+""",
+        },
+    )
+    reached = set(_index(root).definitions["models.py"])
+    assert reached == {"Theirs", "Config"}
+
+
 def test_a_docstring_or_comment_sets_nothing_and_a_def_inside_a_string_is_no_definition(
     tmp_path: Path,
 ) -> None:
