@@ -90,7 +90,7 @@ class MaskConstantOverflow(Rule):
     `torch.finfo(dtype).min`, constants chosen per dtype, `-1e4` and `-10000`, additive masks that
     stay float32, and `-inf` in causal, windowed or top-k masks (they keep every row's diagonal or
     maximum; a buffer the module registers from `torch.tril` too, whatever sizes the mask is built
-    with), in key-padding masks (`mask[:, None, None, :]`, masks from lengths such as
+    with, and a padding mask whose diagonal is unmasked last, `mask & ~torch.eye(n)`), in key-padding masks (`mask[:, None, None, :]`, masks from lengths such as
     `sequence_mask(lengths)`: a whole row only for an empty input), in a mask the caller passes in (flagged only where the module shows that
     rows can be masked whole), or when the NaN is masked away after the softmax.
 
@@ -265,6 +265,8 @@ def _check_scope(ctx: FileContext, scope: Scope, sites: Mapping[cst.CSTNode, _Si
         if site is not None:
             origin[node] = node
             flags[node] = _mask_shape(ctx, site.mask, flow, parameters)
+            if _keeps_diagonal(site, flow):
+                flags[node].add("structural")
             if (
                 isinstance(node, cst.Call)
                 and callee_name(node) == "masked_fill_"
@@ -557,6 +559,29 @@ def _below_top(mask: cst.BaseExpression, flow: Flow) -> bool:
             ):
                 return True
     return False
+
+
+def _keeps_diagonal(site: _Site, flow: Flow) -> bool:
+    """A mask whose diagonal is set apart last: `mask & ~torch.eye(n)` before `masked_fill` (the
+    diagonal is never filled), `keep | torch.eye(n)` as `where`'s condition (always kept). Each row
+    keeps its own key, a padded one too (cornac's SASRec)."""
+    mask = site.mask
+    if isinstance(mask, cst.Name):
+        bound = flow.history.get(mask.value, [])[-1:]
+        mask = bound[0] if bound and isinstance(bound[0], cst.BaseExpression) else mask
+    if not isinstance(mask, cst.BinaryOperation):
+        return False
+    operands = (mask.left, mask.right)
+    if site.kind == "masked_fill" and isinstance(mask.operator, cst.BitAnd):
+        return any(
+            isinstance(o, cst.UnaryOperation) and isinstance(o.operator, cst.BitInvert) and _eye(o.expression)
+            for o in operands
+        )
+    return site.kind == "where" and isinstance(mask.operator, cst.BitOr) and any(map(_eye, operands))
+
+
+def _eye(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Call) and callee_name(node) == "eye"
 
 
 def _registered(ctx: FileContext, name: str) -> cst.BaseExpression | None:

@@ -220,20 +220,17 @@ class DtypeFacts(CallFacts):
     def number(self, node: cst.BaseExpression) -> float | None:
         """The value of a Python number: a literal, `-1e9`, `float("-inf")`, a module constant, a
         parameter's default, or `self.eps` set from one in `__init__`."""
-        literal = node.expression if isinstance(node, cst.UnaryOperation) else node
-        if isinstance(literal, (cst.Integer, cst.Float)) and not isinstance(literal, cst.Imaginary):
+        signed = isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus))
+        literal = node.expression if isinstance(node, cst.UnaryOperation) and signed else node
+        if isinstance(literal, (cst.Integer, cst.Float)):
             # A literal's value needs no analysis of the function around it (the rules ask of every
             # `masked_fill(mask, 0)`).
             try:
                 value = float(literal.evaluated_value)
             except OverflowError:
                 value = math.inf
-            if literal is node:
-                return value
-            if isinstance(node.operator, cst.Minus):
-                return -value
-            if isinstance(node.operator, cst.Plus):
-                return value
+            minus = isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus)
+            return -value if minus else value
         return self.of(node).number
 
     def nodes_on(self, line: int) -> list[cst.BaseExpression]:
