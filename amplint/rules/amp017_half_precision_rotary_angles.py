@@ -33,9 +33,16 @@ _POSITIONS = re.compile(r"^(t|t_[a-z]|\w*seq\w*|\w*pos\w*|\w*idx\w*|\w*index\w*|
 _CONVERTS = re.compile(r"\.(?:half|bfloat16|to|type)\(|-true")
 _OUTER = frozenset({"torch.outer", "torch.ger", "torch.matmul", "torch.einsum"})
 _MESSAGE = (
-    "rotary angles `{code}` are computed in {names} ({part}): integer positions above 256 are not exact in "
-    "bf16 (above 2048 in fp16) and the angles' error grows with the position, so attention at long "
+    "rotary angles `{code}` are computed in {names} ({part}): integer positions above 256 are not exact "
+    "in bf16 (above 2048 in fp16) and the angles' error grows with the position, so attention at long "
     "context degrades; {why}"
+)
+# Positions in float32 times half frequencies promote to float32, but each angle keeps its
+# frequency's rounding, multiplied by the position.
+_MESSAGE_FREQUENCIES = (
+    "rotary angles `{code}` are made from {names} inverse frequencies: each is rounded by up to 2^-8 "
+    "of its value in bf16 (2^-11 in fp16) and the angles' error grows with the position, so "
+    "attention at long context degrades; {why}"
 )
 
 
@@ -62,7 +69,7 @@ class HalfPrecisionRotaryAngles(Rule):
     ## Why is this bad?
     bfloat16 has 8 significant bits: integers above 256 are rounded (257 becomes 256), float16 loses
     them above 2048, so tokens far apart get the same position. The inverse frequencies themselves
-    are rounded to about 2^-9 of their value, and an angle `position * inv_freq` inherits that error
+    are rounded by up to 2^-8 of their value, and an angle `position * inv_freq` inherits that error
     times the position: at position 2000 the fastest channel is off by a radian or more. The model
     sees scrambled relative positions at long context and its quality drops without an error.
 
@@ -294,7 +301,9 @@ def _finding(ctx: FileContext, node: cst.CSTNode, part: str, fact: Fact) -> Find
     names = fact.half_names()
     return Finding(
         node,
-        _MESSAGE.format(code=code, names=names, part=part.format(names), why=why_half(fact)),
+        (_MESSAGE_FREQUENCIES if part.startswith("the inverse") else _MESSAGE).format(
+            code=code, names=names, part=part.format(names), why=why_half(fact)
+        ),
         help=(
             "compute the positions and the angles in float32 (`torch.arange(..., dtype=torch.float32)`, "
             "`inv_freq.float()`, with autocast disabled around a matmul or einsum) and cast only the "
