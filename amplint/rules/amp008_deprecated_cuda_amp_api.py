@@ -216,6 +216,10 @@ class _Scan:
                 self.compared.update(id(element.value) for element in node.elements)
             elif _is_compat_branch(self.ctx, node):
                 self.guarded.update(id(n) for n in walk(node))
+            elif isinstance(node, cst.IndentedBlock):
+                self.guarded.update(
+                    id(n) for statement in _after_compat_exit(self.ctx, node) for n in walk(statement)
+                )
             if isinstance(node, (cst.Name, cst.Attribute)) and id(node) not in skipped:
                 name = dotted_name(node)
                 if name is not None and name.partition(".")[0] in aliases:
@@ -262,6 +266,30 @@ def _is_compat_branch(ctx: FileContext, node: cst.CSTNode) -> bool:
                 if isinstance(value, cst.Name) and value.value in _COMPAT_ERRORS:
                     return True
     return False
+
+
+def _after_compat_exit(ctx: FileContext, block: cst.IndentedBlock) -> Iterator[cst.BaseStatement]:
+    """The statements after an `if` on the version that uses the new API and returns or raises (`if
+    hasattr(torch, "amp"): return torch.amp.autocast(...)`): the fallback for a torch without it."""
+    exited = False
+    for statement in block.body:
+        if exited:
+            yield statement
+        elif (
+            isinstance(statement, cst.If)
+            and statement.orelse is None
+            and _is_compat_branch(ctx, statement)
+            and isinstance(statement.body, cst.IndentedBlock)
+            and statement.body.body
+            and isinstance(last := statement.body.body[-1], cst.SimpleStatementLine)
+            and isinstance(last.body[-1], (cst.Return, cst.Raise))
+            and any(
+                (ctx.qualified(n) or "").startswith("torch.amp.")
+                for n in walk(statement.body)
+                if isinstance(n, cst.Attribute)
+            )
+        ):
+            exited = True
 
 
 def _shadowed(scan: _Scan, node: cst.Name | cst.Attribute) -> bool:

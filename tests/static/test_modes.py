@@ -512,3 +512,21 @@ def test_a_losss_labels_and_a_handed_callable_are_no_half_activations(
     ]
     found = [(d.path, d.line) for d in _check(root, select=["AMP005"], show_conditional=True)]
     assert expected and found == [("nnunet/training/loss_functions/dice_loss.py", n) for n in expected]
+
+
+def test_the_parameters_of_a_model_passed_in_are_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # wavegrad's learner autocasts to float16; the model its training function is given is never
+    # cast, so the optimizer updates float32 weights. Cast in the training function, they are half.
+    root = tmp_path / "project"
+    shutil.copytree(REAL_MODES / "wavegrad_optimizer_of_passed_model", root)
+    monkeypatch.chdir(root)
+    assert _check(root, select=["AMP016"], show_conditional=True) == []
+    learner = root / "src" / "wavegrad" / "learner.py"
+    text = learner.read_text(encoding="utf-8")
+    learner.write_text(
+        text.replace("  opt = torch.optim.Adam(", "  model = model.half()\n  opt = torch.optim.Adam(")
+    )
+    (found,) = _check(root, select=["AMP016"], show_conditional=True)
+    assert "`.half()` makes it fp16" in found.message

@@ -405,6 +405,13 @@ class CallFacts(Interpreter):
         if method in ("chunk", "split", "unbind", "tensor_split") or method in ops.LAYOUT_METHODS:
             return receiver
         if method in ops.PARAMETER_METHODS:
+            if len(receiver.why) == 1 and isinstance(receiver.why[0].node, cst.Param):
+                # A model passed in (`def train(model): Adam(model.parameters())`): its weights,
+                # which autocast leaves float32, not an input in the caller's dtype.
+                name = receiver.why[0].node.name.value
+                return self._caller_tensor(
+                    node, f"`{name}.{method}()` are the weights of the model passed in", weights=True
+                )
             return receiver  # a model's parameters, in the dtype it was given
         if method in ("masked_fill", "masked_fill_", "masked_scatter", "masked_scatter_"):
             return receiver  # the mask and the fill value never change the dtype
