@@ -412,6 +412,13 @@ def test_settings_default_to_found_modes() -> None:
 REAL_MODES = Path(__file__).parent / "data" / "real_modes"
 
 
+def _real_modes_project(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(REAL_MODES / name, root)
+    monkeypatch.chdir(root)
+    return root
+
+
 @pytest.mark.parametrize(("device", "flagged"), [("cuda", False), ("cpu", True)])
 def test_a_partial_of_autocast_gives_its_device_and_dtype(
     device: str, flagged: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -419,11 +426,9 @@ def test_a_partial_of_autocast_gives_its_device_and_dtype(
     # tabpfn binds `autocast = partial(torch.amp.autocast, device_type="cuda")` in one module and
     # enters `autocast(enabled=...)` in another: CUDA float16 autocast, under which softmax,
     # log_softmax and cumsum run in float32. Under CPU autocast they run in bfloat16.
-    root = tmp_path / "project"
-    shutil.copytree(REAL_MODES / "tabpfn_partial_autocast", root)
+    root = _real_modes_project("tabpfn_partial_autocast", tmp_path, monkeypatch)
     compat = root / "tabpfn" / "finetuning" / "_torch_compat.py"
     compat.write_text(compat.read_text().replace('device_type="cuda"', f'device_type="{device}"'))
-    monkeypatch.chdir(root)
     modes = {why.mode.name for why in _index(root).of("tabpfn/architectures/shared/bar_distribution.py")}
     assert modes == ({"autocast-fp16"} if device == "cuda" else {"autocast-fp16", "autocast-bf16:cpu"})
     found = {(d.line, d.code) for d in _check(root, show_conditional=True)}
@@ -501,9 +506,7 @@ def test_a_losss_labels_and_a_handed_callable_are_no_half_activations(
     # nnunet's dice loss under float16 autocast: its labels come from the data and its `apply_nonlin`
     # is the softmax it is handed, so the sums its eps guards are float32. The variant's guard on
     # sigmoid outputs is float16 and flagged.
-    root = tmp_path / "project"
-    shutil.copytree(REAL_MODES / "nnunet_dice_loss_labels", root)
-    monkeypatch.chdir(root)
+    root = _real_modes_project("nnunet_dice_loss_labels", tmp_path, monkeypatch)
     loss = root / "nnunet" / "training" / "loss_functions" / "dice_loss.py"
     expected = [
         number
@@ -519,9 +522,7 @@ def test_the_parameters_of_a_model_passed_in_are_weights(
 ) -> None:
     # wavegrad's learner autocasts to float16; the model its training function is given is never
     # cast, so the optimizer updates float32 weights. Cast in the training function, they are half.
-    root = tmp_path / "project"
-    shutil.copytree(REAL_MODES / "wavegrad_optimizer_of_passed_model", root)
-    monkeypatch.chdir(root)
+    root = _real_modes_project("wavegrad_optimizer_of_passed_model", tmp_path, monkeypatch)
     assert _check(root, select=["AMP016"], show_conditional=True) == []
     learner = root / "src" / "wavegrad" / "learner.py"
     text = learner.read_text(encoding="utf-8")
