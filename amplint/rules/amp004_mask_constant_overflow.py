@@ -90,7 +90,8 @@ class MaskConstantOverflow(Rule):
     `torch.finfo(dtype).min`, constants chosen per dtype, `-1e4` and `-10000`, additive masks that
     stay float32, and `-inf` in causal, windowed or top-k masks (they keep every row's diagonal or
     maximum; a buffer the module registers from `torch.tril` too, whatever sizes the mask is built
-    with, and a padding mask whose diagonal is unmasked last, `mask & ~torch.eye(n)`), in key-padding masks (`mask[:, None, None, :]`, masks from lengths such as
+    with, and a padding mask whose diagonal is unmasked last, `mask & ~torch.eye(n)`), in
+    key-padding masks (`mask[:, None, None, :]`, masks from lengths such as
     `sequence_mask(lengths)`: a whole row only for an empty input), in a mask the caller passes in (flagged only where the module shows that
     rows can be masked whole), or when the NaN is masked away after the softmax.
 

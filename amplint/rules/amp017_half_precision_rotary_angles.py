@@ -39,6 +39,7 @@ _MESSAGE = (
 )
 # Positions in float32 times half frequencies promote to float32, but each angle keeps its
 # frequency's rounding, multiplied by the position.
+_FREQUENCIES_PART = "the inverse frequencies are {}"
 _MESSAGE_FREQUENCIES = (
     "rotary angles `{code}` are made from {names} inverse frequencies: each is rounded by up to 2^-8 "
     "of its value in bf16 (2^-11 in fp16) and the angles' error grows with the position, so "
@@ -116,7 +117,7 @@ class HalfPrecisionRotaryAngles(Rule):
             cast = _half_cast(ctx, positions, flows[scope])
             parts = [
                 ("the positions are {}", ctx.facts.of(cast) if cast is not None else None),
-                ("the inverse frequencies are {}", ctx.facts.of(frequencies)),
+                (_FREQUENCIES_PART, ctx.facts.of(frequencies)),
                 ("the product runs in {}", ctx.facts.of(node)),
             ]
             half = [(part, fact) for part, fact in parts if fact is not None and _half_here(fact)]
@@ -301,7 +302,7 @@ def _finding(ctx: FileContext, node: cst.CSTNode, part: str, fact: Fact) -> Find
     names = fact.half_names()
     return Finding(
         node,
-        (_MESSAGE_FREQUENCIES if part.startswith("the inverse") else _MESSAGE).format(
+        (_MESSAGE_FREQUENCIES if part == _FREQUENCIES_PART else _MESSAGE).format(
             code=code, names=names, part=part.format(names), why=why_half(fact)
         ),
         help=(

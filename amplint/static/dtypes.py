@@ -21,7 +21,6 @@ Rules ask this engine; none reasons about dtypes itself.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -30,6 +29,7 @@ import libcst as cst
 from amplint.static import ops
 from amplint.static.autocast import AUTOCAST, autocast_settings
 from amplint.static.engine.calls import MODEL_LOADERS, CallFacts
+from amplint.static.engine.interpret import literal_number
 from amplint.static.engine.state import Frame
 from amplint.static.facts import (
     DTYPE,
@@ -220,17 +220,13 @@ class DtypeFacts(CallFacts):
     def number(self, node: cst.BaseExpression) -> float | None:
         """The value of a Python number: a literal, `-1e9`, `float("-inf")`, a module constant, a
         parameter's default, or `self.eps` set from one in `__init__`."""
-        signed = isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus))
-        literal = node.expression if isinstance(node, cst.UnaryOperation) and signed else node
+        # A literal's value needs no analysis of the function around it (the rules ask of every
+        # `masked_fill(mask, 0)`).
+        literal, sign = node, 1.0
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+            literal, sign = node.expression, -1.0 if isinstance(node.operator, cst.Minus) else 1.0
         if isinstance(literal, (cst.Integer, cst.Float)):
-            # A literal's value needs no analysis of the function around it (the rules ask of every
-            # `masked_fill(mask, 0)`).
-            try:
-                value = float(literal.evaluated_value)
-            except OverflowError:
-                value = math.inf
-            minus = isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus)
-            return -value if minus else value
+            return sign * literal_number(literal)
         return self.of(node).number
 
     def nodes_on(self, line: int) -> list[cst.BaseExpression]:

@@ -4,7 +4,7 @@ arguments' facts), module calls, library calls and tensor methods, and autocast 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 import libcst as cst
@@ -88,8 +88,7 @@ class CallFacts(Interpreter):
             ):
                 return SCALAR_FACT
             # An opaque function: as its tensor inputs are (`*args`, `**kwargs` are containers).
-            tensors = [f for arg, f in zip(node.args, args, strict=True) if f.kind == TENSOR and not arg.star]
-            return promote(tensors) if tensors else UNKNOWN_FACT
+            return _as_inputs(f for arg, f in zip(node.args, args, strict=True) if not arg.star)
         if not isinstance(func, cst.Attribute):
             callee = self._expr(func, frame)  # `nn.Softmax(dim=-1)(scores)`: a module built and called
             if callee.kind == MODULE:
@@ -110,8 +109,7 @@ class CallFacts(Interpreter):
             if owner.kind in (OTHER, SCALAR):
                 # A callable the class was handed (`self.apply_nonlin = apply_nonlin`, a function
                 # or None by default): no layer of the model, so its output follows its inputs.
-                tensors = [f for f in positional if f.kind == TENSOR]
-                return promote(tensors) if tensors else UNKNOWN_FACT
+                return _as_inputs(positional)
             return self._module_call("", node, positional, frame)
         receiver = self._expr(func.value, frame)
         if receiver.kind == MODULE:
@@ -280,8 +278,7 @@ class CallFacts(Interpreter):
                 return Fact(MODULE, loaded.dtypes, loaded.why, loaded.caller, module=name)
             if qualified in _ADAPTER_WRAPPERS:
                 return self._adapted(name, node, positional)
-            tensors = [f for f in positional if f.kind == TENSOR]
-            return promote(tensors) if tensors else UNKNOWN_FACT
+            return _as_inputs(positional)
         if name == "finfo" or name == "iinfo":
             return positional[0] if positional and positional[0].kind == DTYPE else OTHER_FACT
         if name == "promote_types" and len(positional) == 2 and any(f.kind == DTYPE for f in positional):
@@ -563,6 +560,12 @@ def _equation(node: cst.Call) -> str | None:
     first = node.args[0].value if node.args and node.args[0].keyword is None else None
     value = first.evaluated_value if isinstance(first, cst.SimpleString) else None
     return value if isinstance(value, str) else None
+
+
+def _as_inputs(facts: Iterable[Fact]) -> Fact:
+    """What an opaque call returns: its tensor inputs promoted, else nothing known."""
+    tensors = [f for f in facts if f.kind == TENSOR]
+    return promote(tensors) if tensors else UNKNOWN_FACT
 
 
 def _float_literal(node: cst.Call) -> float | None:

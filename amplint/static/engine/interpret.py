@@ -257,10 +257,7 @@ class Interpreter(AttributeFacts):
         if isinstance(node, cst.Call):
             return self._call(node, frame)
         if isinstance(node, (cst.Integer, cst.Float)):
-            try:
-                return Fact(SCALAR, number=float(node.evaluated_value))
-            except OverflowError:  # an integer literal past float's range (`10**400` spelled out)
-                return Fact(SCALAR, number=math.inf)
+            return Fact(SCALAR, number=literal_number(node))
         if isinstance(node, (cst.Imaginary, cst.BaseString)):
             for child in _children(node):
                 self._expr(child, frame)
@@ -552,6 +549,14 @@ def _side(states: list[Autocast], facts: Interpreter) -> bool:
         return False
     modes = tuple(dict.fromkeys(s.mode for s in states if s.mode is not None))
     return bool(modes) and facts.profile.only_in(modes) is not None
+
+
+def literal_number(node: cst.Integer | cst.Float) -> float:
+    """A number literal's value (an integer past float's range, `10**400` spelled out, is inf)."""
+    try:
+        return float(node.evaluated_value)
+    except OverflowError:
+        return math.inf
 
 
 def _children(node: cst.CSTNode) -> Iterator[cst.BaseExpression]:

@@ -553,10 +553,10 @@ _COMMON_METHOD = re.compile(
 _FOREIGN = frozenset({"tensorflow", "jax", "flax", "keras", "mlx", "paddle", "mindspore"})
 
 
-# Parameters that by their name hold integers: token ids and indices (`input_ids`, `idx`,
-# `position_ids`), counts and sizes (`num_heads`, `n_head`, `seq_len`, `lengths`).
 # The labels a loss compares its predictions with (`y`, `gt`, `target`, `labels`, `y_true`).
 _TARGET_NAME = re.compile(r"^(y|y_true|gt|gts|ground_truth|targets?|labels?)$|_(gt|targets?|labels?)$")
+# Parameters that by their name hold integers: token ids and indices (`input_ids`, `idx`,
+# `position_ids`), counts and sizes (`num_heads`, `n_head`, `seq_len`, `lengths`).
 _INTEGER_NAME = re.compile(
     r"^(ids|idx|indices|index|positions|lengths?|seq_?len)$"
     r"|_(ids?|idx|indices|len|length|lengths)$|^(num|n)_"
