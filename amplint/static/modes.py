@@ -6,9 +6,10 @@ pass reads the whole project once, before any file is checked. Every setting the
 `amplint.static.profile` finds is an entry point with a mode (autocast on a device in a dtype, or a
 cast to a dtype); from the function (or script body) that holds it, the names it uses are followed to
 their definitions across the project's imports, and from each definition reached to the names it
-uses in turn. A file's modes are those of its definitions that some entry reaches, each with the
-entry and the chain of names as evidence. A file that no entry reaches runs in float32 only, when
-the project sets a precision anywhere.
+uses in turn (of a class without bases, only the methods its callers name; an autocast region in a
+method reaches what that method does). A file's modes are those of its definitions that some entry
+reaches, each with the entry and the chain of names as evidence. A file that no entry reaches runs
+in float32 only, when the project sets a precision anywhere.
 
 The index is text, not a parse (top-level `def`/`class` spans, imports, the words of a span): it
 runs before the per-file checks on every file of the project, and a parse of each would cost more
@@ -269,30 +270,46 @@ class _Project:
         if self.partials:
             self._bind_partials()
         result = ProjectModes(entries=[why for _, _, why in self.entries])
-        seen: set[tuple[str, str, Mode]] = set()
+        seen: set[tuple[str, str, Mode, frozenset[bytes] | None]] = set()
         reached: dict[str, dict[Mode, ModeWhy]] = {}
         by_definition: dict[str, dict[str, dict[Mode, ModeWhy]]] = {}
-        queue: deque[tuple[str, str, ModeWhy]] = deque()
+        # (file, name, why, the words of the entry's scope and of the one that named it)
+        queue: deque[tuple[str, str, ModeWhy, tuple[set[bytes], set[bytes]]]] = deque()
         for display, offset, why in self.entries:
-            owner, scope = _scope(self.file(display), offset)
+            owner, scope = _scope(self.file(display), offset, region=why.mode.kind == AUTOCAST)
             # The function that holds the setting is the engine's to read (its own casts and
             # autocast regions are in the file): the mode is for the code it calls.
-            queue.extend((*t, why) for t in self.targets(display, _words(scope), scope) if t[1] != owner)
+            words = _words(scope)
+            queue.extend(
+                (*t, why, (words, words)) for t in self.targets(display, words, scope) if t[1] != owner
+            )
         while queue:
-            display, name, why = queue.popleft()  # breadth first: each chain found is a shortest one
-            if (display, name, why.mode) in seen:
-                continue
-            seen.add((display, name, why.mode))
+            display, name, why, named = queue.popleft()  # breadth first: each chain is a shortest one
             index = self.file(display)
             if name not in index.spans:
+                if (display, name, why.mode, None) in seen:
+                    continue
+                seen.add((display, name, why.mode, None))
                 if name in index.imports:  # a re-export (`from .model import GPT` in `__init__`)
                     module, imported = index.imports[name]
-                    queue.extend((*t, why) for t in self._imported(display, module, imported, b"", name))
+                    queue.extend(
+                        (*t, why, named) for t in self._imported(display, module, imported, b"", name)
+                    )
                 for star in index.star:  # or one through `from .model import *`
                     exporter = self.resolve(display, star)
                     if exporter is not None and exporter != display:
-                        queue.append((exporter, name, why))
+                        queue.append((exporter, name, why, named))
                 continue
+            start, end = index.spans[name]
+            methods = _plain_methods(index.code, start, end)
+            called = None
+            if methods is not None:
+                called = frozenset(
+                    m for m in methods if m.startswith(b"__") or m in named[0] or m in named[1]
+                )
+            if (display, name, why.mode, called) in seen:
+                continue
+            seen.add((display, name, why.mode, called))
             step = why.through(name, _MAX_VIA)
             for known in (
                 reached.setdefault(display, {}),
@@ -300,11 +317,14 @@ class _Project:
             ):
                 if why.mode not in known or known[why.mode].rank() > step.rank():
                     known[why.mode] = step
-            start, end = index.spans[name]
-            body = index.code[start:end]
-            for target in self.targets(display, _words(body), body):
+            if methods is None or called is None:
+                body = index.code[start:end]
+            else:
+                body = _class_scope(index.code, start, end, methods, called)
+            words = _words(body)
+            for target in self.targets(display, words, body):
                 if target != (display, name):
-                    queue.append((*target, step))
+                    queue.append((*target, step, (named[0], words)))
         result.files = {display: _best_first(modes) for display, modes in reached.items()}
         result.definitions = {
             display: {name: _best_first(modes) for name, modes in names.items()}
@@ -388,18 +408,94 @@ def _inside(spans: list[tuple[int, int]], offset: int) -> bool:
     return index >= 0 and spans[index][0] < offset < spans[index][1]
 
 
-def _scope(index: _File, offset: int) -> tuple[str | None, bytes]:
-    """The code an entry at `offset` runs: its top-level definition (with its name), or, at module
-    level, the module's statements outside every definition (a script)."""
+def _scope(index: _File, offset: int, region: bool = False) -> tuple[str | None, bytes]:
+    """The code an entry at `offset` (the start of its line) runs: its top-level definition (with
+    its name), or, at module level, the module's statements outside every definition (a script).
+    With `region` (an autocast setting), an autocast `with` block in a method of a class runs only
+    what that method reaches (`_method_scope`): unlike a cast, which stays with the module it casts
+    wherever the class uses it, the region ends with the block."""
     for name, (start, end) in index.spans.items():
         if start <= offset < end:
-            return name, index.code[start:end]
+            scope = None
+            if region and _CLASS.match(index.code, start) and _WITH.match(index.code, offset):
+                scope = _method_scope(index.code, start, end, offset)
+            return name, index.code[start:end] if scope is None else scope
     pieces, at = [], 0
     for start, end in sorted(index.spans.values()):
         pieces.append(index.code[at:start])
         at = end
     pieces.append(index.code[at:])
     return None, b"".join(pieces)
+
+
+_CLASS = re.compile(rb"class[ \t]")
+_WITH = re.compile(rb"[ \t]*(?:async[ \t]+)?with\b")
+_PLAIN_CLASS = re.compile(rb"class[ \t]+\w+[ \t]*(?:\([ \t]*(?:object)?[ \t]*\))?[ \t]*:")
+_METHOD = re.compile(rb"^([ \t]+)(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)
+_INDENTED = re.compile(rb"^([ \t]*)(?=[^\s#])", re.MULTILINE)  # a line holding code, its indentation
+_SELF_CALL = re.compile(rb"\bself\.(\w+)[ \t]*\(")
+_SELF_READ = re.compile(rb"\bself\.(\w+)")
+_SELF_SET = re.compile(rb"\bself\.(\w+)[ \t]*(?::[^=\n]*)?=(?!=)([^\n]*)")
+
+
+def _methods(code: bytes, start: int, end: int) -> dict[bytes, tuple[int, int]]:
+    """The spans of the methods of the class at `code[start:end]` (those at its body's indentation,
+    each up to the next line of code as far out as its `def`), by name."""
+    strings = _strings(code)
+    found = [m for m in _METHOD.finditer(code, start, end) if not _inside(strings, m.start())]
+    if not found:
+        return {}
+    indent = min(len(m[1]) for m in found)
+    lines = [m.start() for m in _INDENTED.finditer(code, start, end) if len(m[1]) <= indent]
+    lines = [line for line in lines if not _inside(strings, line)]
+    spans: dict[bytes, tuple[int, int]] = {}
+    for method in (m for m in found if len(m[1]) == indent):
+        after = bisect.bisect_right(lines, method.start())
+        spans.setdefault(method[2], (method.start(), lines[after] if after < len(lines) else end))
+    return spans
+
+
+def _plain_methods(code: bytes, start: int, end: int) -> dict[bytes, tuple[int, int]] | None:
+    """The methods of the definition at `code[start:end]` when it is a class without bases: nothing
+    but its callers (and Python's protocols, its `__dunder__` methods) runs them, unlike a module or
+    a framework's hook a base may call. None for a function or a class with bases."""
+    if not _PLAIN_CLASS.match(code, start):
+        return None
+    return _methods(code, start, end)
+
+
+def _class_scope(
+    code: bytes, start: int, end: int, methods: dict[bytes, tuple[int, int]], entries: Iterable[bytes]
+) -> bytes:
+    """What runs of the class at `code[start:end]` when `entries` of its methods are called: those
+    methods, the methods they call through `self` (and those they call), the first line of each
+    assignment to an attribute they read (`self.model = GPT(config)` in `__init__`), and the class's
+    own statements outside its methods (its header and bases)."""
+    wanted, frontier = set(entries), list(entries)
+    while frontier:
+        a, b = methods[frontier.pop()]
+        for called in set(_SELF_CALL.findall(code, a, b)) & methods.keys() - wanted:
+            wanted.add(called)
+            frontier.append(called)
+    run = [code[a:b] for name, (a, b) in methods.items() if name in wanted]
+    read = {attribute for piece in run for attribute in _SELF_READ.findall(piece)}
+    outside, at = [], start
+    for a, b in sorted(methods.values()):
+        outside.append(code[at:a])
+        at = b
+    outside.append(code[at:end])
+    bound = [m[2] for m in _SELF_SET.finditer(code, start, end) if m[1] in read]
+    return b"\n".join([*outside, *run, *bound])
+
+
+def _method_scope(code: bytes, start: int, end: int, offset: int) -> bytes | None:
+    """The code an autocast region in a method of the class at `code[start:end]` runs: what that
+    method reaches (`_class_scope`). The class's other methods run outside the region: an autocast
+    in `predict_images` says nothing of `predict_text`. None when the region is in no method: the
+    class is read whole."""
+    methods = _methods(code, start, end)
+    entry = next((name for name, (a, b) in methods.items() if a <= offset < b), None)
+    return None if entry is None else _class_scope(code, start, end, methods, (entry,))
 
 
 def _words(code: bytes) -> set[bytes]:

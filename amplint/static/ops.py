@@ -33,7 +33,9 @@ _LOWER_COMMON = frozenset(
         "scaled_dot_product_attention",
     }
 )
-CUDA_LOWER = _LOWER_COMMON | {"addmv", "addr", "mv", "chain_matmul", "multi_dot", "conv_tbc"}
+# einsum has an AutocastCUDA kernel, which lowers it whatever its equation, and no AutocastCPU one:
+# under CPU autocast it runs as what it decomposes to (`einsum_runs_as`).
+CUDA_LOWER = _LOWER_COMMON | {"addmv", "addr", "mv", "chain_matmul", "multi_dot", "conv_tbc", "einsum"}
 CPU_LOWER = _LOWER_COMMON | {"conv_tbc"}
 # Ops whose tensor operands must share one dtype outside autocast (`mm`: "expected m1 and m2 to have
 # the same dtype"): code that runs passes them in the same dtype.
@@ -123,7 +125,6 @@ PROMOTE = frozenset({"addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", 
 
 # Torch names whose aten op has another name.
 ALIASES = {
-    "einsum": "bmm",  # einsum runs as bmm, which autocast casts
     "tensordot": "mm",
     "__matmul__": "matmul",
     "__pow__": "pow",
@@ -139,10 +140,16 @@ ALIASES = {
 }
 
 
+def einsum_runs_as(equation: str | None) -> str:
+    """The op an einsum decomposes to, which CPU autocast (it has no einsum kernel) sees: `bmm` where
+    the equation sums over an index or is not known, a broadcast `mul` where it sums over none (an
+    outer product, `i,j->ij`: float32 stays float32 under CPU autocast). CUDA autocast lowers the
+    einsum itself, outer products too."""
+    return "mul" if equation is not None and not einsum_contracts(equation) else "bmm"
+
+
 def einsum_contracts(equation: str) -> bool:
-    """Whether an einsum equation sums over an index (`...qd,...kd->...qk`). One that sums over none
-    (`i,j->ij`, an outer product) runs as a broadcast `mul`, which autocast leaves in its inputs'
-    dtype (checked on torch 2.13: float32 stays float32 under autocast)."""
+    """Whether an einsum equation sums over an index (`...qd,...kd->...qk`)."""
     inputs, arrow, output = equation.replace(" ", "").replace("...", "").partition("->")
     letters = [c for c in inputs if c.isalpha()]
     if not arrow:  # implicit output: the indices that appear once

@@ -61,6 +61,8 @@ CASES: list[tuple[str, Callable[..., torch.Tensor], tuple[torch.Tensor, ...], st
     # A GPU runs this call on a fused kernel (flash attention), as the emulation does.
     ("sdpa", F.scaled_dot_product_attention, (_x(1, 2, 4, 8),) * 3, BF16, "lower_precision"),
     ("einsum", lambda a, b: torch.einsum("ij,jk->ik", a, b), (_x(4, 8), _x(8, 4)), BF16, "lower_precision"),
+    # CUDA autocast lowers an einsum's operands whatever its equation: an outer product too.
+    ("einsum outer", lambda a, b: torch.einsum("i,j->ij", a, b), (_x(4), _x(8)), BF16, None),
     # Ops on no autocast list keep their input's dtype.
     ("sigmoid", torch.sigmoid, (UNARY_BF16,), BF16, "inherited"),
     ("tanh", torch.tanh, (UNARY_BF16,), BF16, "inherited"),
@@ -130,6 +132,16 @@ def test_cpu_policy_differs_from_cuda(name: str, fn: Callable[..., torch.Tensor]
     # CPU autocast does not upcast exp or softmax: a test on CPU does not show GPU numerics.
     assert _main_node(trace(fn, (UNARY_BF16,), device="cpu"))[0] == BF16
     assert _main_node(trace(fn, (UNARY_BF16,), device="cuda"))[0] == FP32
+
+
+def test_an_outer_einsum_is_lowered_by_cuda_autocast_only() -> None:
+    # The static engine's table says the same (tests/static/test_dtypes.py, `angles`/`cpu_angles`).
+    def outer(t: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("i,j->ij", t, inv_freq)
+
+    inputs = (torch.arange(8.0), torch.rand(4))
+    assert _main_node(trace(outer, inputs, device="cpu"))[0] == FP32
+    assert _main_node(trace(outer, inputs, device="cuda"))[0] == BF16
 
 
 def test_float16_autocast_and_no_autocast_with_half_parameters() -> None:

@@ -585,6 +585,13 @@ def upcast(x):
     if x.dtype == torch.float16:
         x = x.float()
     return y, x
+
+def cpu_angles(n, inv_freq):
+    t = torch.arange(n, dtype=torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        outer = torch.einsum("i,j->ij", t, inv_freq.float())
+        product = torch.einsum("ij,jk->ik", t[:, None], inv_freq.float()[None])
+    return outer, product
 """
 
 
@@ -593,15 +600,19 @@ def upcast(x):
     [
         # `self.num_heads` holds an integer: dividing by it keeps the tensor's dtype.
         (10, "scale", CALLER),
-        # Outer products run as a broadcast `mul`, which autocast leaves in float32; a contraction
-        # runs as `bmm`, which it lowers.
-        (17, "outer", {"float32"}),
+        # CUDA autocast lowers an einsum whatever its equation (it has an einsum kernel), outer
+        # products too; `torch.outer` runs as a broadcast `mul`, which it leaves in float32.
+        (17, "outer", {"bfloat16"}),
         (18, "product", {"bfloat16"}),
         (19, "ger", {"float32"}),
         # A float32 path chosen by a dtype test: `x` is float32 in the `else` branch of the test
         # that upcasts it; after `if x.dtype == torch.float16: x = x.float()` bf16 stays bf16.
         (30, "y", {"float32"}),
         (33, "x", {"float32", "bfloat16"}),
+        # CPU autocast has no einsum kernel: it sees the decomposition, a `mul` for an outer
+        # product (float32 stays float32) and a `bmm` for a contraction (lowered).
+        (38, "outer", {"float32"}),
+        (39, "product", {"bfloat16"}),
     ],
 )
 def test_dtypes_across_calls_and_guards(line: int, expression: str, dtypes: set[str]) -> None:

@@ -531,3 +531,63 @@ def test_the_parameters_of_a_model_passed_in_are_weights(
     )
     (found,) = _check(root, select=["AMP016"], show_conditional=True)
     assert "`.half()` makes it fp16" in found.message
+
+
+def test_a_class_runs_only_the_methods_its_callers_and_regions_reach(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # flagai's Predictor decodes images under an autocast region in one method and samples text in
+    # another; the trainer casts its model to float16 and hands it to a Predictor that only searches
+    # beams. Neither runs the sampler, whose softmax findings rest on no mode of the project.
+    root = _real_modes_project("flagai_predictor_methods", tmp_path, monkeypatch)
+    sampler = "flagai/model/predictor/gpt.py"
+    assert _index(root).of(sampler) == ()
+    assert not [d for d in _check(root, select=["AMP003", "AMP013"]) if d.path == sampler]
+    assert {(d.path, d.code) for d in _check(root, select=["AMP003", "AMP013"], show_conditional=True)} >= {
+        (sampler, "AMP003"),
+        (sampler, "AMP013"),
+    }
+    # The trainer's predictor samples: the float16 cast reaches the sampler through it.
+    trainer = root / "flagai" / "env_trainer_v1.py"
+    trainer.write_text(
+        trainer.read_text().replace("predict_generate_beamsearch(", "predict_generate_randomsample(")
+    )
+    assert {why.mode.name for why in _index(root).of(sampler)} == {"cast-fp16"}
+    found = [d for d in _check(root, select=["AMP003", "AMP013"]) if d.path == sampler]
+    assert found and all("`self.model.half()` at flagai/env_trainer_v1.py" in d.message for d in found)
+    # The autocast region samples: the region reaches the sampler.
+    trainer.write_text(
+        trainer.read_text().replace("predict_generate_randomsample(", "predict_generate_beamsearch(")
+    )
+    predictor = root / "flagai" / "model" / "predictor" / "predictor.py"
+    predictor.write_text(
+        predictor.read_text().replace(
+            "x_samples_ddim = self.model.decode_first_stage(",
+            "x_samples_ddim = self.predict_generate_randomsample(",
+        )
+    )
+    assert {why.mode.name for why in _index(root).of(sampler)} == {"autocast-fp16"}
+
+
+def test_an_outer_einsum_is_half_only_where_a_mode_autocasts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # exllamav2's rotary tables: float32 operands, an outer product. CUDA autocast would lower the
+    # einsum; the project only casts its model to float16, under which float32 stays float32.
+    excerpt = Path(__file__).parent / "data" / "real" / "exllamav2_rope_outer_einsum_without_autocast.py"
+    root = _project(
+        tmp_path, {"pyproject.toml": '[project]\nname = "exllamav2"\n', "exllamav2/__init__.py": ""}
+    )
+    shutil.copy(excerpt, root / "exllamav2" / "device.py")
+    write(
+        root / "exllamav2" / "load.py",
+        "from exllamav2.device import ExLlamaV2DeviceContext\n\ndef load(model):\n    return ExLlamaV2DeviceContext(model.half(), 0, 0)\n",
+    )
+    monkeypatch.chdir(root)
+    assert _check(root, select=["AMP017"], show_conditional=True) == []
+    write(
+        root / "train.py",
+        "import torch\nfrom exllamav2.load import load\n\ndef main(model):\n    with torch.autocast('cuda', dtype=torch.bfloat16):\n        return load(model)\n",
+    )
+    (found,) = _check(root, select=["AMP017"])
+    assert "under autocast-bf16" in found.message

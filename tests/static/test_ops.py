@@ -66,10 +66,12 @@ def test_cuda_and_cpu_differ_where_design_says() -> None:
     ("equation", "contracts"),
     [("i,j->ij", False), ("bi,j->bij", False), ("...i,j->...ij", False), ("ij,jk->ik", True), ("i,i", True)],
 )
-def test_an_einsum_without_a_contraction_is_no_autocast_matmul(equation: str, contracts: bool) -> None:
-    # einsum runs an outer product as a broadcast `mul`, which autocast leaves in float32; one that
-    # sums over an index runs as `bmm`, which autocast lowers.
+def test_an_einsum_without_a_contraction_is_no_cpu_autocast_matmul(equation: str, contracts: bool) -> None:
+    # CPU autocast has no einsum kernel: an outer product runs as a broadcast `mul`, which it leaves
+    # in float32; one that sums over an index runs as `bmm`, which it lowers. (CUDA autocast lowers
+    # the einsum itself: `einsum` is in CUDA_LOWER, checked against its kernel above.)
     assert ops.einsum_contracts(equation) == contracts
+    assert ops.einsum_runs_as(equation) == ("bmm" if contracts else "mul")
     operands = {
         "i,j->ij": (torch.ones(3), torch.ones(4)),
         "bi,j->bij": (torch.ones(2, 3), torch.ones(4)),

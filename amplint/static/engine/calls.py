@@ -326,10 +326,8 @@ class CallFacts(Interpreter):
         inputs = [f for f in flat if f.kind in (TENSOR, UNKNOWN)]
         if not inputs and "input" in keywords:  # `F.pad(input=x, ...)`
             inputs = [keywords["input"]]
-        equation = _equation(node) if name == "einsum" else None
-        if equation is not None and not ops.einsum_contracts(equation):
-            name = "mul"  # `einsum("i,j->ij", t, inv_freq)`: an outer product, no matmul
-        return self._tensor_op(name, inputs, node, keywords, frame)
+        cpu_op = ops.einsum_runs_as(_equation(node)) if name == "einsum" else None
+        return self._tensor_op(name, inputs, node, keywords, frame, cpu_op)
 
     def _promote_types(self, node: cst.Call, dtypes: list[Fact]) -> Fact:
         """`torch.promote_types(x.dtype, torch.float32)`: the widest of the dtypes, whatever the others
@@ -360,10 +358,16 @@ class CallFacts(Interpreter):
         return Fact(MODULE, module=name)
 
     def _tensor_op(
-        self, op: str, inputs: list[Fact], node: cst.Call, keywords: dict[str, Fact], frame: Frame
+        self,
+        op: str,
+        inputs: list[Fact],
+        node: cst.Call,
+        keywords: dict[str, Fact],
+        frame: Frame,
+        cpu_op: str | None = None,
     ) -> Fact:
         dtype = keywords.get("dtype")
-        result = self._op(op, inputs, node, frame)
+        result = self._op(op, inputs, node, frame, cpu_op=cpu_op)
         if dtype is not None and dtype.kind == DTYPE and (dtype.dtypes or dtype.module == INTEGER_DTYPE):
             return self._cast_to(dtype, node, f"`dtype=` of `{op}`")
         return result

@@ -443,9 +443,16 @@ class Interpreter(AttributeFacts):
         return promote([left, right])
 
     def _op(
-        self, op: str, inputs: list[Fact], node: cst.CSTNode, frame: Frame, natural: Fact | None = None
+        self,
+        op: str,
+        inputs: list[Fact],
+        node: cst.CSTNode,
+        frame: Frame,
+        natural: Fact | None = None,
+        cpu_op: str | None = None,
     ) -> Fact:
-        """The result of `op` on `inputs` under each autocast state the code can run in."""
+        """The result of `op` on `inputs` under each autocast state the code can run in (`cpu_op`:
+        what CPU autocast sees of an op it has no kernel for, an einsum's decomposition)."""
         if natural is not None:
             base = natural
         else:
@@ -457,7 +464,8 @@ class Interpreter(AttributeFacts):
         results: list[Fact] = []
         # In a fixed order: the set's would follow string hashes, and messages would change per run.
         for state in sorted(frame.autocast, key=self._state_order):
-            policy = ops.autocast_policy(op, state.device) if state.device else None
+            seen = cpu_op if cpu_op is not None and state.device == "cpu" else op
+            policy = ops.autocast_policy(seen, state.device) if state.device else None
             if policy == "lower" and state.dtype and base.dtypes != {F64}:  # autocast leaves float64 alone
                 lower.setdefault(_under([state], self), []).append(state)
             elif policy == "fp32" and base.dtypes != {F32}:

@@ -2,11 +2,13 @@
 # fmt: off
 # Source: exllamav2 commit b9c025b4b1ee78c0d34e700f2e474a02dfb13c90 (GitHub turboderp/exllamav2),
 # exllamav2/device.py, lines 3-5, 11-14, 34-62 and 116-150 (verbatim).
-# False positive (issue 29): `einsum("i,j->ij", t, inv_freq)` is an outer product of float32
-# positions and float32 frequencies (the sin/cos tables are cast to half after it), which einsum
-# runs as a broadcast multiply that autocast leaves in float32; it was described as a product run
-# in float16.
-# expect-none: AMP017,AMP001
+# `einsum("i,j->ij", t, inv_freq)`, an outer product of float32 positions and frequencies (the
+# sin/cos tables are cast to half after it), runs in float32 unless CUDA autocast is on, which has
+# an einsum kernel and lowers it whatever the equation (CPU autocast runs it as a float32 `mul`).
+# Read alone, the file is library code its caller may autocast: flagged here. exllamav2 casts its
+# model to float16 and never autocasts, and in a project that does so it is not flagged
+# (tests/static/test_modes.py checks that).
+# expect-none: AMP001
 def _torch_device(idx):
     if idx == -1: return "cpu"
     return f"cuda:{idx}"
@@ -63,7 +65,7 @@ class ExLlamaV2DeviceContext:
         t = torch.arange(cfg.max_seq_len, device = device, dtype = torch.float32)
         if scale != 1.0: t /= scale
 
-        freqs = torch.einsum("i,j->ij", t, inv_freq)
+        freqs = torch.einsum("i,j->ij", t, inv_freq)  # expect: AMP017
         if self.archparams.rope_style == RopeStyle.NEOX:
             emb = torch.cat((freqs, freqs), dim=-1)
         elif self.archparams.rope_style == RopeStyle.GPTJ:
