@@ -17,8 +17,10 @@ with every rule on (`--select ALL --show-conditional`). A case is caught by a wa
 numeric rule (any but AMP008, which flags a deprecated API, and AMP900, a file it could not parse)
 lands on one of its lines. Whether that finding names the bug's own hazard is for the reader: the
 report prints each one's rule and message beside the case. The results go to
-`benchmarks/recall.json`; `report` renders them with Wilson intervals, and apart for the cases from
-projects this repository names nowhere else (the rest may have shaped the rules).
+`benchmarks/recall.json`, one run per amplint commit: the first is first contact (no rule had
+changed because of these cases), later ones come after changes made with them in view. `report`
+renders them with Wilson intervals, and apart for the cases from projects this repository names
+nowhere else (the rest may have shaped the rules).
 """
 
 from __future__ import annotations
@@ -189,15 +191,18 @@ def run(cases: Sequence[Case], corpus: Path, rev: str | None, jobs: int | None) 
 
 
 def report(document: dict[str, Any], cases: Sequence[Case] | None = None) -> dict[str, str]:
-    """The blocks of docs/recall.md (the recall, the cases one by one) and README.md's line."""
+    """The blocks of docs/recall.md (each run's recall, the cases one by one in the latest run) and
+    README.md's line."""
     cases = load_cases(DEFAULT_CASES) if cases is None else cases
-    results = {entry["id"]: entry for entry in document["cases"]}
-    missing = [case.id for case in cases if case.id not in results]
-    if missing:
-        raise ReviewError(f"no result for {', '.join(missing)}: run `run` again")
+    runs = [{entry["id"]: entry for entry in run["cases"]} for run in document["runs"]]
+    for results in runs:
+        missing = [case.id for case in cases if case.id not in results]
+        if missing:
+            raise ReviewError(f"no result for {', '.join(missing)}: run `run` again")
     unjudged = sorted(
         {
             f"{case.id} {f['code']}"
+            for results in runs
             for case in cases
             for way, _ in WAYS
             for f in results[case.id][way]
@@ -207,37 +212,39 @@ def report(document: dict[str, Any], cases: Sequence[Case] | None = None) -> dic
     if unjudged:
         raise ReviewError(f"judge these findings in {DEFAULT_CASES.name} ([[judged]]): {', '.join(unjudged)}")
 
-    def flagged(case: Case, way: str) -> bool:
-        return bool(results[case.id][way])
-
-    def caught(case: Case, way: str) -> bool:
+    def caught(results: dict[str, Any], case: Case, way: str) -> bool:
         return any(case.judged[f["code"]][0] for f in results[case.id][way])
 
     apart = [case for case in cases if not case.named_in_repo]
     head = [
-        f"`python benchmarks/recall.py run{' --rev ' + document['rev'] if document.get('rev') else ''}` "
-        f"on the {len(cases)} cases of `benchmarks/recall_cases.toml` "
-        f"({len(apart)} from projects this repository names nowhere else), amplint at "
-        f"`{document['commit']}`, then `report --write`. Flagged: a numeric rule's finding on one of "
-        "the lines the fix changed; caught: that finding names the bug's hazard (judged by reading it "
-        "beside the report, in the cases file). Shares with 95% Wilson intervals.",
+        f"`python benchmarks/recall.py run --rev <commit>` on the {len(cases)} cases of "
+        f"`benchmarks/recall_cases.toml` ({len(apart)} from projects this repository names nowhere "
+        "else), then `report --write`. The first run is first contact: no rule had changed because of "
+        "these cases; a later one comes after changes made with them in view. Flagged: a numeric "
+        "rule's finding on one of the lines the fix changed; caught: that finding names the bug's "
+        "hazard (judged by reading it beside the report, in the cases file). Shares with 95% Wilson "
+        "intervals.",
         "",
-        "| Run | Flagged | Caught | Caught, projects named nowhere else |",
-        "| --- | ---: | ---: | ---: |",
+        "| amplint | Run | Flagged | Caught | Caught, projects named nowhere else |",
+        "| --- | --- | ---: | ---: | ---: |",
     ]
-    for way, _ in WAYS:
-        cells = [
-            _share(sum(1 for case in cases if flagged(case, way)), len(cases)),
-            _share(sum(1 for case in cases if caught(case, way)), len(cases)),
-            _share(sum(1 for case in apart if caught(case, way)), len(apart)),
-        ]
-        head.append(f"| {way} | " + " | ".join(cells) + " |")
-    out = ["| Case | Release | Hazard | " + " | ".join(way for way, _ in WAYS) + " |"]
+    for number, (run, results) in enumerate(zip(document["runs"], runs, strict=True)):
+        label = f"`{run['commit']}`" + (", first contact" if number == 0 else ", after changes")
+        for way, _ in WAYS:
+            cells = [
+                _share(sum(1 for case in cases if results[case.id][way]), len(cases)),
+                _share(sum(1 for case in cases if caught(results, case, way)), len(cases)),
+                _share(sum(1 for case in apart if caught(results, case, way)), len(apart)),
+            ]
+            head.append(f"| {label} | {way} | " + " | ".join(cells) + " |")
+    latest = runs[-1]
+    out = [f"In the latest run (amplint at `{document['runs'][-1]['commit']}`):", ""]
+    out.append("| Case | Release | Hazard | " + " | ".join(way for way, _ in WAYS) + " |")
     out.append("| --- | --- | --- | " + " | ".join("---" for _ in WAYS) + " |")
     for case in cases:
         cells = []
         for way, _ in WAYS:
-            codes = sorted({f["code"] for f in results[case.id][way]})
+            codes = sorted({f["code"] for f in latest[case.id][way]})
             marks = [f"{code} ({'names it' if case.judged[code][0] else 'another hazard'})" for code in codes]
             cells.append(", ".join(marks) or "-")
         release = f"{case.project.name} {case.project.version}, `{case.path}`:{case.lines[0]}-{case.lines[1]}"
@@ -246,21 +253,24 @@ def report(document: dict[str, Any], cases: Sequence[Case] | None = None) -> dic
     notes = sorted(
         {
             (case.id, f["code"], f["message"], case.judged[f["code"]][1])
+            for results in runs
             for case in cases
             for way, _ in WAYS
             for f in results[case.id][way]
         }
     )
     if notes:
-        out += ["", "Each finding on a case's lines, and how it was judged:", ""]
+        out += ["", "Each finding on a case's lines, in any run, and how it was judged:", ""]
         out += [f"- {id_} {code}: {message} Judged: {reason}" for id_, code, message, reason in notes]
-    counts = [sum(1 for case in cases if caught(case, way)) for way, _ in WAYS]
+    first, last = ([sum(1 for c in cases if caught(r, c, w)) for w, _ in WAYS] for r in (runs[0], latest))
     readme = (
         f"- **Recall**: of {len(cases)} real mixed-precision bugs that public projects fixed, each "
-        "checked in the PyPI release that still had it, amplint's defaults catch "
-        f"{counts[0]}, with `--show-conditional` {counts[1]}, with every rule on {counts[2]} "
-        "([docs/recall.md](docs/recall.md))."
+        "checked in the PyPI release that still had it, amplint's defaults caught "
+        f"{first[0]} on first contact, with `--show-conditional` {first[1]}, with every rule on {first[2]}"
     )
+    if len(runs) > 1:
+        readme += f"; after changes made with them in view, {last[0]}, {last[1]} and {last[2]}"
+    readme += " ([docs/recall.md](docs/recall.md))."
     return {"table": "\n".join(head), "cases": "\n".join(out), "readme": readme}
 
 
@@ -287,8 +297,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             corpus.mkdir(parents=True, exist_ok=True)
             fetch(list(dict.fromkeys(case.project for case in cases)), corpus)
         elif args.step == "run":
-            document = run(cases, corpus, args.rev, args.jobs)
-            docs_blocks.save(RESULTS, document)
+            latest = run(cases, corpus, args.rev, args.jobs)
+            runs = docs_blocks.load(RESULTS)["runs"] if RESULTS.is_file() else []
+            # A run of the same commit replaces the earlier one; another is added after them.
+            runs = [r for r in runs if r["commit"] != latest["commit"]] + [latest]
+            docs_blocks.save(RESULTS, {"runs": runs})
         else:
             rendered = report(docs_blocks.load(RESULTS), cases)
             docs_blocks.report_command(docs_blocks.DOCS / PAGE, "recall", rendered, args.write)

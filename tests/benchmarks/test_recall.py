@@ -142,18 +142,25 @@ def test_a_run_catches_the_flagged_line_only(tmp_path: Path) -> None:
     assert all(f["line"] == draw for way, _ in recall.WAYS for f in drawn[way])
     assert not any(header[way] for way, _ in recall.WAYS)
     with pytest.raises(recall.ReviewError, match=re.escape("judge these findings") + ".*drawn AMP013"):
-        recall.report(document, cases[:2])
+        recall.report({"runs": [document]}, cases[:2])
     judged = '[[judged]]\ncase = "drawn"\ncode = "AMP013"\nnames_hazard = true\nreason = "the draw"\n'
     cases = recall.load_cases(_write(tmp_path, _case("drawn", (draw, draw)), _case("header", (1, 2)), judged))
-    rendered = recall.report(document, cases)
-    assert "| default | 1/2 (50%; 9%-91%) | 1/2 (50%; 9%-91%) | 1/2 (50%; 9%-91%) |" in rendered["table"]
+    rendered = recall.report({"runs": [document]}, cases)
+    first = f"| `{document['commit']}`, first contact | default |"
+    assert f"{first} 1/2 (50%; 9%-91%) | 1/2 (50%; 9%-91%) | 1/2 (50%; 9%-91%) |" in rendered["table"]
     assert "| drawn | demo 1.0, `sampling.py`:" in rendered["cases"]
     assert "AMP013 (names it)" in rendered["cases"]
     assert "Judged: the draw" in rendered["cases"]
     # The same finding judged as naming another hazard flags the case without catching it.
+    assert "defaults caught 1 on first contact" in rendered["readme"]
     cases[0].judged["AMP013"] = (False, "another")
-    rendered = recall.report(document, cases)
-    assert "| default | 1/2 (50%; 9%-91%) | 0/2 (0%; 0%-66%) | 0/2 (0%; 0%-66%) |" in rendered["table"]
+    rendered = recall.report({"runs": [document]}, cases)
+    assert f"{first} 1/2 (50%; 9%-91%) | 0/2 (0%; 0%-66%) | 0/2 (0%; 0%-66%) |" in rendered["table"]
+    # A later run is reported after the first contact, and the cases table shows it.
+    later = {**document, "commit": "later", "cases": [{**c, "default": []} for c in document["cases"]]}
+    rendered = recall.report({"runs": [document, later]}, cases)
+    assert "| `later`, after changes | default | 0/2 (0%; 0%-66%) |" in rendered["table"]
+    assert "In the latest run (amplint at `later`)" in rendered["cases"]
 
 
 def test_a_judgement_needs_a_known_case(tmp_path: Path) -> None:
