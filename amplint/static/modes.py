@@ -432,7 +432,8 @@ _CLASS = re.compile(rb"class[ \t]")
 _WITH = re.compile(rb"[ \t]*(?:async[ \t]+)?with\b")
 _PLAIN_CLASS = re.compile(rb"class[ \t]+\w+[ \t]*(?:\([ \t]*(?:object)?[ \t]*\))?[ \t]*:")
 _METHOD = re.compile(rb"^([ \t]+)(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)
-_INDENTED = re.compile(rb"^([ \t]*)(?=[^\s#])", re.MULTILINE)  # a line holding code, its indentation
+# A line that starts a statement (not a comment, nor the closing bracket of a signature), its indentation.
+_INDENTED = re.compile(rb"^([ \t]*)(?=[^\s#)\]}])", re.MULTILINE)
 _SELF_CALL = re.compile(rb"\bself\.(\w+)[ \t]*\(")
 _SELF_READ = re.compile(rb"\bself\.(\w+)")
 _SELF_SET = re.compile(rb"\bself\.(\w+)[ \t]*(?::[^=\n]*)?=(?!=)([^\n]*)")
@@ -465,12 +466,17 @@ def _plain_methods(code: bytes, start: int, end: int) -> dict[bytes, tuple[int, 
 
 
 def _class_scope(
-    code: bytes, start: int, end: int, methods: dict[bytes, tuple[int, int]], entries: Iterable[bytes]
+    code: bytes,
+    start: int,
+    end: int,
+    methods: dict[bytes, tuple[int, int]],
+    entries: Iterable[bytes],
+    bases: bool = True,
 ) -> bytes:
     """What runs of the class at `code[start:end]` when `entries` of its methods are called: those
     methods, the methods they call through `self` (and those they call), the first line of each
     assignment to an attribute they read (`self.model = GPT(config)` in `__init__`), and the class's
-    own statements outside its methods (its header and bases)."""
+    own statements outside its methods (with `bases`, its header too: its bases' methods may run)."""
     wanted, frontier = set(entries), list(entries)
     while frontier:
         a, b = methods[frontier.pop()]
@@ -479,7 +485,8 @@ def _class_scope(
             frontier.append(called)
     run = [code[a:b] for name, (a, b) in methods.items() if name in wanted]
     read = {attribute for piece in run for attribute in _SELF_READ.findall(piece)}
-    outside, at = [], start
+    header = code.find(b"\n", start, end)
+    outside, at = [], start if bases or header < 0 else header
     for a, b in sorted(methods.values()):
         outside.append(code[at:a])
         at = b
@@ -490,12 +497,13 @@ def _class_scope(
 
 def _method_scope(code: bytes, start: int, end: int, offset: int) -> bytes | None:
     """The code an autocast region in a method of the class at `code[start:end]` runs: what that
-    method reaches (`_class_scope`). The class's other methods run outside the region: an autocast
-    in `predict_images` says nothing of `predict_text`. None when the region is in no method: the
-    class is read whole."""
+    method reaches in the class (`_class_scope`, its bases left out: a test case's region does not
+    run its framework's every method). The class's other methods run outside the region: an
+    autocast in `predict_images` says nothing of `predict_text`. None when the region is in no
+    method: the class is read whole."""
     methods = _methods(code, start, end)
     entry = next((name for name, (a, b) in methods.items() if a <= offset < b), None)
-    return None if entry is None else _class_scope(code, start, end, methods, (entry,))
+    return None if entry is None else _class_scope(code, start, end, methods, (entry,), bases=False)
 
 
 def _words(code: bytes) -> set[bytes]:

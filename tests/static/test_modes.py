@@ -591,3 +591,26 @@ def test_an_outer_einsum_is_half_only_where_a_mode_autocasts(
     )
     (found,) = _check(root, select=["AMP017"])
     assert "under autocast-bf16" in found.message
+
+
+def test_a_region_in_a_test_method_reaches_what_it_calls_not_its_base_class(tmp_path: Path) -> None:
+    # A test case's autocast region runs the sampler it calls; its base class's fixtures (an
+    # engine's launch) run outside it. The method's signature ends on a line of its own (`):`).
+    root = _project(
+        tmp_path,
+        {
+            "pyproject.toml": '[project]\nname = "pkg"\n',
+            "pkg/__init__.py": "",
+            "pkg/engine.py": "def launch():\n    return 1\n",
+            "pkg/sampler.py": "def sample(x):\n    return x\n",
+            "tests/base.py": "from pkg.engine import launch\n\n\nclass Base:\n    def setUp(self):\n        launch()\n",
+            "tests/test_sampler.py": (
+                "import torch\nfrom pkg.sampler import sample\nfrom tests.base import Base\n\n\n"
+                "class TestSampler(Base):\n    def test_sample(\n        self,\n    ):\n"
+                '        with torch.autocast("cuda", dtype=torch.bfloat16):\n            sample(1)\n'
+            ),
+        },
+    )
+    found = _index(root)
+    assert {why.mode.name for why in found.of("pkg/sampler.py")} == {"autocast-bf16"}
+    assert found.of("pkg/engine.py") == ()
