@@ -102,6 +102,7 @@ class _File:
     spans: dict[str, tuple[int, int]]  # top-level name -> (start, end) offsets
     imports: dict[str, tuple[str, str | None]]  # local name -> (module, name in it; None: the module)
     star: list[str]  # modules whose names `from M import *` binds
+    strings: list[tuple[int, int]]  # the triple-quoted strings' spans (`_strings`)
 
 
 @dataclass
@@ -301,7 +302,7 @@ class _Project:
                         queue.append((exporter, name, why, named))
                 continue
             start, end = index.spans[name]
-            methods = _plain_methods(index.code, start, end)
+            methods = _plain_methods(index, start, end)
             called = None
             if methods is not None:
                 called = frozenset(
@@ -378,7 +379,7 @@ def _index(display: str, code: bytes) -> _File:
                 imports[parts[2]] = (parts[0], None)
             elif "." not in parts[0]:
                 imports[parts[0]] = (parts[0], None)
-    return _File(display, code, spans, imports, star)
+    return _File(display, code, spans, imports, star, strings)
 
 
 def _uncomment(text: str) -> str:
@@ -418,7 +419,7 @@ def _scope(index: _File, offset: int, region: bool = False) -> tuple[str | None,
         if start <= offset < end:
             scope = None
             if region and _CLASS.match(index.code, start) and _WITH.match(index.code, offset):
-                scope = _method_scope(index.code, start, end, offset)
+                scope = _method_scope(index, start, end, offset)
             return name, index.code[start:end] if scope is None else scope
     pieces, at = [], 0
     for start, end in sorted(index.spans.values()):
@@ -439,10 +440,10 @@ _SELF_READ = re.compile(rb"\bself\.(\w+)")
 _SELF_SET = re.compile(rb"\bself\.(\w+)[ \t]*(?::[^=\n]*)?=(?!=)([^\n]*)")
 
 
-def _methods(code: bytes, start: int, end: int) -> dict[bytes, tuple[int, int]]:
-    """The spans of the methods of the class at `code[start:end]` (those at its body's indentation,
-    each up to the next line of code as far out as its `def`), by name."""
-    strings = _strings(code)
+def _methods(index: _File, start: int, end: int) -> dict[bytes, tuple[int, int]]:
+    """The spans of the methods of the class at `index.code[start:end]` (those at its body's
+    indentation, each up to the next line of code as far out as its `def`), by name."""
+    code, strings = index.code, index.strings
     found = [m for m in _METHOD.finditer(code, start, end) if not _inside(strings, m.start())]
     if not found:
         return {}
@@ -456,13 +457,13 @@ def _methods(code: bytes, start: int, end: int) -> dict[bytes, tuple[int, int]]:
     return spans
 
 
-def _plain_methods(code: bytes, start: int, end: int) -> dict[bytes, tuple[int, int]] | None:
-    """The methods of the definition at `code[start:end]` when it is a class without bases: nothing
+def _plain_methods(index: _File, start: int, end: int) -> dict[bytes, tuple[int, int]] | None:
+    """The methods of the definition at `index.code[start:end]` when it is a class without bases: nothing
     but its callers (and Python's protocols, its `__dunder__` methods) runs them, unlike a module or
     a framework's hook a base may call. None for a function or a class with bases."""
-    if not _PLAIN_CLASS.match(code, start):
+    if not _PLAIN_CLASS.match(index.code, start):
         return None
-    return _methods(code, start, end)
+    return _methods(index, start, end)
 
 
 def _class_scope(
@@ -495,15 +496,15 @@ def _class_scope(
     return b"\n".join([*outside, *run, *bound])
 
 
-def _method_scope(code: bytes, start: int, end: int, offset: int) -> bytes | None:
-    """The code an autocast region in a method of the class at `code[start:end]` runs: what that
+def _method_scope(index: _File, start: int, end: int, offset: int) -> bytes | None:
+    """The code an autocast region in a method of the class at `index.code[start:end]` runs: what that
     method reaches in the class (`_class_scope`, its bases left out: a test case's region does not
     run its framework's every method). The class's other methods run outside the region: an
     autocast in `predict_images` says nothing of `predict_text`. None when the region is in no
     method: the class is read whole."""
-    methods = _methods(code, start, end)
+    methods = _methods(index, start, end)
     entry = next((name for name, (a, b) in methods.items() if a <= offset < b), None)
-    return None if entry is None else _class_scope(code, start, end, methods, (entry,), bases=False)
+    return None if entry is None else _class_scope(index.code, start, end, methods, (entry,), bases=False)
 
 
 def _words(code: bytes) -> set[bytes]:
