@@ -482,6 +482,12 @@ def snapshot(rev: str, corpus: Path) -> tuple[str, Path]:
     return commit, folder
 
 
+def snapshot_command(rev: str, corpus: Path) -> tuple[str, list[str], dict[str, str]]:
+    """(full commit, command, environment) that run `amplint/` as committed at `rev` (`snapshot`)."""
+    commit, folder = snapshot(rev, corpus)
+    return commit, [sys.executable, "-c", _RUN_SNAPSHOT], {**os.environ, "PYTHONPATH": str(folder)}
+
+
 def _display_amplint(command: Sequence[str]) -> str:
     """The amplint command without machine paths (it goes into the committed report)."""
     if len(command) == 1:
@@ -700,9 +706,7 @@ def run(
     env: dict[str, str] | None = None
     commit: str | None
     if rev is not None:
-        commit, folder = snapshot(rev, corpus)
-        amplint = [sys.executable, "-c", _RUN_SNAPSHOT]
-        env = {**os.environ, "PYTHONPATH": str(folder)}
+        commit, amplint, env = snapshot_command(rev, corpus)
         source = f"`amplint/` as committed at `{commit[:12]}` (unpacked with git archive)"
         changes: bool | None = False
     else:

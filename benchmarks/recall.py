@@ -26,7 +26,6 @@ nowhere else (the rest may have shaped the rules).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import tempfile
@@ -37,7 +36,6 @@ from typing import Any
 
 import docs_blocks  # this folder is on sys.path when a script in it runs
 from precision_review import (
-    _RUN_SNAPSHOT,
     CONFIG_FILE,
     Project,
     ReviewError,
@@ -47,7 +45,7 @@ from precision_review import (
     default_amplint,
     fetch,
     find_archive,
-    snapshot,
+    snapshot_command,
     wilson,
 )
 
@@ -156,9 +154,7 @@ def run(cases: Sequence[Case], corpus: Path, rev: str | None, jobs: int | None) 
     env: dict[str, str] | None = None
     commit: str | None
     if rev is not None:
-        commit, folder = snapshot(rev, corpus)
-        amplint = [sys.executable, "-c", _RUN_SNAPSHOT]
-        env = {**os.environ, "PYTHONPATH": str(folder)}
+        commit, amplint, env = snapshot_command(rev, corpus)
     else:
         commit, amplint = _git("rev-parse", "HEAD"), default_amplint()
     # amplint's defaults, not the configuration of a repository the corpus folder sits in.
