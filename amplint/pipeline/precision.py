@@ -65,7 +65,7 @@ def _marked(folder: Path) -> bool:
 
 def project_root(paths: Sequence[Path]) -> Path:
     """The folder of the project around `paths` (files, or folders): the nearest above their common
-    folder that holds a project marker, else that common folder."""
+    folder that holds a project marker, else that common folder (above the packages it is in)."""
     folders = [os.path.abspath(path) for path in paths]
     common = Path(os.path.commonpath(folders)) if folders else Path.cwd()
     if not common.is_dir():
@@ -77,6 +77,10 @@ def project_root(paths: Sequence[Path]) -> Path:
             break
         if _marked(folder):
             return folder
+    # A package's folder (`flagai/`, checked alone) is imported from the folder that holds it
+    # (`from flagai.model import ...`): that one is the project's.
+    while (common / "__init__.py").is_file() and common.parent not in stop:
+        common = common.parent
     return common
 
 

@@ -34,7 +34,7 @@ _CASTS = frozenset({"to", "type", "half", "type_as"})
 # A mask built from positions (causal, sliding-window, chunked, block-diagonal) keeps the diagonal,
 # so no row is ever masked whole; a padding mask can mask a whole row.
 _STRUCTURAL = re.compile(
-    r"(causal|future|triu|tril|upper|lower|diag|look_?ahead|subsequent|autoregressive|strict|^ltr$|"
+    r"(causal|future|triu|tril|upper|lower|diag|look_?ahead|subsequent|autoregressive|strict|^ltr$|ltor|"
     r"segsum|window|chunk|band)",
     re.IGNORECASE,
 )
@@ -90,7 +90,10 @@ class MaskConstantOverflow(Rule):
     `torch.finfo(dtype).min`, constants chosen per dtype, `-1e4` and `-10000`, additive masks that
     stay float32, and `-inf` in causal, windowed or top-k masks (they keep every row's diagonal or
     maximum; a buffer the module registers from `torch.tril` too, whatever sizes the mask is built
-    with, and a padding mask whose diagonal is unmasked last, `mask & ~torch.eye(n)`), in
+    with, a causal block written into a slice of it, `mask[..., -n:] = torch.tril(...)`, Megatron's
+    left-to-right `ltor_mask`, and a padding mask whose diagonal is unmasked last,
+    `mask & ~torch.eye(n)`), `-65504` in a bias handed to a kernel as an argument (the kernel adds it
+    to its own scores; -65504 itself is finite), in
     key-padding masks (`mask[:, None, None, :]`, masks from lengths such as
     `sequence_mask(lengths)`: a whole row only for an empty input), in a mask the caller passes in (flagged only where the module shows that
     rows can be masked whole), or when the NaN is masked away after the softmax.
@@ -258,6 +261,7 @@ def _check_scope(ctx: FileContext, scope: Scope, sites: Mapping[cst.CSTNode, _Si
     its mask where it stands (names as bound there)."""
     origin: dict[cst.CSTNode, cst.CSTNode] = {}
     armed: dict[str, cst.CSTNode] = {}  # names masked in place with `masked_fill_`
+    sliced = _slice_writes(scope.node)
     flags: dict[cst.CSTNode, set[str]] = {}
     parameters = _parameters(scope.node) if isinstance(scope.node, cst.FunctionDef) else None
 
@@ -265,7 +269,7 @@ def _check_scope(ctx: FileContext, scope: Scope, sites: Mapping[cst.CSTNode, _Si
         site = sites.get(node)
         if site is not None:
             origin[node] = node
-            flags[node] = _mask_shape(ctx, site.mask, flow, parameters)
+            flags[node] = _mask_shape(ctx, site.mask, flow, parameters, sliced)
             if _keeps_diagonal(site, flow):
                 flags[node].add("structural")
             if (
@@ -395,6 +399,8 @@ def _finite(ctx: FileContext, site: _Site, flags: set[str], into: list[Fact]) ->
     if found is None:
         return None
     made_here, found = found is made, cited(found)
+    if hazard == "edge" and _handed_over(ctx, site.node):
+        return None  # a bias a kernel adds to its own (float32) scores: -65504 itself is finite
     if hazard == "edge":
         message = (
             f"an additive mask of `{shown}` (about float16's minimum) rounds to -inf when a score of -16 or "
@@ -417,6 +423,12 @@ def _finite(ctx: FileContext, site: _Site, flags: set[str], into: list[Fact]) ->
                 )
     message = f"{message}; {_why(found, both)}"
     return Finding(site.node, message, help=help, evidence=found.why, caller_only=found.caller)
+
+
+def _handed_over(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """`node` is an argument of a call (atorch's `flash_attn_with_mask_bias(q, k, v, mask=-65504.0 * (1.0
+    - ltor_mask))`): what the callee adds it to is its own business."""
+    return any(arg.value is node for call in ctx.index.calls for arg in call.args)
 
 
 def _product_fix(ctx: FileContext, site: _Site) -> tuple[FixPlan, str] | None:
@@ -465,7 +477,11 @@ def _cast_here(fact: Fact) -> bool:
 
 
 def _mask_shape(
-    ctx: FileContext, mask: cst.BaseExpression | None, flow: Flow, parameters: frozenset[str] | None
+    ctx: FileContext,
+    mask: cst.BaseExpression | None,
+    flow: Flow,
+    parameters: frozenset[str] | None,
+    sliced: Mapping[str, list[cst.BaseExpression]],
 ) -> set[str]:
     """What a mask's expression, what its names were bound to, and the buffers it reads were
     registered from (nanoGPT's `self.bias`, a `torch.tril`), show: `structural` (built from
@@ -486,6 +502,7 @@ def _mask_shape(
                 if isinstance(node, cst.Name):
                     history = flow.history.get(node.value, [])[-3:]
                     bound += [b for b in history if isinstance(b, cst.BaseExpression) and b is not mask]
+                    bound += sliced.get(node.value, [])
         frontier = bound
     parts += [
         node
@@ -513,6 +530,18 @@ def _mask_shape(
     if parameters is not None and _from_caller(mask, flow, parameters):
         flags.add("caller")
     return flags
+
+
+def _slice_writes(scope: cst.CSTNode) -> dict[str, list[cst.BaseExpression]]:
+    """What each name of the scope has written into a slice of it (`mask[..., -n:] = torch.tril(...)`):
+    part of how a mask is built, as its bindings are."""
+    found: dict[str, list[cst.BaseExpression]] = {}
+    for node in walk(scope, expressions=False):
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                if isinstance(target.target, cst.Subscript) and isinstance(target.target.value, cst.Name):
+                    found.setdefault(target.target.value.value, []).append(node.value)
+    return found
 
 
 def _without_sizes(expression: cst.CSTNode) -> Iterator[cst.CSTNode]:

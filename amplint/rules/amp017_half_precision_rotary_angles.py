@@ -12,8 +12,6 @@ from amplint.static.context import FileContext, Finding
 from amplint.static.facts import Fact, why_half
 from amplint.static.flow import Flow, Policy, analyse
 from amplint.static.patterns import method_call
-from amplint.static.profile import CAST
-from amplint.static.scopes import registered_buffer, walk
 
 # Names of inverse frequencies (`inv_freq`, `self.theta`, `temporal_freqs`, `omega`), not of the
 # cos/sin tables or complex rotations made from them (`freqs_cis`, `freqs_cos`); a local `theta` is
@@ -30,7 +28,6 @@ _KEEPING = frozenset(
 _POSITIONS = re.compile(r"^(t|t_[a-z]|\w*seq\w*|\w*pos\w*|\w*idx\w*|\w*index\w*|time_stamps|grid\w*)$")
 # An execution mode that converts a built module (`model.half()`, `model.to(torch.bfloat16)`,
 # Lightning's "bf16-true"), where a loader's or constructor's dtype only makes new tensors half.
-_CONVERTS = re.compile(r"\.(?:half|bfloat16|to|type)\(|-true")
 _OUTER = frozenset({"torch.outer", "torch.ger", "torch.matmul", "torch.einsum"})
 _MESSAGE = (
     "rotary angles `{code}` are computed in {names} ({part}): integer positions above 256 are not exact "
@@ -121,8 +118,6 @@ class HalfPrecisionRotaryAngles(Rule):
                 ("the product runs in {}", ctx.facts.of(node)),
             ]
             half = [(part, fact) for part, fact in parts if fact is not None and _half_here(fact)]
-            if half and half[0][0] == parts[1][0] and _kept_float32(ctx, node, frequencies):
-                half = half[1:]
             if half:
                 yield _finding(ctx, node, *half[0])
 
@@ -196,60 +191,6 @@ def _root(ctx: FileContext, node: cst.BaseExpression) -> str:
         else:
             return ""
     return ""
-
-
-def _kept_float32(ctx: FileContext, node: cst.CSTNode, frequencies: cst.BaseExpression) -> bool:
-    """Whether the frequencies are a buffer (or attribute) that its class makes in float32 on
-    purpose (`torch.arange(..., dtype=torch.float32)`, `.float()`) and that no execution mode of the
-    code converts after it is built: a loader's `dtype=`, `set_default_dtype` or a constructor's
-    dtype make new tensors in the half dtype, but leave one made explicitly in float32 as it is; only
-    `.half()`, `.to(dtype)` and the like convert a built module's buffers."""
-    name = _root(ctx, frequencies)
-    top = ctx.index.top_of.get(node)
-    if not name.startswith("self.") or not isinstance(top, cst.ClassDef):
-        return False
-    modes = ctx.profile.modes_of(top.name.value)
-    if not modes or ctx.profile.origin == "configured":
-        return False
-    if any(why.mode.kind == CAST and _CONVERTS.search(why.what) for why in modes):
-        return False
-    values = list(_made(top, name.removeprefix("self.")))
-    return bool(values) and all(_float32(ctx, value) for value in values)
-
-
-def _float32(ctx: FileContext, value: cst.BaseExpression) -> bool:
-    """Made in float32: some tensor it is computed from is float32 (`.float()`, `dtype=torch.float32`)
-    and none may be half (the scalars beside them, `self.base`, promote to nothing)."""
-    facts = [ctx.facts.of(node) for node in walk(value) if isinstance(node, cst.BaseExpression)]
-    return any(fact.is_wide for fact in facts) and not any(fact.may_be_half for fact in facts)
-
-
-def _made(cls: cst.ClassDef, name: str) -> Iterator[cst.BaseExpression]:
-    """The values the class registers as buffer `name` or assigns to `self.name`; a local name
-    registered (`self.register_buffer("inv_freq", inv_freq)`) stands for what its method binds to it."""
-    for node in walk(cls):
-        if isinstance(node, cst.Assign) and any(
-            isinstance(t.target, cst.Attribute)
-            and t.target.attr.value == name
-            and isinstance(t.target.value, cst.Name)
-            and t.target.value.value == "self"
-            for t in node.targets
-        ):
-            yield node.value
-        elif (registered := registered_buffer(node, name)) is not None:
-            if not isinstance(registered, cst.Name):
-                yield registered
-                continue
-            bound = [
-                statement.value
-                for statement in walk(cls)
-                if isinstance(statement, cst.Assign)
-                and any(
-                    isinstance(t.target, cst.Name) and t.target.value == registered.value
-                    for t in statement.targets
-                )
-            ]
-            yield from bound or [registered]
 
 
 def _nothing(node: cst.BaseExpression, flow: Flow) -> bool:

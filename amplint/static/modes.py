@@ -29,6 +29,7 @@ from pathlib import PurePosixPath
 from amplint.static.profile import (
     AUTOCAST,
     CAST,
+    CAST_LOAD,
     CAST_TENSOR,
     MODE_NAMES,
     Mode,
@@ -86,8 +87,8 @@ def modes_of_setting(kind: str, dtypes: frozenset[str]) -> Iterator[Mode]:
     if kind == CAST_TENSOR:
         return  # a tensor's cast is the engine's to follow, where the tensor goes
     for dtype in sorted(dtypes):
-        if kind == CAST:
-            yield Mode(CAST, dtype)
+        if kind in (CAST, CAST_LOAD):
+            yield Mode(CAST, dtype, loads=kind == CAST_LOAD)
         else:
             device = kind.partition(":")[2] or "cuda"
             yield Mode(AUTOCAST, dtype, "cpu" if device == "cpu" else "cuda")

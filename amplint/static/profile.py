@@ -49,6 +49,8 @@ AUTOCAST, CAST = "autocast", "cast"
 AUTOCAST_CUDA = f"{AUTOCAST}:cuda"
 # A cast of one tensor: that value is half, the code it flows into does not run in a mode for it.
 CAST_TENSOR = "cast:tensor"
+# A model built or loaded in a half dtype (`Mode.loads`).
+CAST_LOAD = "cast:load"
 
 _HANDFUL = 5  # evidence kept per dtype: enough to show where, not a list of every cast
 _ALIASES = {
@@ -141,6 +143,9 @@ class Mode:
     kind: str  # AUTOCAST or CAST
     dtype: str  # BFLOAT16 or FLOAT16
     device: str = ""  # autocast's device type: "cuda" or "cpu"
+    # A cast that builds or loads the model in `dtype` (`torch_dtype=`, `set_default_dtype`) rather
+    # than converting it once built (`.half()`): tensors made in float32 on purpose stay float32.
+    loads: bool = False
 
     @property
     def name(self) -> str:
@@ -174,6 +179,14 @@ class ModeWhy:
         if len(via) > most:
             via = (*via[: most // 2], "...", *via[-(most - most // 2 - 1) :])
         return replace(self, via=via)
+
+    @property
+    def converts(self) -> bool:
+        """Whether the mode converts a built module's float32 parameters and buffers (`.half()`,
+        `.to(dtype)`, Lightning's "bf16-true", a configured cast), rather than building or loading
+        the model in the half dtype (a loader's `torch_dtype=`, `set_default_dtype`): that leaves a
+        tensor made in float32 on purpose (`.float()`, `dtype=torch.float32`) as it is."""
+        return self.mode.kind == CAST and not self.mode.loads
 
     def rank(self) -> tuple[int, int]:
         """Which evidence to show first: real code before tests and examples, short chains first."""
@@ -442,7 +455,7 @@ def _settings(code: bytes, partials: Mapping[str, Partial]) -> Iterator[tuple[in
     yield from _autocasts(code, partials)
     for match in _DEFAULT_DTYPE.finditer(code):
         what = _snippet(code, match.start(), match.end()) + ")"
-        yield match.start(), what, _dtypes(match["dtype"]), CAST
+        yield match.start(), what, _dtypes(match["dtype"]), CAST_LOAD
     for match in _CAST_METHOD.finditer(code):
         what = _qualified(code, match.start()) + _text(match.group())
         yield match.start(), what, _dtypes(match["dtype"]), _cast_kind(code, match.start())
@@ -462,7 +475,7 @@ def _settings(code: bytes, partials: Mapping[str, Partial]) -> Iterator[tuple[in
             # `torch_dtype=` loads a model; `dtype=` makes a tensor, unless a model loader takes it.
             line = code[code.rfind(b"\n", 0, start) + 1 : start]
             module = code.startswith(b"torch_", start) or _LOADER.search(line) is not None
-            yield start, _snippet(code, start, end), dtypes, CAST if module else CAST_TENSOR
+            yield start, _snippet(code, start, end), dtypes, CAST_LOAD if module else CAST_TENSOR
     for match in _GRAD_SCALER.finditer(code):
         if not _defines(code, match.start()) and not _DISABLED.search(_arguments(code, match.end())):
             what = _qualified(code, match.start()) + "GradScaler(...)"

@@ -614,3 +614,40 @@ def test_a_region_in_a_test_method_reaches_what_it_calls_not_its_base_class(tmp_
     found = _index(root)
     assert {why.mode.name for why in found.of("pkg/sampler.py")} == {"autocast-bf16"}
     assert found.of("pkg/engine.py") == ()
+
+
+def test_a_loaded_model_keeps_the_buffers_made_in_float32(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # flagai's AutoLoader loads Aquila with `from_pretrained(..., torch_dtype=torch.float16)`: a load
+    # casts the checkpoint's weights, but a buffer the model makes in float32 on purpose (the rotary
+    # `inv_freq`, `.float()`) stays float32, in the base rotary class and in the two that inherit it.
+    # `model.half()` after the load converts it, and then the angles are fp16.
+    root = _real_modes_project("flagai_aquila_loaded_rotary", tmp_path, monkeypatch)
+    modeling = "flagai/model/aquila2/modeling_aquila.py"
+    reached = _index(root).definitions[modeling]
+    assert {why.mode.name for why in reached["AquilaLinearScalingRotaryEmbedding"]} == {"cast-fp16"}
+    assert not _check(root, select=["AMP017"], show_conditional=True)
+    loader = root / "flagai" / "auto_model" / "auto_loader.py"
+    loader.write_text(loader.read_text().replace("model.eval()", "model.half()"))
+    found = _check(root, select=["AMP017"])
+    assert [(d.path, d.line) for d in found] == [(modeling, 37), (modeling, 66), (modeling, 92)]
+    assert all("`model.half()` at flagai/auto_model/auto_loader.py:" in d.message for d in found)
+
+
+def test_a_package_checked_alone_resolves_imports_of_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `amplint check .` in a folder that holds only the package `pkg/`: `from pkg.model import GPT`
+    # names the project's own file, so the cast in `pkg/run.py` reaches the model.
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "run.py").write_text("def main():\n    from pkg.model import GPT\n    GPT().half()\n")
+    (tmp_path / "pkg" / "model.py").write_text(
+        "import torch\n\n\nclass GPT(torch.nn.Module):\n"
+        "    def forward(self, x):\n        return torch.log_softmax(x, dim=-1)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    found = _check(tmp_path, select=["AMP003"])
+    assert [(d.path, d.code) for d in found] == [("pkg/model.py", "AMP003")]
+    assert "`.half()` at pkg/run.py:3 -> GPT" in found[0].message

@@ -64,12 +64,10 @@ class AttributeFacts(EngineState):
             ),
             None,
         )
-        if init is None:
-            return self._class_attribute(klass, name)
-        frame = Frame(dict(self._parameters(init)), frozenset({OFF}))
+        frame = Frame(dict(self._parameters(init)) if init is not None else {}, frozenset({OFF}))
         frame.env["__class__"] = Fact(OTHER, module=cls)
         found: list[Fact] = []
-        methods = [init, *self._construction_methods(klass)]
+        methods = [*([init] if init is not None else []), *self._construction_methods(klass)]
         for statement in (node for method in methods for node in self._binding_nodes(method)):
             if isinstance(statement, cst.Assign):
                 for target in statement.targets:
@@ -94,12 +92,23 @@ class AttributeFacts(EngineState):
                         # float32 after `.half()`): the buffer keeps the dtype it is registered in.
                         found.append(self._expr(statement.args[1].value, frame))
                     else:
+                        kept = len(statement.args) > 1 and _made_float32(self.of(statement.args[1].value))
                         found.append(
                             self._caller_tensor(
-                                where, f"`self.{name}` is a buffer, in the model's dtype", weights=True
+                                where,
+                                f"`self.{name}` is a buffer, in the model's dtype",
+                                weights=True,
+                                kept=kept,
                             )
                         )
-        return join(found) if found else self._class_attribute(klass, name)
+        if found:
+            return join(found)
+        inherited = self._class_attribute(klass, name)
+        for base in klass.bases:
+            # `class LinearScalingRotaryEmbedding(RotaryEmbedding)`: `super().__init__()` made it.
+            if inherited.kind == UNKNOWN and isinstance(base.value, cst.Name) and base.value.value != cls:
+                inherited = self._init_attribute(base.value.value, name, where)
+        return inherited
 
     def _binding_nodes(self, method: cst.FunctionDef) -> list[cst.Assign | cst.Call]:
         """The assignments and calls of a method's body, in walk order: walked once per method, not
@@ -172,8 +181,14 @@ class AttributeFacts(EngineState):
         if isinstance(value, cst.Call):
             constructor = (self.ctx.qualified(value.func) or self.ctx.code(value.func)).rsplit(".", 1)[-1]
             if constructor in ("Parameter", "Buffer"):
+                # A checkpoint load casts parameters to its dtype; a buffer made in float32 it leaves.
+                kept = (
+                    constructor == "Buffer"
+                    and bool(value.args)
+                    and _made_float32(self.of(value.args[0].value))
+                )
                 return self._caller_tensor(
-                    value, f"a {constructor.lower()}, in the model's dtype", weights=True
+                    value, f"a {constructor.lower()}, in the model's dtype", weights=True, kept=kept
                 )
             if constructor in ops.MODULE_OPS or constructor[:1].isupper():
                 return Fact(MODULE, module=constructor)
@@ -188,3 +203,9 @@ def _converts_itself(klass: cst.ClassDef) -> bool:
     return any(
         isinstance(item, cst.FunctionDef) and item.name.value == "_apply" for item in suite_body(klass.body)
     )
+
+
+def _made_float32(fact: Fact) -> bool:
+    """A tensor made in float32 on purpose (`.float()`, `dtype=torch.float32`), whatever the caller
+    runs: building the model in a half dtype leaves it float32."""
+    return fact.kind == TENSOR and fact.is_wide and not fact.caller

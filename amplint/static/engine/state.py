@@ -134,11 +134,14 @@ class EngineState(ABC):
             }
         return self.profile.modes_of(self._definition_of.get(node))
 
-    def _caller_tensor(self, node: cst.CSTNode, what: str, *, weights: bool = False) -> Fact:
+    def _caller_tensor(
+        self, node: cst.CSTNode, what: str, *, weights: bool = False, kept: bool = False
+    ) -> Fact:
         """A value whose dtype the code's runner picks: a function's input (or, with `weights`, a
-        model's parameter, which autocast leaves float32). The execution modes of the definition
-        holding `node` decide it, and the evidence names them; where none reaches it, any dtype the
-        caller may pick, marked as the caller's."""
+        model's parameter, which autocast leaves float32; with `kept`, a buffer made in float32 on
+        purpose, which only a mode that converts the built module makes half). The execution modes
+        of the definition holding `node` decide it, and the evidence names them; where none reaches
+        it, any dtype the caller may pick, marked as the caller's."""
         if self._foreign():
             return UNKNOWN_FACT  # a TensorFlow or JAX file: its inputs are no torch tensors
         modes = self._modes_at(node)
@@ -147,8 +150,10 @@ class EngineState(ABC):
             return Fact(TENSOR, frozenset({F32, *half}), (Step(node, what),), caller=bool(half))
         found: set[str] = set()
         for why in modes:
-            cast = why.mode.kind == CAST
-            found |= {why.mode.dtype} if cast else ({F32} if weights else {F32, why.mode.dtype})
+            if why.mode.kind == CAST:
+                found |= {F32} if kept and not why.converts else {why.mode.dtype}
+            else:
+                found |= {F32} if weights else {F32, why.mode.dtype}
         return Fact(
             TENSOR,
             frozenset(found),
