@@ -175,7 +175,7 @@ def readme(data: dict[str, Any]) -> str:
         if t_real < BAR_ALL * t_read:
             text += (
                 " Far from good enough: the core numeric rules (AMP001-AMP005, AMP007, AMP013) were "
-                f"read {c_read} times and {c_real} of them were real."
+                f"read {c_read} times and {c_real} of them {'was' if c_real == 1 else 'were'} real."
             )
         text += (
             f" The latest, review {latest['order']} ({latest['projects']} projects), had "

@@ -21,14 +21,14 @@ HAZARD_LINE, HAZARD_COLUMN = 5, 9
 HAZARD_CODE = "AMP008"
 HAZARD_FIXED = HAZARD.replace("torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")')
 
-# AMP010 (no automatic fix) on line 6, AMP006 (fixed) on line 7.
+# AMP011 (no automatic fix) on line 6, AMP006 (fixed) on line 7.
 OTHERS = """\
 import torch
 from transformers import AutoModelForCausalLM
 
 
 def load_and_norm(x):
-    model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2-7B", torch_dtype=torch.float16)
+    model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2-7B", torch_dtype=torch.float16, attn_implementation="eager")
     var = x.pow(2).mean(-1, keepdim=True)
     return model, x * torch.rsqrt(var + 1e-6)
 

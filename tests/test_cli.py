@@ -15,8 +15,8 @@ import amplint
 from amplint.rules import all_rules, rule_by_code
 
 # HAZARD: AMP008 flags `torch.cuda.amp.GradScaler()` at line 5, column 9 (1-based), and fixes it.
-# OTHERS: AMP010 (no automatic fix) on line 6, AMP006 (fixed) on the line after.
-# All three rules are on by default; `AMP00` covers AMP006 and AMP008 but not AMP010.
+# OTHERS: AMP011 (no automatic fix) on line 6, AMP006 (fixed) on the line after.
+# All three rules are on by default; `AMP00` covers AMP006 and AMP008 but not AMP011.
 
 CLEAN = """\
 import torch
@@ -109,21 +109,21 @@ def test_bad_select_names_the_code(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ([], ["AMP010", "AMP006", "AMP008"]),
+        ([], ["AMP011", "AMP006", "AMP008"]),
         (["--select", "AMP008"], ["AMP008"]),
-        (["--select", "AMP010,AMP006"], ["AMP010", "AMP006"]),
-        (["--select", "AMP010", "--select", "AMP008"], ["AMP010", "AMP008"]),
+        (["--select", "AMP011,AMP006"], ["AMP011", "AMP006"]),
+        (["--select", "AMP011", "--select", "AMP008"], ["AMP011", "AMP008"]),
         (["--select", "amp006"], ["AMP006"]),
-        # A prefix: AMP006 and AMP008 start with AMP00, AMP010 does not.
+        # A prefix: AMP006 and AMP008 start with AMP00, AMP011 does not.
         (["--select", "AMP00"], ["AMP006", "AMP008"]),
-        (["--select", "AMP0"], ["AMP010", "AMP006", "AMP008"]),
-        (["--ignore", "AMP008"], ["AMP010", "AMP006"]),
-        (["--ignore", "AMP008,AMP006"], ["AMP010"]),
-        (["--ignore", "AMP008", "--ignore", "AMP010"], ["AMP006"]),
-        (["--ignore", "AMP00"], ["AMP010"]),
+        (["--select", "AMP0"], ["AMP011", "AMP006", "AMP008"]),
+        (["--ignore", "AMP008"], ["AMP011", "AMP006"]),
+        (["--ignore", "AMP008,AMP006"], ["AMP011"]),
+        (["--ignore", "AMP008", "--ignore", "AMP011"], ["AMP006"]),
+        (["--ignore", "AMP00"], ["AMP011"]),
         (["--ignore", "AMP0"], []),
         (["--ignore", "AMP"], []),
-        (["--select", "AMP0", "--ignore", "AMP010"], ["AMP006", "AMP008"]),
+        (["--select", "AMP0", "--ignore", "AMP011"], ["AMP006", "AMP008"]),
         # The longest matching prefix decides.
         (["--select", "AMP008", "--ignore", "AMP0"], ["AMP008"]),
     ],
@@ -229,7 +229,7 @@ def test_statistics_counts_per_rule(tmp_path: Path) -> None:
     assert proc.returncode == 1
     lines = [line.split() for line in proc.stdout.splitlines()]
     counts = {line[1]: int(line[0]) for line in lines if len(line) >= 2 and line[1].startswith("AMP")}
-    assert counts == {"AMP008": 2, "AMP010": 1, "AMP006": 1}
+    assert counts == {"AMP008": 2, "AMP011": 1, "AMP006": 1}
 
 
 def test_no_color_when_piped(tmp_path: Path) -> None:
@@ -565,7 +565,7 @@ def test_diagnostics_sorted_by_path_line_column(tmp_path: Path) -> None:
     assert [f[0] for f in found] == ["a.py", "a.py", "a/b.py", "a/b.py", "m.py", "z.py", "z.py"]
     assert ("m.py", HAZARD_LINE, HAZARD_COLUMN, HAZARD_CODE) in found
     assert ("z.py", 10, 17, HAZARD_CODE) in found  # `torch.cuda.amp.GradScaler()` after `pairs = (y, `
-    assert ("a/b.py", 6, 79, "AMP010") in found and ("a/b.py", 7, 11, "AMP006") in found
+    assert ("a/b.py", 6, 114, "AMP011") in found and ("a/b.py", 7, 11, "AMP006") in found
 
 
 def test_text_positions_are_one_based(tmp_path: Path) -> None:
@@ -602,11 +602,11 @@ def test_api_check_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert all(isinstance(d, amplint.Diagnostic) for d in diagnostics)
     assert [(d.path, d.code) for d in diagnostics] == [
         ("pkg/a.py", "AMP008"),
-        ("pkg/b.py", "AMP010"),
+        ("pkg/b.py", "AMP011"),
         ("pkg/b.py", "AMP006"),
     ]
     assert [d.code for d in amplint.check_paths(["pkg"], select=["AMP008"])] == ["AMP008"]
-    assert [d.code for d in amplint.check_paths(["pkg"], ignore=["AMP00"])] == ["AMP010"]
+    assert [d.code for d in amplint.check_paths(["pkg"], ignore=["AMP00"])] == ["AMP011"]
     assert [d.code for d in amplint.check_paths(["pkg"], ignore=["AMP0"])] == []
 
 

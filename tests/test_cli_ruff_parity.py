@@ -55,8 +55,8 @@ def test_statistics_in_json_take_ruffs_shape(tmp_path: Path) -> None:
             "fixable_count": 1,
         },
         {
-            "code": "AMP010",
-            "name": "float16-for-bf16-checkpoint",
+            "code": "AMP011",
+            "name": "eager-attention-in-fp16",
             "count": 1,
             "fixable": False,
             "fixable_count": 0,
@@ -78,12 +78,12 @@ def test_exit_non_zero_on_fix(tmp_path: Path) -> None:
 
 def test_fix_only_fixes_and_reports_no_finding_left(tmp_path: Path) -> None:
     model = write(tmp_path / "model.py", HAZARD)
-    load = write(tmp_path / "load.py", OTHERS)  # AMP010 has no fix: it is left, and not reported
+    load = write(tmp_path / "load.py", OTHERS)  # AMP011 has no fix: it is left, and not reported
     done = amplint_run(tmp_path, "check", "--no-cache", "--fix-only")
     assert (done.returncode, done.stdout) == (0, "Fixed 2 findings.\n"), done.stderr
     assert model.read_text(encoding="utf-8") == HAZARD_FIXED and load.read_text(encoding="utf-8") != OTHERS
     left = _json(amplint_run(tmp_path, "check", "--no-cache", "--format", "json"))
-    assert isinstance(left, dict) and [d["code"] for d in left["diagnostics"]] == ["AMP010"]
+    assert isinstance(left, dict) and [d["code"] for d in left["diagnostics"]] == ["AMP011"]
     again = amplint_run(tmp_path, "check", "--no-cache", "--fix-only", "--exit-non-zero-on-fix")
     assert (again.returncode, again.stdout) == (0, "No findings fixed.\n")
     write(model, HAZARD)

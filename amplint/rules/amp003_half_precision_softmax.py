@@ -41,10 +41,14 @@ class HalfPrecisionSoftmax(Rule):
     softmax, where the file runs them in half precision (a `.half()` model, half weights, CPU
     autocast). Under CUDA autocast both run in float32 and nothing is flagged.
 
-    On by default. Its hazard needs half precision, so it is reported where the project runs the
-    code in bf16/fp16 (an execution mode found in its scripts, tests or configuration, named in
-    the message); where nothing in the project does, the finding is conditional and shown only
-    with `--show-conditional` (docs/usage.md#execution-modes).
+    Off by default (opt-in) after review 14: on public projects it was not written against it was
+    read 24 times (precision reviews 4 to 14, docs/measured.md) and none was real: most were
+    log-probabilities that only pick an argmax or rank beams, where half precision changes nothing,
+    or log-softmax already run in float32 under autocast. Turn it on with `--extend-select AMP003`
+    or `extend-select = ["AMP003"]` under `[tool.amplint]`. Its hazard needs half precision, so it
+    is reported where the project runs the code in bf16/fp16 (an execution mode found in its
+    scripts, tests or configuration, named in the message); where nothing in the project does, the
+    finding is conditional and shown only with `--show-conditional` (docs/usage.md#execution-modes).
 
     ## Why is this bad?
     A half softmax is not the hazard by itself: its kernel accumulates in float32, and
@@ -89,6 +93,7 @@ class HalfPrecisionSoftmax(Rule):
 
     code = "AMP003"
     name = "half-precision-softmax"
+    default_on = False
     fix_applicability = UNSAFE  # the log-probabilities stay float32 for their consumers
     summary = "log_softmax, or log of a softmax, computed in float16/bfloat16"
     triggers = frozenset({"log_softmax", "LogSoftmax", "log", "log2", "log10"})

@@ -63,6 +63,12 @@ class Float16ForBf16Checkpoint(Rule):
     (`variant="fp16"`) and a model a function only converts (loads, merges, saves with
     `save_pretrained`, never runs nor hands on) are left alone.
 
+    Off by default (opt-in) after review 14: on public projects it was not written against it was
+    read 21 times (precision reviews 4 to 14, docs/measured.md) and none was real: most loaded
+    checkpoints published and run in float16 (Llama 2, Vicuna, ChatGLM, BLOOM) or only converted or
+    described the model. Turn it on with `--extend-select AMP010` or `extend-select = ["AMP010"]`
+    under `[tool.amplint]`.
+
     ## Why is this bad?
     bfloat16 has float32's 8 exponent bits; float16 has 5, and its largest finite value is 65504.
     Weights and activations of a model trained in bfloat16 can exceed that range: outliers in the
@@ -93,6 +99,7 @@ class Float16ForBf16Checkpoint(Rule):
 
     code = "AMP010"
     name = "float16-for-bf16-checkpoint"
+    default_on = False
     summary = "a pretrained checkpoint loaded with torch_dtype=torch.float16 or cast with .half()"
     triggers = frozenset({"float16", "half", "fp16"})
     # The loader call; its dtype, `**kwargs` and later `.half()` are judged beside it.

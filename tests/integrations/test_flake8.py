@@ -58,17 +58,17 @@ def test_flake8_select_ignore_and_noqa_decide(tmp_path: Path) -> None:
     write(tmp_path / "others.py", OTHERS)
     write(tmp_path / "model.py", HAZARD.replace("GradScaler()\n", f"GradScaler()  # noqa: {HAZARD_CODE}\n"))
     # amplint's own configuration does not apply under flake8: its `ignore` is not read.
-    write(tmp_path / "pyproject.toml", '[tool.amplint]\nignore = ["AMP010", "AMP006"]\n')
+    write(tmp_path / "pyproject.toml", '[tool.amplint]\nignore = ["AMP011", "AMP006"]\n')
 
     def codes(*args: str) -> list[str]:
         proc = flake8(tmp_path, *args, "others.py", "model.py")
         assert "Traceback" not in proc.stderr, proc.stderr
         return [line.split()[1] for line in proc.stdout.splitlines()]
 
-    assert codes("--select", "AMP") == ["AMP010", "AMP006"]  # model.py's finding has a noqa
+    assert codes("--select", "AMP") == ["AMP011", "AMP006"]  # model.py's finding has a noqa
     assert codes("--select", "AMP006") == ["AMP006"]
-    assert codes("--select", "AMP", "--ignore", "AMP006") == ["AMP010"]
-    assert "AMP010" in codes()  # the plugin's codes are selected by default, as flake8 does for plugins
+    assert codes("--select", "AMP", "--ignore", "AMP006") == ["AMP011"]
+    assert "AMP011" in codes()  # the plugin's codes are selected by default, as flake8 does for plugins
 
 
 def test_plugin_is_registered(tmp_path: Path) -> None:
@@ -100,7 +100,7 @@ def test_opt_in_rules_run_under_flake8_only_when_named(tmp_path: Path) -> None:
         tmp_path / "gate.py",
         "import torch\n\n\ndef log_probs(x):\n    return torch.log(torch.softmax(x, dim=-1))\n",
     )
-    # AMP003 (on by default) holds only where the caller runs it in half: conditional, not shown.
+    # AMP003 (opt-in) is not run, and would hold only where the caller runs it in half.
     assert flake8(tmp_path, "--select", "AMP", "gate.py").stdout == ""
     named = flake8(tmp_path, "--select", "AMP", "--amplint-extend-select", "AMP014", "gate.py")
     assert named.stdout.startswith("gate.py:5:12: AMP014 "), named.stdout + named.stderr
@@ -112,13 +112,13 @@ def test_flake8_reads_the_projects_execution_modes(tmp_path: Path) -> None:
         tmp_path / "gate.py",
         "import torch\n\n\ndef log_probs(x):\n    return torch.log_softmax(x, dim=-1)\n",
     )
-    assert flake8(tmp_path, "--select", "AMP", "gate.py").stdout == ""
+    assert flake8(tmp_path, "--select", "AMP", "--amplint-extend-select", "AMP003", "gate.py").stdout == ""
     # A script elsewhere in the project runs it in bfloat16: now it is a hazard, with evidence.
     write(
         tmp_path / "run.py",
         "import torch\nfrom gate import log_probs\n\ntorch.set_default_dtype(torch.bfloat16)\nlog_probs(torch.ones(3))\n",
     )
-    found = flake8(tmp_path, "--select", "AMP", "gate.py").stdout
+    found = flake8(tmp_path, "--select", "AMP", "--amplint-extend-select", "AMP003", "gate.py").stdout
     assert (
         found.startswith("gate.py:5:12: AMP003 ")
         and "cast-bf16: `set_default_dtype(torch.bfloat16)` at run.py:4" in found

@@ -81,7 +81,7 @@ def test_warm_run_reports_exactly_what_a_cold_run_does(tmp_path: Path) -> None:
     assert "torch.cuda.amp.GradScaler()" in text  # the snippet, from the file's text
     assert {d["code"] for d in json.loads(report)["diagnostics"]} >= {
         HAZARD_CODE,
-        "AMP010",
+        "AMP011",
         "AMP006",
         "AMP900",
     }
@@ -125,7 +125,7 @@ def test_changing_the_selection_invalidates(tmp_path: Path) -> None:
     only_hazard = amplint_run(root, "check", "--format", "json", "--select", HAZARD_CODE, "pkg")
     assert {d["code"] for d in json.loads(only_hazard.stdout)["diagnostics"]} == {HAZARD_CODE, UNPARSABLE}
     everything = amplint_run(root, "check", "--format", "json", "pkg")
-    assert {"AMP010", "AMP006"} <= {d["code"] for d in json.loads(everything.stdout)["diagnostics"]}
+    assert {"AMP011", "AMP006"} <= {d["code"] for d in json.loads(everything.stdout)["diagnostics"]}
     ignored = amplint_run(root, "check", "--format", "json", "--ignore", HAZARD_CODE, "pkg")
     assert HAZARD_CODE not in {d["code"] for d in json.loads(ignored.stdout)["diagnostics"]}
 
@@ -237,7 +237,7 @@ def test_fix_does_not_trust_the_cache_for_files_it_edits(tmp_path: Path) -> None
     root = project(tmp_path)
     amplint_run(root, "check", "pkg")  # caches the fixable AMP008 finding
     proc = amplint_run(root, "check", "--fix", "pkg")
-    assert proc.returncode == 1  # AMP010 (no automatic fix) and the AMP900s remain
+    assert proc.returncode == 1  # AMP011 (no automatic fix) and the AMP900s remain
     assert (root / "pkg" / "decay.py").read_text(encoding="utf-8") == FIXED
     # The fixed content got an entry of its own: the next run reports it clean, as a fresh run does.
     assert outputs(root) == outputs(root, "--no-cache")
