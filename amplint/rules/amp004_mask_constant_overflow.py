@@ -47,6 +47,7 @@ _LENGTH_ARGUMENT = re.compile(r"(^|_)(len|lens|lengths?)$", re.IGNORECASE)
 # (vllm's `torch.ones((q_end - q_start, kv_end - kv_start)).triu(1)`, its ends read from `cu_seq_lens`).
 _SIZED = frozenset({"ones", "zeros", "empty", "full", "new_ones", "new_zeros", "new_empty", "new_full"})
 _ONES = frozenset({"ones", "ones_like", "new_ones"})
+_TRIANGLES = frozenset({"triu", "tril", "triu_", "tril_"})
 _POSITIONS = re.compile(r"(arange|position|^pos|idx|index|^i$|^j$)", re.IGNORECASE)
 # A mask computed relative to a row's maximum or top-k keeps at least that entry.
 _KEEPS_ONE = frozenset({"max", "amax", "topk", "argmax", "kthvalue", "sort"})
@@ -545,13 +546,18 @@ def _slice_writes(scope: cst.CSTNode) -> dict[str, list[cst.BaseExpression]]:
 
 
 def _without_sizes(expression: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """The nodes of `expression`, less the arguments of a constructor (`_SIZED`): its size."""
+    """The nodes of `expression`, less the arguments of a constructor (`_SIZED`): its size; and less
+    the diagonal of a triangle (`torch.triu(ones, diagonal=kv_len - q_len + 1)`): where it runs."""
     stack = [expression]
     while stack:
         node = stack.pop()
         yield node
         if isinstance(node, cst.Call) and callee_name(node) in _SIZED:
             stack.append(node.func)
+        elif isinstance(node, cst.Call) and callee_name(node) in _TRIANGLES:
+            stack.extend(
+                reversed([node.func, *(node.args[:1] if node.args and node.args[0].keyword is None else [])])
+            )
         else:
             stack.extend(reversed(node.children))
 

@@ -44,7 +44,11 @@ _AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
 # Exception types that a compatibility `try:`/`except` around an import catches.
 _COMPAT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "TypeError", "Exception"})
 # A test that picks an API by PyTorch version or by what the module offers.
-_VERSION_TEST = re.compile(r"version|release|hasattr|getattr|is_torch|torch_(?:ge|gt|lt|le|ver)", re.I)
+_VERSION_TEST = re.compile(
+    r"version|release|hasattr|getattr|is_torch|torch_(?:ge|gt|lt|le|ver|greater|less)", re.I
+)
+# The device-generic APIs: `torch.amp.*`, and `torch.autocast`, which the deprecated ones forward to.
+_NEW_API = re.compile(r"torch\.amp\.|torch\.autocast$")
 _NO_SPACE = cst.AssignEqual(
     whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
 )
@@ -284,9 +288,9 @@ def _after_compat_exit(ctx: FileContext, block: cst.IndentedBlock) -> Iterator[c
             and isinstance(last := statement.body.body[-1], cst.SimpleStatementLine)
             and isinstance(last.body[-1], (cst.Return, cst.Raise))
             and any(
-                (ctx.qualified(n) or "").startswith("torch.amp.")
+                _NEW_API.match(ctx.qualified(n) or "")
                 for n in walk(statement.body)
-                if isinstance(n, cst.Attribute)
+                if isinstance(n, (cst.Attribute, cst.Name))
             )
         ):
             exited = True

@@ -123,13 +123,12 @@ class Fp16WithoutGradScaler(Rule):
         backwards = {id(call): call for call in calls if _unscaled_backward(ctx, call)}
         if not backwards:
             return
-        # The script's own statements: not the functions it defines under an `if` or a `try`.
         script = [
             node
             for statement in ctx.module.body
             if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))
             for node in walk(statement)
-            if ctx.scope_of(node) is ctx.module
+            if ctx.scope_of(node) is ctx.module  # not in a function defined under an `if`
         ]
         # A model cast in the script is the model its functions train.
         script_cast = next((f for f in _float16_settings(ctx, script) if not f.autocast), None)

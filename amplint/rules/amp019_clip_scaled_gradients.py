@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -13,7 +14,7 @@ from amplint.source import LineIndex
 from amplint.static.context import FileContext, Finding, FixPlan
 from amplint.static.cst_compat import SourceText
 from amplint.static.facts import Step, shorten
-from amplint.static.patterns import method_call
+from amplint.static.patterns import argument, method_call
 from amplint.static.scopes import suite_body, walk
 
 _CLIPS = {
@@ -41,7 +42,8 @@ class ClipScaledGradients(Rule):
     function, with no `scaler.unscale_(optimizer)` between the backward and the clip. Branches that
     exclude each other (`if amp: scaler.scale(loss).backward()` / `else: loss.backward(); clip`) are
     told apart. Clipping through a framework that unscales first (`accelerator.clip_grad_norm_`,
-    Lightning's `gradient_clip_val`) is not flagged.
+    Lightning's `gradient_clip_val`) is not flagged, nor is a clip at infinity
+    (`clip_grad_norm_(params, float("inf"))`), which only measures the norm.
 
     ## Why is this bad?
     `scaler.scale(loss).backward()` leaves every gradient multiplied by the scale, 65536 at the
@@ -154,7 +156,8 @@ def _calls(
 ) -> Iterator[_Event]:
     for call in (n for n in walk(node) if isinstance(n, cst.Call)):
         if ctx.qualified(call.func) in _CLIPS:
-            yield _Event("clip", call, "", arms, block, statement)
+            if not _unbounded(ctx, call):
+                yield _Event("clip", call, "", arms, block, statement)
             continue
         receiver = method_call(ctx, call, frozenset({"backward", "unscale_", "step"}))
         if receiver is None or not isinstance(call.func, cst.Attribute):
@@ -166,6 +169,13 @@ def _calls(
                 yield _Event("backward", call, ctx.code(scaled), arms, block, statement)
         else:
             yield _Event(method.rstrip("_"), call, ctx.code(receiver), arms, block, statement)
+
+
+def _unbounded(ctx: FileContext, call: cst.Call) -> bool:
+    """A clip at infinity (`clip_grad_norm_(params, float("inf"))`): it measures the norm, it cuts nothing."""
+    limit = argument(call, 1, "max_norm") or argument(call, 1, "clip_value")
+    number = ctx.facts.number(limit) if limit is not None else None
+    return number is not None and math.isinf(number)
 
 
 def _together(a: _Event, b: _Event) -> bool:

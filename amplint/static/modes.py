@@ -31,7 +31,9 @@ from amplint.static.profile import (
     CAST,
     CAST_LOAD,
     CAST_TENSOR,
+    FLOAT16,
     MODE_NAMES,
+    SCALER,
     Mode,
     ModeWhy,
     Partial,
@@ -271,6 +273,16 @@ class _Project:
     def solve(self) -> ProjectModes:
         if self.partials:
             self._bind_partials()
+        if any(
+            why.mode == Mode(AUTOCAST, FLOAT16, "cuda")
+            and why.role == "code"
+            and not why.what.endswith(SCALER)
+            for _, _, why in self.entries
+        ):
+            # A GradScaler says that CUDA float16 autocast runs somewhere; the regions of it in the
+            # project's code say where (DeDoDe autocasts its encoder and decoder, not the keypoint sampling its
+            # training script also calls), so the scaler is followed only where there are none.
+            self.entries = [entry for entry in self.entries if not entry[2].what.endswith(SCALER)]
         result = ProjectModes(entries=[why for _, _, why in self.entries])
         seen: set[tuple[str, str, Mode, frozenset[bytes] | None]] = set()
         reached: dict[str, dict[Mode, ModeWhy]] = {}
@@ -439,6 +451,9 @@ _INDENTED = re.compile(rb"^([ \t]*)(?=[^\s#)\]}])", re.MULTILINE)
 _SELF_CALL = re.compile(rb"\bself\.(\w+)[ \t]*\(")
 _SELF_READ = re.compile(rb"\bself\.(\w+)")
 _SELF_SET = re.compile(rb"\bself\.(\w+)[ \t]*(?::[^=\n]*)?=(?!=)([^\n]*)")
+_BARE_NAME = re.compile(rb"[ \t]*(\w+)[ \t\r]*(?:#.*)?\Z")
+# `isinstance(vae, VitVQGanVAE)` or a parameter `vae: VitVQGanVAE`: (name, type, name).
+_TYPED = re.compile(rb"\bisinstance\([ \t]*(\w+)[ \t]*,([^)\n]*)\)|[(,][ \t]*(\w+)[ \t]*:[ \t]*([\w.]+)")
 
 
 def _methods(index: _File, start: int, end: int) -> dict[bytes, tuple[int, int]]:
@@ -494,7 +509,11 @@ def _class_scope(
         at = b
     outside.append(code[at:end])
     bound = [m[2] for m in _SELF_SET.finditer(code, start, end) if m[1] in read]
-    return b"\n".join([*outside, *run, *bound])
+    # `self.vae = vae`, a module passed in: its class is what `isinstance` or the parameter's
+    # annotation names (`vae: VitVQGanVAE`, `assert isinstance(vae, VitVQGanVAE)`).
+    passed = {m[1] for value in bound if (m := _BARE_NAME.match(value)) is not None}
+    typed = [m[2] or m[4] for m in _TYPED.finditer(code, start, end) if (m[1] or m[3]) in passed]
+    return b"\n".join([*outside, *run, *bound, *typed])
 
 
 def _method_scope(index: _File, start: int, end: int, offset: int) -> bytes | None:

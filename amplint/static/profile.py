@@ -51,6 +51,8 @@ AUTOCAST_CUDA = f"{AUTOCAST}:cuda"
 CAST_TENSOR = "cast:tensor"
 # A model built or loaded in a half dtype (`Mode.loads`).
 CAST_LOAD = "cast:load"
+# How a GradScaler setting is written (`ModeWhy.what`): it says float16 autocast runs, not where.
+SCALER = "GradScaler(...)"
 
 _HANDFUL = 5  # evidence kept per dtype: enough to show where, not a list of every cast
 _ALIASES = {
@@ -478,7 +480,7 @@ def _settings(code: bytes, partials: Mapping[str, Partial]) -> Iterator[tuple[in
             yield start, _snippet(code, start, end), dtypes, CAST_LOAD if module else CAST_TENSOR
     for match in _GRAD_SCALER.finditer(code):
         if not _defines(code, match.start()) and not _DISABLED.search(_arguments(code, match.end())):
-            what = _qualified(code, match.start()) + "GradScaler(...)"
+            what = _qualified(code, match.start()) + SCALER
             yield match.start(), what, frozenset({FLOAT16}), AUTOCAST_CUDA
     for match in _LIGHTNING.finditer(code):
         value = _text(match["name"] or match["int"])

@@ -335,7 +335,7 @@ def test_each_fix_is_judged_and_no_fix_that_would_raise_is_offered(tmp_path: Pat
     path = write(tmp_path / "block.py", PURE_BF16)
     write(
         tmp_path / "pyproject.toml",
-        "[tool.amplint]\nshow-conditional = true\n\n"
+        '[tool.amplint]\nshow-conditional = true\nextend-select = ["AMP003"]\n\n'
         '[tool.amplint.runtime]\ntargets = [{ target = "block.py:factory", dtype = "bfloat16", '
         'autocast = false, param-dtype = "bfloat16" }]\n',
     )

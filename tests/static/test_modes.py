@@ -431,7 +431,7 @@ def test_a_partial_of_autocast_gives_its_device_and_dtype(
     compat.write_text(compat.read_text().replace('device_type="cuda"', f'device_type="{device}"'))
     modes = {why.mode.name for why in _index(root).of("tabpfn/architectures/shared/bar_distribution.py")}
     assert modes == ({"autocast-fp16"} if device == "cuda" else {"autocast-fp16", "autocast-bf16:cpu"})
-    found = {(d.line, d.code) for d in _check(root, show_conditional=True)}
+    found = {(d.line, d.code) for d in _check(root, show_conditional=True, extend_select=("AMP003",))}
     assert found == ({(15, "AMP007"), (21, "AMP003"), (26, "AMP003")} if flagged else set())
 
 
@@ -651,3 +651,55 @@ def test_a_package_checked_alone_resolves_imports_of_itself(
     found = _check(tmp_path, select=["AMP003"])
     assert [(d.path, d.code) for d in found] == [("pkg/model.py", "AMP003")]
     assert "`.half()` at pkg/run.py:3 -> GPT" in found[0].message
+
+
+def test_a_grad_scaler_yields_to_the_projects_autocast_regions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DeDoDe's training script makes a GradScaler; its encoder autocasts inside its own forward. The
+    # scaler says float16 autocast runs somewhere, the region says where: the keypoint sampling the
+    # script's detector also reaches runs outside it, so its `1e-10` guard rests on no mode.
+    root = _real_modes_project("dedode_scaler_and_regions", tmp_path, monkeypatch)
+    utils = "DeDoDe/utils.py"
+    assert not _check(root, select=["AMP005"])
+    assert [(d.path, d.code) for d in _check(root, select=["AMP005"], show_conditional=True)] == [
+        (utils, "AMP005")
+    ]
+    # Without a region in the project, the scaler is the only evidence, and it is followed.
+    encoder = root / "DeDoDe" / "encoder.py"
+    encoder.write_text(
+        encoder.read_text().replace(
+            'with torch.autocast("cuda", enabled=self.amp, dtype=self.amp_dtype):', "if True:"
+        )
+    )
+    found = _check(root, select=["AMP005"])
+    assert [(d.path, d.code) for d in found] == [(utils, "AMP005")]
+    assert "`torch.cuda.amp.GradScaler(...)` at experiments/dedode_detector.py:" in found[0].message
+
+
+@pytest.mark.parametrize(
+    "passed",
+    ["vae: VAE)", "vae):\n        assert isinstance(vae, VAE)\n        if True"],
+    ids=["annotated", "asserted"],
+)
+def test_a_region_reaches_a_module_the_class_is_given(
+    passed: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # parti-pytorch's trainer keeps the VAE it is given (`self.vae = vae`) and runs it under its
+    # training step's autocast: the region reaches the VAE's class, named by the parameter's
+    # annotation or an `isinstance` check.
+    (tmp_path / "vae.py").write_text(
+        "import torch\n\n\nclass VAE(torch.nn.Module):\n"
+        "    def forward(self, x):\n        return torch.log(x.sigmoid() + 1e-10)\n"
+    )
+    (tmp_path / "trainer.py").write_text(
+        "import torch\nfrom vae import VAE\n\n\nclass Trainer:\n"
+        f"    def __init__(self, {passed}:\n            self.vae = vae\n\n"
+        "    def step(self, x):\n"
+        "        with torch.autocast('cuda'):\n            return self.vae(x)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    found = _check(tmp_path, select=["AMP005"])
+    assert [(d.path, d.code) for d in found] == [("vae.py", "AMP005")]
+    assert "`torch.autocast('cuda') (float16 by default)` at trainer.py:" in found[0].message
+    assert found[0].message.endswith(" -> VAE")
