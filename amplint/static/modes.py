@@ -425,21 +425,60 @@ def _inside(spans: list[tuple[int, int]], offset: int) -> bool:
 def _scope(index: _File, offset: int, region: bool = False) -> tuple[str | None, bytes]:
     """The code an entry at `offset` (the start of its line) runs: its top-level definition (with
     its name), or, at module level, the module's statements outside every definition (a script).
-    With `region` (an autocast setting), an autocast `with` block in a method of a class runs only
-    what that method reaches (`_method_scope`): unlike a cast, which stays with the module it casts
-    wherever the class uses it, the region ends with the block."""
+    With `region` (an autocast setting), an autocast `with` block runs only what its body reaches:
+    unlike a cast, which stays with the module it casts wherever it is used, the region ends with
+    the block (a loss computed after it, on outputs cast to float32, runs outside); in a method of a
+    class, with what the body calls through `self` (`_method_scope`)."""
+    block = _block(index, offset) if region and _WITH.match(index.code, offset) else None
     for name, (start, end) in index.spans.items():
         if start <= offset < end:
-            scope = None
-            if region and _CLASS.match(index.code, start) and _WITH.match(index.code, offset):
-                scope = _method_scope(index, start, end, offset)
-            return name, index.code[start:end] if scope is None else scope
+            if block is None:
+                return name, index.code[start:end]
+            scope = _method_scope(index, start, end, block) if _CLASS.match(index.code, start) else None
+            return name, _with_bindings(index.code, start, block) if scope is None else scope
+    if block is not None:
+        return None, _with_bindings(index.code, 0, block)
     pieces, at = [], 0
     for start, end in sorted(index.spans.values()):
         pieces.append(index.code[at:start])
         at = end
     pieces.append(index.code[at:])
     return None, b"".join(pieces)
+
+
+def _with_bindings(code: bytes, start: int, block: tuple[int, int]) -> bytes:
+    """The block, with what the names it uses were bound to before it from `start` on (`criterion =
+    BarDistribution(borders)` above `with autocast(): loss = criterion(logits, ys)`)."""
+    body = code[_header_end(code, block[0], block[1]) : block[1]]
+    used = set(_WORD.findall(body))
+    bound = [m[2] for m in _LOCAL_SET.finditer(code, start, block[0]) if m[1] in used]
+    return b"\n".join([body, *bound])
+
+
+def _header_end(code: bytes, start: int, end: int) -> int:
+    """Where the body of the `with` statement at `start` begins: after the colon that ends its
+    header (the autocast's own arguments, `tr.amp_dtype`, run nothing)."""
+    depth = 0
+    for at in range(start, end):
+        char = code[at]
+        if char in _OPEN:
+            depth += 1
+        elif char in _CLOSE:
+            depth -= 1
+        elif char == 58 and depth == 0:  # ":"
+            return at + 1
+    return start
+
+
+def _block(index: _File, offset: int) -> tuple[int, int]:
+    """The span of the `with` statement whose line starts at `offset`: up to the next line of code
+    indented no deeper than it."""
+    code = index.code
+    indent = len(code[offset:]) - len(code[offset:].lstrip(b" \t"))
+    for line in _INDENTED.finditer(code, code.find(b"\n", offset) + 1 or len(code)):
+        if len(line[1]) <= indent and not _inside(index.strings, line.start()):
+            return offset, line.start()
+    return offset, len(code)
 
 
 _CLASS = re.compile(rb"class[ \t]")
@@ -451,6 +490,7 @@ _INDENTED = re.compile(rb"^([ \t]*)(?=[^\s#)\]}])", re.MULTILINE)
 _SELF_CALL = re.compile(rb"\bself\.(\w+)[ \t]*\(")
 _SELF_READ = re.compile(rb"\bself\.(\w+)")
 _SELF_SET = re.compile(rb"\bself\.(\w+)[ \t]*(?::[^=\n]*)?=(?!=)([^\n]*)")
+_LOCAL_SET = re.compile(rb"^[ \t]*(\w+)[ \t]*(?::[^=\n]*)?=(?!=)([^\n]*)", re.MULTILINE)
 _BARE_NAME = re.compile(rb"[ \t]*(\w+)[ \t\r]*(?:#.*)?\Z")
 # `isinstance(vae, VitVQGanVAE)` or a parameter `vae: VitVQGanVAE`: (name, type, name).
 _TYPED = re.compile(rb"\bisinstance\([ \t]*(\w+)[ \t]*,([^)\n]*)\)|[(,][ \t]*(\w+)[ \t]*:[ \t]*([\w.]+)")
@@ -489,18 +529,23 @@ def _class_scope(
     methods: dict[bytes, tuple[int, int]],
     entries: Iterable[bytes],
     bases: bool = True,
+    region: tuple[int, int] | None = None,
 ) -> bytes:
     """What runs of the class at `code[start:end]` when `entries` of its methods are called: those
     methods, the methods they call through `self` (and those they call), the first line of each
     assignment to an attribute they read (`self.model = GPT(config)` in `__init__`), and the class's
-    own statements outside its methods (with `bases`, its header too: its bases' methods may run)."""
+    own statements outside its methods (with `bases`, its header too: its bases' methods may run).
+    With `region`, the one entry runs only that span of itself (an autocast block)."""
     wanted, frontier = set(entries), list(entries)
+    spans = dict(methods)
+    if region is not None:
+        spans[frontier[0]] = region
     while frontier:
-        a, b = methods[frontier.pop()]
+        a, b = spans[frontier.pop()]
         for called in set(_SELF_CALL.findall(code, a, b)) & methods.keys() - wanted:
             wanted.add(called)
             frontier.append(called)
-    run = [code[a:b] for name, (a, b) in methods.items() if name in wanted]
+    run = [code[a:b] for name, (a, b) in spans.items() if name in wanted]
     read = {attribute for piece in run for attribute in _SELF_READ.findall(piece)}
     header = code.find(b"\n", start, end)
     outside, at = [], start if bases or header < 0 else header
@@ -516,15 +561,18 @@ def _class_scope(
     return b"\n".join([*outside, *run, *bound, *typed])
 
 
-def _method_scope(index: _File, start: int, end: int, offset: int) -> bytes | None:
-    """The code an autocast region in a method of the class at `index.code[start:end]` runs: what that
-    method reaches in the class (`_class_scope`, its bases left out: a test case's region does not
-    run its framework's every method). The class's other methods run outside the region: an
-    autocast in `predict_images` says nothing of `predict_text`. None when the region is in no
-    method: the class is read whole."""
+def _method_scope(index: _File, start: int, end: int, block: tuple[int, int]) -> bytes | None:
+    """The code an autocast block in a method of the class at `index.code[start:end]` runs: the
+    block, and what it reaches in the class (`_class_scope`, its bases left out: a test case's region
+    does not run its framework's every method). The class's other methods run outside the region:
+    an autocast in `predict_images` says nothing of `predict_text`. None when the block is in no
+    method."""
     methods = _methods(index, start, end)
-    entry = next((name for name, (a, b) in methods.items() if a <= offset < b), None)
-    return None if entry is None else _class_scope(index.code, start, end, methods, (entry,), bases=False)
+    entry = next((name for name, (a, b) in methods.items() if a <= block[0] < b), None)
+    if entry is None:
+        return None
+    scope = _class_scope(index.code, start, end, methods, (entry,), bases=False, region=block)
+    return b"\n".join([scope, _with_bindings(index.code, methods[entry][0], block)])
 
 
 def _words(code: bytes) -> set[bytes]:

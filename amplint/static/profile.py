@@ -542,7 +542,7 @@ def _assigned_dtypes(code: bytes, name: bytes) -> tuple[frozenset[str], str] | N
     half: set[str] = set()
     lines = []
     for match in pattern.finditer(code):
-        named = [_text(found[1]) for found in _DTYPE_NAMED.finditer(match["value"])]
+        named = [_text(found[1]) for found in _DTYPE_NAMED.finditer(_statement(code, match))]
         if not named:
             return None
         half |= {_HALF_NAME[dtype] for dtype in named if dtype in _HALF_NAME}
@@ -550,6 +550,16 @@ def _assigned_dtypes(code: bytes, name: bytes) -> tuple[frozenset[str], str] | N
     if not lines:
         return None
     return frozenset(half), f"`{_text(name)}` assigned on line {', '.join(lines)}"
+
+
+def _statement(code: bytes, match: re.Match[bytes]) -> bytes:
+    """The assigned value a match's first line starts, with the lines that continue it while a
+    bracket stays open (`self.amp_dtype = (torch.bfloat16 if bf16 \n else torch.float16)`)."""
+    value, end = match["value"], match.end()
+    while value.count(b"(") + value.count(b"[") > value.count(b")") + value.count(b"]") and end < len(code):
+        following = _line_end(code, end + 1)
+        value, end = value + code[end:following], following
+    return value
 
 
 def _line_end(code: bytes, start: int) -> int:

@@ -703,3 +703,26 @@ def test_a_region_reaches_a_module_the_class_is_given(
     assert [(d.path, d.code) for d in found] == [("vae.py", "AMP005")]
     assert "`torch.autocast('cuda') (float16 by default)` at trainer.py:" in found[0].message
     assert found[0].message.endswith(" -> VAE")
+
+
+def test_an_autocast_region_ends_with_its_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # easydetect's trainer runs the network under autocast (float16 where the GPU has no bfloat16:
+    # the dtype is assigned over two lines) and the loss after the block, on outputs cast to
+    # float32: the matcher's `1e-8` guards run outside the region.
+    root = _real_modes_project("easydetect_loss_after_region", tmp_path, monkeypatch)
+    loss = "easydetect/utils/loss.py"
+    assert not _check(root, select=["AMP005"])
+    assert {d.path for d in _check(root, select=["AMP005"], show_conditional=True)} == {loss}
+    # The loss computed inside the block: the region reaches the matcher.
+    trainer = root / "easydetect" / "trainer.py"
+    text = trainer.read_text()
+    inside = text.replace(
+        "                    out = net(imgs, targets)       # targets feed the denoising queries\n",
+        "                    out = net(imgs, targets)       # targets feed the denoising queries\n"
+        "                    loss, logs = self.criterion(out, targets)\n",
+    )
+    assert inside != text
+    trainer.write_text(inside)
+    found = _check(root, select=["AMP005"])
+    assert {d.path for d in found} == {loss}
+    assert all("autocast-fp16: `torch.amp.autocast(self.device.type" in d.message for d in found)
