@@ -447,12 +447,16 @@ def _scope(index: _File, offset: int, region: bool = False) -> tuple[str | None,
 
 
 def _with_bindings(code: bytes, start: int, block: tuple[int, int]) -> bytes:
-    """The block, with what the names it uses were bound to before it from `start` on (`criterion =
-    BarDistribution(borders)` above `with autocast(): loss = criterion(logits, ys)`)."""
+    """The block's body, with what the names it uses were bound to before it from `start` on."""
     body = code[_header_end(code, block[0], block[1]) : block[1]]
+    return b"\n".join([body, *_bound_before(code, start, block[0], body)])
+
+
+def _bound_before(code: bytes, start: int, end: int, body: bytes) -> list[bytes]:
+    """What the names `body` uses were bound to in `code[start:end]` (`criterion =
+    BarDistribution(borders)` above `with autocast(): loss = criterion(logits, ys)`)."""
     used = set(_WORD.findall(body))
-    bound = [m[2] for m in _LOCAL_SET.finditer(code, start, block[0]) if m[1] in used]
-    return b"\n".join([body, *bound])
+    return [m[2] for m in _LOCAL_SET.finditer(code, start, end) if m[1] in used]
 
 
 def _header_end(code: bytes, start: int, end: int) -> int:
@@ -571,8 +575,10 @@ def _method_scope(index: _File, start: int, end: int, block: tuple[int, int]) ->
     entry = next((name for name, (a, b) in methods.items() if a <= block[0] < b), None)
     if entry is None:
         return None
+    # The block itself is in the class scope already; only its local bindings are added.
     scope = _class_scope(index.code, start, end, methods, (entry,), bases=False, region=block)
-    return b"\n".join([scope, _with_bindings(index.code, methods[entry][0], block)])
+    body = index.code[_header_end(index.code, block[0], block[1]) : block[1]]
+    return b"\n".join([scope, *_bound_before(index.code, methods[entry][0], block[0], body)])
 
 
 def _words(code: bytes) -> set[bytes]:
