@@ -253,9 +253,10 @@ def _is_compat_branch(ctx: FileContext, node: cst.CSTNode) -> bool:
     if isinstance(node, (cst.If, cst.IfExp)):
         if _VERSION_TEST.search(ctx.code(node.test)):
             return True
-        # `torch.amp.X("cuda") if new_api else torch.cuda.amp.X()`: one branch is the new API.
+        # `torch.amp.X("cuda") if new_api else torch.cuda.amp.X()`: one branch is the new API
+        # (`torch.autocast` included).
         return isinstance(node, cst.IfExp) and any(
-            (ctx.qualified(n.func) or "").startswith("torch.amp.")
+            _NEW_API.match(ctx.qualified(n.func) or "")
             for branch in (node.body, node.orelse)
             for n in walk(branch)
             if isinstance(n, cst.Call)

@@ -62,7 +62,9 @@ class HalfPrecisionRotaryAngles(Rule):
     `dtype=torch.float32`) where the execution modes that reach it only load or build the model in
     a half dtype (`torch_dtype=`, `set_default_dtype`), which leaves such tensors in float32, and none
     converts the built module (`.half()`, `.to(dtype)`); positions passed in by the caller
-    (integers, more often than not); the diffusion or flow times of a timestep embedding.
+    (integers, more often than not); the diffusion or flow times of a timestep embedding; a product
+    of tensors made on the CPU (`arange` without `device=`, moved to the GPU after), which CUDA
+    autocast does not reach.
 
     ## Why is this bad?
     bfloat16 has 8 significant bits: integers above 256 are rounded (257 becomes 256), float16 loses

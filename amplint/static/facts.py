@@ -59,6 +59,9 @@ class Fact:
     module: str | None = None  # the constructor of a submodule (`Linear`)
     # An autocast context object (`ctx = torch.autocast(...)`): the states inside `with ctx:`.
     context: frozenset[Autocast] | None = None
+    # Made on the CPU here (a factory without `device=`, and what only such tensors make), where
+    # CUDA autocast does not reach: a sin-cos position grid built before `.to(device)`.
+    host: bool = False
 
     @property
     def may_be_half(self) -> bool:
@@ -114,6 +117,12 @@ def modes_text(profile: Profile, modes: tuple[ModeWhy, ...]) -> str:
     return (
         shown + (f" (+{more} more)" if more > 0 else "") + (f"; in the project's {only} only" if only else "")
     )
+
+
+def on_host(facts: Iterable[Fact]) -> bool:
+    """Whether every tensor among `facts` is one made on the CPU here (`Fact.host`), and one is."""
+    tensors = [fact for fact in facts if fact.kind in (TENSOR, INTEGER, UNKNOWN)]
+    return bool(tensors) and all(fact.host for fact in tensors)
 
 
 def join(facts: Iterable[Fact]) -> Fact:

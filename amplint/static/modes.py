@@ -428,22 +428,53 @@ def _scope(index: _File, offset: int, region: bool = False) -> tuple[str | None,
     With `region` (an autocast setting), an autocast `with` block runs only what its body reaches:
     unlike a cast, which stays with the module it casts wherever it is used, the region ends with
     the block (a loss computed after it, on outputs cast to float32, runs outside); in a method of a
-    class, with what the body calls through `self` (`_method_scope`)."""
-    block = _block(index, offset) if region and _WITH.match(index.code, offset) else None
+    class, with what the body calls through `self` (`_method_scope`). An autocast made into a name
+    (`ctx = torch.autocast(...) if cuda else nullcontext()`) runs the `with ctx:` blocks that enter
+    it, where there are any."""
+    blocks = _region_blocks(index, offset) if region else []
     for name, (start, end) in index.spans.items():
         if start <= offset < end:
-            if block is None:
+            if not blocks:
                 return name, index.code[start:end]
-            scope = _method_scope(index, start, end, block) if _CLASS.match(index.code, start) else None
-            return name, _with_bindings(index.code, start, block) if scope is None else scope
-    if block is not None:
-        return None, _with_bindings(index.code, 0, block)
+            return name, b"\n".join(_block_scope(index, block) for block in blocks)
+    if blocks:
+        return None, b"\n".join(_block_scope(index, block) for block in blocks)
     pieces, at = [], 0
     for start, end in sorted(index.spans.values()):
         pieces.append(index.code[at:start])
         at = end
     pieces.append(index.code[at:])
     return None, b"".join(pieces)
+
+
+def _region_blocks(index: _File, offset: int) -> list[tuple[int, int]]:
+    """The `with` blocks an autocast setting at `offset` runs: its own, or those that enter the
+    name it is assigned to, after it in its definition (or module); none when it is entered
+    otherwise (`ctx.__enter__()`, handed to another function)."""
+    code = index.code
+    if _WITH.match(code, offset):
+        return [_block(index, offset)]
+    assigned = _LOCAL_SET.match(code, offset)
+    if assigned is None:
+        return []
+    end = next((b for a, b in index.spans.values() if a <= offset < b), len(code))
+    enters = re.compile(
+        rb"^[ \t]*(?:async[ \t]+)?with\b[^\n]*?\b" + re.escape(assigned[1]) + rb"\b", re.MULTILINE
+    )
+    return [
+        _block(index, m.start())
+        for m in enters.finditer(code, offset, end)
+        if not _inside(index.strings, m.start())
+    ]
+
+
+def _block_scope(index: _File, block: tuple[int, int]) -> bytes:
+    """The code the `with` block at `block` runs, with the definition (or module) that holds it."""
+    for start, end in index.spans.values():
+        if start <= block[0] < end:
+            scope = _method_scope(index, start, end, block) if _CLASS.match(index.code, start) else None
+            return _with_bindings(index.code, start, block) if scope is None else scope
+    return _with_bindings(index.code, 0, block)
 
 
 def _with_bindings(code: bytes, start: int, block: tuple[int, int]) -> bytes:
@@ -542,8 +573,8 @@ def _class_scope(
     With `region`, the one entry runs only that span of itself (an autocast block)."""
     wanted, frontier = set(entries), list(entries)
     spans = dict(methods)
-    if region is not None:
-        spans[frontier[0]] = region
+    if region is not None:  # the block's body: its header's arguments (`self.amp_dtype`) run nothing
+        spans[frontier[0]] = (_header_end(code, *region), region[1])
     while frontier:
         a, b = spans[frontier.pop()]
         for called in set(_SELF_CALL.findall(code, a, b)) & methods.keys() - wanted:

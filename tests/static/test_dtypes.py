@@ -785,3 +785,28 @@ def test_a_module_a_plain_object_keeps_follows_its_input() -> None:
     kept = "`self.block` runs in the model's dtype"
     assert kept not in fact(code, 9, "self.block(logprobs.float())").explain()
     assert kept in fact(code, 17, "self.block(logprobs.float())").explain()
+
+
+def test_cuda_autocast_leaves_tensors_made_on_the_cpu_alone() -> None:
+    # easydetect's sin-cos position grid: `arange` without a device makes CPU tensors, and CUDA
+    # autocast dispatches on CUDA tensors only, so their matmul stays float32; CPU autocast, or a
+    # grid made on the GPU or moved there, is lowered.
+    code = """\
+import torch
+
+def grid(w, x):
+    with torch.autocast("{device}", dtype=torch.bfloat16):
+        g = torch.arange(int(w), dtype=torch.float32)
+        omega = 1.0 / (10000.0 ** (torch.arange(16).float() / 16))
+        out = g.flatten()[..., None] @ omega[None]
+        moved = g.to(x.device)[..., None] @ omega.to(x.device)[None]
+        made = torch.arange(int(w), device=x.device).float()[..., None] @ omega[None]
+        kept = g.to(torch.float16)[..., None] @ omega.half()[None]
+    return out, moved, made, kept
+"""
+    cuda = code.format(device="cuda")
+    assert fact(cuda, 7, "out").dtypes == {"float32"}
+    assert fact(cuda, 10, "kept").dtypes == {"float16"}  # a dtype cast keeps it on the CPU
+    for line, name in ((8, "moved"), (9, "made")):
+        assert fact(cuda, line, name).dtypes == {"bfloat16"}
+    assert fact(code.format(device="cpu"), 7, "out").dtypes == {"bfloat16"}

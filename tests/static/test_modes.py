@@ -726,3 +726,43 @@ def test_an_autocast_region_ends_with_its_block(tmp_path: Path, monkeypatch: pyt
     found = _check(root, select=["AMP005"])
     assert {d.path for d in found} == {loss}
     assert all("autocast-fp16: `torch.amp.autocast(self.device.type" in d.message for d in found)
+
+
+def test_an_autocast_made_into_a_name_runs_the_blocks_that_enter_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # axiomlm's trainer makes `autocast_ctx = torch.autocast(...) if cuda else nullcontext()` and
+    # enters it around the validation and training forwards; the live sampling between them runs
+    # outside it, so the sampler's softmax rests on no mode. The model the blocks run is reached.
+    root = _real_modes_project("axiomlm_context_entered_around_forwards", tmp_path, monkeypatch)
+    sampler, model = "axiomlm/engine/inference.py", "axiomlm/models/transformer.py"
+    found = _index(root)
+    assert [why.mode.name for why in found.of(model)] == ["autocast-bf16"]
+    assert found.of(sampler) == ()
+    # Sampling inside a block that enters the name: the region reaches the sampler.
+    train = root / "axiomlm" / "train.py"
+    text = train.read_text()
+    inside = text.replace(
+        "                    logits, loss = model(x, y)\n",
+        "                    logits, loss = model(x, y)\n"
+        "                    generate_with_cache(model, enc, device)\n",
+    )
+    assert inside != text
+    train.write_text(inside)
+    assert [why.mode.name for why in _index(root).of(sampler)] == ["autocast-bf16"]
+
+
+def test_a_region_in_a_method_runs_its_body_not_its_header(tmp_path: Path) -> None:
+    # The autocast's own arguments (`dtype=self.amp_dtype`) run nothing under it: the helper that
+    # picked the dtype in `__init__` is not reached, the network the body calls is.
+    (tmp_path / "helpers.py").write_text("import torch\n\n\ndef pick_dtype():\n    return torch.bfloat16\n")
+    (tmp_path / "net.py").write_text("import torch\n\n\nclass Net(torch.nn.Module):\n    pass\n")
+    (tmp_path / "trainer.py").write_text(
+        "import torch\nfrom helpers import pick_dtype\nfrom net import Net\n\n\nclass Trainer:\n"
+        "    def __init__(self):\n        self.amp_dtype = pick_dtype()\n        self.net = Net()\n\n"
+        "    def step(self, x):\n"
+        "        with torch.autocast('cuda', dtype=self.amp_dtype):\n            return self.net(x)\n"
+    )
+    found = _index(tmp_path)
+    assert {why.mode.kind for why in found.of("net.py")} == {"autocast"}
+    assert found.of("helpers.py") == ()

@@ -285,17 +285,9 @@ class CallFacts(Interpreter):
             return self._promote_types(node, positional)
         dtype = keywords.get("dtype")
         if name in ops.FLOAT_FACTORIES or name == "arange":
-            if dtype is not None and dtype.kind == DTYPE:
-                return self._cast_to(dtype, node, f"`dtype=` of `{name}`")
-            if name == "arange" and not any(
-                f.kind == SCALAR and f.number is not None and not f.number.is_integer() for f in positional
-            ):
-                return INTEGER_FACT
             if name in ("tensor", "as_tensor") and positional and positional[0].kind == TENSOR:
                 return positional[0]
-            return Fact(
-                TENSOR, frozenset({F32}), (Step(node, f"`{name}` makes float32 (the default dtype)"),)
-            )
+            return replace(self._factory(name, node, positional, dtype), host="device" not in keywords)
         if name in ops.LIKE_FACTORIES:
             if dtype is not None and dtype.kind == DTYPE:
                 return self._cast_to(dtype, node, f"`dtype=` of `{name}`")
@@ -383,14 +375,17 @@ class CallFacts(Interpreter):
     ) -> Fact:
         if method in ops.CAST_METHODS and not positional:
             target = ops.CAST_METHODS[method]
-            return Fact(
-                TENSOR, frozenset({target}), (Step(node, f"`.{method}()` makes it {SHORT_NAMES[target]}"),)
-            )
+            why = (Step(node, f"`.{method}()` makes it {SHORT_NAMES[target]}"),)
+            return Fact(TENSOR, frozenset({target}), why, host=receiver.host)
+        if method == "cuda":
+            return replace(receiver, host=False)
         if method in ("to", "type"):
             dtype = keywords.get("dtype") or next((f for f in positional if f.kind in (DTYPE, TENSOR)), None)
+            # `.to(torch.float32)` keeps the tensor where it is; a device or another tensor moves it.
+            host = receiver.host and all(f.kind == DTYPE for f in positional) and "device" not in keywords
             if dtype is not None and (dtype.dtypes or dtype.module == INTEGER_DTYPE):
-                return self._cast_to(dtype, node, f"`.{method}(...)`")
-            return receiver
+                return replace(self._cast_to(dtype, node, f"`.{method}(...)`"), host=host)
+            return replace(receiver, host=host)
         if method == "type_as":
             return positional[0] if positional else receiver
         if method in ops.NEW_FACTORIES:
@@ -420,6 +415,15 @@ class CallFacts(Interpreter):
             return receiver
         inputs = [receiver, *(f for f in positional if f.kind in (TENSOR, UNKNOWN))]
         return self._tensor_op(method.rstrip("_"), inputs, node, keywords, frame)
+
+    def _factory(self, name: str, node: cst.Call, positional: list[Fact], dtype: Fact | None) -> Fact:
+        if dtype is not None and dtype.kind == DTYPE:
+            return self._cast_to(dtype, node, f"`dtype=` of `{name}`")
+        if name == "arange" and not any(
+            f.kind == SCALAR and f.number is not None and not f.number.is_integer() for f in positional
+        ):
+            return INTEGER_FACT
+        return Fact(TENSOR, frozenset({F32}), (Step(node, f"`{name}` makes float32 (the default dtype)"),))
 
     def _cast_to(self, dtype: Fact, node: cst.CSTNode, how: str) -> Fact:
         if dtype.kind == DTYPE and dtype.module == INTEGER_DTYPE:

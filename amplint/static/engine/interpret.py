@@ -19,6 +19,7 @@ from amplint.static.facts import (
     INTEGER_FACT,
     KEEP,
     MAX_WHY,
+    OFF,
     OTHER,
     OTHER_FACT,
     SCALAR,
@@ -33,6 +34,7 @@ from amplint.static.facts import (
     agree,
     join,
     modes_text,
+    on_host,
     promote,
 )
 from amplint.static.flow import names_read
@@ -440,7 +442,8 @@ class Interpreter(AttributeFacts):
                 if TENSOR in (left.kind, right.kind) or INTEGER in (left.kind, right.kind)
                 else SCALAR_FACT
             )
-        return promote([left, right])
+        result = promote([left, right])
+        return replace(result, host=True) if on_host([left, right]) else result
 
     def _op(
         self,
@@ -459,11 +462,16 @@ class Interpreter(AttributeFacts):
             base = agree(inputs, node, op) if ops.same_dtype(op) else promote(inputs)
         if not any(fact.kind in (TENSOR, UNKNOWN) for fact in inputs) and natural is None:
             return base
+        # Tensors made on the CPU here: only CPU autocast reaches the op.
+        host = natural is None and on_host(inputs)
+        autocast = (
+            ([s for s in frame.autocast if s.device in ("cpu", None)] or [OFF]) if host else frame.autocast
+        )
         lower: dict[str, list[Autocast]] = {}  # by how the states are described
         fp32: list[Autocast] = []
         results: list[Fact] = []
         # In a fixed order: the set's would follow string hashes, and messages would change per run.
-        for state in sorted(frame.autocast, key=self._state_order):
+        for state in sorted(autocast, key=self._state_order):
             seen = cpu_op if cpu_op is not None and state.device == "cpu" else op
             policy = ops.autocast_policy(seen, state.device) if state.device else None
             if policy == "lower" and state.dtype and base.dtypes != {F64}:  # autocast leaves float64 alone
@@ -486,7 +494,8 @@ class Interpreter(AttributeFacts):
                     (Step(node, f"`{op}` runs in float32 {_under(fp32, self)}", side=_side(fp32, self)),),
                 )
             )
-        return join(results)
+        result = join(results)
+        return replace(result, host=True) if host else result
 
     def _state_order(self, state: Autocast) -> tuple[object, ...]:
         mode = state.mode
