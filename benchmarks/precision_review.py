@@ -67,7 +67,7 @@ import time
 import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -1075,7 +1075,10 @@ class Measured:
     numeric: list[Read]
     more_numeric: list[Read]
     extra: list[Read]  # the per-rule supplement, first-contact projects only
-    labels: dict[UnitKey, str]  # sample row labels: F1.., N1.., S1.., E1.., T1..
+    labels: dict[UnitKey, str]  # sample row labels: F1.., N1.., S1.., E1.., T1.., C1..
+    # First contact: a uniform sample of the findings amplint hides by default (`--show-conditional`),
+    # read to learn what the default leaves out; in no share of the default findings.
+    hidden: list[Read] = field(default_factory=list)
 
     @property
     def first_reads(self) -> list[Read]:
@@ -1092,6 +1095,7 @@ def measure(
     per_rule: int,
     seed: int,
     numeric_size: int = 0,
+    conditional_size: int = 0,
 ) -> Measured:
     groups = {p.name: corpus.group(p) for p in corpus.projects}
     units = dedup(f for f in run_data["findings"] if f["project"] in groups)
@@ -1105,12 +1109,21 @@ def measure(
     more = numeric[len(in_sample) :]
     taken = [r.unit for r in (*sample[FIRST], *more)]
     extra = read_units(supplement(by_group[FIRST], taken, per_rule, seed), verdicts)
+    conditional = dedup(f for f in run_data.get("conditional", []) if groups.get(f["project"]) == FIRST)
+    hidden = read_units(draw(conditional, conditional_size, seed), verdicts)
     labels: dict[UnitKey, str] = {}
-    prefixed = (("F", sample[FIRST]), ("N", more), ("S", extra), ("E", sample[EARLIER]), ("T", sample[TUNED]))
+    prefixed = (
+        ("F", sample[FIRST]),
+        ("N", more),
+        ("S", extra),
+        ("E", sample[EARLIER]),
+        ("T", sample[TUNED]),
+        ("C", hidden),
+    )
     for prefix, reads in prefixed:
         for i, read in enumerate(reads, 1):
             labels[read.unit.key] = f"{prefix}{i}"
-    return Measured(by_group, sample, numeric, more, extra, labels)
+    return Measured(by_group, sample, numeric, more, extra, labels, hidden)
 
 
 def first_contact_warning(review: Review, amplint: dict[str, Any]) -> str:
@@ -1252,10 +1265,21 @@ def render_report(
         add("| --- |" + " ---: |" * len(GROUPS))
         groups = {p.name: corpus.group(p) for p in corpus.projects}
         shown = dedup(f for f in run_data.get("conditional", []) if f["project"] in groups)
+        conditional_first = [u for u in shown if groups[u.project] == FIRST]
         for code in sorted({u.code for u in shown}):
             cells = [str(sum(1 for u in shown if u.code == code and groups[u.project] == g)) for g in GROUPS]
             add(f"| {code} | " + " | ".join(cells) + " |")
         add("")
+        if measured.hidden:
+            add(
+                "A uniform sample of the first-contact ones (`--sample-conditional`) was read as the "
+                "default findings are, to learn what the default leaves out (rows C below):"
+            )
+            add("")
+            add(SHARE_HEADER.format(label="Rules"))
+            add(SHARE_RULE)
+            add(_share_row("conditional, first contact", len(conditional_first), measured.hidden, seed))
+            add("")
     add("## How this page was made")
     add("")
     add("```bash")
@@ -1373,6 +1397,7 @@ def render_report(
         ),
         ("Sample: checked before", measured.sample[EARLIER]),
         ("Sample: tuned on", measured.sample[TUNED]),
+        ("Sample: conditional findings, first contact (hidden by default)", measured.hidden),
     )
     for title, reads in tables:
         if not reads:
@@ -1450,6 +1475,7 @@ def write_reading_aid(
         *((FIRST, r) for r in measured.first_reads),
         *((EARLIER, r) for r in measured.sample[EARLIER]),
         *((TUNED, r) for r in measured.sample[TUNED]),
+        *((FIRST, r) for r in measured.hidden),
     ]
     parts: list[Path] = []
     index = [
@@ -1528,6 +1554,7 @@ def report(
     numeric_size: int = 0,
     run_name: str = RUN_FILE,
     summary_path: Path | None = None,
+    conditional_size: int = 0,
 ) -> None:
     run_file = corpus_dir / run_name
     if not run_file.is_file():
@@ -1536,7 +1563,9 @@ def report(
     if run_data.get("format") != 2:
         raise ReviewError(f"{run_file} comes from an older version of this script: run `run` again")
     verdicts = load_verdicts(verdicts_path)
-    measured = measure(run_data, corpus, verdicts, sample_size, earlier_size, per_rule, seed, numeric_size)
+    measured = measure(
+        run_data, corpus, verdicts, sample_size, earlier_size, per_rule, seed, numeric_size, conditional_size
+    )
     keys = {finding_key(f) for f in run_data["findings"]}
     stale = sum(1 for key in verdicts if key not in keys)
     sampled = [*measured.first_reads, *measured.sample[EARLIER], *measured.sample[TUNED]]
@@ -1595,6 +1624,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_SAMPLE_EARLIER,
         help="findings sampled from the projects checked before, and from the tuned-on ones",
+    )
+    parser.add_argument(
+        "--sample-conditional",
+        type=int,
+        default=0,
+        help="first-contact conditional findings (hidden by default) read, apart from every share",
     )
     parser.add_argument("--seed", type=int, help="the sample's random seed (default: the current review's)")
     parser.add_argument(
@@ -1668,14 +1703,18 @@ def display_command(args: argparse.Namespace, step: str, seed: int | None = None
         parts += ["--sample", str(args.sample), "--sample-numeric", str(args.sample_numeric)]
         parts += ["--sample-earlier", str(args.sample_earlier)]
         parts += ["--seed", str(seed), "--per-rule", str(args.per_rule)]
+        if args.sample_conditional:
+            parts += ["--sample-conditional", str(args.sample_conditional)]
     return shlex.join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if min(args.sample, args.sample_numeric, args.sample_earlier, args.context, args.per_rule) < 0:
+    sizes = (args.sample, args.sample_numeric, args.sample_earlier, args.sample_conditional)
+    if min(*sizes, args.context, args.per_rule) < 0:
         print(
-            "--sample, --sample-numeric, --sample-earlier, --per-rule and --context must be >= 0",
+            "--sample, --sample-numeric, --sample-earlier, --sample-conditional, --per-rule and "
+            "--context must be >= 0",
             file=sys.stderr,
         )
         return 2
@@ -1723,6 +1762,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.sample_numeric,
                 args.run_file,
                 args.summary,
+                args.sample_conditional,
             )
     except ReviewError as exc:
         print(f"error: {exc}", file=sys.stderr)

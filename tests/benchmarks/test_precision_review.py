@@ -465,6 +465,43 @@ def test_the_numeric_row_extends_the_sample_in_the_same_order(tmp_path: Path) ->
     assert len(keys) == len(set(keys))
 
 
+def test_conditional_findings_are_read_apart_from_every_share(tmp_path: Path) -> None:
+    # `--sample-conditional`: the findings amplint hides by default are read to learn what the default
+    # leaves out; their verdicts count in their own row, never in the default findings' shares.
+    corpus_dir, corpus, verdicts = fake_corpus(tmp_path)
+    plain, sampled = tmp_path / "plain.md", tmp_path / "sampled.md"
+    review.report(corpus_dir, corpus, verdicts, plain, 120, 60, 2, 15, "python report", per_rule=20)
+    verdicts.write_text(
+        verdicts.read_text(encoding="utf-8")
+        + '[[verdict]]\nproject = "new"\npath = "pkg/m.py"\ncode = "AMP001"\nsource = "x38 = 1"\n'
+        + 'verdict = "real"\nreason = "the project runs it in bf16"\n',
+        encoding="utf-8",
+    )
+    review.report(
+        corpus_dir,
+        corpus,
+        verdicts,
+        sampled,
+        120,
+        60,
+        2,
+        15,
+        "python report",
+        per_rule=20,
+        conditional_size=5,
+    )
+    before, after = plain.read_text(encoding="utf-8"), sampled.read_text(encoding="utf-8")
+    row = "| all default rules |"
+    assert next(x for x in after.splitlines() if x.startswith(row)) == next(
+        x for x in before.splitlines() if x.startswith(row)
+    )
+    assert "| conditional, first contact | 1 | 1 | 1 | 1 | 1 | 0 | 0 | 0 | 100%" in after
+    assert "conditional, first contact" not in before
+    assert "| C1 | new | `pkg/m.py:40` | AMP001 | 1 | real | the project runs it in bf16 |" in after
+    aid = "".join(p.read_text(encoding="utf-8") for p in (corpus_dir / review.AID_DIR).glob("part-*.md"))
+    assert "## C1: new 2.0, `pkg/m.py:40`, AMP001" in aid
+
+
 def test_report_keeps_the_reviews_counts_and_the_quoted_numbers_render_from_them(tmp_path: Path) -> None:
     corpus_dir, corpus, verdicts = fake_corpus(tmp_path)
     corpus = review.Corpus(corpus.projects, [*corpus.reviews[:-1], replace(corpus.current, id="two")])
