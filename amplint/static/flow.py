@@ -56,6 +56,9 @@ class Flow:
     hits: dict[tuple[cst.CSTNode, cst.CSTNode, str], Hit] = field(default_factory=dict)
     # Names bound from scratch earlier in the current loop iteration (they carry no state).
     fresh: set[str] = field(default_factory=set)
+    # What was written into constant slices of a name (`coord[:, 0:2] = x.sigmoid()`), by slice:
+    # a read of a slice that none of them overlaps (`coord[:, 2].exp()`) does not carry it.
+    parts: dict[str, list[tuple[Box, Origins]]] = field(default_factory=dict)
 
     # -- what a name holds -------------------------------------------------------------------
     def resolve(self, node: cst.BaseExpression, depth: int = 4) -> cst.BaseExpression:
@@ -79,7 +82,15 @@ class Flow:
             self._visit_children(node)  # a seed nested in a seed still reaches its own sinks
             return frozenset({node})
         if isinstance(node, cst.Name):
-            return self.env.get(node.value, _EMPTY)
+            return self.env.get(node.value, _EMPTY).union(*(o for _, o in self.parts.get(node.value, ())))
+        if (
+            isinstance(node, cst.Subscript)
+            and isinstance(node.value, cst.Name)
+            and node.value.value in self.parts
+        ):
+            box = _box(node)
+            whole = self.env.get(node.value.value, _EMPTY)
+            return whole.union(*(o for part, o in self.parts[node.value.value] if _overlap(box, part)))
         if isinstance(node, cst.Attribute) and node.attr.value in _METADATA_ATTRS:
             self.taint(node.value)
             return _EMPTY
@@ -194,6 +205,8 @@ class Flow:
                 for origin in self._multiplied_into(name, value):
                     self._hit(Hit(origin, target, "recurrence", name))
             self.env[name] = (self.env.get(name, _EMPTY) | origins) if branch else origins
+            if not branch:
+                self.parts.pop(name, None)
             if value is not None:
                 self._record(name, value)
                 if loop and name not in names_read(value):
@@ -213,9 +226,13 @@ class Flow:
         elif isinstance(target, cst.Attribute) and origins:
             self.policy.leaves(value if value is not None else target, origins, self)
         elif isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
-            # `out[:, t] = value` adds to what `out` holds.
+            # `out[:, t] = value` adds to what `out` holds; to that slice, where it is constant.
             name = target.value.value
-            self.env[name] = self.env.get(name, _EMPTY) | origins
+            box = _box(target)
+            if box is None:
+                self.env[name] = self.env.get(name, _EMPTY) | origins
+            elif origins:
+                self.parts.setdefault(name, []).append((box, origins))
 
     def _name_hits(self, name: str, origins: Origins, where: cst.CSTNode, value: cst.CSTNode | None) -> None:
         if origins and value is not None and self.policy.name_sink(name, value):
@@ -236,6 +253,40 @@ class Flow:
                 for state, factor in ((node.left, node.right), (node.right, node.left)):
                     if name in names_read(state) and name not in names_read(factor):
                         yield from self.taint(factor)
+
+
+# A constant index, one (start, stop) per dimension; None where one is not a constant.
+Box = tuple[tuple[int, float], ...] | None
+
+
+def _box(node: cst.Subscript) -> Box:
+    """`x[:, 0:2, 3]` -> ((0, inf), (0, 2), (3, 4)); None for anything but non-negative integer
+    indices and slices without a step (`x[i]`, `x[..., 0]`, `x[-1]`)."""
+    box: list[tuple[int, float]] = []
+    for element in node.slice:
+        index = element.slice
+        if isinstance(index, cst.Index):
+            if not isinstance(index.value, cst.Integer):
+                return None
+            at = int(index.value.value, 0)
+            box.append((at, at + 1))
+        elif isinstance(index, cst.Slice) and index.step is None:
+            bounds = [index.lower, index.upper]
+            if not all(b is None or isinstance(b, cst.Integer) for b in bounds):
+                return None
+            low = int(bounds[0].value, 0) if isinstance(bounds[0], cst.Integer) else 0
+            high = int(bounds[1].value, 0) if isinstance(bounds[1], cst.Integer) else float("inf")
+            box.append((low, high))
+        else:
+            return None
+    return tuple(box)
+
+
+def _overlap(one: Box, other: Box) -> bool:
+    """Whether two constant indices may share an element (unknown ones may)."""
+    if one is None or other is None or len(one) != len(other):
+        return True
+    return all(a < d and c < b for (a, b), (c, d) in zip(one, other, strict=True))
 
 
 def value_children(node: cst.CSTNode) -> Iterator[cst.BaseExpression]:

@@ -113,3 +113,18 @@ def test_every_excerpt_names_its_source_and_expectations() -> None:
         assert expected.named, f"{path.name}: no '# expect:' or '# expect-none:' comment"
         unknown = expected.named - STATIC
         assert not unknown, f"{path.name}: unknown or runtime-only codes {sorted(unknown)}"
+
+
+def test_a_constant_slice_carries_only_what_was_written_into_it() -> None:
+    # The netharn excerpt with its `exp` on the sigmoid's own channel: flagged.
+    path = DATA / "netharn_yolo2_sigmoid_and_exp_channels.py"
+    text = path.read_text(encoding="utf-8")
+    overlapping = text.replace(
+        "(coord[:, :, 2, :, :].exp() * anchor_w)", "(coord[:, :, 1, :, :].exp() * anchor_w)"
+    )
+    assert overlapping != text
+    for source, flagged in ((text, False), (overlapping, True)):
+        result = lint_text(
+            source, rules_for(Settings(), path), path=path.name, profile=detect([(path.name, source)])
+        )
+        assert any(d.code == "AMP001" for d in result.diagnostics) == flagged
