@@ -1575,7 +1575,10 @@ def report(
         render_report(run_data, corpus, measured, command, stale, seed, per_rule, dismissed) + "\n",
         encoding="utf-8",
     )
-    if summary_path is not None and corpus.current.key is not None:
+    # The counts README.md quotes are the review's first contact: a run of another amplint (a
+    # re-check after changes made because of it) is reported, never kept.
+    other = first_contact_warning(corpus.current, run_data["amplint"]).startswith("Not first contact")
+    if summary_path is not None and corpus.current.key is not None and not other:
         kept = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
         kept.setdefault("reviews", {})[corpus.current.key] = summary(measured, corpus, seed)
         kept["reviews"] = dict(sorted(kept["reviews"].items(), key=lambda item: item[1]["order"]))

@@ -524,6 +524,14 @@ def test_report_keeps_the_reviews_counts_and_the_quoted_numbers_render_from_them
     assert "50% (15-85; 50-50)" in page.read_text(encoding="utf-8")
     text = summary_script.readme({"reviews": kept})
     assert "4 of their 17 default findings" in text and "50% were useful (50% real" in text
+    # A re-check by another amplint (the review names `abc`, the run `def`) is reported, not kept.
+    corpus = review.Corpus(corpus.projects, [*corpus.reviews[:-1], replace(corpus.current, commit="def")])
+    summary.write_text("{}", encoding="utf-8")
+    review.report(
+        corpus_dir, corpus, verdicts, page, 120, 60, 2, 15, "python report", per_rule=20, summary_path=summary
+    )
+    assert json.loads(summary.read_text(encoding="utf-8")) == {}
+    assert "Not first contact: these findings come from amplint `abc`" in page.read_text(encoding="utf-8")
 
 
 def test_a_review_is_measured_as_it_stood(tmp_path: Path) -> None:
