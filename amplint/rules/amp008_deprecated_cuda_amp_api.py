@@ -284,10 +284,7 @@ def _after_compat_exit(ctx: FileContext, block: cst.IndentedBlock) -> Iterator[c
             isinstance(statement, cst.If)
             and statement.orelse is None
             and _is_compat_branch(ctx, statement)
-            and isinstance(statement.body, cst.IndentedBlock)
-            and statement.body.body
-            and isinstance(last := statement.body.body[-1], cst.SimpleStatementLine)
-            and isinstance(last.body[-1], (cst.Return, cst.Raise))
+            and _always_exits(statement.body)
             and any(
                 _NEW_API.match(ctx.qualified(n) or "")
                 for n in walk(statement.body)
@@ -295,6 +292,23 @@ def _after_compat_exit(ctx: FileContext, block: cst.IndentedBlock) -> Iterator[c
             )
         ):
             exited = True
+
+
+def _always_exits(block: cst.BaseSuite) -> bool:
+    """Whether the block ends in a `return` or `raise` on every path (a `try` whose body and handlers
+    each return: `try: return torch.amp.GradScaler("cuda") except TypeError: return ...`)."""
+    if not isinstance(block, cst.IndentedBlock) or not block.body:
+        return False
+    last = block.body[-1]
+    if isinstance(last, cst.SimpleStatementLine):
+        return isinstance(last.body[-1], (cst.Return, cst.Raise))
+    if isinstance(last, cst.Try):
+        return (
+            last.orelse is None
+            and _always_exits(last.body)
+            and all(_always_exits(handler.body) for handler in last.handlers)
+        )
+    return False
 
 
 def _shadowed(scan: _Scan, node: cst.Name | cst.Attribute) -> bool:
