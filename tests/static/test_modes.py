@@ -755,14 +755,19 @@ def test_an_autocast_made_into_a_name_runs_the_blocks_that_enter_it(
 def test_a_region_in_a_method_runs_its_body_not_its_header(tmp_path: Path) -> None:
     # The autocast's own arguments (`dtype=self.amp_dtype`) run nothing under it: the helper that
     # picked the dtype in `__init__` is not reached, the network the body calls is.
-    (tmp_path / "helpers.py").write_text("import torch\n\n\ndef pick_dtype():\n    return torch.bfloat16\n")
-    (tmp_path / "net.py").write_text("import torch\n\n\nclass Net(torch.nn.Module):\n    pass\n")
-    (tmp_path / "trainer.py").write_text(
-        "import torch\nfrom helpers import pick_dtype\nfrom net import Net\n\n\nclass Trainer:\n"
-        "    def __init__(self):\n        self.amp_dtype = pick_dtype()\n        self.net = Net()\n\n"
-        "    def step(self, x):\n"
-        "        with torch.autocast('cuda', dtype=self.amp_dtype):\n            return self.net(x)\n"
+    root = _project(
+        tmp_path,
+        {
+            "helpers.py": "import torch\n\n\ndef pick_dtype():\n    return torch.bfloat16\n",
+            "net.py": "import torch\n\n\nclass Net(torch.nn.Module):\n    pass\n",
+            "trainer.py": (
+                "import torch\nfrom helpers import pick_dtype\nfrom net import Net\n\n\nclass Trainer:\n"
+                "    def __init__(self):\n        self.amp_dtype = pick_dtype()\n        self.net = Net()\n\n"
+                "    def step(self, x):\n"
+                "        with torch.autocast('cuda', dtype=self.amp_dtype):\n            return self.net(x)\n"
+            ),
+        },
     )
-    found = _index(tmp_path)
+    found = _index(root)
     assert {why.mode.kind for why in found.of("net.py")} == {"autocast"}
     assert found.of("helpers.py") == ()
