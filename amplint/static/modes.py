@@ -431,14 +431,13 @@ def _scope(index: _File, offset: int, region: bool = False) -> tuple[str | None,
     class, with what the body calls through `self` (`_method_scope`). An autocast made into a name
     (`ctx = torch.autocast(...) if cuda else nullcontext()`) runs the `with ctx:` blocks that enter
     it, where there are any."""
-    blocks = _region_blocks(index, offset) if region else []
-    for name, (start, end) in index.spans.items():
-        if start <= offset < end:
-            if not blocks:
-                return name, index.code[start:end]
-            return name, b"\n".join(_block_scope(index, block) for block in blocks)
+    holder = _holder(index, offset)
+    blocks = _region_blocks(index, offset, holder) if region else []
+    owner = None if holder is None else holder[0]
     if blocks:
-        return None, b"\n".join(_block_scope(index, block) for block in blocks)
+        return owner, b"\n".join(_block_scope(index, block) for block in blocks)
+    if holder is not None:
+        return owner, index.code[holder[1] : holder[2]]
     pieces, at = [], 0
     for start, end in sorted(index.spans.values()):
         pieces.append(index.code[at:start])
@@ -447,17 +446,22 @@ def _scope(index: _File, offset: int, region: bool = False) -> tuple[str | None,
     return None, b"".join(pieces)
 
 
-def _region_blocks(index: _File, offset: int) -> list[tuple[int, int]]:
+def _holder(index: _File, offset: int) -> tuple[str, int, int] | None:
+    """The top-level definition that holds `offset`: its name and span; None at module level."""
+    return next(((name, a, b) for name, (a, b) in index.spans.items() if a <= offset < b), None)
+
+
+def _region_blocks(index: _File, offset: int, holder: tuple[str, int, int] | None) -> list[tuple[int, int]]:
     """The `with` blocks an autocast setting at `offset` runs: its own, or those that enter the
-    name it is assigned to, after it in its definition (or module); none when it is entered
-    otherwise (`ctx.__enter__()`, handed to another function)."""
+    name it is assigned to, after it in its definition `holder` (or module); none when it is
+    entered otherwise (`ctx.__enter__()`, handed to another function)."""
     code = index.code
     if _WITH.match(code, offset):
         return [_block(index, offset)]
     assigned = _LOCAL_SET.match(code, offset)
     if assigned is None:
         return []
-    end = next((b for a, b in index.spans.values() if a <= offset < b), len(code))
+    end = len(code) if holder is None else holder[2]
     enters = re.compile(
         rb"^[ \t]*(?:async[ \t]+)?with\b[^\n]*?\b" + re.escape(assigned[1]) + rb"\b", re.MULTILINE
     )
@@ -470,11 +474,12 @@ def _region_blocks(index: _File, offset: int) -> list[tuple[int, int]]:
 
 def _block_scope(index: _File, block: tuple[int, int]) -> bytes:
     """The code the `with` block at `block` runs, with the definition (or module) that holds it."""
-    for start, end in index.spans.values():
-        if start <= block[0] < end:
-            scope = _method_scope(index, start, end, block) if _CLASS.match(index.code, start) else None
-            return _with_bindings(index.code, start, block) if scope is None else scope
-    return _with_bindings(index.code, 0, block)
+    holder = _holder(index, block[0])
+    if holder is None:
+        return _with_bindings(index.code, 0, block)
+    _, start, end = holder
+    scope = _method_scope(index, start, end, block) if _CLASS.match(index.code, start) else None
+    return _with_bindings(index.code, start, block) if scope is None else scope
 
 
 def _with_bindings(code: bytes, start: int, block: tuple[int, int]) -> bytes:
@@ -570,11 +575,11 @@ def _class_scope(
     methods, the methods they call through `self` (and those they call), the first line of each
     assignment to an attribute they read (`self.model = GPT(config)` in `__init__`), and the class's
     own statements outside its methods (with `bases`, its header too: its bases' methods may run).
-    With `region`, the one entry runs only that span of itself (an autocast block)."""
+    With `region`, the one entry runs only that span of itself (an autocast block's body)."""
     wanted, frontier = set(entries), list(entries)
     spans = dict(methods)
-    if region is not None:  # the block's body: its header's arguments (`self.amp_dtype`) run nothing
-        spans[frontier[0]] = (_header_end(code, *region), region[1])
+    if region is not None:
+        spans[frontier[0]] = region
     while frontier:
         a, b = spans[frontier.pop()]
         for called in set(_SELF_CALL.findall(code, a, b)) & methods.keys() - wanted:
@@ -606,10 +611,12 @@ def _method_scope(index: _File, start: int, end: int, block: tuple[int, int]) ->
     entry = next((name for name, (a, b) in methods.items() if a <= block[0] < b), None)
     if entry is None:
         return None
-    # The block itself is in the class scope already; only its local bindings are added.
-    scope = _class_scope(index.code, start, end, methods, (entry,), bases=False, region=block)
-    body = index.code[_header_end(index.code, block[0], block[1]) : block[1]]
-    return b"\n".join([scope, *_bound_before(index.code, methods[entry][0], block[0], body)])
+    # The block's body (its header's arguments, `self.amp_dtype`, run nothing) is in the class
+    # scope already; only its local bindings are added.
+    body = (_header_end(index.code, *block), block[1])
+    scope = _class_scope(index.code, start, end, methods, (entry,), bases=False, region=body)
+    bound = _bound_before(index.code, methods[entry][0], block[0], index.code[body[0] : body[1]])
+    return b"\n".join([scope, *bound])
 
 
 def _words(code: bytes) -> set[bytes]:
