@@ -324,7 +324,9 @@ def download(project: Project, downloads: Path) -> Path:
     (one whose metadata needs torch installed) falls back to the wheel."""
     downloads.mkdir(parents=True, exist_ok=True)
     spec = f"{project.name}=={project.version}"
-    base = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(downloads)]
+    # The sources are read, never installed: a release for a newer Python than this one is fetched too.
+    base = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--ignore-requires-python"]
+    base += ["--dest", str(downloads)]
     tries = [[spec]]
     if project.sdist:
         tries.insert(0, ["--no-binary", project.name, spec])

@@ -34,6 +34,7 @@ from amplint.static.profile import (
     FLOAT16,
     MODE_NAMES,
     SCALER,
+    TOP_LINE,
     Mode,
     ModeWhy,
     Partial,
@@ -46,7 +47,6 @@ __all__ = ["ProjectModes", "index_modes", "mode_named", "role_of"]
 _MAX_VIA = 6  # names kept in a chain: enough to show the way, not every hop
 
 _DEF = re.compile(rb"^(?:async[ \t]+def|def|class)[ \t]+(\w+)", re.MULTILINE)
-_TOP = re.compile(rb"^(?=[^\s#)\]}])", re.MULTILINE)  # a line that starts at column 0 with code
 _WORD = re.compile(rb"[A-Za-z_]\w*")
 _TRIPLE = re.compile(rb"\"\"\"|'''|#")
 _FROM = re.compile(rb"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.MULTILINE)
@@ -355,7 +355,9 @@ def _index(display: str, code: bytes) -> _File:
     strings = _strings(code)
     # A definition ends where the next statement at column 0 starts (a decorator belongs to the next).
     tops = [
-        m.start() for m in _TOP.finditer(code) if not _inside(strings, m.start()) and code[m.start()] != 64
+        m.start()
+        for m in TOP_LINE.finditer(code)
+        if not _inside(strings, m.start()) and code[m.start()] != 64
     ]
     spans: dict[str, tuple[int, int]] = {}
     for match in _DEF.finditer(code):

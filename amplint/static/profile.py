@@ -462,10 +462,18 @@ def _settings(code: bytes, partials: Mapping[str, Partial]) -> Iterator[tuple[in
         what = _qualified(code, match.start()) + _text(match.group())
         yield match.start(), what, _dtypes(match["dtype"]), _cast_kind(code, match.start())
     for match in _TO.finditer(code):
+        what = _qualified(code, match.start()) + _snippet(code, match.start(), match.end())
         cast = _TO_DTYPE.search(match["args"])
         if cast is not None:
-            what = _qualified(code, match.start()) + _snippet(code, match.start(), match.end())
             yield match.start(), what, _dtypes(cast["dtype"]), _cast_kind(code, match.start())
+            continue
+        # A model cast to a dtype a variable holds (`model.to(device, dtype=resolved_dtype)`): the
+        # half dtypes its assignments in this file name.
+        named = _DTYPE_NAME_ARG.search(match["args"])
+        if named is not None and _cast_kind(code, match.start()) == CAST:
+            assigned = _assigned_dtypes(code, named["value"])
+            if assigned is not None and assigned[0]:
+                yield match.start(), f"{what} ({assigned[1]})", assigned[0], CAST
     for match in _DTYPE_ARG.finditer(code):
         start = match.start() - (6 if code.endswith(b"torch_", 0, match.start()) else 0)
         if _keyword(code, start):
@@ -530,6 +538,9 @@ def _cast_kind(code: bytes, start: int) -> str:
 
 
 _DTYPE_NAMED = re.compile(rb"torch\.(float16|bfloat16|half|float32|float)\b")
+_DTYPE_NAME_ARG = re.compile(rb"\bdtype[ \t]*=[ \t]*(?P<value>[A-Za-z_][\w.]*)")
+TOP_LINE = re.compile(rb"^(?=[^\s#)\]}])", re.MULTILINE)  # a line that starts at column 0 with code
+_HELPER_CALL = re.compile(rb"[ \t]*(?P<name>[A-Za-z_]\w*)[ \t]*\(")
 
 
 def _assigned_dtypes(code: bytes, name: bytes) -> tuple[frozenset[str], str] | None:
@@ -542,14 +553,31 @@ def _assigned_dtypes(code: bytes, name: bytes) -> tuple[frozenset[str], str] | N
     half: set[str] = set()
     lines = []
     for match in pattern.finditer(code):
-        named = [_text(found[1]) for found in _DTYPE_NAMED.finditer(_statement(code, match))]
+        value = _statement(code, match)
+        line = str(code.count(b"\n", 0, match.start()) + 1)
+        helper = _HELPER_CALL.match(value)
+        if helper is not None:  # `dtype = _resolve_dtype(dtype, device)`: what the helper returns
+            value = _returned(code, helper["name"])
+            line += f" by `{_text(helper['name'])}`"
+        named = [_text(found[1]) for found in _DTYPE_NAMED.finditer(value)]
         if not named:
             return None
         half |= {_HALF_NAME[dtype] for dtype in named if dtype in _HALF_NAME}
-        lines.append(str(code.count(b"\n", 0, match.start()) + 1))
+        lines.append(line)
     if not lines:
         return None
     return frozenset(half), f"`{_text(name)}` assigned on line {', '.join(lines)}"
+
+
+def _returned(code: bytes, function: bytes) -> bytes:
+    """The `return` lines of a function this file defines at the top level (empty when it defines
+    none): the dtypes a helper that resolves one may give."""
+    definition = re.search(rb"^def[ \t]+" + re.escape(function) + rb"\b", code, re.MULTILINE)
+    if definition is None:
+        return b""
+    end = TOP_LINE.search(code, _line_end(code, definition.end()) + 1)
+    body = code[definition.end() : end.start() if end is not None else len(code)]
+    return b"\n".join(re.findall(rb"^[ \t]+return\b[^\n]*", body, re.MULTILINE))
 
 
 def _statement(code: bytes, match: re.Match[bytes]) -> bytes:

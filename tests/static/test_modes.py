@@ -771,3 +771,25 @@ def test_a_region_in_a_method_runs_its_body_not_its_header(tmp_path: Path) -> No
     found = _index(root)
     assert {why.mode.kind for why in found.of("net.py")} == {"autocast"}
     assert found.of("helpers.py") == ()
+
+
+def test_a_model_cast_to_the_dtype_a_helper_resolves_runs_in_its_half_dtype(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # bclm's loader casts the model with `.to(device=..., dtype=resolved_dtype)`, and the dtype comes
+    # from `_resolve_dtype`, which gives bfloat16 on CUDA; the model class comes from a registry the
+    # loader's lookup fills. The oscillator's angles `omega * t` are then computed from bf16
+    # positions (the float32 `_t` buffer is cast with the model).
+    root = _real_modes_project("bclm_dtype_from_helper_and_registry", tmp_path, monkeypatch)
+    found = _check(root, select=["AMP017"])
+    assert [(d.path, d.line) for d in found] == [("bclm/model.py", 25)]
+    assert "`resolved_dtype` assigned on line 45 by `_resolve_dtype`" in found[0].message
+    assert (
+        "bclm/hf_loader.py:53 -> get_architecture -> _ensure_builtins -> _register_bclm1" in found[0].message
+    )
+    # A helper that only passes the caller's dtype on, or gives float32, sets no half mode.
+    loader = root / "bclm" / "hf_loader.py"
+    loader.write_text(loader.read_text().replace("return torch.bfloat16", "return torch.float32"))
+    assert _index(root).entries == []
+    assert not _check(root, select=["AMP017"])
+    assert [d.line for d in _check(root, select=["AMP017"], show_conditional=True)] == [25]
