@@ -93,7 +93,7 @@ class MaskConstantOverflow(Rule):
     maximum; a buffer the module registers from `torch.tril` too, whatever sizes the mask is built
     with, a causal block written into a slice of it, `mask[..., -n:] = torch.tril(...)`, Megatron's
     left-to-right `ltor_mask`, and a padding mask whose diagonal is unmasked last,
-    `mask & ~torch.eye(n)`), `-65504` in a bias handed to a kernel as an argument (the kernel adds it
+    `mask & ~torch.eye(n)`, or a top-p mask cleared at each row's first entry, `mask[..., 0] = False`), `-65504` in a bias handed to a kernel as an argument (the kernel adds it
     to its own scores; -65504 itself is finite), in
     key-padding masks (`mask[:, None, None, :]`, masks from lengths such as
     `sequence_mask(lengths)`: a whole row only for an empty input), in a mask the caller passes in (flagged only where the module shows that
@@ -271,7 +271,7 @@ def _check_scope(ctx: FileContext, scope: Scope, sites: Mapping[cst.CSTNode, _Si
         if site is not None:
             origin[node] = node
             flags[node] = _mask_shape(ctx, site.mask, flow, parameters, sliced)
-            if _keeps_diagonal(site, flow):
+            if _keeps_diagonal(site, flow) or _keeps_a_column(scope.node, site):
                 flags[node].add("structural")
             if (
                 isinstance(node, cst.Call)
@@ -595,6 +595,50 @@ def _below_top(mask: cst.BaseExpression, flow: Flow) -> bool:
             ):
                 return True
     return False
+
+
+def _keeps_a_column(scope: cst.CSTNode, site: _Site) -> bool:
+    """A `masked_fill` mask cleared at a constant index of its last axis in every row (`mask[..., 0]
+    = False`, a top-p filter keeping each row's largest token; transformers' `[...,
+    -min_tokens_to_keep:] = 0`): no row is masked whole. (In a `where`, the cleared entries are the
+    ones filled.)"""
+    mask = site.mask
+    if site.kind != "masked_fill" or not isinstance(mask, cst.Name):
+        return False
+    for node in walk(scope, expressions=False):
+        if not isinstance(node, cst.Assign) or not _cleared(node.value):
+            continue
+        for target in node.targets:
+            written = target.target
+            if (
+                isinstance(written, cst.Subscript)
+                and isinstance(written.value, cst.Name)
+                and written.value.value == mask.value
+                and len(written.slice) == 2
+                and isinstance(written.slice[0].slice, cst.Index)
+                and isinstance(written.slice[0].slice.value, cst.Ellipsis)
+                and _constant_place(written.slice[1].slice)
+            ):
+                return True
+    return False
+
+
+def _cleared(value: cst.BaseExpression) -> bool:
+    return (isinstance(value, cst.Name) and value.value == "False") or (
+        isinstance(value, cst.Integer) and value.value == "0"
+    )
+
+
+def _constant_place(element: cst.BaseSlice) -> bool:
+    """`0`, `-1`, or a slice with constant bounds (`-n:` with `n` a name counts: a count of tokens)."""
+    if isinstance(element, cst.Slice):
+        return element.step is None and (element.lower is not None or element.upper is not None)
+    if not isinstance(element, cst.Index):
+        return False
+    value = element.value
+    if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+        value = value.expression
+    return isinstance(value, cst.Integer)
 
 
 def _keeps_diagonal(site: _Site, flow: Flow) -> bool:
