@@ -63,6 +63,10 @@ _NAN_ROWS = "a fully masked row of -inf gives NaN in softmax"
 _ROWS_KEPT = frozenset({"structural", "key_only", "cleaned"})
 
 
+# Per name, the slices of it a scope assigns and what it assigns them (`_slice_writes`).
+_SliceWrites = Mapping[str, list[tuple[cst.Subscript, cst.BaseExpression]]]
+
+
 @dataclass(frozen=True)
 class _Site:
     """A constant written into a tensor. `kind`: `masked_fill`, `where`, `full` or `product`
@@ -92,8 +96,9 @@ class MaskConstantOverflow(Rule):
     stay float32, and `-inf` in causal, windowed or top-k masks (they keep every row's diagonal or
     maximum; a buffer the module registers from `torch.tril` too, whatever sizes the mask is built
     with, a causal block written into a slice of it, `mask[..., -n:] = torch.tril(...)`, Megatron's
-    left-to-right `ltor_mask`, and a padding mask whose diagonal is unmasked last,
-    `mask & ~torch.eye(n)`, or a top-p mask cleared at each row's first entry, `mask[..., 0] = False`), `-65504` in a bias handed to a kernel as an argument (the kernel adds it
+    left-to-right `ltor_mask`, a padding mask whose diagonal is unmasked last,
+    `mask & ~torch.eye(n)`, and a top-p mask cleared at each row's first entry,
+    `mask[..., 0] = False`), `-65504` in a bias handed to a kernel as an argument (the kernel adds it
     to its own scores; -65504 itself is finite), in
     key-padding masks (`mask[:, None, None, :]`, masks from lengths such as
     `sequence_mask(lengths)`: a whole row only for an empty input), in a mask the caller passes in (flagged only where the module shows that
@@ -271,7 +276,7 @@ def _check_scope(ctx: FileContext, scope: Scope, sites: Mapping[cst.CSTNode, _Si
         if site is not None:
             origin[node] = node
             flags[node] = _mask_shape(ctx, site.mask, flow, parameters, sliced)
-            if _keeps_diagonal(site, flow) or _keeps_a_column(scope.node, site):
+            if _keeps_diagonal(site, flow) or _keeps_a_column(site, sliced):
                 flags[node].add("structural")
             if (
                 isinstance(node, cst.Call)
@@ -482,7 +487,7 @@ def _mask_shape(
     mask: cst.BaseExpression | None,
     flow: Flow,
     parameters: frozenset[str] | None,
-    sliced: Mapping[str, list[cst.BaseExpression]],
+    sliced: _SliceWrites,
 ) -> set[str]:
     """What a mask's expression, what its names were bound to, and the buffers it reads were
     registered from (nanoGPT's `self.bias`, a `torch.tril`), show: `structural` (built from
@@ -503,7 +508,7 @@ def _mask_shape(
                 if isinstance(node, cst.Name):
                     history = flow.history.get(node.value, [])[-3:]
                     bound += [b for b in history if isinstance(b, cst.BaseExpression) and b is not mask]
-                    bound += sliced.get(node.value, [])
+                    bound += [value for _, value in sliced.get(node.value, [])]
         frontier = bound
     parts += [
         node
@@ -533,15 +538,15 @@ def _mask_shape(
     return flags
 
 
-def _slice_writes(scope: cst.CSTNode) -> dict[str, list[cst.BaseExpression]]:
-    """What each name of the scope has written into a slice of it (`mask[..., -n:] = torch.tril(...)`):
-    part of how a mask is built, as its bindings are."""
-    found: dict[str, list[cst.BaseExpression]] = {}
+def _slice_writes(scope: cst.CSTNode) -> _SliceWrites:
+    """What each name of the scope has written into a slice of it, and where (`mask[..., -n:] =
+    torch.tril(...)`): part of how a mask is built, as its bindings are."""
+    found: dict[str, list[tuple[cst.Subscript, cst.BaseExpression]]] = {}
     for node in walk(scope, expressions=False):
         if isinstance(node, cst.Assign):
             for target in node.targets:
                 if isinstance(target.target, cst.Subscript) and isinstance(target.target.value, cst.Name):
-                    found.setdefault(target.target.value.value, []).append(node.value)
+                    found.setdefault(target.target.value.value, []).append((target.target, node.value))
     return found
 
 
@@ -597,30 +602,21 @@ def _below_top(mask: cst.BaseExpression, flow: Flow) -> bool:
     return False
 
 
-def _keeps_a_column(scope: cst.CSTNode, site: _Site) -> bool:
+def _keeps_a_column(site: _Site, sliced: _SliceWrites) -> bool:
     """A `masked_fill` mask cleared at a constant index of its last axis in every row (`mask[..., 0]
     = False`, a top-p filter keeping each row's largest token; transformers' `[...,
     -min_tokens_to_keep:] = 0`): no row is masked whole. (In a `where`, the cleared entries are the
     ones filled.)"""
-    mask = site.mask
-    if site.kind != "masked_fill" or not isinstance(mask, cst.Name):
+    if site.kind != "masked_fill" or not isinstance(site.mask, cst.Name):
         return False
-    for node in walk(scope, expressions=False):
-        if not isinstance(node, cst.Assign) or not _cleared(node.value):
-            continue
-        for target in node.targets:
-            written = target.target
-            if (
-                isinstance(written, cst.Subscript)
-                and isinstance(written.value, cst.Name)
-                and written.value.value == mask.value
-                and len(written.slice) == 2
-                and isinstance(written.slice[0].slice, cst.Index)
-                and isinstance(written.slice[0].slice.value, cst.Ellipsis)
-                and _constant_place(written.slice[1].slice)
-            ):
-                return True
-    return False
+    return any(
+        _cleared(value)
+        and len(written.slice) == 2
+        and isinstance(written.slice[0].slice, cst.Index)
+        and isinstance(written.slice[0].slice.value, cst.Ellipsis)
+        and _constant_place(written.slice[1].slice)
+        for written, value in sliced.get(site.mask.value, [])
+    )
 
 
 def _cleared(value: cst.BaseExpression) -> bool:

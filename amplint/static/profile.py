@@ -462,18 +462,20 @@ def _settings(code: bytes, partials: Mapping[str, Partial]) -> Iterator[tuple[in
         what = _qualified(code, match.start()) + _text(match.group())
         yield match.start(), what, _dtypes(match["dtype"]), _cast_kind(code, match.start())
     for match in _TO.finditer(code):
-        what = _qualified(code, match.start()) + _snippet(code, match.start(), match.end())
         cast = _TO_DTYPE.search(match["args"])
         if cast is not None:
+            what = _qualified(code, match.start()) + _snippet(code, match.start(), match.end())
             yield match.start(), what, _dtypes(cast["dtype"]), _cast_kind(code, match.start())
             continue
         # A model cast to a dtype a variable holds (`model.to(device, dtype=resolved_dtype)`): the
-        # half dtypes its assignments in this file name.
+        # half dtypes its assignments in this file name. Most `.to(...)` calls take a device alone.
         named = _DTYPE_NAME_ARG.search(match["args"])
-        if named is not None and _cast_kind(code, match.start()) == CAST:
-            assigned = _assigned_dtypes(code, named["value"])
-            if assigned is not None and assigned[0]:
-                yield match.start(), f"{what} ({assigned[1]})", assigned[0], CAST
+        if named is None or _cast_kind(code, match.start()) != CAST:
+            continue
+        assigned = _assigned_dtypes(code, named["value"])
+        if assigned is not None and assigned[0]:
+            what = _qualified(code, match.start()) + _snippet(code, match.start(), match.end())
+            yield match.start(), f"{what} ({assigned[1]})", assigned[0], CAST
     for match in _DTYPE_ARG.finditer(code):
         start = match.start() - (6 if code.endswith(b"torch_", 0, match.start()) else 0)
         if _keyword(code, start):
