@@ -425,6 +425,8 @@ def main() -> int:
         data = json.loads(args.input.read_text(encoding="utf-8"))
         sys.stdout.write(report(data["rows"], data["meta"]))
         return 0
+    if args.command == "run" and args.update and not args.types:
+        parser.error("--update measures again the model types --types names")
     import torch
     import transformers
 
@@ -437,8 +439,6 @@ def main() -> int:
         return 0
     kept: list[dict[str, Any]] = []
     earlier_meta: dict[str, Any] = {}
-    if args.update and not args.types:
-        parser.error("--update measures again the model types --types names")
     if args.failed or args.update:
         earlier_data = json.loads(args.output.read_text(encoding="utf-8"))
         earlier, earlier_meta = earlier_data["rows"], earlier_data["meta"]

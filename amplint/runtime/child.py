@@ -21,7 +21,7 @@ import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from amplint.runtime.gpu import BF16_ASKED, DEFAULT_GPU, GPUS
 from amplint.runtime.graph import DtypeGraph, ValueLimits
@@ -245,18 +245,10 @@ def trace_in_child(spec: dict[str, Any], timeout: float) -> DtypeGraph:
     shown = int(spec.get("output_limit") or DEFAULT_OUTPUT_LIMIT)
     with tempfile.TemporaryDirectory(prefix="amplint-trace-") as scratch:
         output = Path(scratch) / "graph.json"
-        command = [sys.executable, "-m", "amplint.runtime.child", json.dumps(spec), str(output)]
         # Output goes to a file, read back from its end: a target printing without end costs disk,
         # never this process's memory.
         with open(Path(scratch) / "output.txt", "w+b") as printed:
-            child = subprocess.Popen(
-                command,
-                stdout=printed,
-                stderr=printed,
-                env=os.environ.copy(),
-                start_new_session=True,  # its own process group: ended whole, grandchildren too
-                preexec_fn=(lambda: _cap_memory(memory)) if memory and os.name == "posix" else None,
-            )
+            child = _start([json.dumps(spec), str(output)], printed, memory, warm=_warm_modules([spec]))
             try:
                 returncode = child.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -297,16 +289,8 @@ def trace_batch_in_child(specs: list[dict[str, Any]], timeout: float) -> list[Dt
         folder = Path(scratch)
         # The specs go in a file: a batch's measured lines outgrow a command line's argument.
         (folder / "specs.json").write_text(json.dumps({"batch": specs}), encoding="utf-8")
-        command = [sys.executable, "-m", "amplint.runtime.child", f"@{folder / 'specs.json'}", scratch]
         with open(folder / "output.txt", "w+b") as printed:
-            child = subprocess.Popen(
-                command,
-                stdout=printed,
-                stderr=printed,
-                env=os.environ.copy(),
-                start_new_session=True,
-                preexec_fn=(lambda: _cap_memory(memory)) if memory and os.name == "posix" else None,
-            )
+            child = _start([f"@{folder / 'specs.json'}", scratch], printed, memory, warm=_warm_modules(specs))
             try:
                 child.wait(timeout=timeout * len(specs))
             except subprocess.TimeoutExpired:
@@ -332,6 +316,110 @@ def trace_batch_in_child(specs: list[dict[str, Any]], timeout: float) -> list[Dt
     return out
 
 
+class _Child(Protocol):
+    pid: int
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+
+def _start(args: list[str], printed: IO[bytes], memory: int, *, warm: tuple[str, ...]) -> _Child:
+    """`main(args)` in a new process, in a session of its own, its output into `printed`, under
+    the memory limit. On Linux it is forked from a process that has imported torch (and the
+    `warm` modules) once for this run: importing torch takes seconds, and a check that traces
+    again after each fix, or a test session whose `amplint_lock` checks several targets, pays for
+    it once. Elsewhere, or where that process cannot be started, a fresh interpreter."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, EOFError, ValueError):
+            return _fork(args, printed, memory, warm)
+    return subprocess.Popen(
+        [sys.executable, "-m", "amplint.runtime.child", *args],
+        stdout=printed,
+        stderr=printed,
+        env=os.environ.copy(),
+        start_new_session=True,  # its own process group: ended whole, grandchildren too
+        preexec_fn=(lambda: _cap_memory(memory)) if memory and os.name == "posix" else None,
+    )
+
+
+# The modules every trace imports, imported once by the process the traces are forked from.
+_TRACE_MODULES = ("amplint.runtime.child", "amplint.runtime.target", "amplint.runtime.tracer")
+# What a transformers model needs beyond them: about twice torch's own import time.
+_HF_MODULES = ("amplint.runtime.hf", "transformers.modeling_utils", "transformers.generation")
+_forkserver: Any = None
+
+
+def _warm_modules(specs: list[dict[str, Any]]) -> tuple[str, ...]:
+    hf = any(spec.get("hf_config") for spec in specs)
+    return _TRACE_MODULES + (_HF_MODULES if hf else ())
+
+
+def _fork(args: list[str], printed: IO[bytes], memory: int, warm: tuple[str, ...]) -> _Child:
+    """`main(args)` forked from multiprocessing's fork server, which imports the modules of the
+    first call that starts it: one that never runs a torch op, so forking it is safe (a process
+    whose torch has run threads is not)."""
+    import multiprocessing
+
+    global _forkserver
+    if _forkserver is None:
+        _forkserver = multiprocessing.get_context("forkserver")
+        _forkserver.set_forkserver_preload(list(warm))
+    process = _forkserver.Process(
+        target=_forked,
+        args=(args, printed.name, memory, os.getcwd(), dict(os.environ)),
+        daemon=False,
+    )
+    process.start()
+    return _Forked(process)
+
+
+class _Forked:
+    """A forked trace, waited for as `subprocess.Popen` is."""
+
+    def __init__(self, process: Any) -> None:
+        self._process = process
+        self.pid: int = process.pid
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        code = self._process.exitcode
+        if code is None:
+            raise subprocess.TimeoutExpired("amplint.runtime.child", timeout or 0)
+        return int(code)
+
+    def poll(self) -> int | None:
+        code = self._process.exitcode
+        return None if code is None else int(code)
+
+
+def _forked(args: list[str], printed: str, memory: int, cwd: str, environ: dict[str, str]) -> None:
+    """The forked process: set up as `python -m amplint.runtime.child ARGS` would be, then `main`;
+    it ends by `SystemExit`, so that multiprocessing releases what the trace took of its own
+    (semaphores) as a process of its own would."""
+    os.setsid()
+    output = os.open(printed, os.O_WRONLY | os.O_APPEND)
+    os.dup2(output, 1)
+    os.dup2(output, 2)
+    os.close(output)
+    code = 1
+    try:
+        if memory:
+            _cap_memory(memory)
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(environ)
+        sys.argv = [__file__, *args]
+        code = main(args)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    raise SystemExit(code)
+
+
 def _cap_memory(limit: int) -> None:
     import resource
 
@@ -341,10 +429,13 @@ def _cap_memory(limit: int) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
-def _end_group(child: subprocess.Popen[bytes]) -> None:
+def _end_group(child: _Child) -> None:
     """End the child's process group (what the target started lives on otherwise), then the child."""
     with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
         os.killpg(child.pid, signal.SIGKILL)
+    if child.poll() is None:  # a forked child ended before it made its group
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGKILL)
     child.wait()
 
 

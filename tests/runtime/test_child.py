@@ -1,0 +1,81 @@
+"""The trace's child process: on Linux forked from one process that imported torch once, and set up
+as a fresh interpreter would be (its own session, the caller's working folder, environment and
+memory limit, the child's own command line)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from amplint.runtime.child import ChildError, trace_in_child
+from amplint.runtime.target import target_specs
+
+# The factory writes down where it ran, then returns a model small enough to trace at once.
+_RECORDS = """\
+import json, os, sys
+
+import torch
+
+
+def factory():
+    seen = {
+        "pid": os.getpid(),
+        "parent": os.getppid(),
+        "session": os.getsid(0),
+        "cwd": os.getcwd(),
+        "mark": os.environ.get("AMPLINT_TEST_MARK"),
+        "argv0": os.path.basename(sys.argv[0]),
+    }
+    with open(os.environ["AMPLINT_TEST_RECORD"], "a") as out:
+        out.write(json.dumps(seen) + "\\n")
+    return torch.nn.Linear(4, 4), (torch.randn(2, 4),)
+"""
+
+
+def _spec(folder: Path, factory: str = "factory") -> dict[str, object]:
+    (spec,) = target_specs({}, [f"records.py:{factory}"], folder)
+    return spec
+
+
+def _records(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="traces are forked on Linux only")
+def test_traces_fork_from_one_process_and_each_is_set_up_as_a_fresh_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "records.py").write_text(_RECORDS, encoding="utf-8")
+    record = tmp_path / "seen.jsonl"
+    monkeypatch.setenv("AMPLINT_TEST_RECORD", str(record))
+    work = tmp_path / "work"
+    work.mkdir()
+    for mark in ("first", "second"):
+        # What the caller has at the time of each trace reaches it, not what it had at the first.
+        monkeypatch.setenv("AMPLINT_TEST_MARK", mark)
+        monkeypatch.chdir(work if mark == "second" else tmp_path)
+        graph = trace_in_child(_spec(tmp_path), timeout=300)
+        assert graph.nodes
+    first, second = _records(record)
+    assert (first["mark"], second["mark"]) == ("first", "second")
+    assert (first["cwd"], second["cwd"]) == (str(tmp_path), str(work))
+    # Both were forked from one process that is neither this one nor either trace, and each trace
+    # leads a session of its own (which a timeout ends whole).
+    assert first["parent"] == second["parent"] not in (os.getpid(), first["pid"], second["pid"])
+    assert first["session"] == first["pid"] and second["session"] == second["pid"]
+    assert first["argv0"] == second["argv0"] == "child.py"
+
+
+def test_a_crash_in_the_child_is_reported_with_its_output(tmp_path: Path) -> None:
+    (tmp_path / "records.py").write_text(
+        _RECORDS + "\n\ndef aborts():\n    print('about to abort', flush=True)\n    os.abort()\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ChildError, match=r"aborted inside torch \(exit status -6\)[\s\S]*about to abort"):
+        trace_in_child(_spec(tmp_path, "aborts"), timeout=300)
