@@ -367,7 +367,8 @@ def _fork(args: list[str], printed: IO[bytes], memory: int, warm: tuple[str, ...
         _forkserver.set_forkserver_preload(list(warm))
     process = _forkserver.Process(
         target=_forked,
-        args=(args, printed.name, memory, os.getcwd(), dict(os.environ)),
+        # `python -m` puts the working folder first on the path (a dotted target imports from it).
+        args=(args, printed.name, memory, os.getcwd(), dict(os.environ), [os.getcwd(), *sys.path[1:]]),
         daemon=False,
     )
     process.start()
@@ -393,7 +394,9 @@ class _Forked:
         return None if code is None else int(code)
 
 
-def _forked(args: list[str], printed: str, memory: int, cwd: str, environ: dict[str, str]) -> None:
+def _forked(
+    args: list[str], printed: str, memory: int, cwd: str, environ: dict[str, str], path: list[str]
+) -> None:
     """The forked process: set up as `python -m amplint.runtime.child ARGS` would be, then `main`;
     it ends by `SystemExit`, so that multiprocessing releases what the trace took of its own
     (semaphores) as a process of its own would."""
@@ -409,6 +412,7 @@ def _forked(args: list[str], printed: str, memory: int, cwd: str, environ: dict[
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(environ)
+        sys.path[:] = path
         sys.argv = [__file__, *args]
         code = main(args)
     except SystemExit as exc:

@@ -79,3 +79,19 @@ def test_a_crash_in_the_child_is_reported_with_its_output(tmp_path: Path) -> Non
     )
     with pytest.raises(ChildError, match=r"aborted inside torch \(exit status -6\)[\s\S]*about to abort"):
         trace_in_child(_spec(tmp_path, "aborts"), timeout=300)
+
+
+def test_a_dotted_target_imports_from_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As `python -m amplint.runtime.child` would: the working folder first on the path, whatever
+    # this process's first entry is (the `amplint` script's folder, for one).
+    package = tmp_path / "models"
+    package.mkdir()
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "records.py").write_text(_RECORDS, encoding="utf-8")
+    monkeypatch.setenv("AMPLINT_TEST_RECORD", str(tmp_path / "seen.jsonl"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "elsewhere"), *sys.path[1:]])
+    (spec,) = target_specs({}, ["models.records:factory"], tmp_path)
+    assert trace_in_child(spec, timeout=300).nodes
