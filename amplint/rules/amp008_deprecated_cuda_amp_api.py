@@ -47,8 +47,9 @@ _COMPAT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeErro
 _VERSION_TEST = re.compile(
     r"version|release|hasattr|getattr|is_torch|torch_(?:ge|gt|lt|le|ver|greater|less)", re.I
 )
-# The device-generic APIs: `torch.amp.*`, and `torch.autocast`, which the deprecated ones forward to.
-_NEW_API = re.compile(r"torch\.amp\.|torch\.autocast$")
+# The device-generic APIs: `torch.amp.*`, and `torch.autocast` and `torch.GradScaler` (2.3), which
+# the deprecated ones forward to.
+_NEW_API = re.compile(r"torch\.amp\.|torch\.(?:autocast|GradScaler)$")
 _NO_SPACE = cst.AssignEqual(
     whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
 )
