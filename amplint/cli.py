@@ -904,6 +904,9 @@ def _confirmed_run(paths: list[Path], settings: Settings, args: argparse.Namespa
             "--confirm needs a runtime target: --target file.py:factory, or `targets` in [tool.amplint.runtime]"
             " (or --deep: amplint finds the models itself)"
         )
+    from amplint.runtime.child import prepare
+
+    prepare(specs)  # torch is imported for the traces while the static pass runs
     warnings: list[str] = []
     if args.target and not _given_mode(args):
         # A target given by hand runs in the modes the project runs its file in, when it has any.

@@ -355,17 +355,32 @@ def _warm_modules(specs: list[dict[str, Any]]) -> tuple[str, ...]:
     return _TRACE_MODULES + (_HF_MODULES if hf else ())
 
 
-def _fork(args: list[str], printed: IO[bytes], memory: int, warm: tuple[str, ...]) -> _Child:
-    """`main(args)` forked from multiprocessing's fork server, which imports the modules of the
-    first call that starts it: one that never runs a torch op, so forking it is safe (a process
-    whose torch has run threads is not)."""
+def prepare(specs: list[dict[str, Any]]) -> None:
+    """Have the traces' process import torch now, while this one goes on (with the static pass of
+    `check --confirm`): on Linux, the process the traces fork from is started with `specs`' modules."""
+    if sys.platform.startswith("linux"):
+        from multiprocessing import forkserver
+
+        _server(_warm_modules(specs))
+        with contextlib.suppress(OSError, ValueError):
+            forkserver.ensure_running()
+
+
+def _server(warm: tuple[str, ...]) -> Any:
+    """multiprocessing's fork server, set to import `warm` when this call is the first: it never
+    runs a torch op, so forking it is safe (a process whose torch has run threads is not)."""
     import multiprocessing
 
     global _forkserver
     if _forkserver is None:
         _forkserver = multiprocessing.get_context("forkserver")
         _forkserver.set_forkserver_preload(list(warm))
-    process = _forkserver.Process(
+    return _forkserver
+
+
+def _fork(args: list[str], printed: IO[bytes], memory: int, warm: tuple[str, ...]) -> _Child:
+    """`main(args)` forked from the fork server (`_server`)."""
+    process = _server(warm).Process(
         target=_forked,
         # `python -m` puts the working folder first on the path (a dotted target imports from it).
         args=(args, printed.name, memory, os.getcwd(), dict(os.environ), [os.getcwd(), *sys.path[1:]]),
