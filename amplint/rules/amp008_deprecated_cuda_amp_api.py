@@ -215,6 +215,10 @@ class _Scan:
             elif isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
                 targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
                 self.assigned.update(t.value for t in targets if isinstance(t, cst.Name))
+                if not isinstance(node, cst.AugAssign):
+                    # `torch.cuda.amp.autocast = shim` replaces the old API (a shim that runs CUDA
+                    # scripts on another device): no use of it, and nothing warns.
+                    skipped.update(id(t) for t in targets if isinstance(t, cst.Attribute))
             elif isinstance(node, cst.Comparison):
                 self.compared.update(id(n) for n in walk(node))
             elif isinstance(node, (cst.List, cst.Tuple, cst.Set)):
