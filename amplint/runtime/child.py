@@ -330,7 +330,7 @@ def _start(args: list[str], printed: IO[bytes], memory: int, *, warm: tuple[str,
     `warm` modules) once for this run: importing torch takes seconds, and a check that traces
     again after each fix, or a test session whose `amplint_lock` checks several targets, pays for
     it once. Elsewhere, or where that process cannot be started, a fresh interpreter."""
-    if sys.platform.startswith("linux"):
+    if _FORKS:
         with contextlib.suppress(OSError, EOFError, ValueError):
             return _fork(args, printed, memory, warm)
     return subprocess.Popen(
@@ -343,6 +343,8 @@ def _start(args: list[str], printed: IO[bytes], memory: int, *, warm: tuple[str,
     )
 
 
+# Where traces fork from a process that imported torch (`_start`); elsewhere each is a new interpreter.
+_FORKS = sys.platform.startswith("linux")
 # The modules every trace imports, imported once by the process the traces are forked from.
 _TRACE_MODULES = ("amplint.runtime.child", "amplint.runtime.target", "amplint.runtime.tracer")
 # What a transformers model needs beyond them: about twice torch's own import time.
@@ -358,7 +360,7 @@ def _warm_modules(specs: list[dict[str, Any]]) -> tuple[str, ...]:
 def prepare(specs: list[dict[str, Any]]) -> None:
     """Have the traces' process import torch now, while this one goes on (with the static pass of
     `check --confirm`): on Linux, the process the traces fork from is started with `specs`' modules."""
-    if sys.platform.startswith("linux"):
+    if _FORKS:
         from multiprocessing import forkserver
 
         _server(_warm_modules(specs))
@@ -380,10 +382,11 @@ def _server(warm: tuple[str, ...]) -> Any:
 
 def _fork(args: list[str], printed: IO[bytes], memory: int, warm: tuple[str, ...]) -> _Child:
     """`main(args)` forked from the fork server (`_server`)."""
+    cwd = os.getcwd()
     process = _server(warm).Process(
         target=_forked,
         # `python -m` puts the working folder first on the path (a dotted target imports from it).
-        args=(args, printed.name, memory, os.getcwd(), dict(os.environ), [os.getcwd(), *sys.path[1:]]),
+        args=(args, printed.name, memory, cwd, dict(os.environ), [cwd, *sys.path[1:]]),
         daemon=False,
     )
     process.start()
@@ -430,8 +433,8 @@ def _forked(
         sys.path[:] = path
         sys.argv = [__file__, *args]
         code = main(args)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+    except SystemExit as exc:  # as the interpreter ends on one: None is 0, a message is printed and 1
+        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
     except BaseException:
@@ -452,7 +455,7 @@ def _end_group(child: _Child) -> None:
     """End the child's process group (what the target started lives on otherwise), then the child."""
     with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
         os.killpg(child.pid, signal.SIGKILL)
-    if child.poll() is None:  # a forked child ended before it made its group
+    if child.poll() is None:  # a forked child stopped before it made its own group
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signal.SIGKILL)
     child.wait()
