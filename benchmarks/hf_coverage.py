@@ -17,6 +17,7 @@ input's shape and dtype: two such files compare the inputs two versions of ampli
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import multiprocessing
 import os
@@ -215,8 +216,10 @@ def _described(value: Any) -> Any:
 
 
 def run(types: list[str], jobs: int, timeout: float, work: Any = _one) -> list[dict[str, Any]]:
-    import torch  # noqa: F401 - imported once here, shared by every forked child
-    import transformers  # noqa: F401
+    from amplint.runtime.child import warm_modules
+
+    for module in warm_modules([{"hf_config": "any"}]):  # imported once here, by every forked child
+        importlib.import_module(module)
 
     context = multiprocessing.get_context("fork")
     rows: list[dict[str, Any]] = []

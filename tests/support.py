@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +52,38 @@ def amplint_run(
         text=True,
         env={**os.environ, **env} if env is not None else None,
     )
+
+
+def amplint_call(
+    cwd: Path | None, *args: str | Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`amplint ARGS` as `amplint_run` runs it, but in this process (`amplint.cli.main`), in `cwd`
+    (else this process's folder): the traces it starts fork from this test process's trace server,
+    which imported torch (and transformers) once, where each fresh `amplint` imports them again.
+    For the tests of what a run finds; what only a process of its own shows (its imports, signals,
+    exit) keeps `amplint_run`, and so does a trace run `--in-process` (it would patch torch here)."""
+    if "--in-process" in args:
+        return amplint_run(cwd or Path.cwd(), *args, env=env)
+    from amplint.cli import main
+
+    stdout, stderr = io.TextIOWrapper(io.BytesIO(), "utf-8"), io.StringIO()
+    before = (Path.cwd(), dict(os.environ), signal.getsignal(signal.SIGTERM))
+    os.chdir(cwd or before[0])
+    os.environ.update(env or {})
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                code = main([str(arg) for arg in args])
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.chdir(before[0])
+        os.environ.clear()
+        os.environ.update(before[1])
+        signal.signal(signal.SIGTERM, before[2])
+    stdout.flush()
+    printed = stdout.buffer.getvalue().decode("utf-8")  # type: ignore[attr-defined]
+    return subprocess.CompletedProcess(["amplint", *map(str, args)], code, printed, stderr.getvalue())
 
 
 def write(path: Path, text: str) -> Path:

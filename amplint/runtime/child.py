@@ -248,7 +248,7 @@ def trace_in_child(spec: dict[str, Any], timeout: float) -> DtypeGraph:
         # Output goes to a file, read back from its end: a target printing without end costs disk,
         # never this process's memory.
         with open(Path(scratch) / "output.txt", "w+b") as printed:
-            child = _start([json.dumps(spec), str(output)], printed, memory, warm=_warm_modules([spec]))
+            child = _start([json.dumps(spec), str(output)], printed, memory, warm=warm_modules([spec]))
             try:
                 returncode = child.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -290,7 +290,7 @@ def trace_batch_in_child(specs: list[dict[str, Any]], timeout: float) -> list[Dt
         # The specs go in a file: a batch's measured lines outgrow a command line's argument.
         (folder / "specs.json").write_text(json.dumps({"batch": specs}), encoding="utf-8")
         with open(folder / "output.txt", "w+b") as printed:
-            child = _start([f"@{folder / 'specs.json'}", scratch], printed, memory, warm=_warm_modules(specs))
+            child = _start([f"@{folder / 'specs.json'}", scratch], printed, memory, warm=warm_modules(specs))
             try:
                 child.wait(timeout=timeout * len(specs))
             except subprocess.TimeoutExpired:
@@ -345,14 +345,23 @@ def _start(args: list[str], printed: IO[bytes], memory: int, *, warm: tuple[str,
 
 # Where traces fork from a process that imported torch (`_start`); elsewhere each is a new interpreter.
 _FORKS = sys.platform.startswith("linux")
-# The modules every trace imports, imported once by the process the traces are forked from.
-_TRACE_MODULES = ("amplint.runtime.child", "amplint.runtime.target", "amplint.runtime.tracer")
+# The modules every trace imports, imported once by the process the traces are forked from (the
+# tracer's torch layer imports what a trace's first graph would: `amplint.runtime.compat`).
+_TRACE_MODULES = (
+    "amplint.runtime.child",
+    "amplint.runtime.target",
+    "amplint.runtime.tracer",
+    "amplint.runtime.measure",
+)
 # What a transformers model needs beyond them: about twice torch's own import time.
 _HF_MODULES = ("amplint.runtime.hf", "transformers.modeling_utils", "transformers.generation")
 _forkserver: Any = None
+_warm: tuple[str, ...] = ()  # what the fork server imports
+_running: set[int] = set()  # the pids of forked traces not yet waited for
 
 
-def _warm_modules(specs: list[dict[str, Any]]) -> tuple[str, ...]:
+def warm_modules(specs: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The modules the traces of `specs` import, which a process they are forked from imports once."""
     hf = any(spec.get("hf_config") for spec in specs)
     return _TRACE_MODULES + (_HF_MODULES if hf else ())
 
@@ -363,25 +372,35 @@ def prepare(specs: list[dict[str, Any]]) -> None:
     if _FORKS:
         from multiprocessing import forkserver
 
-        _server(_warm_modules(specs))
+        _server(warm_modules(specs))
         with contextlib.suppress(OSError, ValueError):
             forkserver.ensure_running()
 
 
 def _server(warm: tuple[str, ...]) -> Any:
-    """multiprocessing's fork server, set to import `warm` when this call is the first: it never
-    runs a torch op, so forking it is safe (a process whose torch has run threads is not)."""
+    """multiprocessing's fork server, set to import `warm`: it never runs a torch op, so forking it
+    is safe (a process whose torch has run threads is not). A process that lives on (the Python
+    API, a test session) and traces a transformers model after a plain one has the server started
+    again with both module lists, when no trace forked from it is running."""
     import multiprocessing
+    from multiprocessing import forkserver
 
-    global _forkserver
+    global _forkserver, _warm
     if _forkserver is None:
         _forkserver = multiprocessing.get_context("forkserver")
-        _forkserver.set_forkserver_preload(list(warm))
+    if set(warm) <= set(_warm) or (_warm and _running):
+        return _forkserver
+    if _warm:
+        forkserver._forkserver._stop()  # type: ignore[attr-defined]  # started again by the next fork
+    _warm = (*_warm, *(module for module in warm if module not in _warm))
+    _forkserver.set_forkserver_preload(list(_warm))
     return _forkserver
 
 
 def _fork(args: list[str], printed: IO[bytes], memory: int, warm: tuple[str, ...]) -> _Child:
     """`main(args)` forked from the fork server (`_server`)."""
+    import types
+
     cwd = os.getcwd()
     process = _server(warm).Process(
         target=_forked,
@@ -389,7 +408,15 @@ def _fork(args: list[str], printed: IO[bytes], memory: int, warm: tuple[str, ...
         args=(args, printed.name, memory, cwd, dict(os.environ), [cwd, *sys.path[1:]]),
         daemon=False,
     )
-    process.start()
+    # multiprocessing has the new process run the caller's main script again (as `__mp_main__`):
+    # a script that calls amplint with no `if __name__ == "__main__":` guard would run whole.
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        process.start()
+    finally:
+        sys.modules["__main__"] = main
+    _running.add(process.pid)
     return _Forked(process)
 
 
@@ -402,14 +429,17 @@ class _Forked:
 
     def wait(self, timeout: float | None = None) -> int:
         self._process.join(timeout)
-        code = self._process.exitcode
+        code = self.poll()
         if code is None:
             raise subprocess.TimeoutExpired("amplint.runtime.child", timeout or 0)
-        return int(code)
+        return code
 
     def poll(self) -> int | None:
         code = self._process.exitcode
-        return None if code is None else int(code)
+        if code is None:
+            return None
+        _running.discard(self.pid)
+        return int(code)
 
 
 def _forked(

@@ -14,6 +14,11 @@ from typing import Any
 from unittest import mock
 
 import torch
+
+# FakeTensorMode's first construction imports torch._dynamo (and sympy with it), about as long as
+# torch's own import: imported with this module instead, so that the process traces are forked
+# from (`amplint.runtime.child`) imports it once, not each trace.
+import torch._dynamo
 from torch import nn
 
 # The types of `torch.ops.aten.<op>` and `torch.ops.aten.<op>.<overload>`. Waits for: public

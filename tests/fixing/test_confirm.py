@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import amplint_run, write
+from support import amplint_call, write
 
 from amplint.diagnostics import Confidence, Diagnostic, Edit, Fix
 from amplint.rule import CastPoint, RuntimeRule
@@ -85,7 +85,7 @@ def _copy_fixture(tmp_path: Path, name: str) -> Path:
 
 def test_rwkv_sigmoid_confirmed_and_the_chain_found(tmp_path: Path) -> None:
     _copy_fixture(tmp_path, "rwkv7_time_mix.py")
-    done = amplint_run(
+    done = amplint_call(
         tmp_path,
         "check",
         "rwkv7_time_mix.py",
@@ -129,7 +129,7 @@ def test_softplus_form_has_no_precision_chain(tmp_path: Path) -> None:
     _copy_fixture(tmp_path, "rwkv7_time_mix_softplus.py")
     target = "rwkv7_time_mix_softplus.py:factory"
     args = ["check", ".", "--confirm", "--target", target, "--show-conditional", "--format", "json"]
-    found = _json(amplint_run(tmp_path, *args))
+    found = _json(amplint_call(tmp_path, *args))
     # Neither AMP001 nor AMP101: the log-decay is float32 from `softplus` on, no late upcast. CPU
     # autocast keeps `softplus`, and so the recurrence's `exp` and `sum`, in bfloat16: what a CPU
     # test computes differs (AMP103).
@@ -152,7 +152,7 @@ def test_qwen2_eager_scores(tmp_path: Path, settings: str, confidence: str, evid
         "[tool.amplint]\nshow-conditional = true\n\n"
         f'[tool.amplint.runtime]\ntargets = ["qwen2_eager_attention.py:factory"]\n{settings}\n',
     )
-    found = _json(amplint_run(tmp_path, "check", ".", "--confirm", "--show-refuted", "--format", "json"))
+    found = _json(amplint_call(tmp_path, "check", ".", "--confirm", "--show-refuted", "--format", "json"))
     amp002 = [d for d in found if d["code"] == "AMP002"]
     assert len(amp002) == 1
     assert amp002[0]["confidence"] == confidence
@@ -163,16 +163,16 @@ def test_qwen2_eager_scores(tmp_path: Path, settings: str, confidence: str, evid
 def test_sigmoid_already_float32_is_refuted_and_hidden(tmp_path: Path, model: str) -> None:
     write(tmp_path / "model.py", model)
     write(tmp_path / "pyproject.toml", OPT_IN_AMP001)
-    static = _json(amplint_run(tmp_path, "check", "model.py", "--format", "json"))
+    static = _json(amplint_call(tmp_path, "check", "model.py", "--format", "json"))
     flagged = [d for d in static if d["code"] == "AMP001" and "sigmoid" in d["message"]]
     assert flagged, "the static pass flags the sigmoid"
     line = max(d["line"] for d in flagged if d["line"] < 20)
     args = ["check", "model.py", "--confirm", "--target", "model.py:factory", "--format", "json"]
-    shown = _json(amplint_run(tmp_path, *args, "--show-refuted"))
+    shown = _json(amplint_call(tmp_path, *args, "--show-refuted"))
     refuted = [d for d in shown if d["code"] == "AMP001" and d["line"] == line]
     assert refuted and refuted[0]["confidence"] == "refuted"
     assert "ran in float32" in refuted[0]["evidence"]
-    hidden = _json(amplint_run(tmp_path, *args))
+    hidden = _json(amplint_call(tmp_path, *args))
     assert not [d for d in hidden if d["code"] == "AMP001" and d["line"] == line]
 
 
@@ -182,7 +182,7 @@ def test_a_fix_whose_finding_the_trace_refutes_is_dropped(tmp_path: Path) -> Non
     path = write(tmp_path / "model.py", UPCAST_EARLIER)
     write(tmp_path / "pyproject.toml", OPT_IN_AMP001)
     args = ["check", "model.py", "--confirm", "--target", "model.py:factory"]
-    done = amplint_run(tmp_path, *args, "--fix", "--unsafe-fixes")
+    done = amplint_call(tmp_path, *args, "--fix", "--unsafe-fixes")
     assert done.returncode in (0, 1), done.stderr
     log = [line for line in done.stderr.splitlines() if line.startswith("amplint: fix ")]
     assert "amplint: fix model.py:16 AMP001: dropped: the trace refuted its finding" in log
@@ -198,7 +198,7 @@ def test_a_finding_no_traced_op_came_from_is_unreached(tmp_path: Path) -> None:
     write(tmp_path / "model.py", UPCAST_EARLIER)
     write(tmp_path / "pyproject.toml", OPT_IN_AMP001)
     found = _json(
-        amplint_run(
+        amplint_call(
             tmp_path, "check", "model.py", "--confirm", "--target", "model.py:factory", "--format", "json"
         )
     )
@@ -212,7 +212,7 @@ def test_a_target_that_fails_keeps_the_static_findings(tmp_path: Path) -> None:
         UPCAST_EARLIER + "\n\ndef broken():\n    raise RuntimeError('no model today')\n",
     )
     write(tmp_path / "pyproject.toml", OPT_IN_AMP001)
-    done = amplint_run(
+    done = amplint_call(
         tmp_path, "check", "model.py", "--confirm", "--target", "model.py:broken", "--format", "json"
     )
     assert done.returncode == 1
@@ -226,11 +226,11 @@ def test_confirmation_shows_in_every_format(tmp_path: Path) -> None:
     _copy_fixture(tmp_path, "rwkv7_time_mix.py")
     args = ["check", "rwkv7_time_mix.py", "--confirm", "--target", "rwkv7_time_mix.py:factory"]
     args += ["--show-conditional", "--modes", "autocast-bf16"]  # where AMP001 offers its upcast
-    text = amplint_run(tmp_path, *args).stdout
+    text = amplint_call(tmp_path, *args).stdout
     assert "= confirmed: `sigmoid` at rwkv7_time_mix.py:52 ran in bfloat16" in text
-    github = amplint_run(tmp_path, *args, "--format", "github").stdout
+    github = amplint_call(tmp_path, *args, "--format", "github").stdout
     assert "%0Aconfirmed: `sigmoid` at rwkv7_time_mix.py:52 ran in bfloat16" in github
-    sarif = json.loads(amplint_run(tmp_path, *args, "--format", "sarif").stdout)
+    sarif = json.loads(amplint_call(tmp_path, *args, "--format", "sarif").stdout)
     results = sarif["runs"][0]["results"]
     amp001 = next(r for r in results if r["ruleId"] == "AMP001")
     assert amp001["properties"]["confidence"] == "confirmed"
@@ -240,7 +240,7 @@ def test_confirmation_shows_in_every_format(tmp_path: Path) -> None:
 
 def test_confirm_needs_a_target(tmp_path: Path) -> None:
     write(tmp_path / "model.py", PROMOTED)
-    done = amplint_run(tmp_path, "check", "model.py", "--confirm")
+    done = amplint_call(tmp_path, "check", "model.py", "--confirm")
     assert done.returncode == 2
     assert "--confirm needs a runtime target" in done.stderr
 
@@ -250,7 +250,7 @@ def test_bad_runtime_settings_are_named(tmp_path: Path) -> None:
     write(
         tmp_path / "pyproject.toml", '[tool.amplint.runtime]\ntargets = ["model.py:factory"]\ndtype = "fp8"\n'
     )
-    done = amplint_run(tmp_path, "check", "model.py", "--confirm")
+    done = amplint_call(tmp_path, "check", "model.py", "--confirm")
     assert done.returncode == 2
     assert "'dtype' must be one of 'bfloat16', 'float16', got 'fp8'" in done.stderr
 
@@ -290,7 +290,7 @@ def test_fix_is_verified_by_tracing_again(tmp_path: Path) -> None:
     # would raise there, and AMP001 offers none).
     args = ["check", ".", "--confirm", "--target", "rwkv7_time_mix.py:factory", "--show-conditional"]
     args += ["--modes", "autocast-bf16"]
-    done = amplint_run(tmp_path, *args, "--fix")
+    done = amplint_call(tmp_path, *args, "--fix")
     assert done.returncode == 0, done.stderr
     # One fix (AMP001's; AMP101 at the same sigmoid asks for the same edit), reported on its own.
     assert done.stderr.splitlines() == [
@@ -298,7 +298,7 @@ def test_fix_is_verified_by_tracing_again(tmp_path: Path) -> None:
     ]
     assert "self.w_lora(xw).to(torch.float32).sigmoid()" in path.read_text(encoding="utf-8")
     # AMP001 and AMP101 at the sigmoid, and AMP103 at `exp` and `sum`, whose inputs are now float32.
-    assert _json(amplint_run(tmp_path, *args, "--format", "json")) == []
+    assert _json(amplint_call(tmp_path, *args, "--format", "json")) == []
 
 
 # A model cast to bfloat16 and run without autocast: the softmax fix keeps its `.to(scores.dtype)`;
@@ -339,12 +339,12 @@ def test_each_fix_is_judged_and_no_fix_that_would_raise_is_offered(tmp_path: Pat
         '[tool.amplint.runtime]\ntargets = [{ target = "block.py:factory", dtype = "bfloat16", '
         'autocast = false, param-dtype = "bfloat16" }]\n',
     )
-    found = _json(amplint_run(tmp_path, "check", ".", "--confirm", "--format", "json"))
+    found = _json(amplint_call(tmp_path, "check", ".", "--confirm", "--format", "json"))
     assert [(d["code"], d["line"], d["confidence"]) for d in found] == [
         ("AMP003", 17, "confirmed"),
         ("AMP001", 18, "confirmed"),
     ]
-    done = amplint_run(tmp_path, "check", ".", "--confirm", "--fix")
+    done = amplint_call(tmp_path, "check", ".", "--confirm", "--fix")
     assert done.returncode == 0, done.stdout + done.stderr
     # A float32 weight would reach the `out` Linear, which runs here without autocast in bfloat16
     # and would raise: AMP001's fix is the chain's, cast back where the chain meets the Linear, and
@@ -423,13 +423,13 @@ def test_a_fix_the_trace_cannot_confirm_is_kept_unverified() -> None:
 
 def test_trace_reports_the_runtime_findings(tmp_path: Path) -> None:
     _copy_fixture(tmp_path, "rwkv7_time_mix.py")
-    done = amplint_run(tmp_path, "trace", "rwkv7_time_mix.py:factory", "--op", "sigmoid", "--format", "json")
+    done = amplint_call(tmp_path, "trace", "rwkv7_time_mix.py:factory", "--op", "sigmoid", "--format", "json")
     assert done.returncode == 1, done.stderr  # findings, as `check` exits
     data = json.loads(done.stdout)
     assert [(f["code"], f["path"], f["line"], f["confidence"]) for f in data["findings"]] == [
         ("AMP101", "rwkv7_time_mix.py", 52, "confirmed")
     ]
-    text = amplint_run(tmp_path, "trace", "rwkv7_time_mix.py:factory", "--op", "sigmoid").stdout
+    text = amplint_call(tmp_path, "trace", "rwkv7_time_mix.py:factory", "--op", "sigmoid").stdout
     # The column of the call, as the static pass gives it (the live frame's position).
     assert "rwkv7_time_mix.py:52:31: AMP101 `sigmoid` output stays in bfloat16" in text
 
@@ -463,19 +463,19 @@ def test_the_graph_fixes_a_chain_the_static_pass_cannot_see(tmp_path: Path) -> N
     args = ["check", "gate.py", "--confirm", "--target", "gate.py:factory"]
     # AMP001 and AMP014 on: AMP001 still cannot see the chain across the two methods.
     args += ["--extend-select", "AMP014", "--show-conditional"]
-    found = _json(amplint_run(tmp_path, *args, "--format", "json"))
+    found = _json(amplint_call(tmp_path, *args, "--format", "json"))
     assert not [d for d in found if d["code"] == "AMP001"]
     amp101 = next(d for d in found if d["code"] == "AMP101")
     assert amp101["line"] == 11 and amp101["fix"]["edits"][0]["content"] == (
         "self.proj(x).to(torch.float32).sigmoid()"
     )
-    preview = amplint_run(tmp_path, *args, "--diff")
+    preview = amplint_call(tmp_path, *args, "--diff")
     assert "+        return self.proj(x).to(torch.float32).sigmoid()" in preview.stdout
     # AMP014's `log1p` fix is not applied on top: with the sigmoid upcast, the dtype-facts engine
     # follows `self.gate(x)` and sees `1 - p` in float32, where `log(1 - p)` loses nothing.
     assert "log1p" not in preview.stdout
     assert path.read_text(encoding="utf-8") == GATE
-    done = amplint_run(tmp_path, *args, "--fix")
+    done = amplint_call(tmp_path, *args, "--fix")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stderr.splitlines() == [
         "amplint: fix gate.py:11 AMP101: verified: the finding is gone and no new one appeared",
@@ -498,14 +498,16 @@ def test_the_cast_point_is_the_start_of_the_chain(tmp_path: Path) -> None:
     args = ["check", "gate.py", "--confirm", "--target", "gate.py:factory"]
     # AMP001 (the sigmoid) and AMP007 (the cumsum) on: neither adds a fix of its own.
     args += ["--show-conditional"]
-    amp101 = next(d for d in _json(amplint_run(tmp_path, *args, "--format", "json")) if d["code"] == "AMP101")
+    amp101 = next(
+        d for d in _json(amplint_call(tmp_path, *args, "--format", "json")) if d["code"] == "AMP101"
+    )
     assert [(step["op"], step["line"]) for step in amp101["chain"]] == [
         ("mul", 12),
         ("sigmoid", 12),
         ("cumsum", 15),
     ]
     assert amp101["fix"]["edits"][0]["content"] == "self.proj(x).to(torch.float32) * self.temperature"
-    done = amplint_run(tmp_path, *args, "--fix")
+    done = amplint_call(tmp_path, *args, "--fix")
     assert done.stderr.splitlines() == [
         "amplint: fix gate.py:12 AMP101: verified: the finding is gone and no new one appeared"
     ]
@@ -541,7 +543,7 @@ def test_a_static_fix_on_the_line_is_not_made_twice(tmp_path: Path) -> None:
     _copy_fixture(tmp_path, "rwkv7_time_mix.py")
     args = ["check", "rwkv7_time_mix.py", "--confirm", "--target", "rwkv7_time_mix.py:factory"]
     args += ["--show-conditional", "--modes", "autocast-bf16"]  # where AMP001 offers its upcast
-    found = _json(amplint_run(tmp_path, *args, "--format", "json"))
+    found = _json(amplint_call(tmp_path, *args, "--format", "json"))
     assert next(d for d in found if d["code"] == "AMP001")["fix"] is not None
     assert next(d for d in found if d["code"] == "AMP101")["fix"] is None
 
@@ -571,7 +573,7 @@ def test_measurement_can_be_turned_off(tmp_path: Path) -> None:
         OPT_IN_AMP001
         + '\n[tool.amplint.runtime]\ntargets = [{ target = "rwkv7_time_mix.py:factory", measure = false }]\n',
     )
-    found = _json(amplint_run(tmp_path, "check", ".", "--confirm", "--format", "json"))
+    found = _json(amplint_call(tmp_path, "check", ".", "--confirm", "--format", "json"))
     amp001 = next(d for d in found if d["code"] == "AMP001")
     assert amp001["confidence"] == "confirmed" and "measured" not in amp001
 
@@ -590,11 +592,11 @@ def test_the_configured_timeout_bounds_each_trace(tmp_path: Path, timeout: str, 
         tmp_path / "pyproject.toml",
         f'[tool.amplint.runtime]\ntargets = ["rwkv7_time_mix.py:factory"]\ntimeout = {timeout}\n',
     )
-    done = amplint_run(tmp_path, "check", ".", "--confirm")
+    done = amplint_call(tmp_path, "check", ".", "--confirm")
     assert expected in done.stderr
     # `--timeout` wins over the configured one.
     if timeout == "0.01":
-        assert expected not in amplint_run(tmp_path, "check", ".", "--confirm", "--timeout", "300").stderr
+        assert expected not in amplint_call(tmp_path, "check", ".", "--confirm", "--timeout", "300").stderr
 
 
 def test_a_finding_that_a_kept_fix_covers_is_fixed_by_it(tmp_path: Path) -> None:
@@ -616,7 +618,7 @@ def test_a_finding_that_a_kept_fix_covers_is_fixed_by_it(tmp_path: Path) -> None
         '[tool.amplint]\nselect = ["AMP001", "AMP007"]\nprecision = "bf16"\n\n'
         '[tool.amplint.runtime]\ntargets = ["model.py:factory", "model.py:refuted"]\n',
     )
-    done = amplint_run(tmp_path, "check", "model.py", "--confirm", "--fix", "--unsafe-fixes")
+    done = amplint_call(tmp_path, "check", "model.py", "--confirm", "--fix", "--unsafe-fixes")
     assert done.returncode in (0, 1), done.stderr
     log = [line for line in done.stderr.splitlines() if line.startswith("amplint: fix ")]
     assert "amplint: fix model.py:13 AMP001: verified: the finding is gone and no new one appeared" in log, (

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import amplint_run, write
+from support import amplint_call, write
 
 from amplint.cli import main
 from amplint.lock.diff import diff
@@ -413,12 +413,12 @@ def lock_cli(
 
 def test_lock_and_check_in_a_child_process(tmp_path: Path) -> None:
     lock = _project(tmp_path)
-    done = amplint_run(tmp_path, "lock")
+    done = amplint_call(tmp_path, "lock")
     assert done.returncode == 0, done.stderr
     assert "wrote amplint.lock" in done.stderr
     assert "exp(bfloat16 as float32) -> float32 fp32  # model.py:11" in lock.read_text()
     write(tmp_path / "model.py", TINY.replace("self.proj(x).exp()", "self.proj(x).sigmoid()"))
-    done = amplint_run(tmp_path, "lock", "--check", "--format", "github")
+    done = amplint_call(tmp_path, "lock", "--check", "--format", "github")
     assert done.returncode == 1
     assert (
         done.stdout.startswith("::warning file=model.py,line=11,")

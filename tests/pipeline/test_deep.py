@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import amplint_run, write
+from support import amplint_call, write
 
 from amplint.pipeline.deep import model_classes
 from amplint.report import ReportSummary, render
@@ -40,7 +40,7 @@ def incidents(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, 
     for module in INCIDENTS.glob("*.py"):
         shutil.copy(module, project / module.name)
     write(project / "pyproject.toml", '[project]\nname = "incidents"\n')  # no [tool.amplint]
-    done = amplint_run(project, "check", ".", "--deep", "--show-refuted", "--no-cache", "--format", "json")
+    done = amplint_call(project, "check", ".", "--deep", "--show-refuted", "--no-cache", "--format", "json")
     assert done.returncode == 1, done.stderr
     document = json.loads(done.stdout)
     return document["diagnostics"], document["summary"]
@@ -138,7 +138,7 @@ def test_a_file_no_mode_reaches_is_unreached_with_why(tmp_path: Path) -> None:
         "--format",
         "json",
     ]
-    (finding,) = [d for d in _json(amplint_run(tmp_path, *args)) if d["code"] == "AMP002"]
+    (finding,) = [d for d in _json(amplint_call(tmp_path, *args)) if d["code"] == "AMP002"]
     assert finding["confidence"] == "unreached"
     assert "nothing in the project runs this code in bf16/fp16" in finding["evidence"]
 
@@ -150,7 +150,7 @@ def test_an_opt_in_rules_unreached_candidate_is_neither_shown_nor_counted(tmp_pa
     code = (INCIDENTS / "qwen_eager_fp16.py").read_text(encoding="utf-8")
     write(tmp_path / "attention.py", code[: code.index("def generate")])  # no entry point: the caller's
     write(tmp_path / "pyproject.toml", '[project]\nname = "library"\n')
-    done = amplint_run(
+    done = amplint_call(
         tmp_path, "check", ".", "--deep", "--show-conditional", "--no-cache", "--format", "json"
     )
     document = json.loads(done.stdout)
@@ -174,7 +174,7 @@ def test_a_notebooks_candidates_are_unreached_with_why(tmp_path: Path) -> None:
     write(tmp_path / "attention.ipynb", json.dumps(notebook))
     settings = '[tool.amplint]\nmodes = ["cast-fp16"]\nextend-select = ["AMP002"]\n'  # AMP002 is opt-in
     write(tmp_path / "pyproject.toml", f'[project]\nname = "nb"\n{settings}')
-    found = _json(amplint_run(tmp_path, "check", ".", "--deep", "--no-cache", "--format", "json"))
+    found = _json(amplint_call(tmp_path, "check", ".", "--deep", "--no-cache", "--format", "json"))
     (finding,) = [d for d in found if d["code"] == "AMP002"]
     assert finding["confidence"] == "unreached"
     assert "a notebook's classes are not built" in finding["evidence"]
@@ -207,7 +207,7 @@ def test_only_conditional_findings_are_counted_as_not_shown(
     pytest.importorskip("torch")
     write(tmp_path / "gate.py", GATE)
     write(tmp_path / "pyproject.toml", f'[project]\nname = "library"\n[tool.amplint]\n{modes}')
-    done = amplint_run(tmp_path, "check", ".", "--deep", "--no-cache")
+    done = amplint_call(tmp_path, "check", ".", "--deep", "--no-cache")
     assert shown in done.stdout, done.stdout + done.stderr
     assert "AMP014" not in done.stdout
     lines = [line for line in done.stdout.splitlines() if "not shown" in line]
@@ -254,7 +254,7 @@ def test_a_trace_the_models_code_stops_says_where(tmp_path: Path) -> None:
         tmp_path / "pyproject.toml",
         '[project]\nname = "library"\n[tool.amplint]\nmodes = ["autocast-bf16"]\n',
     )
-    done = amplint_run(tmp_path, "check", ".", "--deep", "--no-cache", "--format", "json")
+    done = amplint_call(tmp_path, "check", ".", "--deep", "--no-cache", "--format", "json")
     (gate,) = [d for d in _json(done) if d["code"] == "AMP001"]
     assert gate["confidence"] == "unreached"
     said = "gate.py:8 in on_device() (module Gate) (RuntimeError: this kernel needs a GPU build)"
@@ -297,7 +297,7 @@ def test_a_kernel_without_a_cpu_path_is_replaced_for_the_trace(tmp_path: Path, r
         '[project]\nname = "library"\n[tool.amplint]\nmodes = ["autocast-bf16"]\n'
         + (table if replaced else ""),
     )
-    done = amplint_run(tmp_path, "check", ".", "--deep", "--no-cache", "--format", "json")
+    done = amplint_call(tmp_path, "check", ".", "--deep", "--no-cache", "--format", "json")
     (gate,) = [d for d in _json(done) if d["code"] == "AMP001"]
     if replaced:
         assert gate["confidence"] == "confirmed", gate.get("evidence")
@@ -324,7 +324,7 @@ def test_a_kernels_device_guard_runs_under_emulated_cuda(tmp_path: Path) -> None
     pytest.importorskip("torch")
     write(tmp_path / "gate.py", DEVICE_GUARD)
     write(tmp_path / "pyproject.toml", '[tool.amplint]\nmodes = ["autocast-bf16"]\n')
-    done = amplint_run(tmp_path, "check", ".", "--deep", "--no-cache", "--format", "json")
+    done = amplint_call(tmp_path, "check", ".", "--deep", "--no-cache", "--format", "json")
     (gate,) = [d for d in _json(done) if d["code"] == "AMP001"]
     assert gate["confidence"] == "confirmed", gate.get("evidence")
 
@@ -338,14 +338,14 @@ def test_trace_takes_the_replacements_on_its_command_line(tmp_path: Path) -> Non
         tmp_path / "build.py",
         "import torch\nfrom gate import Gate\n\n\ndef factory():\n    return Gate(), (torch.randn(2, 8),)\n",
     )
-    stopped = amplint_run(tmp_path, "trace", "build.py:factory")
+    stopped = amplint_call(tmp_path, "trace", "build.py:factory")
     assert stopped.returncode == 2 and "needs a GPU" in stopped.stderr, stopped.stdout + stopped.stderr
-    done = amplint_run(
+    done = amplint_call(
         tmp_path, "trace", "build.py:factory", "--replace", "gate.py:fused_scale=refs.py:scale_ref"
     )
     assert done.returncode in (0, 1), done.stderr
     assert "log_sigmoid_forward" in done.stdout and "mul" in done.stdout
-    wrong = amplint_run(tmp_path, "trace", "build.py:factory", "--replace", "gate.py:fused_scale")
+    wrong = amplint_call(tmp_path, "trace", "build.py:factory", "--replace", "gate.py:fused_scale")
     assert wrong.returncode == 2
     assert "--replace 'gate.py:fused_scale': the value '' is not MODULE:NAME" in wrong.stderr, wrong.stderr
 
@@ -361,7 +361,7 @@ def test_trace_takes_the_replacements_on_its_command_line(tmp_path: Path) -> Non
 def test_a_wrong_replace_table_is_refused_where_it_is_written(tmp_path: Path, table: str, said: str) -> None:
     write(tmp_path / "gate.py", "x = 1\n")
     write(tmp_path / "pyproject.toml", f"[tool.amplint.runtime]\n{table}\n")
-    done = amplint_run(tmp_path, "check", ".", "--no-cache")
+    done = amplint_call(tmp_path, "check", ".", "--no-cache")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "pyproject.toml" in done.stderr and said in done.stderr, done.stderr
 
@@ -375,7 +375,7 @@ def test_a_replacement_that_does_not_resolve_names_the_entry(tmp_path: Path) -> 
         '[tool.amplint]\nmodes = ["autocast-bf16"]\n'
         '[tool.amplint.runtime]\nreplace = { "gate.py:fused_scale" = "refs.py:scale_ref" }\n',
     )
-    done = amplint_run(tmp_path, "check", ".", "--deep", "--no-cache", "--format", "json")
+    done = amplint_call(tmp_path, "check", ".", "--deep", "--no-cache", "--format", "json")
     (gate,) = [d for d in _json(done) if d["code"] == "AMP001"]
     assert gate["confidence"] == "unreached"
     # Said as written in the configuration, not as amplint resolved it.
@@ -411,7 +411,7 @@ def test_a_command_line_target_takes_the_mode(
     write(tmp_path / "build.py", FLOAT16_FACTORY)
     write(tmp_path / "pyproject.toml", '[project]\nname = "library"\n')
     args = ["check", ".", "--confirm", "--target", "build.py:factory", *flags, "--show-refuted"]
-    found = _json(amplint_run(tmp_path, *args, "--show-conditional", "--no-cache", "--format", "json"))
+    found = _json(amplint_call(tmp_path, *args, "--show-conditional", "--no-cache", "--format", "json"))
     (scores,) = [d for d in found if d["code"] == "AMP002"]
     assert scores["confidence"] == confidence, scores.get("evidence")
     # A float16 model has no bfloat16 to meet: no AMP104 made up by a bf16 autocast it never runs in.
@@ -422,7 +422,7 @@ def test_a_command_line_target_takes_the_mode(
 def test_mode_flags_conflict(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     write(tmp_path / "m.py", "x = 1\n")
-    done = amplint_run(
+    done = amplint_call(
         tmp_path, "check", "m.py", "--confirm", "--target", "m.py:f", "--mode", "cast-fp16", "--no-autocast"
     )
     assert done.returncode == 2
@@ -493,13 +493,13 @@ def test_model_classes_are_the_outermost_and_one_head_of_a_family() -> None:
 def test_the_deep_setting(tmp_path: Path) -> None:
     write(tmp_path / "m.py", (INCIDENTS / "rwkv_decay.py").read_text(encoding="utf-8"))
     write(tmp_path / "pyproject.toml", '[tool.amplint]\ndeep = "yes"\n')
-    done = amplint_run(tmp_path, "check", "m.py", "--no-cache")
+    done = amplint_call(tmp_path, "check", "m.py", "--no-cache")
     assert done.returncode == 2
     assert "'deep' must be true or false" in done.stderr
     # `deep = true`, and --no-deep for one quick run: the static pass alone, nothing traced.
     write(tmp_path / "pyproject.toml", "[tool.amplint]\ndeep = true\n")
     quick = json.loads(
-        amplint_run(tmp_path, "check", "m.py", "--no-cache", "--no-deep", "--format", "json").stdout
+        amplint_call(tmp_path, "check", "m.py", "--no-cache", "--no-deep", "--format", "json").stdout
     )
     assert [d["confidence"] for d in quick["diagnostics"]] == ["static"]
     assert "traced" not in quick["summary"]
@@ -511,7 +511,7 @@ def test_deep_fix_is_verified_on_the_same_models(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     shutil.copy(INCIDENTS / "v100_rmsnorm.py", tmp_path / "v100_rmsnorm.py")
     write(tmp_path / "pyproject.toml", '[project]\nname = "served"\n')
-    done = amplint_run(tmp_path, "check", ".", "--deep", "--fix", "--no-cache")
+    done = amplint_call(tmp_path, "check", ".", "--deep", "--fix", "--no-cache")
     assert done.returncode == 0, done.stderr
     assert (
         "amplint: fix v100_rmsnorm.py:14 AMP006: verified: the finding is gone and no new one appeared"
@@ -528,14 +528,14 @@ def test_trace_runs_a_float16_factory_as_built_and_takes_the_mode(tmp_path: Path
     code = (INCIDENTS / "qwen_eager_fp16.py").read_text(encoding="utf-8")
     write(tmp_path / "attention.py", code[: code.index("def generate")])
     write(tmp_path / "build.py", FLOAT16_FACTORY)
-    plain = amplint_run(tmp_path, "trace", "build.py:factory", "--format", "json")
+    plain = amplint_call(tmp_path, "trace", "build.py:factory", "--format", "json")
     assert plain.returncode in (0, 1), plain.stderr
     traced = json.loads(plain.stdout)
     assert traced["autocast"] is False
     assert any("holds float16 weights and no mode was given" in note for note in traced["notes"])
     assert [f for f in traced["findings"] if f["code"] == "AMP104"] == []
     moded = json.loads(
-        amplint_run(
+        amplint_call(
             tmp_path, "trace", "build.py:factory", "--mode", "autocast-bf16", "--format", "json"
         ).stdout
     )
@@ -585,7 +585,7 @@ def test_soft_capped_scores_cannot_turn_an_overflow_into_nan(
         "AMP002",
         "--show-refuted",
     ]
-    found = _json(amplint_run(tmp_path, *args, "--show-conditional", "--no-cache", "--format", "json"))
+    found = _json(amplint_call(tmp_path, *args, "--show-conditional", "--no-cache", "--format", "json"))
     (scores,) = [d for d in found if d["code"] == "AMP002"]
     assert scores["confidence"] == confidence, scores.get("evidence")
     if confidence == "refuted":

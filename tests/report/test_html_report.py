@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import sync_playwright
-from support import HAZARD, HAZARD_CODE, amplint_run, write
+from support import HAZARD, HAZARD_CODE, amplint_call, write
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -46,7 +46,7 @@ def _open(browser: Any, page_file: Path) -> tuple[Any, list[str], list[str]]:
 def test_the_trace_page_shows_findings_modules_and_values(browser: Any, tmp_path: Path) -> None:
     report = tmp_path / "trace.html"
     target = f"{ROOT / 'fixtures' / 'rwkv7_time_mix.py'}:factory"
-    proc = amplint_run(tmp_path, "trace", target, "--values", "--format", "html", "-o", str(report))
+    proc = amplint_call(tmp_path, "trace", target, "--values", "--format", "html", "-o", str(report))
     assert proc.returncode == 1, proc.stderr  # the fixture's findings
     page, errors, requests = _open(browser, report)
     assert errors == [] and requests == [report.as_uri()]  # self-contained: nothing else is fetched
@@ -68,7 +68,7 @@ def test_the_trace_page_of_a_float16_run_says_so_and_marks_its_overflow(browser:
     report = tmp_path / "trace.html"
     target = f"{ROOT / 'fixtures' / 'qwen2_fp16_overflow.py'}:factory"
     args = ("--no-autocast", "--param-dtype", "float16", "--values", "--format", "html", "-o", str(report))
-    proc = amplint_run(tmp_path, "trace", target, *args)
+    proc = amplint_call(tmp_path, "trace", target, *args)
     assert proc.returncode == 1, proc.stderr
     page, errors, _ = _open(browser, report)
     assert errors == []
@@ -93,7 +93,7 @@ def test_the_trace_page_of_a_float16_run_says_so_and_marks_its_overflow(browser:
 
 def test_the_static_page_shows_each_finding_with_its_line(browser: Any, tmp_path: Path) -> None:
     write(tmp_path / "m.py", HAZARD)
-    proc = amplint_run(tmp_path, "check", ".", "--format", "html", "-o", "report.html", "--no-cache")
+    proc = amplint_call(tmp_path, "check", ".", "--format", "html", "-o", "report.html", "--no-cache")
     assert proc.returncode == 1
     page, errors, _ = _open(browser, tmp_path / "report.html")
     assert errors == []

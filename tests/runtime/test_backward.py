@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from support import write  # noqa: E402
+from support import amplint_call, write  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
@@ -332,7 +331,7 @@ def test_amp111_counts_what_an_optimizer_step_loses(tmp_path: Path) -> None:
 
 
 def _amplint(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "amplint", *args], capture_output=True, text=True, cwd=cwd)
+    return amplint_call(cwd, *args)
 
 
 def test_trace_backward_cli_json_and_text(tmp_path: Path) -> None:

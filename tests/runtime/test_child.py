@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,6 +32,7 @@ def factory():
         "cwd": os.getcwd(),
         "mark": os.environ.get("AMPLINT_TEST_MARK"),
         "argv0": os.path.basename(sys.argv[0]),
+        "transformers": "transformers.modeling_utils" in sys.modules,
     }
     with open(os.environ["AMPLINT_TEST_RECORD"], "a") as out:
         out.write(json.dumps(seen) + "\\n")
@@ -95,3 +97,52 @@ def test_a_dotted_target_imports_from_the_working_folder(
     monkeypatch.setattr(sys, "path", [str(tmp_path / "elsewhere"), *sys.path[1:]])
     (spec,) = target_specs({}, ["models.records:factory"], tmp_path)
     assert trace_in_child(spec, timeout=300).nodes
+
+
+# A caller's script with no `if __name__ == "__main__":` guard: it traces once, and with an argument
+# has the fork server import transformers (as a run with a transformers config does) and traces again.
+_CALLER = """\
+import sys
+from pathlib import Path
+
+from amplint.runtime.child import prepare, trace_in_child
+from amplint.runtime.target import target_specs
+
+with open("ran.txt", "a") as out:
+    out.write("ran\\n")
+(spec,) = target_specs({}, ["records.py:factory"], Path.cwd())
+trace_in_child(spec, timeout=300)
+if sys.argv[1:] == ["transformers"]:
+    prepare([{"hf_config": "config.json"}])
+    trace_in_child(spec, timeout=300)
+"""
+
+
+def _call(folder: Path, *args: str) -> list[dict[str, object]]:
+    (folder / "records.py").write_text(_RECORDS, encoding="utf-8")
+    (folder / "caller.py").write_text(_CALLER, encoding="utf-8")
+    record = folder / "seen.jsonl"
+    done = subprocess.run(
+        [sys.executable, "caller.py", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "AMPLINT_TEST_RECORD": str(record)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return _records(record)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="traces are forked on Linux only")
+def test_a_callers_script_without_a_main_guard_is_not_run_again_by_a_trace(tmp_path: Path) -> None:
+    # multiprocessing would run the caller's main script again in each process it starts.
+    assert len(_call(tmp_path)) == 1
+    assert (tmp_path / "ran.txt").read_text(encoding="utf-8") == "ran\n"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="traces are forked on Linux only")
+def test_a_run_that_needs_transformers_starts_a_server_that_imported_it(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    plain, after = _call(tmp_path, "transformers")
+    assert (plain["transformers"], after["transformers"]) == (False, True)
+    assert plain["parent"] != after["parent"]

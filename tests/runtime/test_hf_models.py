@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+
+from support import amplint_call  # noqa: E402
 
 from amplint.runtime.child import run_traced  # noqa: E402
 from amplint.runtime.hf import build, model_class  # noqa: E402
@@ -65,7 +66,7 @@ def _trace_factory(tmp_path: Path, source: str) -> subprocess.CompletedProcess[s
 
 
 def _amplint(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "amplint", *args], capture_output=True, text=True, cwd=cwd)
+    return amplint_call(cwd, *args)
 
 
 def _inputs(tmp_path: Path, model_type: str) -> dict:

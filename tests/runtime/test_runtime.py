@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
+
+from support import amplint_call  # noqa: E402
 
 from amplint.runtime import DtypeGraph, trace  # noqa: E402
 
@@ -215,7 +218,7 @@ def test_graph_round_trips_through_json(tmp_path: Path) -> None:
 
 
 def _amplint(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "amplint", *args], capture_output=True, text=True, cwd=cwd)
+    return amplint_call(cwd, *args)
 
 
 def test_trace_command_json_in_a_child_process() -> None:
@@ -383,13 +386,18 @@ def test_trace_abort_in_the_child_becomes_an_error(tmp_path: Path) -> None:
 
 
 def _gone(pid_file: Path) -> bool:
-    """Whether the process whose id the file holds has ended (a zombie has: only its reaping is left)."""
+    """Whether the process whose id the file holds has ended (a zombie has: only its reaping is left).
+    A SIGKILL ends a process soon after it is sent, not at once: it is given 60 s."""
     pid = int(pid_file.read_text())
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return state in ("Z", "X")
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state in ("Z", "X") or time.monotonic() > deadline:
+            return state in ("Z", "X")
+        time.sleep(0.1)
 
 
 _SPAWNS = (

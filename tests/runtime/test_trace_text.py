@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from support import amplint_run
+from support import amplint_call
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 TINY_QWEN2 = {
@@ -49,7 +49,7 @@ def test_counts_add_up_on_a_transformers_model(tmp_path: Path) -> None:
     config = _config(tmp_path)
     # The config's bfloat16 weights alone would run as built, without autocast: the mode asks for
     # autocast so that its casts are counted too.
-    done = amplint_run(
+    done = amplint_call(
         tmp_path, "trace", "--hf-config", config, "--seq-len", "16", "--backward", "--mode", "autocast-bf16"
     )
     assert done.returncode == 0, done.stderr
@@ -76,7 +76,7 @@ def test_counts_add_up_on_a_transformers_model(tmp_path: Path) -> None:
     assert "--ops lists each op" in text and "\nid  " not in text and "lower_precision" not in text
     # The JSON's nodes are the ops counted.
     data = json.loads(
-        amplint_run(tmp_path, "trace", "--hf-config", config, "--seq-len", "16", "--format", "json").stdout
+        amplint_call(tmp_path, "trace", "--hf-config", config, "--seq-len", "16", "--format", "json").stdout
     )
     assert data["model"] == "Qwen2ForCausalLM"
     forward_nodes = [n for n in data["nodes"] if n["policy"] != "input"]
@@ -85,7 +85,7 @@ def test_counts_add_up_on_a_transformers_model(tmp_path: Path) -> None:
 
 def test_the_table_comes_behind_ops_after_the_findings(tmp_path: Path) -> None:
     target = f"{FIXTURES / 'qwen2_fp16_overflow.py'}:factory"
-    done = amplint_run(
+    done = amplint_call(
         tmp_path, "trace", target, "--no-autocast", "--param-dtype", "float16", "--values", "--ops"
     )
     assert done.returncode == 1, done.stderr
@@ -170,7 +170,7 @@ def factory():
 
 
 def _json(tmp_path: Path, target: str, *flags: str) -> dict:
-    done = amplint_run(tmp_path, "trace", target, "--values", "--format", "json", *flags)
+    done = amplint_call(tmp_path, "trace", target, "--values", "--format", "json", *flags)
     assert done.returncode in {0, 1}, done.stderr
     return json.loads(done.stdout)
 
@@ -219,7 +219,7 @@ def test_a_runtime_finding_shows_its_line_beside_refuted_static_ones(tmp_path: P
     # another one: its snippet must show it all the same.
     for name in ("qwen2_eager_attention.py", "qwen2_fp16_overflow.py"):
         shutil.copy(FIXTURES / name, tmp_path / name)
-    done = amplint_run(
+    done = amplint_call(
         tmp_path, "check", "--confirm", "--target", "qwen2_fp16_overflow.py:factory", "--no-cache", "."
     )
     assert done.returncode == 1, done.stderr

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from support import amplint_run, write  # noqa: E402
+from support import amplint_call, write  # noqa: E402
 from torch import nn  # noqa: E402
 
 from amplint.rules import rule_by_code  # noqa: E402
@@ -237,7 +237,7 @@ def test_value_limits_come_from_the_configuration(tmp_path: Path) -> None:
 def test_trace_values_cli_text_and_json(tmp_path: Path) -> None:
     target = f"{FIXTURES / 'qwen2_fp16_overflow.py'}:factory"
     args = ("trace", target, "--values", "--no-autocast", "--param-dtype", "float16")
-    done = amplint_run(tmp_path, *args, "--format", "json")
+    done = amplint_call(tmp_path, *args, "--format", "json")
     assert done.returncode == 1, done.stderr  # a trace that finds the first overflow exits 1
     data = json.loads(done.stdout)
     [finding] = [f for f in data["findings"] if f["code"] == "AMP105"]
@@ -246,7 +246,7 @@ def test_trace_values_cli_text_and_json(tmp_path: Path) -> None:
     )
     assert finding["severity"] == "error" and finding["chain"][0]["op"] == "bmm"
     assert set(data["values"]) >= {"nodes", "outputs", "limits", "notes"}
-    done = amplint_run(tmp_path, *args, "--op", "bmm", "--headroom-bits", "1")
+    done = amplint_call(tmp_path, *args, "--op", "bmm", "--headroom-bits", "1")
     assert done.returncode == 1, done.stderr
     assert "absmax  headroom  inf/nan  underflow  error" in done.stdout
     assert "AMP105 `bmm` produced inf in 100% of its values" in done.stdout
@@ -257,7 +257,7 @@ def test_check_confirm_replays_targets_with_values_and_reports_in_sarif(tmp_path
         write(tmp_path / name, (FIXTURES / name).read_text(encoding="utf-8"))
     target = '{ target = "qwen2_fp16_overflow.py:factory", autocast = false, param-dtype = "float16", values = true }'
     write(tmp_path / "pyproject.toml", f"[tool.amplint.runtime]\ntargets = [{target}]\n")
-    done = amplint_run(tmp_path, "check", ".", "--confirm", "--format", "sarif")
+    done = amplint_call(tmp_path, "check", ".", "--confirm", "--format", "sarif")
     assert done.returncode == 1, done.stderr
     results = json.loads(done.stdout)["runs"][0]["results"]
     [overflow] = [r for r in results if r["ruleId"] == "AMP105"]
@@ -273,7 +273,7 @@ def test_trace_values_cli_refuses_weights_that_do_not_fit(tmp_path: Path) -> Non
     path = tmp_path / "weights.pt"
     torch.save({"q_proj.weight": torch.zeros(2, 2)}, path)
     target = f"{FIXTURES / 'qwen2_fp16_overflow.py'}:factory"
-    done = amplint_run(tmp_path, "trace", target, "--values", "--weights", str(path))
+    done = amplint_call(tmp_path, "trace", target, "--values", "--weights", str(path))
     assert done.returncode == 2
     assert "the weights do not match the model" in done.stderr
     assert "q_proj.weight: [2, 2] in the weights, [512, 512] in the model" in done.stderr
