@@ -11,7 +11,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import HAZARD, HAZARD_CODE, HAZARD_COLUMN, HAZARD_FIXED, HAZARD_LINE, amplint_run, write
+from support import (
+    HAZARD,
+    HAZARD_CODE,
+    HAZARD_COLUMN,
+    HAZARD_FIXED,
+    HAZARD_LINE,
+    amplint_call,
+    amplint_run,
+    write,
+)
 
 from amplint.config import load_settings
 from amplint.pipeline.check import run_check
@@ -557,7 +566,7 @@ def test_a_runtime_target_that_names_no_model_is_a_usage_error(
     pytest.importorskip("torch")
     write(tmp_path / "fac.py", "def three():\n    return 3\n")
     write(tmp_path / "model.py", HAZARD)
-    proc = amplint_run(tmp_path, "check", "model.py", "--confirm", "--target", target, "--fix")
+    proc = amplint_call(tmp_path, "check", "model.py", "--confirm", "--target", target, "--fix")
     assert proc.returncode == 2
     assert f"amplint: error: {message}" in proc.stderr and "Traceback" not in proc.stderr
     assert (tmp_path / "model.py").read_text(encoding="utf-8") == HAZARD  # nothing written
