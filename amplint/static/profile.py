@@ -472,7 +472,7 @@ def _settings(code: bytes, partials: Mapping[str, Partial]) -> Iterator[tuple[in
         named = _DTYPE_NAME_ARG.search(match["args"])
         if named is None or _cast_kind(code, match.start()) != CAST:
             continue
-        assigned = _assigned_dtypes(code, named["value"])
+        assigned = _assigned_dtypes(code, named["value"] or named["positional"])
         if assigned is not None and assigned[0]:
             what = _qualified(code, match.start()) + _snippet(code, match.start(), match.end())
             yield match.start(), f"{what} ({assigned[1]})", assigned[0], CAST
@@ -540,7 +540,12 @@ def _cast_kind(code: bytes, start: int) -> str:
 
 
 _DTYPE_NAMED = re.compile(rb"torch\.(float16|bfloat16|half|float32|float)\b")
-_DTYPE_NAME_ARG = re.compile(rb"\bdtype[ \t]*=[ \t]*(?P<value>[A-Za-z_][\w.]*)")
+# The variable a cast takes its dtype from: by keyword (`dtype=resolved_dtype`), or in place by a name
+# that says it is one (`.to(self.device, self.dtype)`, `.to(weight_dtype)`), as torch's `to` takes it.
+_DTYPE_NAME_ARG = re.compile(
+    rb"\bdtype[ \t]*=[ \t]*(?P<value>[A-Za-z_][\w.]*)"
+    rb"|(?:\A|,)[ \t]*(?P<positional>(?:[A-Za-z_]\w*\.)*(?:\w+_)?dtype)[ \t]*(?:,|\Z)"
+)
 TOP_LINE = re.compile(rb"^(?=[^\s#)\]}])", re.MULTILINE)  # a line that starts at column 0 with code
 _HELPER_CALL = re.compile(rb"[ \t]*(?P<name>[A-Za-z_]\w*)[ \t]*\(")
 

@@ -120,6 +120,14 @@ def detected(text: str) -> Profile:
         ("x = x.to(torch.float16)\n", FP16, "x.to(torch.float16)"),
         ("x = x.to(torch.half)\n", FP16, "x.to(torch.half)"),
         ("x = x.to(device, torch.bfloat16)\n", BF16, "x.to(device, torch.bfloat16)"),
+        # a model cast to the dtype a variable holds, given in place (lpu-nn 0.1.0 training.py:1733,
+        # the trainer's `--float16` flag): the half dtypes the file assigns to it
+        (
+            "if args.float16:\n    self.dtype = torch.float16\nelse:\n    self.dtype = torch.float32\n"
+            "self.model.to(self.device, self.dtype)\n",
+            FP16,
+            "self.model.to(self.device, self.dtype) (`self.dtype` assigned on line 3, 5)",
+        ),
         # dtype arguments
         (
             'm = AutoModel.from_pretrained("m", torch_dtype=torch.float16)\n',
@@ -211,6 +219,7 @@ def test_both_dtypes_on_one_line_are_two_settings() -> None:
         "if dtype != torch.bfloat16:\n    pass\n",
         "big = torch.finfo(torch.float16).max\n",
         "self.dtype = torch.float16\n",
+        "self.dtype = torch.float16\nx = x.to(self.device, self.dtype)\n",  # a tensor: the engine follows it
         "def load(path, dtype=torch.float16):\n    pass\n",  # a parameter's default
         "x = x.to(torch.float32)\n",  # float32 is not a half dtype
         "with torch.autocast('cuda', dtype=torch.float32):\n    pass\n",
