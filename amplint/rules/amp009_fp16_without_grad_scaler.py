@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
@@ -163,7 +163,7 @@ def _float16_settings(ctx: FileContext, nodes: list[cst.CSTNode]) -> list[Float1
 
 
 def _apart(
-    ctx: FileContext, arms: list[tuple[cst.CSTNode, cst.CSTNode]], one: cst.CSTNode, other: cst.CSTNode
+    ctx: FileContext, arms: Sequence[tuple[cst.CSTNode, cst.CSTNode]], one: cst.CSTNode, other: cst.CSTNode
 ) -> bool:
     """Whether `one` and `other` are in different arms of one `if` (its body and its `else`/`elif`)."""
     here, there = ctx.position(one).start, ctx.position(other).start
