@@ -178,9 +178,9 @@ def _apart(
 
 def _computed_under(ctx: FileContext, nodes: list[cst.CSTNode], autocast: Float16, call: cst.Call) -> bool:
     """Whether the loss `call` backpropagates comes from the `with` block that `autocast` opens: the
-    call is in the block, or the value it is called on was last assigned there or from names that
-    were (`out = model(x)` in the block, `loss = criterion(out, y)` after it). An autocast that
-    opens no block here (a decorator, one entered through a name) is taken to."""
+    call is in the block, or the value it is called on is assigned there or from names that are
+    (`out = model(x)` in the block, `loss = criterion(out, y)` after it). An autocast that opens no
+    block here (a decorator, one entered through a name) is taken to."""
     at = ctx.position(autocast.node).start
     blocks = [ctx.position(n) for n in nodes if isinstance(n, cst.With) and _within(at, ctx.position(n))]
     if not blocks:
@@ -201,8 +201,8 @@ def _from_block(
     block: CodeRange,
     depth: int,
 ) -> bool:
-    """Whether `name`'s last assignment before `before` is in `block`, or reads a name (up to `depth`
-    assignments back) whose last one is."""
+    """Whether an assignment to `name` before `before` is in `block`, or reads a name (up to `depth`
+    assignments back) assigned there: on one branch, the loss comes from the block."""
     found = [
         (start, node)
         for node in nodes
@@ -210,17 +210,17 @@ def _from_block(
         and (start := ctx.position(node).start)
         and (start.line, start.column) < before
     ]
-    if not found:
-        return False
-    start, last = max(found, key=lambda item: (item[0].line, item[0].column))
-    if _within(start, block):
+    if any(_within(start, block) for start, _ in found):
         return True
-    value = getattr(last, "value", None)
-    read = {n.value for n in walk(value) if isinstance(n, cst.Name)} if value is not None else set()
-    if isinstance(last, cst.AugAssign):
-        read.add(name)  # `loss += part` reads the loss before it
-    here = (start.line, start.column)
-    return depth > 0 and any(_from_block(ctx, nodes, other, here, block, depth - 1) for other in sorted(read))
+    if depth == 0:
+        return False
+    for start, node in found:
+        value = getattr(node, "value", None)
+        read = {n.value for n in walk(value) if isinstance(n, cst.Name)} if value is not None else set()
+        here = (start.line, start.column)
+        if any(_from_block(ctx, nodes, other, here, block, depth - 1) for other in sorted(read - {name})):
+            return True
+    return False
 
 
 def _assigns(node: cst.CSTNode, name: str) -> bool:
