@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import libcst as cst
-from libcst.metadata import CodePosition, CodeRange
 
 from amplint.rule import Rule
+from amplint.static.branches import reaches
 from amplint.static.context import FileContext, Finding
 from amplint.static.facts import Float16
 from amplint.static.imports import dotted_name
@@ -132,107 +132,23 @@ class Fp16WithoutGradScaler(Rule):
             if ctx.scope_of(node) is ctx.module  # not in a function defined under an `if`
         ]
         # A model cast in the script is the model its functions train.
-        script_cast = next((f for f in _float16_settings(ctx, script) if not f.autocast), None)
+        script_cast = next(
+            (f for n in script if (f := ctx.facts.float16_setting(n)) and not f.autocast), None
+        )
         reported: set[int] = set()
         for scope in ctx.scopes:
             nodes = script if isinstance(scope.node, cst.Module) else list(walk(scope.node))
             mine = [backwards[id(n)] for n in nodes if id(n) in backwards and id(n) not in reported]
             if not mine or not any(_optimizer_step(ctx, n) for n in nodes):
                 continue
-            settings = _float16_settings(ctx, nodes)
-            arms = [(n.body, n.orelse) for n in nodes if isinstance(n, cst.If) and n.orelse is not None]
+            settings = [f for n in nodes if (f := ctx.facts.float16_setting(n)) is not None]
             for call in mine:
-                # A setting in another arm of an `if` than the backward, or an autocast block the
-                # loss is not computed in, trains another loss.
-                near = [
-                    f
-                    for f in settings
-                    if not _apart(ctx, arms, f.node, call)
-                    and (not f.autocast or _computed_under(ctx, nodes, f, call))
-                ]
+                # A setting in another `if` arm, or a block the loss is not made in, trains another.
+                near = [f for f in settings if reaches(ctx, nodes, f.node, call, block=f.autocast)]
                 float16 = next((f for f in near if f.autocast), None) or next(iter(near), script_cast)
                 if float16 is not None:
                     reported.add(id(call))
                     yield _finding(ctx, call, float16)
-
-
-def _float16_settings(ctx: FileContext, nodes: list[cst.CSTNode]) -> list[Float16]:
-    """How `nodes` run a model in float16 (autocast or the weights), surely or on one branch of a
-    choice made at run time: either way that branch trains in float16."""
-    return [found for node in nodes if (found := ctx.facts.float16_setting(node)) is not None]
-
-
-def _apart(
-    ctx: FileContext, arms: Sequence[tuple[cst.CSTNode, cst.CSTNode]], one: cst.CSTNode, other: cst.CSTNode
-) -> bool:
-    """Whether `one` and `other` are in different arms of one `if` (its body and its `else`/`elif`)."""
-    here, there = ctx.position(one).start, ctx.position(other).start
-    for body, orelse in arms:
-        first, second = ctx.position(body), ctx.position(orelse)
-        if (_within(here, first) and _within(there, second)) or (
-            _within(there, first) and _within(here, second)
-        ):
-            return True
-    return False
-
-
-def _computed_under(ctx: FileContext, nodes: list[cst.CSTNode], autocast: Float16, call: cst.Call) -> bool:
-    """Whether the loss `call` backpropagates comes from the `with` block that `autocast` opens: the
-    call is in the block, or the value it is called on is assigned there or from names that are
-    (`out = model(x)` in the block, `loss = criterion(out, y)` after it). An autocast that opens no
-    block here (a decorator, one entered through a name) is taken to."""
-    at = ctx.position(autocast.node).start
-    blocks = [ctx.position(n) for n in nodes if isinstance(n, cst.With) and _within(at, ctx.position(n))]
-    if not blocks:
-        return True
-    block = max(blocks, key=lambda span: (span.start.line, span.start.column))  # the innermost
-    where = ctx.position(call).start
-    receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
-    if _within(where, block) or not isinstance(receiver, cst.Name):
-        return True
-    return _from_block(ctx, nodes, receiver.value, (where.line, where.column), block, 3)
-
-
-def _from_block(
-    ctx: FileContext,
-    nodes: list[cst.CSTNode],
-    name: str,
-    before: tuple[int, int],
-    block: CodeRange,
-    depth: int,
-) -> bool:
-    """Whether an assignment to `name` before `before` is in `block`, or reads a name (up to `depth`
-    assignments back) assigned there: on one branch, the loss comes from the block."""
-    found = [
-        (start, node)
-        for node in nodes
-        if _assigns(node, name)
-        and (start := ctx.position(node).start)
-        and (start.line, start.column) < before
-    ]
-    if any(_within(start, block) for start, _ in found):
-        return True
-    if depth == 0:
-        return False
-    for start, node in found:
-        value = getattr(node, "value", None)
-        read = {n.value for n in walk(value) if isinstance(n, cst.Name)} if value is not None else set()
-        here = (start.line, start.column)
-        if any(_from_block(ctx, nodes, other, here, block, depth - 1) for other in sorted(read - {name})):
-            return True
-    return False
-
-
-def _assigns(node: cst.CSTNode, name: str) -> bool:
-    if isinstance(node, cst.Assign):
-        return any(isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets)
-    if isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-        return isinstance(node.target, cst.Name) and node.target.value == name
-    return False
-
-
-def _within(at: CodePosition, span: CodeRange) -> bool:
-    return (span.start.line, span.start.column) <= (at.line, at.column) <= (span.end.line, span.end.column)
 
 
 def _finding(ctx: FileContext, call: cst.Call, float16: Float16) -> Finding:
