@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from amplint.rule import Rule
-from amplint.static.branches import reaches
+from amplint.static.branches import Branches
 from amplint.static.context import FileContext, Finding
 from amplint.static.facts import Float16
 from amplint.static.imports import dotted_name
@@ -142,9 +142,10 @@ class Fp16WithoutGradScaler(Rule):
             if not mine or not any(_optimizer_step(ctx, n) for n in nodes):
                 continue
             settings = [f for n in nodes if (f := ctx.facts.float16_setting(n)) is not None]
+            branches = Branches(ctx, nodes)
             for call in mine:
                 # A setting in another `if` arm, or a block the loss is not made in, trains another.
-                near = [f for f in settings if reaches(ctx, nodes, f.node, call, block=f.autocast)]
+                near = [f for f in settings if branches.reaches(f.node, call, block=f.autocast)]
                 float16 = next((f for f in near if f.autocast), None) or next(iter(near), script_cast)
                 if float16 is not None:
                     reported.add(id(call))
@@ -189,10 +190,8 @@ def _optimizer_step(ctx: FileContext, node: cst.CSTNode) -> bool:
         return func.value == "optimizer_step"
     if not isinstance(func, cst.Attribute):
         return False
-    if func.attr.value == "optimizer_step":
-        return True
     if func.attr.value != "step":
-        return False
+        return func.attr.value == "optimizer_step"
     if not any(arg.keyword is None for arg in node.args):
         return True  # `optimizer.step()`; `env.step(action)` takes an argument
     name = dotted_name(func.value)

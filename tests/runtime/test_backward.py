@@ -5,7 +5,6 @@ weight-update rule AMP111, on small models whose answers are known."""
 from __future__ import annotations
 
 import json
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -330,15 +329,11 @@ def test_amp111_counts_what_an_optimizer_step_loses(tmp_path: Path) -> None:
     assert "`norm.weight` loses 100% of its updates" in findings[13].evidence
 
 
-def _amplint(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return amplint_call(cwd, *args)
-
-
 def test_trace_backward_cli_json_and_text(tmp_path: Path) -> None:
     write(
         tmp_path / "block.py", BLOCK.replace(".to(torch.bfloat16)", "").replace(", dtype=torch.bfloat16", "")
     )
-    done = _amplint("trace", "block.py:factory", "--backward", "--format", "json", cwd=tmp_path)
+    done = amplint_call(tmp_path, "trace", "block.py:factory", "--backward", "--format", "json")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert {n["phase"] for n in data["nodes"]} == {"forward", "backward"}
@@ -351,7 +346,7 @@ def test_trace_backward_cli_json_and_text(tmp_path: Path) -> None:
     assert data["summary"]["backward_ops"] == sum(n["phase"] == "backward" for n in data["nodes"])
     graph = DtypeGraph.from_dict(data)
     assert graph.node(graph.gradients["proj.weight"]).phase == "backward"
-    text = _amplint("trace", "block.py:factory", "--backward", "--ops", cwd=tmp_path).stdout
+    text = amplint_call(tmp_path, "trace", "block.py:factory", "--backward", "--ops").stdout
     header = next(line for line in text.splitlines() if line.startswith("id "))
     assert header.split()[:5] == ["id", "op", "dtypes", "policy", "phase"]
     row = next(line for line in text.splitlines() if line.startswith("proj.weight "))
@@ -362,7 +357,7 @@ def test_learning_rate_and_limit_flags(tmp_path: Path) -> None:
     write(tmp_path / "block.py", BLOCK)
 
     def amp111(*flags: str) -> list[int]:
-        done = _amplint("trace", "block.py:factory", "--values", "--format", "json", *flags, cwd=tmp_path)
+        done = amplint_call(tmp_path, "trace", "block.py:factory", "--values", "--format", "json", *flags)
         return [f["line"] for f in json.loads(done.stdout)["findings"] if f["code"] == "AMP111"]
 
     # At the default 1e-4 both lines lose updates (test_amp111_counts_what_an_optimizer_step_loses);
@@ -370,14 +365,14 @@ def test_learning_rate_and_limit_flags(tmp_path: Path) -> None:
     assert amp111("--lr", "1e-2") == []
     # The projection loses about 74% of its updates, the norm 50%.
     assert amp111("--lost-update-fraction", "0.6") == [12]
-    done = _amplint("trace", "block.py:factory", "--values", "--lr", "0", cwd=tmp_path)
+    done = amplint_call(tmp_path, "trace", "block.py:factory", "--values", "--lr", "0")
     assert done.returncode == 2 and "'lr' must be a number at least 1e-12" in done.stderr
 
 
 def test_backward_needs_trainable_parameters(tmp_path: Path) -> None:
     frozen = BLOCK.replace("return Block().to(torch.bfloat16)", "return Block().requires_grad_(False)")
     write(tmp_path / "block.py", frozen)
-    done = _amplint("trace", "block.py:factory", "--backward", cwd=tmp_path)
+    done = amplint_call(tmp_path, "trace", "block.py:factory", "--backward")
     assert done.returncode == 2
     assert "--backward needs a model with trainable floating-point parameters" in done.stderr
 
@@ -395,8 +390,8 @@ def test_a_language_model_is_differentiated_through_cross_entropy(tmp_path: Path
         "max_position_embeddings": 128,
     }
     path = write(tmp_path / "config.json", json.dumps(config))
-    done = _amplint(
-        "trace", "--hf-config", str(path), "--backward", "--seq-len", "16", "--format", "json", cwd=tmp_path
+    done = amplint_call(
+        tmp_path, "trace", "--hf-config", str(path), "--backward", "--seq-len", "16", "--format", "json"
     )
     data = json.loads(done.stdout)
     assert done.returncode in (0, 1), done.stderr

@@ -62,11 +62,7 @@ def _spec(config: str, **extra: object) -> dict:
 def _trace_factory(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
     """`amplint trace m.py:factory` on a module with that source."""
     (tmp_path / "m.py").write_text(source, encoding="utf-8")
-    return _amplint("trace", "m.py:factory", cwd=tmp_path)
-
-
-def _amplint(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return amplint_call(cwd, *args)
+    return amplint_call(tmp_path, "trace", "m.py:factory")
 
 
 def _inputs(tmp_path: Path, model_type: str) -> dict:
@@ -249,7 +245,7 @@ def test_architectures_in_the_config_pick_the_class_and_task_overrides(tmp_path:
     config = _config(tmp_path, {"model_type": "bert", "architectures": ["BertForSequenceClassification"]})
     assert model_class(read_config(config))[1] is transformers.BertForSequenceClassification
     assert model_class(read_config(config), "masked-lm")[1] is transformers.BertForMaskedLM
-    done = _amplint("trace", "--hf-config", config, "--task", "seq2seq-lm")
+    done = amplint_call(None, "trace", "--hf-config", config, "--task", "seq2seq-lm")
     assert done.returncode == 2 and "no seq2seq-lm head for model type 'bert'" in done.stderr
 
 
@@ -371,7 +367,9 @@ def test_causal_sdpa_without_padding_mask_per_gpu(tmp_path: Path, gpu: str, kern
 
 def test_v100_runs_the_bf16_model_in_float16_and_reports_its_overflow(tmp_path: Path) -> None:
     config = _config(tmp_path, QWEN2_7B)
-    done = _amplint("trace", "--hf-config", config, "--gpu", "v100", "--layers", "2", "--seq-len", "64")
+    done = amplint_call(
+        None, "trace", "--hf-config", config, "--gpu", "v100", "--layers", "2", "--seq-len", "64"
+    )
     assert done.returncode == 1, done.stderr  # findings
     assert "bfloat16 is not native on a V100 (sm70" in done.stdout
     assert "cuda autocast float16" in done.stdout
@@ -379,7 +377,8 @@ def test_v100_runs_the_bf16_model_in_float16_and_reports_its_overflow(tmp_path: 
     assert "modeling_qwen2.py" in done.stdout
     # The parameters follow: no bfloat16 op is left in the float16 run.
     data = json.loads(
-        _amplint(
+        amplint_call(
+            None,
             "trace",
             "--hf-config",
             config,
@@ -481,7 +480,7 @@ def test_a_cpu_run_that_raises_is_named_beside_the_question(tmp_path: Path) -> N
 )
 def test_bad_arguments_get_one_line_and_exit_2(tmp_path: Path, args: tuple[str, ...]) -> None:
     config = _config(tmp_path, {"model_type": "qwen2"})
-    done = _amplint("trace", "--hf-config", config, *args)
+    done = amplint_call(None, "trace", "--hf-config", config, *args)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert len([line for line in done.stderr.splitlines() if "error" in line]) == 1
@@ -536,7 +535,7 @@ def test_values_with_tied_weights_saved_once(tmp_path: Path) -> None:
     config = _config(tmp_path, TINY)
     (tmp_path / "ids.json").write_text(json.dumps([[1, 5, 9, 3, 7, 2, 8, 4]]), encoding="utf-8")
     args = ["trace", "--hf-config", config, "--values", "--weights", str(tmp_path / "w.safetensors")]
-    done = _amplint(*args, "--input-ids", str(tmp_path / "ids.json"), "--format", "json")
+    done = amplint_call(None, *args, "--input-ids", str(tmp_path / "ids.json"), "--format", "json")
     assert done.returncode in (0, 1), done.stderr
     data = json.loads(done.stdout)
     assert data["values"] is not None and data["values_note"] is None
@@ -545,7 +544,7 @@ def test_values_with_tied_weights_saved_once(tmp_path: Path) -> None:
 
 
 def test_values_without_weights_exit_2_and_say_why(tmp_path: Path) -> None:
-    done = _amplint("trace", "--hf-config", _config(tmp_path, TINY), "--values", "--seq-len", "8")
+    done = amplint_call(None, "trace", "--hf-config", _config(tmp_path, TINY), "--values", "--seq-len", "8")
     assert done.returncode == 2
     assert "nothing was replayed" in done.stderr and "--weights" in done.stderr
 
@@ -560,7 +559,9 @@ def test_values_without_weights_exit_2_and_say_why(tmp_path: Path) -> None:
 )
 def test_bad_input_ids_files_are_named(tmp_path: Path, content: str, message: str) -> None:
     (tmp_path / "ids.txt").write_text(content, encoding="utf-8")
-    done = _amplint("trace", "--hf-config", _config(tmp_path, TINY), "--input-ids", str(tmp_path / "ids.txt"))
+    done = amplint_call(
+        None, "trace", "--hf-config", _config(tmp_path, TINY), "--input-ids", str(tmp_path / "ids.txt")
+    )
     assert done.returncode == 2 and message in done.stderr
 
 
@@ -576,14 +577,14 @@ def test_text_is_tokenized_by_the_tokenizer_beside_the_config(tmp_path: Path) ->
         tmp_path
     )
     config = _config(tmp_path, TINY)
-    done = _amplint(
-        "trace", "--hf-config", config, "--text", "the scores overflow in float16", "--format", "json"
+    done = amplint_call(
+        None, "trace", "--hf-config", config, "--text", "the scores overflow in float16", "--format", "json"
     )
     assert done.returncode in (0, 1), done.stderr
     assert any(n["policy"] == "input" and n["shape"] == [1, 5] for n in json.loads(done.stdout)["nodes"])
     elsewhere = tmp_path / "bare"
     elsewhere.mkdir()
-    done = _amplint("trace", "--hf-config", _config(elsewhere, TINY), "--text", "hello")
+    done = amplint_call(None, "trace", "--hf-config", _config(elsewhere, TINY), "--text", "hello")
     assert (
         done.returncode == 2 and "--text needs the model's tokenizer saved beside the config" in done.stderr
     )
@@ -605,7 +606,7 @@ def test_transformers_options_with_a_factory_target_are_refused(
     tmp_path: Path, flag: tuple[str, str]
 ) -> None:
     (tmp_path / "m.py").write_text("def factory():\n    return None\n", encoding="utf-8")
-    done = _amplint("trace", "m.py:factory", *flag, cwd=tmp_path)
+    done = amplint_call(tmp_path, "trace", "m.py:factory", *flag)
     assert done.returncode == 2 and f"{flag[0]}: only for --hf-config" in done.stderr
 
 

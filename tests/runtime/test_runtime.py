@@ -217,13 +217,9 @@ def test_graph_round_trips_through_json(tmp_path: Path) -> None:
     }
 
 
-def _amplint(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return amplint_call(cwd, *args)
-
-
 def test_trace_command_json_in_a_child_process() -> None:
-    done = _amplint(
-        "trace", str(FIXTURES / "rwkv7_time_mix.py") + ":factory", "--format", "json", "--op", "sigmoid"
+    done = amplint_call(
+        None, "trace", str(FIXTURES / "rwkv7_time_mix.py") + ":factory", "--format", "json", "--op", "sigmoid"
     )
     data = json.loads(done.stdout)
     # Exit 1: the runtime rules found something (AMP101 at the bf16 sigmoid), as `check` would.
@@ -235,7 +231,7 @@ def test_trace_command_json_in_a_child_process() -> None:
 
 
 def test_trace_command_text_table() -> None:
-    done = _amplint("trace", str(FIXTURES / "vit_attention.py") + ":factory", "--changed-dtype")
+    done = amplint_call(None, "trace", str(FIXTURES / "vit_attention.py") + ":factory", "--changed-dtype")
     assert done.returncode == 0, done.stderr
     assert "autocast_cast" in done.stdout and "bfloat16 -> float32" in done.stdout
     assert re.search(r" casts \(\d+ inserted by autocast, \d+ explicit\)", done.stdout)
@@ -254,7 +250,7 @@ def test_trace_command_text_table() -> None:
 )
 def test_trace_bad_targets_exit_2(tmp_path: Path, source: str, target: str, message: str) -> None:
     (tmp_path / "m.py").write_text(source, encoding="utf-8")
-    done = _amplint("trace", target, cwd=tmp_path)
+    done = amplint_call(tmp_path, "trace", target)
     assert done.returncode == 2
     assert message in done.stderr
 
@@ -268,7 +264,7 @@ def test_control_flow_on_values_takes_the_branch_a_cpu_run_takes(
         f"def factory():\n    return f, ({inputs},)\n",
         encoding="utf-8",
     )
-    done = _amplint("trace", "m.py:factory", "--format", "json", cwd=tmp_path)
+    done = amplint_call(tmp_path, "trace", "m.py:factory", "--format", "json")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     ops = [node["op"] for node in data["nodes"]]
@@ -293,7 +289,9 @@ def _hf_trace(tmp_path: Path, model_type: str, *args: str) -> dict:
     pytest.importorskip("transformers")
     config = tmp_path / f"{model_type}.json"
     config.write_text(json.dumps({"model_type": model_type, **SMALL}), encoding="utf-8")
-    done = _amplint("trace", "--hf-config", str(config), "--seq-len", "32", "--format", "json", *args)
+    done = amplint_call(
+        None, "trace", "--hf-config", str(config), "--seq-len", "32", "--format", "json", *args
+    )
     data = json.loads(done.stdout)
     assert done.returncode == (1 if data["findings"] else 0), done.stderr
     return data
@@ -347,16 +345,22 @@ def test_hf_config_that_transformers_cannot_read(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     bad = tmp_path / "bad.json"
     bad.write_text('{"model_type": "no-such-model"}', encoding="utf-8")
-    done = _amplint("trace", "--hf-config", str(bad))
+    done = amplint_call(None, "trace", "--hf-config", str(bad))
     assert done.returncode == 2 and "no-such-model" in done.stderr
     bad.write_text('{"model_type": ', encoding="utf-8")
-    done = _amplint("trace", "--hf-config", str(bad))
+    done = amplint_call(None, "trace", "--hf-config", str(bad))
     assert done.returncode == 2 and "not valid JSON" in done.stderr
 
 
 def test_trace_module_filter() -> None:
-    done = _amplint(
-        "trace", str(FIXTURES / "rwkv7_time_mix.py") + ":factory", "--module", "w_lora.*", "--format", "json"
+    done = amplint_call(
+        None,
+        "trace",
+        str(FIXTURES / "rwkv7_time_mix.py") + ":factory",
+        "--module",
+        "w_lora.*",
+        "--format",
+        "json",
     )
     assert done.returncode == 1, done.stderr  # the filter shows fewer ops; the findings are the model's
     modules = {n["module"] for n in json.loads(done.stdout)["nodes"] if n["policy"] != "input"}
@@ -367,7 +371,7 @@ def test_trace_timeout(tmp_path: Path) -> None:
     (tmp_path / "slow.py").write_text(
         "import time\n\n\ndef factory():\n    time.sleep(60)\n", encoding="utf-8"
     )
-    done = _amplint("trace", "slow.py:factory", "--timeout", "3", cwd=tmp_path)
+    done = amplint_call(tmp_path, "trace", "slow.py:factory", "--timeout", "3")
     assert done.returncode == 2 and "did not finish within 3 s" in done.stderr
 
 
@@ -380,7 +384,7 @@ def test_trace_without_torch_says_how_to_install() -> None:
 def test_trace_abort_in_the_child_becomes_an_error(tmp_path: Path) -> None:
     # A C++ terminate inside torch kills the process; the child takes it, the command reports it.
     (tmp_path / "abort.py").write_text("import os\n\n\ndef factory():\n    os.abort()\n", encoding="utf-8")
-    done = _amplint("trace", "abort.py:factory", cwd=tmp_path)
+    done = amplint_call(tmp_path, "trace", "abort.py:factory")
     assert done.returncode == 2
     assert "aborted" in done.stderr and "--in-process" in done.stderr
 
@@ -409,7 +413,7 @@ _SPAWNS = (
 
 def test_trace_sys_exit_in_the_target_is_its_error(tmp_path: Path) -> None:
     (tmp_path / "quits.py").write_text("import sys\n\n\ndef factory():\n    sys.exit(0)\n", encoding="utf-8")
-    done = _amplint("trace", "quits.py:factory", cwd=tmp_path)
+    done = amplint_call(tmp_path, "trace", "quits.py:factory")
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         "amplint: error: the target called sys.exit(0) instead of returning (model, args)"
@@ -418,7 +422,7 @@ def test_trace_sys_exit_in_the_target_is_its_error(tmp_path: Path) -> None:
 
 def test_trace_caps_the_targets_memory(tmp_path: Path) -> None:
     (tmp_path / "hungry.py").write_text("def factory():\n    return bytearray(8 << 30)\n", encoding="utf-8")
-    done = _amplint("trace", "hungry.py:factory", "--memory-limit", "2", cwd=tmp_path)
+    done = amplint_call(tmp_path, "trace", "hungry.py:factory", "--memory-limit", "2")
     assert done.returncode == 2
     assert "the target ran out of memory" in done.stderr and "Traceback" not in done.stderr
 
@@ -428,7 +432,7 @@ def test_trace_names_torchs_own_allocation_failure_as_out_of_memory(tmp_path: Pa
     # MemoryError: the cap is still what stopped the target.
     code = "import torch\n\n\ndef factory():\n    return torch.empty(8 << 30, dtype=torch.uint8)\n"
     (tmp_path / "hungry.py").write_text(code, encoding="utf-8")
-    done = _amplint("trace", "hungry.py:factory", "--memory-limit", "2", cwd=tmp_path)
+    done = amplint_call(tmp_path, "trace", "hungry.py:factory", "--memory-limit", "2")
     assert done.returncode == 2
     assert "the target ran out of memory" in done.stderr and "Traceback" not in done.stderr
 
@@ -446,7 +450,7 @@ def test_trace_memory_cap_counts_memory_not_mapped_files(tmp_path: Path) -> None
         "    return torch.nn.Linear(2, 2), (torch.ones(1, 2),)\n",
         encoding="utf-8",
     )
-    done = _amplint("trace", "maps.py:factory", "--memory-limit", "2", cwd=tmp_path)
+    done = amplint_call(tmp_path, "trace", "maps.py:factory", "--memory-limit", "2")
     assert done.returncode == 0, done.stderr
     assert "traced Linear from maps.py:factory" in done.stdout
 
@@ -455,7 +459,7 @@ def test_trace_shows_only_the_end_of_a_failing_targets_output(tmp_path: Path) ->
     (tmp_path / "loud.py").write_text(
         "def factory():\n    print('x' * 20_000_000)\n    raise ValueError('the end')\n", encoding="utf-8"
     )
-    done = _amplint("trace", "loud.py:factory", cwd=tmp_path)
+    done = amplint_call(tmp_path, "trace", "loud.py:factory")
     assert done.returncode == 2
     assert len(done.stderr) < 70_000 and "ValueError: the end" in done.stderr
     assert "bytes of the target's output left out; the last 65,536 follow" in done.stderr
@@ -463,7 +467,7 @@ def test_trace_shows_only_the_end_of_a_failing_targets_output(tmp_path: Path) ->
 
 def test_trace_leaves_no_process_the_target_started(tmp_path: Path) -> None:
     (tmp_path / "spawns.py").write_text(_SPAWNS + "    raise ValueError('no model')\n", encoding="utf-8")
-    done = _amplint("trace", "spawns.py:factory", cwd=tmp_path)
+    done = amplint_call(tmp_path, "trace", "spawns.py:factory")
     assert done.returncode == 2 and "no model" in done.stderr
     assert _gone(tmp_path / "grandchild.pid")
 
@@ -471,6 +475,6 @@ def test_trace_leaves_no_process_the_target_started(tmp_path: Path) -> None:
 def test_trace_timeout_ends_the_targets_whole_process_group(tmp_path: Path) -> None:
     # 30 s: a guard ten times above what importing torch and calling the factory take.
     (tmp_path / "hangs.py").write_text(_SPAWNS + "    time.sleep(3600)\n", encoding="utf-8")
-    done = _amplint("trace", "hangs.py:factory", "--timeout", "30", cwd=tmp_path)
+    done = amplint_call(tmp_path, "trace", "hangs.py:factory", "--timeout", "30")
     assert done.returncode == 2 and "did not finish within 30 s" in done.stderr
     assert _gone(tmp_path / "grandchild.pid")
