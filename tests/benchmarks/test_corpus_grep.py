@@ -3,18 +3,10 @@ corpus of real files (a file must match every --all pattern and no --none patter
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
+import corpus_grep  # benchmarks/ is on the path (pyproject)
 import pytest
-
-BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))  # the script imports precision_review beside it
-spec = importlib.util.spec_from_file_location("corpus_grep", BENCHMARKS / "corpus_grep.py")
-assert spec is not None and spec.loader is not None
-corpus_grep = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(corpus_grep)
 
 MANIFEST = """\
 [[review]]
