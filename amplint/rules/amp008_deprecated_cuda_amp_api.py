@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
@@ -188,6 +188,9 @@ class _Scan:
         # Names that are not references: imports, attribute names, keywords, parameters, definitions.
         skipped: set[int] = set()
         aliases = self.ctx.index.aliases
+        # A module-level `def autocast(...)` beside `from torch.cuda.amp import autocast` (a wrapper in
+        # `try:`, the old import in `except ImportError:`) binds the name to either.
+        self.assigned.update(_module_definitions(self.ctx.module.body))
         for top, node in ((statement, n) for statement in self.ctx.module.body for n in walk(statement)):
             if isinstance(node, (cst.Import, cst.ImportFrom)):
                 for local, target in import_aliases(node):
@@ -314,6 +317,18 @@ def _always_exits(block: cst.BaseSuite) -> bool:
             and all(_always_exits(handler.body) for handler in last.handlers)
         )
     return False
+
+
+def _module_definitions(nodes: Sequence[cst.CSTNode]) -> Iterator[str]:
+    """The names `def` and `class` bind at module level, in `if`, `try` and `with` blocks too."""
+    for node in nodes:
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            yield node.name.value
+        elif isinstance(node, _BLOCKS):
+            yield from _module_definitions(node.children)
+
+
+_BLOCKS = (cst.If, cst.Else, cst.Try, cst.ExceptHandler, cst.Finally, cst.With, cst.IndentedBlock)
 
 
 def _shadowed(scan: _Scan, node: cst.Name | cst.Attribute) -> bool:
