@@ -42,6 +42,7 @@ SCRIPTS = (
     "lsp_latency",
     "static_speed",
     "precision_summary",
+    "opt_in_reads",
     "recall",
 )
 
