@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from precision_review import DEFAULT_CORPUS, DEFAULT_MANIFEST, Project, load_corpus
+from precision_review import DEFAULT_CORPUS, DEFAULT_MANIFEST, Project, ReviewError, load_corpus
 
 
 def matches(text: str, wanted: Sequence[re.Pattern[str]], unwanted: Sequence[re.Pattern[str]]) -> bool:
@@ -59,13 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     wanted = [re.compile(p) for p in args.all]
     unwanted = [re.compile(p) for p in args.none]
     corpus = load_corpus(args.manifest)
-    projects = corpus.projects
-    if args.from_review:
-        keys = [review.key for review in corpus.reviews]
-        if args.from_review not in keys:
-            parser.error(f"no [[review]] is named {args.from_review!r}")
-        later = set(keys[keys.index(args.from_review) :])
-        projects = [p for p in projects if p.first_checked in later or p.first_checked is None]
+    try:
+        projects = corpus.since(args.from_review) if args.from_review else corpus.projects
+    except ReviewError as error:
+        parser.error(str(error))
     names = selected(projects, args.corpus, wanted, unwanted)
     print(",".join(names))
     print(f"corpus_grep: {len(names)} projects", file=sys.stderr)

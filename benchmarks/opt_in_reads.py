@@ -34,7 +34,7 @@ from precision_review import (
     DEFAULT_VERDICTS,
     FIRST,
     UNPACKED_MARKER,
-    Read,
+    ReviewError,
     _check,
     _file_lines,
     declared_torch,
@@ -43,6 +43,7 @@ from precision_review import (
     find_archive,
     load_corpus,
     load_verdicts,
+    read_units,
     render_finding,
     snapshot_command,
     verdict_of,
@@ -56,20 +57,19 @@ DEFAULT_PER_RULE = 20
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    corpus = load_corpus(args.manifest)
-    keys = [review.key for review in corpus.reviews]
-    if args.from_review not in keys:
-        raise SystemExit(f"opt_in_reads: no [[review]] is named {args.from_review!r}")
-    later = set(keys[keys.index(args.from_review) :])
+    try:
+        chosen = load_corpus(args.manifest).since(args.from_review)
+    except ReviewError as error:
+        raise SystemExit(f"opt_in_reads: {error}") from None
     only = set(args.only.split(",")) if args.only is not None else None
     commit, amplint, env = snapshot_command(args.rev, args.corpus)
     raw = args.corpus / "raw"
     raw.mkdir(exist_ok=True)
     findings: list[dict[str, Any]] = []
     projects = 0
-    for project in corpus.projects:
+    for project in chosen:
         root = args.corpus / project.folder
-        if project.first_checked not in later or not (root / UNPACKED_MARKER).is_file():
+        if not (root / UNPACKED_MARKER).is_file():
             continue
         if only is not None and project.name not in only:
             continue
@@ -121,12 +121,10 @@ def aid(args: argparse.Namespace) -> None:
     folder.mkdir(parents=True)
     manifest = {p.name: p for p in corpus.projects}
     blocks = []
-    for n, unit in enumerate(sample(data), 1):
-        f = unit.first
+    for n, read in enumerate(read_units(sample(data), verdicts), 1):
+        f = read.unit.first
         project = manifest[f["project"]]
         lines = _file_lines(args.corpus / project.folder, f["path"], None)
-        verdict = verdict_of(unit, verdicts)
-        read = Read(unit, verdict.counted if verdict else "unread", verdict)
         blocks.append(render_finding(f"O{n}", read, FIRST, project.version, lines, 15))
     (folder / "all.md").write_text("\n".join(blocks), encoding="utf-8")
     print(f"{len(blocks)} findings: {folder / 'all.md'}")

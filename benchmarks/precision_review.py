@@ -193,6 +193,14 @@ class Corpus:
             raise ReviewError(f"no [[review]] is named {key!r} (by its `id`, or its date where it has none)")
         return Corpus(self.projects, self.reviews[: keys.index(key) + 1])
 
+    def since(self, key: str) -> list[Project]:
+        """The projects that review (named by its `id` or date) or a later one checks first."""
+        keys = [review.key for review in self.reviews]
+        if key not in keys:
+            raise ReviewError(f"no [[review]] is named {key!r} (by its `id`, or its date where it has none)")
+        later = set(keys[keys.index(key) :])
+        return [p for p in self.projects if p.first_checked in later or p.first_checked is None]
+
     def added_by(self, key: str) -> list[Project]:
         """The projects a review (named by its `id` or date) checks first, tuned-on ones included."""
         if key not in {review.key for review in self.reviews}:
