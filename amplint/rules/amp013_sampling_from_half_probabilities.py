@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Set
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -18,8 +18,9 @@ from amplint.static.attention import (
 )
 from amplint.static.context import FileContext, Finding, scopes_holding
 from amplint.static.dtypes import DtypeFacts
-from amplint.static.facts import DTYPE, Fact, why_half
+from amplint.static.facts import DTYPE, TENSOR, Fact, why_half
 from amplint.static.flow import Flow, Policy, analyse
+from amplint.static.ops import F16, HALF
 from amplint.static.patterns import argument, function_call, method_call
 from amplint.static.scopes import Scope
 
@@ -51,17 +52,22 @@ class SamplingFromHalfProbabilities(Rule):
     such logits. It looks where the logits come from inside the function: model or head outputs,
     products, or explicit half casts; logits passed in as a parameter are the caller's business.
 
-    On by default. Its hazard needs half precision, so it is reported where the project runs the
-    code in bf16/fp16 (an execution mode found in its scripts, tests or configuration, named in
-    the message); where nothing in the project does, the finding is conditional and shown only
-    with `--show-conditional` (docs/usage.md#execution-modes).
+    On by default. Its hazard is float16's, so it is reported where the project runs the code in
+    fp16 (an execution mode found in its scripts, tests or configuration, named in the message);
+    where nothing in the project does, the finding is conditional and shown only with
+    `--show-conditional` (docs/usage.md#execution-modes). Sampling from bfloat16 probabilities is
+    not flagged: bfloat16 has float32's range, so nothing overflows and no tail probability flushes
+    to zero; each keeps 8 significant bits, a relative change of at most 0.4% to what is sampled.
+    `gumbel_softmax` is flagged in both half dtypes: its noise, rounded to bfloat16, changes which
+    code a hard sample picks.
 
     ## Why is this bad?
     Sampling is where half precision fails loudly, far from its cause: a temperature division or a
     repetition penalty that overflows float16, or a row masked entirely to `-inf`, gives `inf`/NaN
     probabilities and `multinomial` raises "probability tensor contains either `inf`, `nan` or
-    element < 0" (Qwen2.5 GPTQ in fp16). When it does not crash, the distribution is rounded to 8
-    (bfloat16) or 11 (float16) significant bits and the tail the sampler draws from is distorted.
+    element < 0" (Qwen2.5 GPTQ in fp16). When it does not crash, float16 flushes probabilities
+    below 6e-8 to zero and keeps fewer bits below 6e-5, so the tail the sampler draws from is
+    distorted.
     Casting the probabilities to float32 after the softmax is too late: the rounding has happened.
     `transformers`' `generate` upcasts the logits before any processing for this reason.
 
@@ -108,6 +114,12 @@ class SamplingFromHalfProbabilities(Rule):
         # The hazard is where the probabilities were made: followed back to their softmax.
         sampler = samplers[0]
         back = traced_back(graph, sampler, SOFTMAX)
+        if back.turned is not None and back.turned.dtype == "bfloat16":
+            return Verdict(
+                Confidence.REFUTED,
+                f"the probabilities `multinomial` at {where(sampler)} samples were held in bfloat16 by "
+                f"`{back.turned.op}` at {where(back.turned)}, whose range is float32's: nothing overflows",
+            )
         if back.turned is not None:
             return Verdict(
                 Confidence.CONFIRMED,
@@ -154,7 +166,7 @@ def _check_scope(
         if isinstance(node, cst.Call) and node not in half and is_softmax(ctx, node):
             dtype = softmax_dtype_argument(ctx, node)
             fact = facts.of(node)
-            if (dtype is None or facts.of(dtype).kind == DTYPE) and _half_here(fact):
+            if (dtype is None or facts.of(dtype).kind == DTYPE) and _half_here(fact, {F16}):
                 half[node] = fact
         return node in half
 
@@ -175,15 +187,17 @@ def _check_scope(
     for call in gumbels:
         logits = argument(call, 0, "logits")
         fact = facts.of(logits) if logits is not None else None
-        if fact is not None and _half_here(fact):
+        if fact is not None and _half_here(fact, HALF):
             yield _gumbel_finding(call, fact)
 
 
-def _half_here(fact: Fact) -> bool:
-    """Half, and not only because the function's own inputs may be: logits passed in as a parameter
-    are the caller's business (AMP003 still reports a softmax over them), while a head, a weight,
-    an op under autocast or a cast in this function makes them the function's."""
-    return fact.may_be_half and not all(isinstance(step.node, cst.Param) for step in fact.why)
+def _half_here(fact: Fact, dtypes: Set[str]) -> bool:
+    """One of `dtypes`, and not only because the function's own inputs may be: logits passed in as
+    a parameter are the caller's business (AMP003 still reports a softmax over them), while a head, a
+    weight, an op under autocast or a cast in this function makes them the function's."""
+    held = fact.dtypes & dtypes if fact.kind == TENSOR else set()
+    why = [step for step in fact.why if not step.dtypes or step.dtypes & held]
+    return bool(held) and not all(isinstance(step.node, cst.Param) for step in why or fact.why)
 
 
 def _sampling_finding(
@@ -198,10 +212,10 @@ def _sampling_finding(
         name = "softmax"
     line = ctx.position(softmax).start.line
     message = (
-        f"`{kind}` samples from probabilities that the `{name}` on line {line} computed in "
-        f"{fact.half_names()} from logits never upcast to float32: an overflowed or fully masked row "
-        'becomes inf/NaN ("probability tensor contains either inf, nan or element < 0") and the '
-        f"distribution's tail is rounded away; {why_half(fact)}"
+        f"`{kind}` samples from probabilities that the `{name}` on line {line} computed in fp16 "
+        "from logits never upcast to float32: an overflowed or fully masked row becomes inf/NaN "
+        '("probability tensor contains either inf, nan or element < 0") and the distribution\'s tail '
+        f"is flushed to zero; {why_half(fact, 'fp16')}"
     )
     return Finding(
         sampler,
@@ -210,7 +224,7 @@ def _sampling_finding(
             f"upcast the logits before temperature, filtering and the softmax (`logits.float()`), or "
             f"pass `dtype=torch.float32` to the `{name}` on line {line}"
         ),
-        evidence=fact.why,
+        evidence=fact.for_dtype(F16).why,
         caller_only=fact.caller,
     )
 

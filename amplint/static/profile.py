@@ -514,14 +514,17 @@ def _settings(code: bytes, partials: Mapping[str, Partial]) -> Iterator[tuple[in
 
 # What a cast is called on decides what it casts: a model (its weights, hence how its code runs) or
 # a tensor (that value alone, which the engine follows where it is used). A model is built there
-# (`GPT().half()`), is `self` in a module, or is named as one (`model`, `self.unet`, `text_encoder`).
+# (`GPT().half()`), is `self` in a module, or is named as one (`model`, `self.unet`, `text_encoder`),
+# unless the name ends in a word for a value the module made (`encoder_kv`, `model_out`).
 _CONSTRUCTED = re.compile(rb"\b[A-Z]\w*\((?:[^()]|\([^()]*\))*\)\Z")
 # Capitalised, yet a tensor: `torch.Tensor([...]).half()`, `nn.Parameter(w).half()`.
 _TENSOR_CONSTRUCTOR = re.compile(rb"(?:\w*Tensor|Parameter|Buffer)\(")
 _MODULE_NAME = re.compile(
     rb"(?:\A|[._])(?:self|model|models|net|network|module|encoder|decoder|transformer|backbone|unet|vae|"
     rb"pipe|pipeline|policy|actor|critic|generator|discriminator|tower|lm|llm|classifier|denoiser|"
-    rb"teacher|student|ema|engine|wrapper)(?:\Z|_)",
+    rb"teacher|student|ema|engine|wrapper)"
+    rb"(?:\Z|_(?!(?:\w+_)?(?:kv|out|outputs?|hidden|states?|feats?|features?|embeds?|embeddings?|logits|"
+    rb"inputs?|mask|rep|repr|tokens|ids|scores|x|h)\Z))",
     re.IGNORECASE,
 )
 _LOADER = re.compile(rb"from_pretrained|from_config|load_model|from_single_file")

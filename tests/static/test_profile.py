@@ -185,10 +185,14 @@ def test_evidence_names_the_line_and_is_capped_per_dtype() -> None:
         ("self.weight_tensor = torch.Tensor([5.0, 4.0]).half().to(self.device)\n", "cast:tensor"),
         ("w = torch.FloatTensor(3).half()\n", "cast:tensor"),
         ("p = nn.Parameter(torch.ones(3)).half()\n", "cast:tensor"),
+        ("self.text_encoder_2.half()\n", "cast"),
+        # jukebox-infer 0.1.2 prior/prior.py:304: the encoder's keys and values, not the encoder.
+        ("encoder_kv = encoder_kv.half()\n", "cast:tensor"),
+        ("y = self.model_out.to(torch.float16)\n", "cast:tensor"),
     ],
-    ids=["model", "tensor", "float-tensor", "parameter"],
+    ids=["model", "tensor", "float-tensor", "parameter", "numbered-module", "module-output", "model-out"],
 )
-def test_a_capitalised_tensor_constructor_casts_a_tensor_not_a_model(text: str, kind: str) -> None:
+def test_what_a_cast_is_called_on_says_whether_it_casts_a_model(text: str, kind: str) -> None:
     # pyiqa 0.1.16 q_align/modeling_mplug_owl2.py:280: a tensor of weights made half in a model's
     # method was taken for a cast of the model, and every attention of it ran "as cast-fp16".
     assert [found[3] for found in settings_with_kinds(text)] == [kind]
