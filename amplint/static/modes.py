@@ -315,6 +315,8 @@ class _Project:
                         queue.append((exporter, name, why, named))
                 continue
             start, end = index.spans[name]
+            if why.mode.kind == AUTOCAST and _forward_without_autocast(index, start, end):
+                continue  # what the module runs, it runs outside the autocast that reached it
             methods = _plain_methods(index, start, end)
             called = None
             if methods is not None:
@@ -553,6 +555,38 @@ def _methods(index: _File, start: int, end: int) -> dict[bytes, tuple[int, int]]
         after = bisect.bisect_right(lines, method.start())
         spans.setdefault(method[2], (method.start(), lines[after] if after < len(lines) else end))
     return spans
+
+
+# A `forward` that turns autocast off for its whole body, by its first statement or a decorator:
+# `with torch.autocast("cuda", enabled=False):`, `@custom_fwd(cast_inputs=torch.float32)`.
+_AUTOCAST_OFF = re.compile(rb"[ \t]*with[ \t]+[\w.]*autocast[ \t]*\([^:]*\benabled[ \t]*=[ \t]*False\b")
+_FLOAT32_DECORATOR = re.compile(
+    rb"@[\w.]*(?:autocast[ \t]*\([^\n]*\benabled[ \t]*=[ \t]*False"
+    rb"|custom_fwd[ \t]*\([^\n]*\bcast_inputs[ \t]*=[ \t]*(?:torch\.)?float32)"
+)
+
+
+def _forward_without_autocast(index: _File, start: int, end: int) -> bool:
+    """Whether the class at `index.code[start:end]` has a `forward` that runs with autocast off
+    whatever calls it (flashdrr's `VolumeRaycaster` renders in float32 so)."""
+    if not index.code.startswith(b"class", start):
+        return False
+    span = _methods(index, start, end).get(b"forward")
+    if span is None:
+        return False
+    code = index.code
+    previous = code.rfind(b"\n", start, span[0])
+    decorators = code[code.rfind(b"\n", start, previous) + 1 : span[0]] if previous > 0 else b""
+    if _FLOAT32_DECORATOR.search(decorators):
+        return True
+    # The first statement of the body, docstring and comments aside.
+    at = _header_end(code, span[0], span[1])
+    for match in _INDENTED.finditer(code, at, span[1]):
+        line_start = match.end()
+        if _inside(index.strings, line_start) or code.startswith((b'"""', b"'''", b"#"), line_start):
+            continue
+        return _AUTOCAST_OFF.match(code, match.start()) is not None
+    return False
 
 
 def _plain_methods(index: _File, start: int, end: int) -> dict[bytes, tuple[int, int]] | None:

@@ -793,3 +793,28 @@ def test_a_model_cast_to_the_dtype_a_helper_resolves_runs_in_its_half_dtype(
     assert _index(root).entries == []
     assert not _check(root, select=["AMP017"])
     assert [d.line for d in _check(root, select=["AMP017"], show_conditional=True)] == [25]
+
+
+@pytest.mark.parametrize(
+    ("forward_opens_with", "flagged"),
+    [
+        ("        with torch.autocast(device_type='cuda', enabled=False):\n", False),
+        ("        with torch.no_grad():\n", True),
+    ],
+    ids=["autocast-off", "autocast-on"],
+)
+def test_a_module_whose_forward_turns_autocast_off_runs_outside_the_region(
+    forward_opens_with: str, flagged: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # flashdrr's benchmark renders under float16 and bfloat16 autocast, but `VolumeRaycaster.forward`
+    # turns autocast off for its whole body: `apply_poisson`'s `1e-8` floor guards float32 there.
+    root = _real_modes_project("flashdrr_forward_without_autocast", tmp_path, monkeypatch)
+    raycast = root / "flashdrr" / "rendering" / "raycast.py"
+    text = raycast.read_text()
+    off = "        with torch.autocast(device_type='cuda', enabled=False):\n"
+    assert text.count(off) == 1
+    raycast.write_text(text.replace(off, forward_opens_with))
+    found = _check(root, select=["AMP005"])
+    assert [(d.path, d.line) for d in found] == ([("flashdrr/rendering/raycast.py", 286)] if flagged else [])
+    if flagged:
+        assert 'autocast-fp16: `torch.autocast(device_type="cuda")' in found[0].message
