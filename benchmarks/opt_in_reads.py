@@ -37,10 +37,9 @@ from precision_review import (
     ReviewError,
     _check,
     _file_lines,
-    declared_torch,
+    archive_and_torch,
     dedup,
     draw,
-    find_archive,
     load_corpus,
     load_verdicts,
     read_units,
@@ -73,8 +72,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             continue
         if only is not None and project.name not in only:
             continue
-        archive = find_archive(args.corpus / "downloads", project)
-        torch_version = declared_torch(archive) if archive is not None else ""
+        _, torch_version = archive_and_torch(args.corpus, project)
         output = (raw / f"{project.folder}.opt-in.json").resolve()
         result, found = _check(
             project, args.corpus, amplint, args.jobs, env, torch_version, ["--select", args.rules], output

@@ -372,6 +372,12 @@ def _members(archive: Path) -> Iterable[tuple[str, bytes]]:
                     yield member.name.split("/", 1)[-1], handle.read()
 
 
+def archive_and_torch(corpus: Path, project: Project) -> tuple[Path | None, str]:
+    """The downloaded archive of `project` in `corpus` and the torch requirement it declares."""
+    archive = find_archive(corpus / "downloads", project)
+    return archive, declared_torch(archive) if archive is not None else ""
+
+
 def declared_torch(archive: Path) -> str:
     """The torch requirement the package declares (`Requires-Dist: torch>=1.13`, in a wheel's METADATA
     or an sdist's PKG-INFO), "" for none: what the project's own pyproject.toml tells amplint."""
@@ -647,8 +653,7 @@ def run_project(
         raise ReviewError(f"{project.folder} has no folder {project.package!r} (see `subdir`)")
     raw = corpus / "raw"
     raw.mkdir(exist_ok=True)
-    archive = find_archive(corpus / "downloads", project)
-    torch_version = declared_torch(archive) if archive is not None else ""
+    archive, torch_version = archive_and_torch(corpus, project)
     start = time.perf_counter()
     output = (raw / f"{project.folder}.json").resolve()
     result, findings = _check(project, corpus, amplint, jobs, env, torch_version, (), output)

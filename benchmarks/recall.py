@@ -41,10 +41,9 @@ from precision_review import (
     ReviewError,
     _check,
     _git,
-    declared_torch,
+    archive_and_torch,
     default_amplint,
     fetch,
-    find_archive,
     snapshot_command,
     wilson,
 )
@@ -167,8 +166,7 @@ def run(cases: Sequence[Case], corpus: Path, rev: str | None, jobs: int | None) 
             if not (root / case.path).is_file():
                 raise ReviewError(f"{case.id}: {case.project.folder} has no {case.path}: run `fetch` first")
             found = by_release.setdefault(case.project.folder, {})
-            archive = find_archive(corpus / "downloads", case.project)
-            torch_version = declared_torch(archive) if archive is not None else ""
+            _, torch_version = archive_and_torch(corpus, case.project)
             caught: dict[str, list[dict[str, Any]]] = {}
             for way, extra in WAYS:
                 if way not in found:
