@@ -140,6 +140,8 @@ class Rule:
     # The rule can only match a file whose text contains one of these words, so files
     # without any of them are never parsed for it.
     triggers: ClassVar[frozenset[str]] = frozenset()
+    # And, where set, only a file whose text this matches (a site's constant has no word of its own).
+    trigger_pattern: ClassVar[re.Pattern[str] | None] = None
     # A function body with none of these words (and no match of `region_pattern`, for sites that
     # have no word of their own, such as `-65504`) holds no site of the rule, so the parser may skip
     # it (see `amplint.static.regions`). None: the rule reads every body of a file it is active on.

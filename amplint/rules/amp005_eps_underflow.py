@@ -23,6 +23,13 @@ if TYPE_CHECKING:
     from amplint.diagnostics import Diagnostic
     from amplint.runtime.graph import DtypeGraph, DtypeNode
 
+# A constant float16 rounds to zero (at most 2**-25, about 3e-8) as the code writes it: an exponent
+# of -8 or below, seven zeros after the point, the `tiny` of a `finfo` or its `eps` (float64's).
+_TINY = (
+    r"\d[eE]-0*(?:[89]|[1-9]\d)\b|\.0{7}|\.[ \t]*(?:tiny|smallest_normal)\b|finfo\([^)]*\)[ \t]*\.[ \t]*eps\b"
+)
+# A name an epsilon may be bound to, in any case and as part of a longer name (`self.EPS`, `loo_eps`).
+_EPS_NAME = r"(?i:(?<![a-z0-9])eps(?:ilon)?(?![a-z0-9]))"
 _CLAMP_METHODS = frozenset({"clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_min_"})
 _CLAMP_FUNCTIONS = frozenset({"torch.clamp", "torch.clip", "torch.clamp_min"})
 # Functions that apply `eps` in their compute dtype, with the position of `eps` among the positional
@@ -119,12 +126,14 @@ class EpsUnderflow(Rule):
     summary = (
         "eps/clamp floor below float16's smallest value (1e-8, 1e-12, 1e-20) guarding a half-precision tensor"
     )
-    # A tiny constant is written somewhere in the file: `1e-12` (the word `e`), or `finfo(...).tiny`.
-    triggers = frozenset({"e", "E", "finfo"})
-    # A tiny constant: a negative exponent, many zeros, `finfo(...).tiny`/`.eps`, an `eps` name. The
-    # `__init__` of a kept method's class, where `self.eps` is set, stays as well.
-    region_words = frozenset({"finfo", "tiny", "eps", "epsilon"})
-    region_pattern = re.compile(r"\d\.?[eE]-\d|\.0{5}")
+    # Such a constant is written somewhere in the file (`_TINY`; `1e-12` holds the word `e`): most
+    # files guard with nothing smaller than `1e-6`, and are not read for the rule.
+    triggers = frozenset({"e", "E", "tiny", "smallest_normal", "eps"})
+    trigger_pattern = re.compile(_TINY)
+    # A body with such a constant, or an `eps` name it may be bound to (`self.eps`, set in `__init__`,
+    # which stays with a kept method's class).
+    region_words = frozenset({"tiny", "smallest_normal"})
+    region_pattern = re.compile(f"{_TINY}|{_EPS_NAME}")
 
     @classmethod
     def confirm(cls, diagnostic: Diagnostic, nodes: Sequence[DtypeNode], graph: DtypeGraph) -> Verdict | None:

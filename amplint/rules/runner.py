@@ -72,10 +72,20 @@ def lint_source(
     if file_is_exempt(text):
         return result
     words = frozenset(WORD.findall(text)) if rules else frozenset()
-    active = [rule for rule in rules if not rule.triggers or rule.triggers & words]
+    active = _triggered(rules, words, text)
     if len(text) > LARGE:
         return _lint_in_parts(source, active, display, profile, result)
     return _lint_whole(text, active, words, display, profile, result)
+
+
+def _triggered(rules: Sequence[type[Rule]], words: frozenset[str], text: str) -> list[type[Rule]]:
+    """The rules that can match `text`: a trigger word among its `words`, and its trigger pattern."""
+    return [
+        rule
+        for rule in rules
+        if (not rule.triggers or rule.triggers & words)
+        and (rule.trigger_pattern is None or rule.trigger_pattern.search(text) is not None)
+    ]
 
 
 # Text past this many characters is checked a part at a time (`_lint_in_parts`): Python's compiler
@@ -259,7 +269,7 @@ def _lint_kept(
         line = first_line + body.count("\n")
     module = "".join(pieces) + "\n"
     words = frozenset(WORD.findall(module))
-    wanted = [rule for rule in active if not rule.triggers or rule.triggers & words]
+    wanted = _triggered(active, words, module)
     found = _lint_whole(module, wanted, words, display, profile, FileResult(source.path, display, source))
     result.diagnostics += [d for d in found.diagnostics if d.line >= kept[0][0]]
     result.internal_errors += found.internal_errors

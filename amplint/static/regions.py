@@ -10,8 +10,9 @@ module are positions in the file.
 
 What rules read module-wide stays: the imports, class headers and bases, signatures with their
 defaults, module constants and every statement outside a class or function. A skipped body must not
-change a finding elsewhere either: the bodies that call a function whose body is kept stay (rules
-judge a parameter by what every caller passes), and so do the bodies that read a module-level
+change a finding elsewhere either: the bodies that call a function whose body is kept stay, and
+those that call them, as deep as the engine follows a parameter (rules judge a parameter by what
+every caller passes), and so do the bodies that read a module-level
 constant (rules resolve `EPS = 1e-12` where it is used), the bodies that call a submodule built by
 a wanted constructor (`self.attend = nn.Softmax(dim=-1)` makes `self.attend(dots)` a softmax) or
 spell a wanted name through an import alias, and the `__init__` of each class whose methods, or
@@ -236,8 +237,14 @@ def _needed(
     }
     # A body that names one (`interface = get_interface(impl, eager_attention_forward)`) calls it
     # too; `super().__init__()` names a base's constructor, not the kept one.
-    names = {body.name for body in needed} - {"__init__"}
-    needed |= {body for body in bodies if body.words & names}
+    # Their callers' callers too, as deep as the engine follows a parameter to what is passed.
+    callers = needed
+    for _ in range(_CALL_DEPTH):
+        names = {body.name for body in callers} - {"__init__"}
+        callers = {body for body in bodies if body.words & names} - needed
+        if not callers:
+            break
+        needed |= callers
     by_name: dict[str, list[_Body]] = {}
     for body in bodies:
         by_name.setdefault(body.name, []).append(body)

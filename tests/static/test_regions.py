@@ -110,6 +110,49 @@ def test_bodies_of_called_helpers_are_kept() -> None:
     assert "return x + 1" not in skipped
 
 
+def test_the_callers_of_callers_are_kept_as_deep_as_the_engine_reads_them(monkeypatch) -> None:
+    # gpu-pac 0.3.4: a helper's `1e-10` guard is float32 because a caller two calls up upcasts what
+    # it passes. With that caller skipped, the guard was reported "in the caller's dtype".
+    text = (
+        "import torch\n\n\n"
+        "def top(x):\n    return middle(x.float())\n\n\n"
+        "def middle(y):\n    return guard(y)\n\n\n"
+        "def guard(z):\n    return torch.log(z + 1e-10)\n\n\n"
+        "def unrelated(x):\n    return x + 1\n"
+    )
+    skipped = _skipped(text, "AMP005")
+    assert "return middle(x.float())" in skipped
+    assert "return x + 1" not in skipped
+    assert _lint(text, True, monkeypatch) == _lint(text, False, monkeypatch) == []
+
+
+@pytest.mark.parametrize("name", ["self.EPS", "self.loo_eps", "self.variance_epsilon"])
+def test_a_body_reading_an_epsilon_by_any_name_is_kept_for_amp005(name: str) -> None:
+    # pyagc 0.1: `torch.log(torch.sigmoid(out) + self.EPS)`, `self.EPS = 1e-15` in `__init__`.
+    text = (
+        "class Loss:\n"
+        f"    def __init__(self):\n        {name} = 1e-15\n\n"
+        f"    def loss(self, out):\n        return torch.log(torch.sigmoid(out) + {name})\n\n"
+        "    def steps(self, x):\n        return x + 1\n"
+    )
+    skipped = _skipped(text, "AMP005")
+    assert f"return torch.log(torch.sigmoid(out) + {name})" in skipped
+    assert "return x + 1" not in skipped
+
+
+def test_amp005_reads_only_files_that_write_a_constant_float16_rounds_to_zero() -> None:
+    rule = next(rule for rule in RULES if rule.code == "AMP005")
+    assert rule.trigger_pattern is not None
+    for tiny in ("1e-8", "1E-12", "2.5e-09", "0.00000001", "torch.finfo(torch.float32).tiny", "finfo(x).eps"):
+        assert rule.trigger_pattern.search(f"y = x + {tiny}\n"), tiny
+    for wide in ("1e-6", "1e-7", "5e-5", "0.0001", "torch.finfo(x.dtype).min", "1e8"):
+        assert not rule.trigger_pattern.search(f"y = x + {wide}\n"), wide
+    # A file whose guards are all float16's to hold is not read for the rule at all.
+    code = "import torch\n\n\ndef f(x):\n    return torch.log(torch.sigmoid(x.half()) + {})\n"
+    assert not lint_text(code.format("1e-6"), [rule]).diagnostics
+    assert [d.code for d in lint_text(code.format("1e-8"), [rule]).diagnostics] == ["AMP005"]
+
+
 def test_body_calling_a_softmax_submodule_is_kept() -> None:
     # `self.attend` is an `nn.Softmax`: the body that calls it holds a softmax.
     text = (
