@@ -50,6 +50,11 @@ _VERSION_TEST = re.compile(
 # The device-generic APIs: `torch.amp.*`, and `torch.autocast` and `torch.GradScaler` (2.3), which
 # the deprecated ones forward to.
 _NEW_API = re.compile(r"torch\.amp\.|torch\.(?:autocast|GradScaler)$")
+# A test of whether `torch.amp` offers an API, through a name bound to it or not
+# (`hasattr(amp_mod, "autocast")`, with `amp_mod = getattr(torch, "amp", None)`).
+_OFFERS_NEW_API = re.compile(
+    r"""(?=.*amp)hasattr\([^)]*["'](?:autocast|GradScaler|custom_fwd|custom_bwd)["']"""
+)
 _NO_SPACE = cst.AssignEqual(
     whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
 )
@@ -293,10 +298,13 @@ def _after_compat_exit(ctx: FileContext, block: cst.IndentedBlock) -> Iterator[c
             and statement.orelse is None
             and _is_compat_branch(ctx, statement)
             and _always_exits(statement.body)
-            and any(
-                _NEW_API.match(ctx.qualified(n) or "")
-                for n in walk(statement.body)
-                if isinstance(n, (cst.Attribute, cst.Name))
+            and (
+                _OFFERS_NEW_API.search(ctx.code(statement.test)) is not None
+                or any(
+                    _NEW_API.match(ctx.qualified(n) or "")
+                    for n in walk(statement.body)
+                    if isinstance(n, (cst.Attribute, cst.Name))
+                )
             )
         ):
             exited = True

@@ -48,8 +48,9 @@ class GradScalerWithBf16Autocast(Rule):
     engine says every autocast region of the file that `loss` was computed under is bfloat16
     (`torch.autocast("cuda", dtype=torch.bfloat16)`, entered directly or through a variable or a
     `self` attribute holding it). A region whose dtype is chosen at run time (a `dtype` variable
-    that may be float16) is not flagged, nor is a scaler created with `enabled=False` or with an
-    `enabled=` that follows the dtype (`enabled=dtype == torch.float16`).
+    that may be float16) is not flagged, nor is a scaler created with `enabled=False`, with an
+    `enabled=` that follows the dtype (`enabled=dtype == torch.float16`), or only in a branch on the
+    dtype (`if amp_dtype == torch.float16: scaler = GradScaler()`).
 
     ## Why is this bad?
     Loss scaling exists for float16, whose 5 exponent bits flush gradients below 6e-8 to zero.
@@ -103,12 +104,17 @@ class GradScalerWithBf16Autocast(Rule):
         scalers = _scalers(ctx, classes)
         if not scalers:
             return
+        for_a_dtype = _created_for_a_dtype(ctx)
         for call in ctx.index.calls:
             receiver = method_call(ctx, call, frozenset({"scale"}))
             key = _key(ctx, classes, receiver, call) if receiver is not None else None
             built = scalers.get(key) if key is not None else None
             loss = argument(call, 0, "outputs")
-            if built is None or loss is None or any(_may_be_off(ctx, scaler) for scaler in built):
+            if (
+                built is None
+                or loss is None
+                or any(_may_be_off(ctx, scaler) or scaler in for_a_dtype for scaler in built)
+            ):
                 continue
             regions = [
                 s for s in ctx.facts.computed_under(loss) if s.device is not None and s.where is not None
@@ -167,6 +173,25 @@ def _scalers(ctx: FileContext, classes: dict[cst.FunctionDef, cst.ClassDef]) -> 
     for function in (scope.node for scope in ctx.scopes if isinstance(scope.node, cst.FunctionDef)):
         for name, built in module_level.items():
             found.setdefault((function, name), built)
+    return found
+
+
+def _created_for_a_dtype(ctx: FileContext) -> set[cst.Call]:
+    """The scalers created only in a branch on the dtype (`if amp_dtype == torch.float16:`), so
+    for float16 alone: psann 2.0.1's trainer, whose bfloat16 default makes none."""
+    found: set[cst.Call] = set()
+    for node in walk(ctx.module):
+        if not isinstance(node, cst.If):
+            continue
+        branches = [node.body, *([node.orelse] if node.orelse is not None else [])]
+        built = [
+            call
+            for branch in branches
+            for call in walk(branch)
+            if isinstance(call, cst.Call) and ctx.qualified(call.func) in _SCALERS
+        ]
+        if built and ctx.facts.mentions_dtype(node.test):
+            found.update(built)
     return found
 
 
