@@ -43,23 +43,19 @@ _Key = tuple[cst.CSTNode, str]
 class GradScalerWithBf16Autocast(Rule):
     """
     ## What it does
-    Flags `scaler.scale(loss)` where `scaler` is a `torch.amp.GradScaler` (or
-    `torch.cuda.amp.GradScaler`, `ShardedGradScaler`) that the file creates, and the dtype-facts
-    engine says every autocast region of the file that `loss` was computed under is bfloat16
-    (`torch.autocast("cuda", dtype=torch.bfloat16)`, entered directly or through a variable or a
-    `self` attribute holding it). A region whose dtype is chosen at run time (a `dtype` variable
-    that may be float16) is not flagged, nor is a scaler created with `enabled=False`, with an
-    `enabled=` that follows the dtype (`enabled=dtype == torch.float16`), or only in a branch on the
-    dtype (`if amp_dtype == torch.float16: scaler = GradScaler()`).
+    Flags `scaler.scale(loss)` where `scaler` is a GradScaler (`torch.amp`, `torch.cuda.amp`,
+    `ShardedGradScaler`) the file creates and the dtype-facts engine says every autocast region
+    `loss` was computed under is bfloat16 (entered directly, or through a variable or a `self`
+    attribute holding it). Not flagged: a region whose dtype is chosen at run time, or a scaler
+    created with `enabled=False`, with an `enabled=` that follows the dtype, or only in a branch on
+    the dtype (`if amp_dtype == torch.float16: scaler = GradScaler()`).
 
     ## Why is this bad?
-    Loss scaling exists for float16, whose 5 exponent bits flush gradients below 6e-8 to zero.
-    bfloat16 has float32's 8 exponent bits: its gradients do not underflow, so a scaler has nothing
-    to protect. It still costs a multiplication, an unscale and an inf/NaN check of every gradient
-    on every step, and its scale keeps doubling every 2000 clean steps until the scaled gradients
-    overflow, when it skips that optimizer step without a word. On a model whose parameters are
-    themselves bfloat16, `unscale_` raises (`_amp_foreach_non_finite_check_and_unscale_cuda not
-    implemented for 'BFloat16'`).
+    Loss scaling exists for float16, whose 5 exponent bits flush gradients below 6e-8 to zero;
+    bfloat16 has float32's 8, so its gradients do not underflow and a scaler protects nothing. It
+    still multiplies, unscales and checks every gradient for inf/NaN each step, and its scale doubles
+    every 2000 clean steps until the scaled gradients overflow and it silently skips a step. With
+    bfloat16 parameters, `unscale_` raises (`..._unscale_cuda not implemented for 'BFloat16'`).
 
     ## Example
     ```python
@@ -80,13 +76,11 @@ class GradScalerWithBf16Autocast(Rule):
         loss.backward()
         optimizer.step()
     ```
-    or, where the same loop also runs in float16, create the scaler with
-    `enabled=amp_dtype == torch.float16`. The edit spans the scaler's creation and every use, so
-    amplint does not make it.
+    or, where the loop also runs in float16, `enabled=amp_dtype == torch.float16`. The edit spans
+    the scaler's creation and every use, so amplint does not make it.
 
     ## References
-    - "fix: remove the unused GradScaler from SAETrainer":
-      https://github.com/decoderesearch/SAELens/pull/723
+    - "fix: remove the unused GradScaler from SAETrainer": https://github.com/decoderesearch/SAELens/pull/723
     - "do not scale gradient in bf16 mode": https://github.com/huggingface/accelerate/pull/1036,
       https://github.com/huggingface/transformers/pull/21428
     - PyTorch AMP docs, gradient scaling: https://pytorch.org/docs/stable/amp.html#gradient-scaling
@@ -110,15 +104,10 @@ class GradScalerWithBf16Autocast(Rule):
             key = _key(ctx, classes, receiver, call) if receiver is not None else None
             built = scalers.get(key) if key is not None else None
             loss = argument(call, 0, "outputs")
-            if (
-                built is None
-                or loss is None
-                or any(_may_be_off(ctx, scaler) or scaler in for_a_dtype for scaler in built)
-            ):
+            if built is None or loss is None or any(_may_be_off(ctx, s) or s in for_a_dtype for s in built):
                 continue
-            regions = [
-                s for s in ctx.facts.computed_under(loss) if s.device is not None and s.where is not None
-            ]
+            under = ctx.facts.computed_under(loss)
+            regions = [s for s in under if s.device is not None and s.where is not None]
             if regions and all(state.dtype == BF16 for state in regions):
                 yield _finding(ctx, call, built[0], regions)
 
@@ -177,22 +166,15 @@ def _scalers(ctx: FileContext, classes: dict[cst.FunctionDef, cst.ClassDef]) -> 
 
 
 def _created_for_a_dtype(ctx: FileContext) -> set[cst.Call]:
-    """The scalers created only in a branch on the dtype (`if amp_dtype == torch.float16:`), so
-    for float16 alone: psann 2.0.1's trainer, whose bfloat16 default makes none."""
-    found: set[cst.Call] = set()
-    for node in walk(ctx.module):
-        if not isinstance(node, cst.If):
-            continue
-        branches = [node.body, *([node.orelse] if node.orelse is not None else [])]
-        built = [
-            call
-            for branch in branches
-            for call in walk(branch)
-            if isinstance(call, cst.Call) and ctx.qualified(call.func) in _SCALERS
-        ]
-        if built and ctx.facts.mentions_dtype(node.test):
-            found.update(built)
-    return found
+    """The scalers created only in a branch on the dtype (`if amp_dtype == torch.float16:`), so for
+    float16 alone: psann 2.0.1's trainer, whose bfloat16 default makes none."""
+    return {
+        c
+        for n in walk(ctx.module)
+        if isinstance(n, cst.If)
+        for c in walk(n)
+        if isinstance(c, cst.Call) and ctx.qualified(c.func) in _SCALERS and ctx.facts.mentions_dtype(n.test)
+    }
 
 
 def _may_be_off(ctx: FileContext, scaler: cst.Call) -> bool:
