@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence, Set
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -18,9 +18,9 @@ from amplint.static.attention import (
 )
 from amplint.static.context import FileContext, Finding, scopes_holding
 from amplint.static.dtypes import DtypeFacts
-from amplint.static.facts import DTYPE, TENSOR, Fact, why_half
+from amplint.static.facts import DTYPE, Fact, why_half
 from amplint.static.flow import Flow, Policy, analyse
-from amplint.static.ops import F16, HALF
+from amplint.static.ops import F16
 from amplint.static.patterns import argument, function_call, method_call
 from amplint.static.scopes import Scope
 
@@ -166,7 +166,7 @@ def _check_scope(
         if isinstance(node, cst.Call) and node not in half and is_softmax(ctx, node):
             dtype = softmax_dtype_argument(ctx, node)
             fact = facts.of(node)
-            if (dtype is None or facts.of(dtype).kind == DTYPE) and _half_here(fact, {F16}):
+            if (dtype is None or facts.of(dtype).kind == DTYPE) and _half_here(fact, F16):
                 half[node] = fact
         return node in half
 
@@ -187,17 +187,19 @@ def _check_scope(
     for call in gumbels:
         logits = argument(call, 0, "logits")
         fact = facts.of(logits) if logits is not None else None
-        if fact is not None and _half_here(fact, HALF):
+        if fact is not None and _half_here(fact):
             yield _gumbel_finding(call, fact)
 
 
-def _half_here(fact: Fact, dtypes: Set[str]) -> bool:
-    """One of `dtypes`, and not only because the function's own inputs may be: logits passed in as
-    a parameter are the caller's business (AMP003 still reports a softmax over them), while a head, a
-    weight, an op under autocast or a cast in this function makes them the function's."""
-    held = fact.dtypes & dtypes if fact.kind == TENSOR else set()
-    why = [step for step in fact.why if not step.dtypes or step.dtypes & held]
-    return bool(held) and not all(isinstance(step.node, cst.Param) for step in why or fact.why)
+def _half_here(fact: Fact, dtype: str | None = None) -> bool:
+    """Half (float16 where `dtype` says so, on that mode's evidence), and not only because the
+    function's own inputs may be: logits passed in as a parameter are the caller's business (AMP003
+    still reports a softmax over them), while a head, a weight, an op under autocast or a cast in
+    this function makes them the function's."""
+    if not (fact.may_be_fp16 if dtype == F16 else fact.may_be_half):
+        return False
+    why = fact.for_dtype(dtype).why if dtype is not None else fact.why
+    return not all(isinstance(step.node, cst.Param) for step in why)
 
 
 def _sampling_finding(
