@@ -634,6 +634,7 @@ def _check_once(args: argparse.Namespace) -> int:
         root=str(settings.root),
         quiet=args.quiet,
         conditional=run.conditional,
+        unchecked=run.unchecked,
     )
     if args.fix_only and args.format in ("text", "concise"):
         report = _fix_only_summary(run, summary)

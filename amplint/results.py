@@ -28,6 +28,9 @@ class FileResult:
     # Where libcst gave up on text Python accepts, as an AMP900 a caller may report (a notebook
     # reports the cell and checks the others); a plain file reports only the warning.
     libcst_rejected: Diagnostic | None = None
+    # Rules that rest on half values (`Rule.rests_on_half`) were not run: only a caller could make
+    # the file's values half, and the run hides the findings that holds for (`conditional`).
+    unchecked: bool = False
 
 
 def unparsable_diagnostic(

@@ -142,6 +142,9 @@ class Rule:
     triggers: ClassVar[frozenset[str]] = frozenset()
     # And, where set, only a file whose text this matches (a site's constant has no word of its own).
     trigger_pattern: ClassVar[re.Pattern[str] | None] = None
+    # And a word of each of these groups as well (`backward` with a float16 setting and an optimizer
+    # step in the same file): checked before the file is parsed, not in `check`.
+    also_triggers: ClassVar[tuple[frozenset[str], ...]] = ()
     # A function body with none of these words (and no match of `region_pattern`, for sites that
     # have no word of their own, such as `-65504`) holds no site of the rule, so the parser may skip
     # it (see `amplint.static.regions`). None: the rule reads every body of a file it is active on.
@@ -165,6 +168,11 @@ class Rule:
     # A hazard that costs accuracy over a training run (a missing GradScaler, optimizer state or
     # gradient reductions in half): in a test, which runs a step or two, its findings are conditional.
     training_run: ClassVar[bool] = False
+    # Every finding is of a value held in half precision, conditional where only the caller holds it
+    # so (`Finding.caller_only` is the value's `Fact.caller`). In a file where only a caller can make
+    # a value half (`half_only_by_caller`) all its findings are conditional: a run that hides those
+    # does not run it there.
+    rests_on_half: ClassVar[bool] = False
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         raise NotImplementedError

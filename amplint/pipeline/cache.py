@@ -31,7 +31,7 @@ import stat
 import sys
 import tempfile
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ from amplint.source import SourceError, current_umask, decode_source, within
 __all__ = ["CACHE_DIR_NAME", "Cache", "cache_directory", "clean", "refusal"]
 
 CACHE_DIR_NAME = ".amplint_cache"
-_FORMAT = 3  # bump when the entry layout changes
+_FORMAT = 4  # bump when the entry layout changes
 # Entries live in one directory per version of the checking code (`v1-<fingerprint>`): a change of
 # amplint, libcst or Python starts a new one, and a run that writes keeps the few most recently used
 # of the others (two environments sharing a checkout keep theirs) and removes the rest.
@@ -158,6 +158,14 @@ def _libcst_version() -> str:
     return "libcst ?"
 
 
+@dataclass
+class Entry:
+    """A stored result: the file's diagnostics and its `FileResult.unchecked`."""
+
+    diagnostics: list[Diagnostic]
+    unchecked: bool
+
+
 class Cache:
     """The entries of one project. `readonly` reads entries and never writes (as for `--diff`);
     `precision`: the profile each file is checked under (a change of a file's profile misses)."""
@@ -183,6 +191,8 @@ class Cache:
         selection = f"select {','.join(settings.select)}\0extend-select {','.join(settings.extend_select)}\0"
         selection += f"ignore {','.join(settings.ignore)}\0"
         selection += f"max-file-size {settings.max_file_size}\0"
+        # Without it the rules whose every finding would be conditional in a file are not run there.
+        selection += f"show-conditional {settings.show_conditional}\0"
         self._run_key = fingerprint + selection.encode()
         self.precision = precision or Precision()
 
@@ -196,9 +206,9 @@ class Cache:
         return digest.hexdigest()
 
     # -- reading ---------------------------------------------------------------------------------
-    def load(self, key: str, display: str) -> list[Diagnostic] | None:
-        """The diagnostics stored under `key`, reported under `display`; None for a miss (no entry, or
-        one that cannot be read or decoded)."""
+    def load(self, key: str, display: str) -> Entry | None:
+        """What is stored under `key`, its diagnostics reported under `display`; None for a miss (no
+        entry, or one that cannot be read or decoded)."""
         if self.refused is not None:
             return None
         try:
@@ -209,23 +219,23 @@ class Cache:
             entry = json.loads(data)
             if not isinstance(entry, dict) or entry.get("key") != key:
                 return None
-            items = entry["diagnostics"]
-            if not isinstance(items, list):
+            items, unchecked = entry["diagnostics"], entry["unchecked"]
+            if not isinstance(items, list) or not isinstance(unchecked, bool):
                 return None
-            return [_decode(item, display) for item in items]
+            return Entry([_decode(item, display) for item in items], unchecked)
         except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError):
             return None
 
-    def result(self, path: Path, display: str, raw: bytes, diagnostics: list[Diagnostic]) -> FileResult:
+    def result(self, path: Path, display: str, raw: bytes, entry: Entry) -> FileResult:
         """A cached result as checking would have returned it: with the source text when there are
         findings (reports show their lines), without it otherwise (nothing reads it)."""
         source = None
-        if diagnostics:
+        if entry.diagnostics:
             try:
                 source = decode_source(raw, path)
             except SourceError:
                 source = None  # a file that does not decode: its AMP900 is the finding
-        return FileResult(path, display, source, diagnostics)
+        return FileResult(path, display, source, entry.diagnostics, unchecked=entry.unchecked)
 
     # -- writing ---------------------------------------------------------------------------------
     def store(self, key: str, result: FileResult) -> None:
@@ -239,7 +249,7 @@ class Cache:
             or result.warnings
         ):
             return
-        blob = _encode(key, result.diagnostics)
+        blob = _encode(key, result.diagnostics, result.unchecked)
         if blob is None:
             return  # a rule's `extra` that JSON cannot hold exactly: not cacheable
         try:
@@ -331,7 +341,7 @@ def _make(directory: Path) -> None:
             shutil.rmtree(building, ignore_errors=True)
 
 
-def _encode(key: str, diagnostics: Iterable[Diagnostic]) -> bytes | None:
+def _encode(key: str, diagnostics: Iterable[Diagnostic], unchecked: bool) -> bytes | None:
     items = []
     originals = list(diagnostics)
     for d in originals:
@@ -361,7 +371,8 @@ def _encode(key: str, diagnostics: Iterable[Diagnostic]) -> bytes | None:
             }
         )
     try:
-        blob = json.dumps({"key": key, "diagnostics": items}, separators=(",", ":")).encode("utf-8")
+        entry = {"key": key, "diagnostics": items, "unchecked": unchecked}
+        blob = json.dumps(entry, separators=(",", ":")).encode("utf-8")
         decoded = [_decode(item, "") for item in json.loads(blob)["diagnostics"]]
     except (TypeError, ValueError, RecursionError):
         return None

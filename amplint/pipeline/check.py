@@ -49,6 +49,9 @@ class CheckRun:
     precision: Precision = field(default_factory=Precision)
     # Findings not shown because their half precision rests on nothing in the project.
     conditional: int = 0
+    # Files where the rules resting on half values did not run, as all their findings would have
+    # been conditional (`FileResult.unchecked`).
+    unchecked: int = 0
     show_conditional: bool = False  # shown, and fixed, all the same (--show-conditional)
     # `--deep`: per file, how many candidates the traces confirmed, refuted, did not reach, and
     # reached without a verdict (`amplint.pipeline.deep.counts`).
@@ -217,6 +220,7 @@ def _check_files(
             if progress is not None:
                 progress.advance()
         run.files_checked += 1
+        run.unchecked += result.unchecked
         run.errors.extend(result.internal_errors)
         run.warnings.extend(result.warnings)
         if result.source is not None and result.diagnostics:

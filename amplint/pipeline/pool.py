@@ -115,8 +115,10 @@ def check_bytes(
         source = decode_source(raw, path)
     except SourceError as exc:
         return unreadable(path, display, exc)
-    lint = lint_notebook if is_notebook(path) else lint_source
-    return lint(source, rules_for(settings, path, profile), display, profile=profile)
+    rules = rules_for(settings, path, profile)
+    if is_notebook(path):
+        return lint_notebook(source, rules, display, profile=profile)
+    return lint_source(source, rules, display, profile=profile, conditional=settings.show_conditional)
 
 
 def precheck(
@@ -148,7 +150,7 @@ def precheck(
         key = cache.key(path, display, raw) if cache is not None else None
         if cache is not None and key is not None:
             cached = cache.load(key, display)
-            if cached is not None and not (fix and any(d.fix is not None for d in cached)):
+            if cached is not None and not (fix and any(d.fix is not None for d in cached.diagnostics)):
                 done[path] = cache.result(path, display, raw, cached)
                 continue
         if not fix:
@@ -218,9 +220,9 @@ def _batches(tasks: Sequence[_Task], workers: int) -> list[list[int]]:
     return batches
 
 
-# index, diagnostics, errors, warnings, has source
-# (task index, diagnostics, internal errors, warnings, what a report shows of the file's text)
-_Outcome = tuple[int, list[Diagnostic], list[str], list[str], SourceFile | None]
+# (task index, diagnostics, internal errors, warnings, what a report shows of the file's text,
+# `FileResult.unchecked`)
+_Outcome = tuple[int, list[Diagnostic], list[str], list[str], SourceFile | None, bool]
 _worker_settings: Settings | None = None
 _worker_precision: Precision = Precision()
 
@@ -269,7 +271,16 @@ def _check_batch(batch: list[tuple[int, str, str]]) -> list[_Outcome]:
             result = unreadable(Path(path), display, raw)
         else:
             result = check_bytes(Path(path), display, raw, _worker_settings, _worker_precision.of(display))
-        outcomes.append((index, result.diagnostics, result.internal_errors, result.warnings, _shown(result)))
+        outcomes.append(
+            (
+                index,
+                result.diagnostics,
+                result.internal_errors,
+                result.warnings,
+                _shown(result),
+                result.unchecked,
+            )
+        )
     return outcomes
 
 
@@ -384,9 +395,11 @@ def _pool_round(
                 continue
             except Exception:
                 continue
-            for index, diagnostics, errors, warnings, shown in outcomes:
+            for index, diagnostics, errors, warnings, shown, unchecked in outcomes:
                 task = tasks[index]
-                results[index] = FileResult(task.path, task.display, shown, diagnostics, errors, warnings)
+                results[index] = FileResult(
+                    task.path, task.display, shown, diagnostics, errors, warnings, unchecked=unchecked
+                )
             tell(len(outcomes))
     finally:
         executor.shutdown(wait=True, cancel_futures=True)

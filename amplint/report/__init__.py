@@ -28,6 +28,8 @@ class ReportSummary:
     quiet: bool = False  # --quiet: findings only, no summary lines
     # Findings not shown because no execution mode of the project supports them (--show-conditional).
     conditional: int = 0
+    # Files not checked for half-precision hazards, as every finding would have been conditional.
+    unchecked: int = 0
     # `check --deep`: per file, the candidates confirmed, refuted, unreached and not confirmed.
     traced: dict[str, dict[str, int]] = field(default_factory=dict)
 

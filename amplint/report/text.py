@@ -141,6 +141,24 @@ def _finding(
     return out
 
 
+def _conditional_lines(summary: ReportSummary | None) -> list[str]:
+    """What a run without --show-conditional left out: the conditional findings, and the files whose
+    half-precision rules it did not run, every finding of theirs being conditional there."""
+    if summary is None or not (summary.conditional or summary.unchecked):
+        return []
+    left = [
+        f"{_plural(summary.conditional, 'conditional finding')} not shown" if summary.conditional else "",
+        f"{_plural(summary.unchecked, 'file')} not checked for half-precision hazards"
+        if summary.unchecked
+        else "",
+    ]
+    does = "checks and shows" if summary.unchecked else "shows"
+    return [
+        f"{', and '.join(part for part in left if part)}: nothing in the project runs that code in bf16/fp16 "
+        f"(--show-conditional {does} them; `modes` in [tool.amplint] says how a library is run)."
+    ]
+
+
 def _summary_lines(diagnostics: Sequence[Diagnostic], summary: ReportSummary | None) -> list[str]:
     if summary is not None and summary.quiet:
         return []
@@ -151,15 +169,7 @@ def _summary_lines(diagnostics: Sequence[Diagnostic], summary: ReportSummary | N
             return [f"Fixed {_plural(summary.fixed, 'finding')}, {remaining} remaining."]
         # With --diff the findings shown are those in the file as it is, the fixable ones included.
         return [f"Would fix {_plural(summary.fixed, 'finding')}, {remaining - summary.fixed} remaining."]
-    conditional = summary.conditional if summary is not None else 0
-    hint = (
-        [
-            f"{_plural(conditional, 'conditional finding')} not shown: nothing in the project runs that code in "
-            "bf16/fp16 (--show-conditional shows them; `modes` in [tool.amplint] says how a library is run)."
-        ]
-        if conditional
-        else []
-    )
+    hint = _conditional_lines(summary)
     hint.extend(_traced_lines(summary))
     if remaining == 0:
         return ["All checks passed!", *hint]

@@ -111,6 +111,7 @@ class LowPrecisionLogWeights(Rule):
     name = "low-precision-log-weights"
     fix_applicability = UNSAFE  # the upcast value reaches consumers in float32
     summary = "sigmoid/tanh/logsigmoid output used as a log-space weight or decay without a float32 upcast"
+    rests_on_half = True
     triggers = frozenset({"sigmoid", "tanh", "logsigmoid", "expit"})
     region_words = triggers
 

@@ -100,6 +100,7 @@ class HalfPrecisionAttentionScores(Rule):
     code = "AMP002"
     name = "half-precision-attention-scores"
     summary = "q @ k^T attention scores computed in half precision with the scale applied after the product"
+    rests_on_half = True
     triggers = frozenset({"softmax", "log_softmax", "Softmax", "LogSoftmax"})
     region_words = REGION_WORDS
     region_pattern = REGION_PATTERN

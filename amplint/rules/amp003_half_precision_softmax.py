@@ -96,6 +96,7 @@ class HalfPrecisionSoftmax(Rule):
     default_on = False
     fix_applicability = UNSAFE  # the log-probabilities stay float32 for their consumers
     summary = "log_softmax, or log of a softmax, computed in float16/bfloat16"
+    rests_on_half = True
     triggers = frozenset({"log_softmax", "LogSoftmax", "log", "log2", "log10"})
     region_words = REGION_WORDS
     region_pattern = REGION_PATTERN

@@ -126,6 +126,7 @@ class EpsUnderflow(Rule):
     summary = (
         "eps/clamp floor below float16's smallest value (1e-8, 1e-12, 1e-20) guarding a half-precision tensor"
     )
+    rests_on_half = True
     # Such a constant is written somewhere in the file (`_TINY`; `1e-12` holds the word `e`): most
     # files guard with nothing smaller than `1e-6`, and are not read for the rule.
     triggers = frozenset({"e", "E", "tiny", "smallest_normal", "eps"})

@@ -109,6 +109,7 @@ class HalfPrecisionNormStatistics(Rule):
     summary = "hand-written RMSNorm/LayerNorm statistics (pow(2).mean, x * x, var) without a float32 upcast"
     default_on = False
     default_on_in = frozenset({"float16"})
+    rests_on_half = True
     # A statistic that normalises nearly always meets a root (`rsqrt`, `sqrt`) or is a `var`; files
     # with a mean of squares and only `** -0.5` are rare enough not to parse every file with `mean`.
     triggers = frozenset({"rsqrt", "sqrt", "reciprocal", "var", "var_mean"})

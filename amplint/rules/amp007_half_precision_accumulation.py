@@ -137,6 +137,7 @@ class HalfPrecisionAccumulation(Rule):
     name = "half-precision-accumulation"
     fix_applicability = UNSAFE  # the float32 sum reaches consumers that may want the half dtype
     summary = "cumsum/cumprod/logcumsumexp over log-decays or gates without dtype=torch.float32 or an upcast"
+    rests_on_half = True
     triggers = frozenset(_OPS)
     region_words = triggers
 

@@ -111,13 +111,11 @@ class Fp16WithoutGradScaler(Rule):
     summary = "backward and optimizer step under float16 autocast or on a .half() model without a GradScaler"
     training_run = True
     triggers = frozenset({"backward"})
+    also_triggers = (_FLOAT16_WORDS, frozenset({"step", "optimizer_step"}))
     # The backward call; the optimizer step and the float16 setting are judged beside it.
     region_words = triggers
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        words = ctx.words
-        if not words & _FLOAT16_WORDS or not words & {"step", "optimizer_step"}:
-            return
         calls = ctx.index.calls
         if ctx.in_code(_SCALER_WORDS) or any(_scaled_backward(ctx, call) for call in calls):
             return

@@ -75,17 +75,14 @@ class EagerAttentionInFp16(Rule):
     name = "eager-attention-in-fp16"
     summary = 'attn_implementation="eager" together with float16 (torch_dtype, .half(), float16 autocast)'
     triggers = frozenset({"eager"})
+    # Every float16 setting is spelled with one of these words (`torch.float16`, `.half()`, ...).
+    also_triggers = (frozenset({"float16", "half", "autocast", "fp16"}),)
+    trigger_pattern = _SETS_EAGER
     # The float16 setting is looked for where eager attention is chosen: that function, or the module.
     region_words = frozenset()
     region_pattern = _SETS_EAGER
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        # Every float16 setting is spelled with one of these words (`torch.float16`, `.half()`, ...).
-        if not ctx.words & {"float16", "half", "autocast", "fp16"}:
-            return
-        text = ctx.text if ctx.text is not None else ctx.module.code
-        if not _SETS_EAGER.search(text):
-            return
         tops = {top for top in ctx.module.body if any(_eager(node) is not None for node in walk(top))}
         if not tops:
             return

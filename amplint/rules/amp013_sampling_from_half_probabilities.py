@@ -101,6 +101,7 @@ class SamplingFromHalfProbabilities(Rule):
     code = "AMP013"
     name = "sampling-from-half-probabilities"
     summary = "multinomial/gumbel sampling from a softmax of logits that were not upcast to float32"
+    rests_on_half = True
     triggers = frozenset({"multinomial", "gumbel_softmax", "Categorical", "OneHotCategorical"})
     # The softmax is followed within the sampler's function, into the helpers it calls and back to
     # its callers, which the skipped-body rules keep (`amplint.static.regions`).

@@ -100,6 +100,7 @@ class HalfPrecisionRotaryAngles(Rule):
     code = "AMP017"
     name = "half-precision-rotary-angles"
     summary = "rotary position angles (positions times inverse frequencies) computed in bf16/fp16"
+    rests_on_half = True
     triggers = frozenset({"inv_freq", "inv_freqs", "theta", "freq", "freqs", "inv_timescales", "omega"})
     region_words = triggers
 

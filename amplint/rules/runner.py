@@ -29,6 +29,7 @@ from amplint.source import (
 )
 from amplint.static.context import FileContext, Finding, FixPlan
 from amplint.static.cst_compat import parse_module
+from amplint.static.engine.interpret import half_only_by_caller
 from amplint.static.modes import role_of
 from amplint.static.profile import CALLER, NEWEST_PYTHON, Profile
 from amplint.static.regions import region_marks, skip_bodies
@@ -56,34 +57,53 @@ def lint_file(
 
 
 def lint_text(
-    text: str, rules: Sequence[type[Rule]], path: str = "<string>", *, profile: Profile = CALLER
+    text: str,
+    rules: Sequence[type[Rule]],
+    path: str = "<string>",
+    *,
+    profile: Profile = CALLER,
+    conditional: bool = True,
 ) -> FileResult:
     """Lint source text. `profile`: the half dtypes the code runs in; by default both (library code
-    runs in whatever dtype its caller picks), as for a project where nothing sets one."""
+    runs in whatever dtype its caller picks), as for a project where nothing sets one. `conditional`:
+    as for `lint_source`."""
     source = SourceFile.of_text(text, Path(path))
-    return lint_source(source, rules, path, profile=profile)
+    return lint_source(source, rules, path, profile=profile, conditional=conditional)
 
 
 def lint_source(
-    source: SourceFile, rules: Sequence[type[Rule]], display: str, *, profile: Profile = CALLER
+    source: SourceFile,
+    rules: Sequence[type[Rule]],
+    display: str,
+    *,
+    profile: Profile = CALLER,
+    conditional: bool = True,
 ) -> FileResult:
+    """Lint a file. Without `conditional` (a run that hides conditional findings), the rules whose
+    every finding would be conditional in this file are left out, and `result.unchecked` says so."""
     result = FileResult(source.path, display, source)
     text = source.text
     if file_is_exempt(text):
         return result
     words = frozenset(WORD.findall(text)) if rules else frozenset()
     active = _triggered(rules, words, text)
+    if not conditional and half_only_by_caller(words, text, profile):
+        kept = [rule for rule in active if not rule.rests_on_half]
+        result.unchecked = len(kept) < len(active)
+        active = kept
     if len(text) > LARGE:
         return _lint_in_parts(source, active, display, profile, result)
     return _lint_whole(text, active, words, display, profile, result)
 
 
 def _triggered(rules: Sequence[type[Rule]], words: frozenset[str], text: str) -> list[type[Rule]]:
-    """The rules that can match `text`: a trigger word among its `words`, and its trigger pattern."""
+    """The rules that can match `text`: a trigger word among its `words`, a word of each of its other
+    groups, and its trigger pattern."""
     return [
         rule
         for rule in rules
         if (not rule.triggers or rule.triggers & words)
+        and all(group & words for group in rule.also_triggers)
         and (rule.trigger_pattern is None or rule.trigger_pattern.search(text) is not None)
     ]
 

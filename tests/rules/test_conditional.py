@@ -7,14 +7,20 @@ from __future__ import annotations
 import inspect
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
 from amplint.diagnostics import Confidence
 from amplint.rule import Rule
-from amplint.rules import all_rules
+from amplint.rules import all_rules, rule_by_code
 from amplint.rules.runner import lint_text
+from amplint.source import WORD
+from amplint.static.engine.interpret import half_only_by_caller
 from amplint.static.facts import CALLER_CLAUSE
+from amplint.static.profile import BOTH, CALLER, Mode, ModeWhy, Profile
+
+MODE = ModeWhy(Mode("autocast", "bfloat16"), "train.py", 3, "torch.autocast(...)", (), "code")
 
 STATIC = [rule for rule in all_rules() if not rule.runtime_only]
 
@@ -65,3 +71,63 @@ def test_a_training_run_hazard_in_a_test_is_conditional(rule: type[Rule]) -> Non
 
 def test_the_training_run_rules() -> None:
     assert {rule.code for rule in TRAINING_RUN} == {"AMP009", "AMP016", "AMP020"}
+
+
+RESTING_ON_HALF = [rule for rule in STATIC if rule.rests_on_half]
+REAL_CODE = sorted((Path(__file__).parents[1] / "static" / "data" / "real").glob("*.py"))
+
+
+def test_rules_resting_on_half_find_only_conditional_findings_in_caller_only_files() -> None:
+    """The claim that lets a run hiding conditional findings skip these rules: in a file that spells
+    no half dtype, cast or autocast and that no mode reaches, each of their findings rests on the
+    caller. Tried on every example of theirs and on the real-code excerpts."""
+    codes = [example.code for rule in RESTING_ON_HALF for example in (*rule.bad, *rule.good)]
+    codes += [path.read_text(encoding="utf-8") for path in REAL_CODE]
+    tried: dict[str, int] = {}
+    for code in codes:
+        if not half_only_by_caller(frozenset(WORD.findall(code)), code, CALLER):
+            continue
+        for diagnostic in lint_text(code, RESTING_ON_HALF).diagnostics:
+            assert diagnostic.confidence is Confidence.CONDITIONAL, (diagnostic.code, code)
+            tried[diagnostic.code] = tried.get(diagnostic.code, 0) + 1
+    assert len(tried) >= 5, tried  # not a claim tried on nothing
+
+
+def test_the_rules_resting_on_half() -> None:
+    assert {rule.code for rule in RESTING_ON_HALF} == {
+        "AMP001", "AMP002", "AMP003", "AMP005", "AMP006", "AMP007", "AMP013", "AMP017"
+    }  # fmt: skip
+    assert set(RESTING_ON_HALF) <= set(WRITERS)
+
+
+DECAY = "import torch\n\n\ndef decay(w):\n    return torch.log(torch.sigmoid(w)).cumsum(-1)\n"
+
+
+@pytest.mark.parametrize(
+    ("code", "profile", "runs"),
+    [
+        (DECAY, CALLER, False),
+        (DECAY + "\n\ndef load(model):\n    return model.half()\n", CALLER, True),
+        (
+            DECAY + "\n\ndef step(model, x):\n    with torch.autocast('cuda'):\n        return x\n",
+            CALLER,
+            True,
+        ),
+        (DECAY, Profile(BOTH, "configured"), True),
+        (DECAY, Profile(frozenset({"bfloat16"}), "detected", modes=(MODE,)), True),
+    ],
+    ids=["caller only", "a cast", "autocast", "configured", "a mode"],
+)
+def test_a_run_hiding_conditional_findings_skips_rules_resting_on_half(
+    code: str, profile: Profile, runs: bool
+) -> None:
+    rules = [rule_by_code("AMP001"), rule_by_code("AMP007"), rule_by_code("AMP008")]
+    hidden = lint_text(code, rules, profile=profile, conditional=False)
+    shown = lint_text(code, rules, profile=profile)
+    assert shown.diagnostics  # the log-decay: AMP001, AMP007 or both
+    assert hidden.unchecked is not runs
+    if runs:
+        assert hidden.diagnostics == shown.diagnostics
+    else:
+        assert hidden.diagnostics == []
+        assert all(d.confidence is Confidence.CONDITIONAL for d in shown.diagnostics)

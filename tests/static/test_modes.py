@@ -278,15 +278,33 @@ def test_a_float16_hazard_needs_a_float16_mode(tmp_path: Path, monkeypatch: pyte
     assert [d.code for d in _check(root, select=["AMP005"], modes=["cast-fp16"])] == ["AMP005"]
 
 
-def test_no_mode_means_conditional_hidden_and_counted(tmp_path: Path) -> None:
-    code = "import torch\n\n\ndef head(x):\n    return torch.log_softmax(x, dim=-1)\n"
+HEAD = "import torch\n\n\ndef head(x):\n    return torch.log_softmax(x, dim=-1)\n"
+# The same file with a half dtype spelled in it, where it makes nothing the head reads half.
+HEAD_AND_CAST = HEAD + "\n\ndef mask(n):\n    return torch.ones(n, dtype=torch.float16)\n"
+
+
+@pytest.mark.parametrize(
+    ("code", "hint"),
+    [
+        (HEAD, "1 file not checked for half-precision hazards: "),
+        (HEAD_AND_CAST, "1 conditional finding not shown: "),
+    ],
+    ids=["nothing half in the file", "a half dtype spelled in the file"],
+)
+def test_no_mode_means_conditional_hidden_and_counted(tmp_path: Path, code: str, hint: str) -> None:
+    """Where nothing in the file can make a value half, a plain check does not run the rules whose
+    findings would all be conditional, and says how many files it left so; where something can, it
+    runs them and counts the conditional findings it hides. The cache gives the same summary."""
     root = _project(tmp_path, {"pyproject.toml": "[tool.amplint]\n", "lib.py": code})
-    quiet = amplint_run(root, "check", ".", "--no-cache", "--select", "AMP003")
-    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
-    assert "All checks passed!" in quiet.stdout
-    assert "1 conditional finding not shown" in quiet.stdout
+    for cache in ("--no-cache", "--cache-dir=.cache", "--cache-dir=.cache"):  # cold, written, warm
+        quiet = amplint_run(root, "check", ".", cache, "--select", "AMP003")
+        assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+        assert quiet.stdout.splitlines()[0] == "All checks passed!"
+        (line,) = quiet.stdout.splitlines()[1:]
+        assert line.startswith(hint), line
+        assert "nothing in the project runs that code in bf16/fp16" in line
     shown = amplint_run(
-        root, "check", ".", "--no-cache", "--select", "AMP003", "--show-conditional", "--format", "json"
+        root, "check", ".", "--cache-dir=.cache", "--select=AMP003", "--show-conditional", "--format=json"
     )
     assert shown.returncode == 1
     (finding,) = json.loads(shown.stdout)["diagnostics"]

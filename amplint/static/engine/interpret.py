@@ -39,6 +39,7 @@ from amplint.static.facts import (
 )
 from amplint.static.flow import names_read
 from amplint.static.ops import BF16, F16, F32, F64, HALF
+from amplint.static.profile import Profile
 from amplint.static.scopes import suite_body
 
 
@@ -544,6 +545,27 @@ _DTYPE_STRINGS = {
     "bf16": BF16,
     "fp32": F32,
 }
+
+# Every spelling by which a file's own code makes a value half: a dtype (`torch.float16`, `"bf16"`),
+# a cast (`.half()`), an autocast region (`autocast` inside longer names too). Where none is written
+# and no execution mode reaches the file, each half value the engine finds is one its caller may
+# pass (`Fact.caller`).
+HALF_SPELLINGS = frozenset(
+    name.removeprefix("torch.") for name, dtype in _DTYPE_STRINGS.items() if dtype in HALF
+) | {method for method, dtype in ops.CAST_METHODS.items() if dtype in HALF}
+
+
+def half_only_by_caller(words: frozenset[str], text: str, profile: Profile) -> bool:
+    """Whether every half value in a file (its `words`, its `text`) is the caller's choice: no
+    precision is configured, no execution mode reaches it, and nothing in it spells a half dtype,
+    a cast to one or autocast (`HALF_SPELLINGS`). Then every finding of a rule that rests on half
+    values (`Rule.rests_on_half`) holds only when the caller runs the code in half."""
+    return (
+        profile.origin == "caller"
+        and not profile.modes
+        and words.isdisjoint(HALF_SPELLINGS)
+        and "autocast" not in text
+    )
 
 
 _ON_GPU = "the branch of `torch.cuda.is_available()` a GPU takes"
