@@ -44,6 +44,7 @@ SCRIPTS = (
     "precision_summary",
     "opt_in_reads",
     "recall",
+    "caller_gate",
 )
 
 
