@@ -13,7 +13,6 @@ process, interpreter start included, so that its peak RSS is the trace's own; th
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -100,21 +99,15 @@ def report(data: dict[str, Any]) -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser, commands = docs_blocks.script_parser(__doc__)
     go = commands.add_parser("run")
     go.add_argument("--runs", type=int, default=3)
     go.add_argument("--models", default=",".join(NAMES))
     go.add_argument("--output", type=Path, default=RESULTS)
-    show = commands.add_parser("report")
-    show.add_argument("--input", type=Path, default=RESULTS)
-    show.add_argument("--write", action="store_true", help=f"into docs/{PAGE}")
+    docs_blocks.add_report(commands, RESULTS, PAGE)
     args = parser.parse_args()
     if args.command == "report":
-        rendered = report(docs_blocks.load(args.input))
-        docs_blocks.report_command(docs_blocks.DOCS / PAGE, "backward_cost", rendered, args.write)
+        docs_blocks.report_args(args, PAGE, "backward_cost", report)
         return
     meta = docs_blocks.machine()
     rows: list[dict[str, Any]] = []

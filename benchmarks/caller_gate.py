@@ -14,7 +14,6 @@ what lets a run hiding conditional findings not run those rules on such a file.
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import sys
@@ -114,10 +113,7 @@ def report(data: dict[str, Any]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser, commands = docs_blocks.script_parser(__doc__)
     go = commands.add_parser("run")
     go.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     go.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST)
@@ -125,13 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--sample", type=int)
     go.add_argument("--seed", type=int, default=20261130)
     go.add_argument("--output", type=Path, default=RESULTS)
-    show = commands.add_parser("report")
-    show.add_argument("--input", type=Path, default=RESULTS)
-    show.add_argument("--write", action="store_true", help=f"into docs/{PAGE}")
+    docs_blocks.add_report(commands, RESULTS, PAGE)
     args = parser.parse_args(argv)
     if args.command == "report":
-        rendered = report(docs_blocks.load(args.input))
-        docs_blocks.report_command(docs_blocks.DOCS / PAGE, "caller_gate", rendered, args.write)
+        docs_blocks.report_args(args, PAGE, "caller_gate", report)
         return 0
     meta = docs_blocks.machine(("amplint", "libcst"))
     data = run(args.corpus.resolve(), args.manifest.resolve(), args.jobs, args.sample, args.seed)

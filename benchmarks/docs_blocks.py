@@ -16,6 +16,7 @@ them into the page (a block may instead sit in README.md, for the numbers the RE
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import importlib
 import json
@@ -23,7 +24,7 @@ import os
 import platform
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,26 @@ def page_blocks(page: Path, script: str) -> dict[str, str]:
         **blocks(page.read_text(encoding="utf-8"), script),
         **blocks(README.read_text(encoding="utf-8"), script),
     }
+
+
+def script_parser(doc: str | None) -> tuple[argparse.ArgumentParser, Any]:
+    """A benchmark script's parser (its docstring as help) and its subcommands."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return parser, parser.add_subparsers(dest="command", required=True)
+
+
+def add_report(commands: Any, results: Path, page: str, *, readme: bool = False) -> None:
+    """A script's `report [--input JSON] [--write]` subcommand (`commands`: its subparsers)."""
+    show = commands.add_parser("report")
+    show.add_argument("--input", type=Path, default=results)
+    show.add_argument(
+        "--write", action="store_true", help=f"into docs/{page}" + (" and README.md" if readme else "")
+    )
+
+
+def report_args(args: Any, page: str, script: str, report: Callable[[Any], dict[str, str]]) -> None:
+    """Run the `report` subcommand `add_report` made: `report` of the JSON `args.input` names."""
+    report_command(DOCS / page, script, report(load(args.input)), args.write)
 
 
 def report_command(page: Path, script: str, rendered: dict[str, str], write: bool) -> None:

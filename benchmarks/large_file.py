@@ -15,7 +15,6 @@ the check cost, however loaded the machine). The target (docs/usage.md): under 1
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import os
@@ -129,10 +128,7 @@ def report(data: dict[str, Any]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser, commands = docs_blocks.script_parser(__doc__)
     go = commands.add_parser("run")
     go.add_argument("--megabytes", type=float, default=10.0)
     go.add_argument("--cpus", default="0,1", help="the CPUs the check may run on")
@@ -143,13 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         help="also check the module without any rule's trigger word (only compiled)",
     )
     go.add_argument("--output", type=Path, default=RESULTS)
-    show = commands.add_parser("report")
-    show.add_argument("--input", type=Path, default=RESULTS)
-    show.add_argument("--write", action="store_true", help=f"into docs/{PAGE}")
+    docs_blocks.add_report(commands, RESULTS, PAGE)
     args = parser.parse_args(argv)
     if args.command == "report":
-        rendered = report(docs_blocks.load(args.input))
-        docs_blocks.report_command(docs_blocks.DOCS / PAGE, "large_file", rendered, args.write)
+        docs_blocks.report_args(args, PAGE, "large_file", report)
         return 0
     cpus = {int(cpu) for cpu in args.cpus.split(",")}
     meta = docs_blocks.machine(("amplint", "libcst"))

@@ -14,7 +14,6 @@ as an editor sends them while the user types. The module is small functions with
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import sys
@@ -169,22 +168,16 @@ def report(data: dict[str, Any]) -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser, commands = docs_blocks.script_parser(__doc__)
     go = commands.add_parser("run")
     go.add_argument("--lines", type=int, default=5000)
     go.add_argument("--edits", type=int, default=10)
     go.add_argument("--runs", type=int, default=5)
     go.add_argument("--output", type=Path, default=RESULTS)
-    show = commands.add_parser("report")
-    show.add_argument("--input", type=Path, default=RESULTS)
-    show.add_argument("--write", action="store_true", help=f"into docs/{PAGE}")
+    docs_blocks.add_report(commands, RESULTS, PAGE)
     args = parser.parse_args()
     if args.command == "report":
-        rendered = report(docs_blocks.load(args.input))
-        docs_blocks.report_command(docs_blocks.DOCS / PAGE, "lsp_latency", rendered, args.write)
+        docs_blocks.report_args(args, PAGE, "lsp_latency", report)
         return
     meta = docs_blocks.machine(("amplint", "pygls"))
     bursts = asyncio.run(measure(args.lines, args.edits, args.runs))

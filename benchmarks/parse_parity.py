@@ -14,7 +14,6 @@ missed one is a file Python rejects that amplint does not report. Files over amp
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -124,10 +123,7 @@ def report(data: dict[str, Any]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser, commands = docs_blocks.script_parser(__doc__)
     go = commands.add_parser("run")
     go.add_argument(
         "folders",
@@ -137,13 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     go.add_argument("--jobs", type=int, help="amplint's --jobs")
     go.add_argument("--output", type=Path, default=RESULTS)
-    show = commands.add_parser("report")
-    show.add_argument("--input", type=Path, default=RESULTS)
-    show.add_argument("--write", action="store_true", help=f"into docs/{PAGE}")
+    docs_blocks.add_report(commands, RESULTS, PAGE)
     args = parser.parse_args(argv)
     if args.command == "report":
-        rendered = report(docs_blocks.load(args.input))
-        docs_blocks.report_command(docs_blocks.DOCS / PAGE, "parse_parity", rendered, args.write)
+        docs_blocks.report_args(args, PAGE, "parse_parity", report)
         return 0
     folders = _folders(args.folders)
     meta = docs_blocks.machine(("amplint", "libcst"))

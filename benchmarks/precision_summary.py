@@ -10,7 +10,6 @@ current review, docs/precision-review-<n>.md for earlier ones); the reviews toge
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -206,16 +205,9 @@ def report(data: dict[str, Any], defaults: dict[str, bool] | None = None) -> dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    show = commands.add_parser("report")
-    show.add_argument("--input", type=Path, default=RESULTS)
-    show.add_argument("--write", action="store_true", help=f"into docs/{PAGE} and README.md")
-    args = parser.parse_args(argv)
-    rendered = report(docs_blocks.load(args.input))
-    docs_blocks.report_command(docs_blocks.DOCS / PAGE, "precision_summary", rendered, args.write)
+    parser, commands = docs_blocks.script_parser(__doc__)
+    docs_blocks.add_report(commands, RESULTS, PAGE, readme=True)
+    docs_blocks.report_args(parser.parse_args(argv), PAGE, "precision_summary", report)
     return 0
 
 

@@ -187,10 +187,7 @@ def report(data: dict[str, Any]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser, commands = docs_blocks.script_parser(__doc__)
     go = commands.add_parser("run")
     go.add_argument("corpus", type=Path, nargs="?", help="transformers/models (default: the installed one)")
     go.add_argument("--subset", default="b*,c*", help="comma-separated globs of sub-directories")
@@ -203,13 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--flake8")
     go.add_argument("--no-tree", action="store_true", help="leave out the whole-tree runs")
     go.add_argument("--output", type=Path, default=RESULTS)
-    show = commands.add_parser("report")
-    show.add_argument("--input", type=Path, default=RESULTS)
-    show.add_argument("--write", action="store_true", help=f"into docs/{PAGE} and README.md")
+    docs_blocks.add_report(commands, RESULTS, PAGE, readme=True)
     args = parser.parse_args(argv)
     if args.command == "report":
-        rendered = report(docs_blocks.load(args.input))
-        docs_blocks.report_command(docs_blocks.DOCS / PAGE, "static_speed", rendered, args.write)
+        docs_blocks.report_args(args, PAGE, "static_speed", report)
         return 0
 
     corpus = args.corpus or _installed_models()

@@ -19,7 +19,6 @@ arithmetic for real; what CPU cannot do (a multi-GPU all-reduce) is emulated and
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -903,22 +902,16 @@ def report(data: dict[str, Any]) -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser, commands = docs_blocks.script_parser(__doc__)
     go = commands.add_parser("run")
     go.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "images")
     go.add_argument("--seed", type=int, default=0)
     go.add_argument("--steps-scale", type=float, default=1.0, help="multiply every run's steps")
     go.add_argument("--output", type=Path, default=RESULTS)
-    show = commands.add_parser("report")
-    show.add_argument("--input", type=Path, default=RESULTS)
-    show.add_argument("--write", action="store_true", help=f"into docs/{PAGE}")
+    docs_blocks.add_report(commands, RESULTS, PAGE)
     args = parser.parse_args()
     if args.command == "report":
-        rendered = report(docs_blocks.load(args.input))
-        docs_blocks.report_command(docs_blocks.DOCS / PAGE, "training_curves", rendered, args.write)
+        docs_blocks.report_args(args, PAGE, "training_curves", report)
         return
     torch.set_num_threads(1)  # the same reductions in the same order on every run
     args.out.mkdir(parents=True, exist_ok=True)

@@ -110,23 +110,17 @@ def report(data: dict[str, Any]) -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser, commands = docs_blocks.script_parser(__doc__)
     go = commands.add_parser("run")
     go.add_argument("--runs", type=int, default=3)
     go.add_argument("--seq-len", type=int, default=64)
     go.add_argument("--layers", type=int, default=LLAMA_1B["num_hidden_layers"])
     go.add_argument("--output", type=Path, default=RESULTS)
     go.add_argument("--one", choices=("forward", "values"), help=argparse.SUPPRESS)
-    show = commands.add_parser("report")
-    show.add_argument("--input", type=Path, default=RESULTS)
-    show.add_argument("--write", action="store_true", help=f"into docs/{PAGE}")
+    docs_blocks.add_report(commands, RESULTS, PAGE)
     args = parser.parse_args()
     if args.command == "report":
-        rendered = report(docs_blocks.load(args.input))
-        docs_blocks.report_command(docs_blocks.DOCS / PAGE, "values_memory", rendered, args.write)
+        docs_blocks.report_args(args, PAGE, "values_memory", report)
         return
     if args.one:
         print(json.dumps(_one(args.one, args.seq_len, args.layers)))
