@@ -127,9 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         docs_blocks.report_args(args, PAGE, "caller_gate", report)
         return 0
     meta = docs_blocks.machine(("amplint", "libcst"))
+    commit = _git("rev-parse", "--short=7", "HEAD")  # the code the run imports, taken as it starts
     data = run(args.corpus.resolve(), args.manifest.resolve(), args.jobs, args.sample, args.seed)
     data["meta"] = docs_blocks.finished(meta)
-    data["commit"] = _git("rev-parse", "--short=7", "HEAD")
+    data["commit"] = commit
     sampled = f"--sample {args.sample} --seed {args.seed}" if args.sample is not None else ""
     data["command"] = [part for part in (sampled, f"--jobs {args.jobs}") if part]
     data["measured"] = (
