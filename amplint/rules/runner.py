@@ -88,12 +88,18 @@ def lint_source(
     words = frozenset(WORD.findall(text)) if rules else frozenset()
     active = _triggered(rules, words, text)
     if not conditional and half_only_by_caller(words, text, profile):
-        kept = [rule for rule in active if not rule.rests_on_half]
-        result.unchecked = len(kept) < len(active)
-        active = kept
+        active = _without_half_rules(active, result)
     if len(text) > LARGE:
         return _lint_in_parts(source, active, display, profile, result)
-    return _lint_whole(text, active, words, display, profile, result)
+    return _lint_whole(text, active, words, display, profile, result, gate=not conditional)
+
+
+def _without_half_rules(active: Sequence[type[Rule]], result: FileResult) -> list[type[Rule]]:
+    """`active` less the rules resting on half values, where each finding of theirs would be
+    conditional (`half_only_by_caller`); `result` says whether any was left out."""
+    kept = [rule for rule in active if not rule.rests_on_half]
+    result.unchecked = result.unchecked or len(kept) < len(active)
+    return kept
 
 
 def _triggered(rules: Sequence[type[Rule]], words: frozenset[str], text: str) -> list[type[Rule]]:
@@ -304,7 +310,11 @@ def _lint_whole(
     display: str,
     profile: Profile,
     result: FileResult,
+    *,
+    gate: bool = False,
 ) -> FileResult:
+    """Lint a whole module. `gate`: conditional findings are not wanted (`lint_source`), so the rules
+    resting on half values are left out where Python's tree shows every half spelling harmless."""
     # Python's own (fast, C) parser decides whether the file is broken: AMP900 exactly where it
     # refuses the file in the grammar of the project's Python, whatever libcst, which accepts some of
     # those, makes of it. Syntax newer than the running Python is libcst's to read.
@@ -312,6 +322,13 @@ def _lint_whole(
     if isinstance(tree, Diagnostic):
         result.diagnostics.append(tree)
         return result
+    if (
+        gate
+        and isinstance(tree, ast.Module)
+        and any(rule.rests_on_half for rule in active)
+        and half_only_by_caller(words, text, profile, tree)
+    ):
+        active = _without_half_rules(active, result)
     if not active or tree is None:
         return result
     if isinstance(tree, cst.Module):

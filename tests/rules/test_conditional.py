@@ -4,6 +4,7 @@ writes `CALLER_CLAUSE`, and the runner reads the mark, not the wording."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 import sys
@@ -16,7 +17,7 @@ from amplint.rule import Rule
 from amplint.rules import all_rules, rule_by_code
 from amplint.rules.runner import lint_text
 from amplint.source import WORD
-from amplint.static.engine.interpret import half_only_by_caller
+from amplint.static.engine.interpret import HALF_SPELLINGS, half_only_by_caller
 from amplint.static.facts import CALLER_CLAUSE
 from amplint.static.profile import BOTH, CALLER, Mode, ModeWhy, Profile
 
@@ -78,14 +79,15 @@ REAL_CODE = sorted((Path(__file__).parents[1] / "static" / "data" / "real").glob
 
 
 def test_rules_resting_on_half_find_only_conditional_findings_in_caller_only_files() -> None:
-    """The claim that lets a run hiding conditional findings skip these rules: in a file that spells
-    no half dtype, cast or autocast and that no mode reaches, each of their findings rests on the
-    caller. Tried on every example of theirs and on the real-code excerpts."""
+    """The claim that lets a run hiding conditional findings skip these rules: in a file that no mode
+    reaches and that spells no half dtype, cast or autocast (or spells them only where they make no
+    value half), each of their findings rests on the caller. Tried on every example of theirs and on
+    the real-code excerpts."""
     codes = [example.code for rule in RESTING_ON_HALF for example in (*rule.bad, *rule.good)]
     codes += [path.read_text(encoding="utf-8") for path in REAL_CODE]
     tried: dict[str, int] = {}
     for code in codes:
-        if not half_only_by_caller(frozenset(WORD.findall(code)), code, CALLER):
+        if not half_only_by_caller(frozenset(WORD.findall(code)), code, CALLER, ast.parse(code)):
             continue
         for diagnostic in lint_text(code, RESTING_ON_HALF).diagnostics:
             assert diagnostic.confidence is Confidence.CONDITIONAL, (diagnostic.code, code)
@@ -109,6 +111,11 @@ DECAY = "import torch\n\n\ndef decay(w):\n    return torch.log(torch.sigmoid(w))
         (DECAY, CALLER, False),
         (DECAY + "\n\ndef load(model):\n    return model.half()\n", CALLER, True),
         (
+            DECAY + "\n\ndef is_half(x):\n    return x.dtype in (torch.float16, torch.bfloat16)\n",
+            CALLER,
+            False,
+        ),
+        (
             DECAY + "\n\ndef step(model, x):\n    with torch.autocast('cuda'):\n        return x\n",
             CALLER,
             True,
@@ -116,7 +123,7 @@ DECAY = "import torch\n\n\ndef decay(w):\n    return torch.log(torch.sigmoid(w))
         (DECAY, Profile(BOTH, "configured"), True),
         (DECAY, Profile(frozenset({"bfloat16"}), "detected", modes=(MODE,)), True),
     ],
-    ids=["caller only", "a cast", "autocast", "configured", "a mode"],
+    ids=["caller only", "a cast", "a comparison", "autocast", "configured", "a mode"],
 )
 def test_a_run_hiding_conditional_findings_skips_rules_resting_on_half(
     code: str, profile: Profile, runs: bool
@@ -131,3 +138,27 @@ def test_a_run_hiding_conditional_findings_skips_rules_resting_on_half(
     else:
         assert hidden.diagnostics == []
         assert all(d.confidence is Confidence.CONDITIONAL for d in shown.diagnostics)
+
+
+@pytest.mark.parametrize(
+    ("code", "makes_half"),
+    [
+        ("if x.dtype == torch.float16:\n    x = x.float()\n", False),
+        ("ok = x.dtype not in [torch.half, torch.bfloat16]\n", False),
+        ("big = torch.finfo(torch.float16).max\n", False),
+        ('def f(x):\n    """Runs in float16 or "bf16"."""\n', False),
+        ("ok = precision == 'fp16'\n", False),
+        ("y = x.half()\n", True),
+        ("y = x.to(torch.bfloat16)\n", True),
+        ("def f(x, dtype=torch.float16):\n    pass\n", True),
+        ("dtypes = (torch.float16, torch.bfloat16)\n", True),
+        ("y = torch.zeros(3, dtype='bf16')\n", True),
+        ("from torch import float16\n", True),
+        ("dtype = torch.float16 if x.dtype == torch.float16 else torch.float32\n", True),
+    ],
+)
+def test_which_half_spellings_can_make_a_value_half(code: str, makes_half: bool) -> None:
+    words = frozenset(WORD.findall(code))
+    assert not words.isdisjoint(HALF_SPELLINGS)
+    assert half_only_by_caller(words, code, CALLER, ast.parse(code)) is not makes_half
+    assert not half_only_by_caller(words, code, CALLER)  # without the tree, any spelling counts

@@ -3,6 +3,7 @@ twice), names, attributes, comprehensions and operators."""
 
 from __future__ import annotations
 
+import ast
 import math
 from abc import abstractmethod
 from collections.abc import Iterable, Iterator
@@ -555,17 +556,50 @@ HALF_SPELLINGS = frozenset(
 ) | {method for method, dtype in ops.CAST_METHODS.items() if dtype in HALF}
 
 
-def half_only_by_caller(words: frozenset[str], text: str, profile: Profile) -> bool:
+def half_only_by_caller(
+    words: frozenset[str], text: str, profile: Profile, tree: ast.Module | None = None
+) -> bool:
     """Whether every half value in a file (its `words`, its `text`) is the caller's choice: no
-    precision is configured, no execution mode reaches it, and nothing in it spells a half dtype,
-    a cast to one or autocast (`HALF_SPELLINGS`). Then every finding of a rule that rests on half
+    precision is configured, no execution mode reaches it, nothing in it is autocast, and it spells
+    no half dtype or cast (`HALF_SPELLINGS`), or (given Python's `tree` of it) spells them only
+    where they make no value half (`_makes_half`). Then every finding of a rule that rests on half
     values (`Rule.rests_on_half`) holds only when the caller runs the code in half."""
-    return (
-        profile.origin == "caller"
-        and not profile.modes
-        and words.isdisjoint(HALF_SPELLINGS)
-        and "autocast" not in text
-    )
+    if profile.origin != "caller" or profile.modes or "autocast" in text:
+        return False
+    return words.isdisjoint(HALF_SPELLINGS) or (tree is not None and not _makes_half(tree))
+
+
+def _makes_half(tree: ast.Module) -> bool:
+    """Whether a half spelling stands where it can make a value half: anywhere but as an operand of
+    a comparison (`x.dtype == torch.float16`, `in (torch.float16, torch.bfloat16)`: a bool, and a
+    branch on it keeps the value the caller's), the argument of `finfo` (a number), or a docstring.
+    A half name imported from elsewhere (`from torch import float16`) counts wherever it is used."""
+    harmless: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for operand in (node.left, *node.comparators):
+                harmless.add(id(operand))
+                if isinstance(operand, (ast.Tuple, ast.List, ast.Set)):
+                    harmless.update(id(element) for element in operand.elts)
+        elif isinstance(node, ast.Call) and _called(node.func) == "finfo":
+            harmless.update(id(argument) for argument in node.args)
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            harmless.add(id(node.value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.alias) and node.name.rsplit(".", 1)[-1] in HALF_SPELLINGS:
+            return True
+        spelled = (isinstance(node, ast.Attribute) and node.attr in HALF_SPELLINGS) or (
+            isinstance(node, ast.Constant)
+            and node.value in _DTYPE_STRINGS
+            and _DTYPE_STRINGS[node.value] in HALF
+        )
+        if spelled and id(node) not in harmless:
+            return True
+    return False
+
+
+def _called(func: ast.expr) -> str | None:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
 
 
 _ON_GPU = "the branch of `torch.cuda.is_available()` a GPU takes"
