@@ -107,7 +107,7 @@ def report(data: dict[str, Any]) -> dict[str, str]:
         f"At `{data['commit']}` (Python {meta['versions']['python']}, libcst {meta['versions']['libcst']}), "
         f"on {len(rows)} projects of the precision corpus ({data['measured']}):",
         "",
-        "| Files | No mode, no half spelled | Of those, a rule resting on half triggers | Its findings there "
+        "| Files | Only a caller makes values half | Of those, a rule resting on half triggers | Its findings there "
         "| Not conditional |",
         "| ---: | ---: | ---: | ---: | ---: |",
         f"| {total:,} | {gated:,} | {triggered:,} | {findings:,} | {len(static)} |",
