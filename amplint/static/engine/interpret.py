@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from abc import abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
@@ -566,16 +567,47 @@ def half_only_by_caller(
     values (`Rule.rests_on_half`) holds only when the caller runs the code in half."""
     if profile.origin != "caller" or profile.modes or "autocast" in text:
         return False
-    return words.isdisjoint(HALF_SPELLINGS) or (tree is not None and not _makes_half(tree))
+    return words.isdisjoint(HALF_SPELLINGS) or (tree is not None and not _makes_half(tree, text))
 
 
-def _makes_half(tree: ast.Module) -> bool:
+def _makes_half(tree: ast.Module, text: str) -> bool:
     """Whether a half spelling stands where it can make a value half: anywhere but as an operand of
     a comparison (`x.dtype == torch.float16`, `in (torch.float16, torch.bfloat16)`: a bool, and a
     branch on it keeps the value the caller's), the argument of `finfo` (a number), or a docstring.
-    A half name imported from elsewhere (`from torch import float16`) counts wherever it is used."""
+    A half name imported from elsewhere (`from torch import float16`) counts wherever it is used.
+    Only the statements holding a line that spells one are read (a model file's tree is large)."""
+    lines = {text.count("\n", 0, match.start()) + 1 for match in _SPELLED.finditer(text)}
+    statements: list[ast.AST] = list(tree.body)
+    while statements:
+        node = statements.pop()
+        start, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        decorators: list[ast.expr] = getattr(node, "decorator_list", [])
+        start = min([start, *(decorator.lineno for decorator in decorators)]) if start is not None else None
+        if start is not None and not any(start <= line <= (end or start) for line in lines):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # a docstring
+        parts: list[ast.AST] = []
+        for _, value in ast.iter_fields(node):
+            for child in value if isinstance(value, list) else [value]:
+                if isinstance(child, (ast.stmt, ast.excepthandler)):
+                    statements.append(child)
+                elif isinstance(child, ast.AST):
+                    parts.append(child)
+        if _spelled_where_it_makes_half(parts):
+            return True
+    return False
+
+
+# A line that spells a half dtype or cast (where Python's parser counts lines: `\r` alone is rare in
+# Python source and only shifts which statements are read, never whether a spelling is found).
+_SPELLED = re.compile(r"\b(?:" + "|".join(sorted(HALF_SPELLINGS)) + r")\b")
+
+
+def _spelled_where_it_makes_half(roots: list[ast.AST]) -> bool:
+    nodes = [node for root in roots for node in ast.walk(root)]
     harmless: set[int] = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Compare):
             for operand in (node.left, *node.comparators):
                 harmless.add(id(operand))
@@ -583,9 +615,7 @@ def _makes_half(tree: ast.Module) -> bool:
                     harmless.update(id(element) for element in operand.elts)
         elif isinstance(node, ast.Call) and _called(node.func) == "finfo":
             harmless.update(id(argument) for argument in node.args)
-        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-            harmless.add(id(node.value))
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.alias) and node.name.rsplit(".", 1)[-1] in HALF_SPELLINGS:
             return True
         spelled = (isinstance(node, ast.Attribute) and node.attr in HALF_SPELLINGS) or (
