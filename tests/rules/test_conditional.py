@@ -156,6 +156,7 @@ def test_a_run_hiding_conditional_findings_skips_rules_resting_on_half(
         ("from torch import float16\n", True),
         ("@cast(torch.float16)\ndef f(x):\n    return x\n", True),  # a decorator is above `def`'s line
         ("class A:\n    def f(self, x):\n        y = 1\n        return x.bfloat16()\n", True),
+        ("import torch\rdef f(x):\r    return x.half()\r", True),  # lines that `\r` alone ends
         ("dtype = torch.float16 if x.dtype == torch.float16 else torch.float32\n", True),
     ],
 )

@@ -4,6 +4,7 @@ twice), names, attributes, comprehensions and operators."""
 from __future__ import annotations
 
 import ast
+import bisect
 import math
 import re
 from abc import abstractmethod
@@ -12,6 +13,7 @@ from dataclasses import replace
 
 import libcst as cst
 
+from amplint.source import LineIndex
 from amplint.static import constants, ops
 from amplint.static.engine.attributes import AttributeFacts
 from amplint.static.engine.state import Frame
@@ -576,7 +578,8 @@ def _makes_half(tree: ast.Module, text: str) -> bool:
     branch on it keeps the value the caller's), the argument of `finfo` (a number), or a docstring.
     A half name imported from elsewhere (`from torch import float16`) counts wherever it is used.
     Only the statements holding a line that spells one are read (a model file's tree is large)."""
-    lines = {text.count("\n", 0, match.start()) + 1 for match in _SPELLED.finditer(text)}
+    starts = LineIndex(text).starts  # lines as Python counts them: `\r` alone ends one too
+    lines = {bisect.bisect_right(starts, match.start()) for match in _SPELLED.finditer(text)}
     statements: list[ast.AST] = list(tree.body)
     while statements:
         node = statements.pop()
@@ -599,8 +602,7 @@ def _makes_half(tree: ast.Module, text: str) -> bool:
     return False
 
 
-# A line that spells a half dtype or cast (where Python's parser counts lines: `\r` alone is rare in
-# Python source and only shifts which statements are read, never whether a spelling is found).
+# A word that spells a half dtype or cast, to find the lines `_makes_half` reads.
 _SPELLED = re.compile(r"\b(?:" + "|".join(sorted(HALF_SPELLINGS)) + r")\b")
 
 
