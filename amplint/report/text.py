@@ -144,17 +144,16 @@ def _finding(
 def _conditional_lines(summary: ReportSummary | None) -> list[str]:
     """What a run without --show-conditional left out: the conditional findings, and the files whose
     half-precision rules it did not run, every finding of theirs being conditional there."""
-    if summary is None or not (summary.conditional or summary.unchecked):
+    left = []
+    if summary is not None and summary.conditional:
+        left.append(f"{_plural(summary.conditional, 'conditional finding')} not shown")
+    if summary is not None and summary.unchecked:
+        left.append(f"{_plural(summary.unchecked, 'file')} not checked for half-precision hazards")
+    if not left:
         return []
-    left = [
-        f"{_plural(summary.conditional, 'conditional finding')} not shown" if summary.conditional else "",
-        f"{_plural(summary.unchecked, 'file')} not checked for half-precision hazards"
-        if summary.unchecked
-        else "",
-    ]
-    does = "checks and shows" if summary.unchecked else "shows"
+    does = "checks and shows" if summary is not None and summary.unchecked else "shows"
     return [
-        f"{', and '.join(part for part in left if part)}: nothing in the project runs that code in bf16/fp16 "
+        f"{', and '.join(left)}: nothing in the project runs that code in bf16/fp16 "
         f"(--show-conditional {does} them; `modes` in [tool.amplint] says how a library is run)."
     ]
 

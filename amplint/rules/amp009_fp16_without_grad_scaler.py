@@ -10,6 +10,7 @@ import libcst as cst
 from amplint.rule import Rule
 from amplint.static.branches import Branches
 from amplint.static.context import FileContext, Finding
+from amplint.static.engine.interpret import FLOAT16_WORDS
 from amplint.static.facts import Float16
 from amplint.static.imports import dotted_name
 from amplint.static.patterns import function_call, method_call
@@ -30,9 +31,6 @@ _SCALER_WORDS = frozenset(
         "unscale_",
     }
 )
-# Every float16 setting is spelled with one of these words (`torch.float16`, `"fp16"`, `.half()`,
-# `autocast`): a file without them has nothing to find.
-_FLOAT16_WORDS = frozenset({"autocast", "half", "float16", "fp16"})
 _OPTIMIZER = re.compile(r"optim|(^|_)opt($|_)", re.IGNORECASE)
 
 _AUTOCAST_MESSAGE = (
@@ -111,7 +109,7 @@ class Fp16WithoutGradScaler(Rule):
     summary = "backward and optimizer step under float16 autocast or on a .half() model without a GradScaler"
     training_run = True
     triggers = frozenset({"backward"})
-    also_triggers = (_FLOAT16_WORDS, frozenset({"step", "optimizer_step"}))
+    also_triggers = (FLOAT16_WORDS, frozenset({"step", "optimizer_step"}))
     # The backward call; the optimizer step and the float16 setting are judged beside it.
     region_words = triggers
 

@@ -9,6 +9,7 @@ import libcst as cst
 
 from amplint.rule import Rule
 from amplint.static.context import FileContext, Finding
+from amplint.static.engine.interpret import FLOAT16_WORDS
 from amplint.static.facts import Float16
 from amplint.static.scopes import walk
 
@@ -75,8 +76,7 @@ class EagerAttentionInFp16(Rule):
     name = "eager-attention-in-fp16"
     summary = 'attn_implementation="eager" together with float16 (torch_dtype, .half(), float16 autocast)'
     triggers = frozenset({"eager"})
-    # Every float16 setting is spelled with one of these words (`torch.float16`, `.half()`, ...).
-    also_triggers = (frozenset({"float16", "half", "autocast", "fp16"}),)
+    also_triggers = (FLOAT16_WORDS,)
     trigger_pattern = _SETS_EAGER
     # The float16 setting is looked for where eager attention is chosen: that function, or the module.
     region_words = frozenset()

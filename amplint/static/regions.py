@@ -146,7 +146,7 @@ def _families(statements: Sequence[ast.stmt]) -> dict[str, frozenset[str]]:
     classes = [node for node in statements if isinstance(node, ast.ClassDef)]
     joined: dict[str, set[str]] = {node.name: set() for node in classes}
     for node in classes:
-        for name in {_called_name(base) for base in node.bases} & joined.keys():
+        for name in {called_name(base) for base in node.bases} & joined.keys():
             joined[node.name].add(name)
             joined[name].add(node.name)
     families: dict[str, frozenset[str]] = {}
@@ -288,7 +288,7 @@ def _submodules(statements: Sequence[ast.stmt], words: frozenset[str]) -> frozen
         if isinstance(target, ast.Attribute)
         and isinstance(target.value, ast.Name)
         and target.value.id == "self"
-        and _called_name(node.value.func) in words
+        and called_name(node.value.func) in words
     )
 
 
@@ -306,7 +306,7 @@ def _statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
                 stack.extend(reversed(block))
 
 
-def _called_name(func: ast.expr) -> str:
+def called_name(func: ast.expr) -> str:
     """`Softmax` for `nn.Softmax` and `Softmax`."""
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 

@@ -44,6 +44,7 @@ from amplint.static.facts import (
 from amplint.static.flow import names_read
 from amplint.static.ops import BF16, F16, F32, F64, HALF
 from amplint.static.profile import Profile
+from amplint.static.regions import called_name
 from amplint.static.scopes import suite_body
 
 
@@ -550,13 +551,21 @@ _DTYPE_STRINGS = {
     "fp32": F32,
 }
 
+
 # Every spelling by which a file's own code makes a value half: a dtype (`torch.float16`, `"bf16"`),
 # a cast (`.half()`), an autocast region (`autocast` inside longer names too). Where none is written
 # and no execution mode reaches the file, each half value the engine finds is one its caller may
 # pass (`Fact.caller`).
-HALF_SPELLINGS = frozenset(
-    name.removeprefix("torch.") for name, dtype in _DTYPE_STRINGS.items() if dtype in HALF
-) | {method for method, dtype in ops.CAST_METHODS.items() if dtype in HALF}
+def _spellings(dtypes: frozenset[str]) -> frozenset[str]:
+    """The words that write one of `dtypes`: its names and strings, and the casts to it."""
+    names = {name.removeprefix("torch.") for name, dtype in _DTYPE_STRINGS.items() if dtype in dtypes}
+    return frozenset(names | {method for method, dtype in ops.CAST_METHODS.items() if dtype in dtypes})
+
+
+HALF_SPELLINGS = _spellings(HALF)
+# A float16 setting is spelled with one of these (`torch.float16`, `"fp16"`, `.half()`), or is
+# autocast (float16 by default on CUDA): a file without them sets no float16.
+FLOAT16_WORDS = _spellings(frozenset({F16})) | {"autocast"}
 
 
 def half_only_by_caller(
@@ -615,7 +624,7 @@ def _spelled_where_it_makes_half(roots: list[ast.AST]) -> bool:
                 harmless.add(id(operand))
                 if isinstance(operand, (ast.Tuple, ast.List, ast.Set)):
                     harmless.update(id(element) for element in operand.elts)
-        elif isinstance(node, ast.Call) and _called(node.func) == "finfo":
+        elif isinstance(node, ast.Call) and called_name(node.func) == "finfo":
             harmless.update(id(argument) for argument in node.args)
     for node in nodes:
         if isinstance(node, ast.alias) and node.name.rsplit(".", 1)[-1] in HALF_SPELLINGS:
@@ -628,10 +637,6 @@ def _spelled_where_it_makes_half(roots: list[ast.AST]) -> bool:
         if spelled and id(node) not in harmless:
             return True
     return False
-
-
-def _called(func: ast.expr) -> str | None:
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
 
 
 _ON_GPU = "the branch of `torch.cuda.is_available()` a GPU takes"
