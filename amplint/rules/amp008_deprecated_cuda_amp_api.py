@@ -50,11 +50,8 @@ _VERSION_TEST = re.compile(
 # The device-generic APIs: `torch.amp.*`, and `torch.autocast` and `torch.GradScaler` (2.3), which
 # the deprecated ones forward to.
 _NEW_API = re.compile(r"torch\.amp\.|torch\.(?:autocast|GradScaler)$")
-# A test of whether `torch.amp` offers an API, through a name bound to it or not
-# (`hasattr(amp_mod, "autocast")`, with `amp_mod = getattr(torch, "amp", None)`).
-_OFFERS_NEW_API = re.compile(
-    r"""(?=.*amp)hasattr\([^)]*["'](?:autocast|GradScaler|custom_fwd|custom_bwd)["']"""
-)
+# The APIs a test of what `torch.amp` offers asks for (`hasattr(torch.amp, "autocast")`).
+_NEW_API_NAMES = frozenset({"autocast", "GradScaler", "custom_fwd", "custom_bwd"})
 _NO_SPACE = cst.AssignEqual(
     whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
 )
@@ -290,6 +287,7 @@ def _after_compat_exit(ctx: FileContext, block: cst.IndentedBlock) -> Iterator[c
     """The statements after an `if` on the version that uses the new API and returns or raises (`if
     hasattr(torch, "amp"): return torch.amp.autocast(...)`): the fallback for a torch without it."""
     exited = False
+    bound: dict[str, cst.BaseExpression] = {}
     for statement in block.body:
         if exited:
             yield statement
@@ -299,7 +297,7 @@ def _after_compat_exit(ctx: FileContext, block: cst.IndentedBlock) -> Iterator[c
             and _is_compat_branch(ctx, statement)
             and _always_exits(statement.body)
             and (
-                _OFFERS_NEW_API.search(ctx.code(statement.test)) is not None
+                _asks_torch_amp(ctx, statement.test, bound)
                 or any(
                     _NEW_API.match(ctx.qualified(n) or "")
                     for n in walk(statement.body)
@@ -308,6 +306,48 @@ def _after_compat_exit(ctx: FileContext, block: cst.IndentedBlock) -> Iterator[c
             )
         ):
             exited = True
+        elif isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                    target = small.targets[0].target
+                    if isinstance(target, cst.Name):
+                        bound[target.value] = small.value
+
+
+def _asks_torch_amp(ctx: FileContext, test: cst.BaseExpression, bound: dict[str, cst.BaseExpression]) -> bool:
+    """Whether the test asks if `torch.amp` offers one of the new APIs: `hasattr(torch.amp,
+    "autocast")`, or of a name bound just before to `torch.amp` or `getattr(torch, "amp", None)`."""
+    for call in walk(test):
+        if not (
+            isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Name)
+            and call.func.value == "hasattr"
+            and len(call.args) == 2
+            and isinstance(call.args[1].value, cst.SimpleString)
+            and call.args[1].value.evaluated_value in _NEW_API_NAMES
+        ):
+            continue
+        module = call.args[0].value
+        if isinstance(module, cst.Name) and module.value in bound:
+            module = bound[module.value]
+        if _is_torch_amp(ctx, module):
+            return True
+    return False
+
+
+def _is_torch_amp(ctx: FileContext, node: cst.BaseExpression) -> bool:
+    """`torch.amp`, however `torch` is imported, or `getattr(torch, "amp"[, default])`."""
+    if ctx.qualified(node) == "torch.amp":
+        return True
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Name)
+        and node.func.value == "getattr"
+        and len(node.args) >= 2
+        and ctx.qualified(node.args[0].value) == "torch"
+        and isinstance(node.args[1].value, cst.SimpleString)
+        and node.args[1].value.evaluated_value == "amp"
+    )
 
 
 def _always_exits(block: cst.BaseSuite) -> bool:

@@ -31,6 +31,7 @@ from amplint.static.profile import (
     CAST,
     CAST_LOAD,
     CAST_TENSOR,
+    DISABLED,
     FLOAT16,
     MODE_NAMES,
     SCALER,
@@ -559,10 +560,11 @@ def _methods(index: _File, start: int, end: int) -> dict[bytes, tuple[int, int]]
 
 # A `forward` that turns autocast off for its whole body, by its first statement or a decorator:
 # `with torch.autocast("cuda", enabled=False):`, `@custom_fwd(cast_inputs=torch.float32)`.
-_AUTOCAST_OFF = re.compile(rb"[ \t]*with[ \t]+[\w.]*autocast[ \t]*\([^:]*\benabled[ \t]*=[ \t]*False\b")
+_AUTOCAST_OFF = re.compile(rb"[ \t]*with[ \t]+[\w.]*autocast[ \t]*\([^:]*" + DISABLED.pattern)
 _FLOAT32_DECORATOR = re.compile(
-    rb"@[\w.]*(?:autocast[ \t]*\([^\n]*\benabled[ \t]*=[ \t]*False"
-    rb"|custom_fwd[ \t]*\([^\n]*\bcast_inputs[ \t]*=[ \t]*(?:torch\.)?float32)"
+    rb"@[\w.]*(?:autocast[ \t]*\([^\n]*"
+    + DISABLED.pattern
+    + rb"|custom_fwd[ \t]*\([^\n]*\bcast_inputs[ \t]*=[ \t]*(?:torch\.)?float32)"
 )
 
 

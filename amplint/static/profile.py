@@ -356,7 +356,8 @@ _QUALIFIER = re.compile(rb"[\w.]*\Z")
 _AUTOCAST_MODULES = {"torch", "amp", "cuda", "cpu", "xpu", "mps", "hpu", "autocast_mode"}
 _DEVICE = re.compile(rb"(?:\A|device_type[ \t]*=)[ \t]*(?P<q>[\"'])(?P<device>\w+)(?P=q)")
 _AUTOCAST_DTYPE = re.compile(rb"\bdtype[ \t]*=[ \t]*(?P<value>[\w.]+)")
-_DISABLED = re.compile(rb"\benabled[ \t]*=[ \t]*False\b")
+# `enabled=False` turns autocast (or a GradScaler) off; the modes index spells it inside its own patterns.
+DISABLED = re.compile(rb"\benabled[ \t]*=[ \t]*False\b")
 # Autocast's own default dtype per device type (torch.get_autocast_dtype).
 _DEVICE_DEFAULT = {"cuda": FLOAT16, "mps": FLOAT16, "cpu": BFLOAT16, "xpu": BFLOAT16, "hpu": BFLOAT16}
 _LIGHTNING_HALF = {
@@ -489,7 +490,7 @@ def _settings(code: bytes, partials: Mapping[str, Partial]) -> Iterator[tuple[in
             module = code.startswith(b"torch_", start) or _LOADER.search(line) is not None
             yield start, _snippet(code, start, end), dtypes, CAST_LOAD if module else CAST_TENSOR
     for match in _GRAD_SCALER.finditer(code):
-        if not _defines(code, match.start()) and not _DISABLED.search(_arguments(code, match.end())):
+        if not _defines(code, match.start()) and not DISABLED.search(_arguments(code, match.end())):
             what = _qualified(code, match.start()) + SCALER
             yield match.start(), what, frozenset({FLOAT16}), AUTOCAST_CUDA
     for match in _LIGHTNING.finditer(code):
@@ -716,7 +717,7 @@ def _autocasts(
             fixed = " ".join(_text(partial.arguments).split())
             call = f"{name}({' '.join(_text(arguments).split())}), a partial({partial.func}, {fixed})"
             arguments = partial.arguments + (b", " + arguments if arguments.strip() else b"")
-        if _DISABLED.search(arguments):
+        if DISABLED.search(arguments):
             continue
         if len(call) > 80:
             call = call[:76] + "...)"
