@@ -22,8 +22,10 @@ _SIGMOID_METHODS = frozenset({"sigmoid"})
 _MESSAGE = (
     '{what} raises under CUDA autocast ("unsafe to autocast") whatever the dtype of its inputs, '
     "and on float16 probabilities it loses the saturated tail of the sigmoid: compute the loss from "
-    "logits with {fused}, which fuses the sigmoid and is autocast-safe; {why}"
+    "logits with {fused}, which fuses the sigmoid and is autocast-safe{otherwise}; {why}"
 )
+# Where no sigmoid is seen the input may be a model's probabilities, with no logits to pass on.
+_OTHERWISE = ", or in float32 with autocast off where only probabilities exist"
 _HELP = (
     "pass the logits (the input of the sigmoid) to {fused}; or, where only probabilities exist, compute "
     'this loss outside autocast: `with torch.autocast("cuda", enabled=False): '
@@ -209,11 +211,14 @@ def _functional(ctx: FileContext, call: cst.Call, scans: list[_ScopeScan]) -> Fi
     if refused is None:
         return None
     fused = "`F.binary_cross_entropy_with_logits`"
-    message = _MESSAGE.format(what="`binary_cross_entropy`", fused=fused, why=refused[0])
     logits = _logits(call, scans)
     data = argument(call, 0, "input")
     if logits is None or data is None:
+        message = _MESSAGE.format(
+            what="`binary_cross_entropy`", fused=fused, why=refused[0], otherwise=_OTHERWISE
+        )
         return Finding(call, message, help=_HELP.format(fused=fused), evidence=refused[1])
+    message = _MESSAGE.format(what="`binary_cross_entropy`", fused=fused, why=refused[0], otherwise="")
     func, missing = _renamed(ctx, call.func, ("nn", "functional", "binary_cross_entropy_with_logits"))
     fixed = call.with_changes(func=func, args=_replace_input(call, data, logits))
     return Finding(
@@ -231,17 +236,21 @@ def _module(ctx: FileContext, constructor: cst.Call, scans: list[_ScopeScan]) ->
     if refused is None:
         return None
     fused = "`nn.BCEWithLogitsLoss`"
-    message = _MESSAGE.format(what="`nn.BCELoss`", fused=fused, why=refused[0])
-    help = _HELP.format(fused=fused)
+    unfixed = Finding(
+        constructor,
+        _MESSAGE.format(what="`nn.BCELoss`", fused=fused, why=refused[0], otherwise=_OTHERWISE),
+        help=_HELP.format(fused=fused),
+        evidence=refused[1],
+    )
     name = scan.modules.get(constructor) if scan is not None else None
     if not uses or (scan is not None and name is not None and scan.escapes(name)):
-        return Finding(constructor, message, help=help, evidence=refused[1])
+        return unfixed
     inputs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
     for use in uses:
         data = argument(use, 0, "input")
         logits = _logits(use, scans)
         if data is None or logits is None:
-            return Finding(constructor, message, help=help, evidence=refused[1])
+            return unfixed
         inputs.append((data, logits))
     func, missing = _renamed(ctx, constructor.func, ("nn", "BCEWithLogitsLoss"))
     new_constructor = constructor.with_changes(func=func)
@@ -256,7 +265,7 @@ def _module(ctx: FileContext, constructor: cst.Call, scans: list[_ScopeScan]) ->
         shown = new_constructor
     return Finding(
         constructor,
-        message,
+        _MESSAGE.format(what="`nn.BCELoss`", fused=fused, why=refused[0], otherwise=""),
         fix=FixPlan("Use `nn.BCEWithLogitsLoss` on the logits", plan, missing),
         help=f"`{' '.join(ctx.code(shown).split())}` fed the logits",
         evidence=refused[1],
