@@ -114,6 +114,8 @@ class HalfPrecisionRotaryAngles(Rule):
             scope = ctx.function_of(node) or ctx.module
             if scope not in flows:
                 flows[scope] = analyse(next(s for s in ctx.scopes if s.node is scope), Policy(seed=_nothing))
+            if _scalar(ctx, frequencies, flows[scope], depth=4):
+                continue  # a number named `omega` (a solver's step), not a table of frequencies
             cast = _half_cast(ctx, positions, flows[scope])
             parts = [
                 ("the positions are {}", ctx.facts.of(cast) if cast is not None else None),
@@ -197,6 +199,41 @@ def _root(ctx: FileContext, node: cst.BaseExpression) -> str:
 
 
 def _nothing(node: cst.BaseExpression, flow: Flow) -> bool:
+    return False
+
+
+# Calls that reduce tensors to one number: `torch.dot(t, s)`, `torch.norm(r)`, `x.item()`.
+_PRODUCTS = frozenset({"torch.dot", "torch.vdot"})
+_NORMS = frozenset({"torch.norm", "torch.linalg.norm", "torch.linalg.vector_norm"})
+_REDUCING_METHODS = frozenset({"dot", "vdot", "item", "norm"})
+
+
+def _scalar(ctx: FileContext, node: cst.BaseExpression, flow: Flow, depth: int) -> bool:
+    """Whether the value is a single number: a literal, a reduction of tensors to one (`torch.dot`,
+    a norm without a `dim`), arithmetic on such, or a name every binding of which in this function
+    is one (BiCGSTAB's `omega = torch.dot(t, s) / t_norm2`, or `0.0`)."""
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(node, cst.UnaryOperation):
+        return _scalar(ctx, node.expression, flow, depth)
+    if isinstance(node, cst.BinaryOperation):
+        return _scalar(ctx, node.left, flow, depth) and _scalar(ctx, node.right, flow, depth)
+    if isinstance(node, cst.Call):
+        positional = sum(arg.keyword is None for arg in node.args)
+        whole = not any(arg.keyword is not None and arg.keyword.value == "dim" for arg in node.args)
+        qualified = ctx.qualified(node.func)
+        if qualified in _PRODUCTS:
+            return True
+        if qualified in _NORMS:
+            return whole and positional <= 2  # `torch.norm(x, p)`; a third is the dim
+        reduced = method_call(ctx, node, _REDUCING_METHODS) is not None
+        method = node.func.attr.value if reduced and isinstance(node.func, cst.Attribute) else None
+        return method in ("dot", "vdot", "item") or (method == "norm" and whole and positional <= 1)
+    if isinstance(node, cst.Name) and depth:
+        bound = flow.history.get(node.value, [])
+        return bool(bound) and all(
+            isinstance(value, cst.BaseExpression) and _scalar(ctx, value, flow, depth - 1) for value in bound
+        )
     return False
 
 
