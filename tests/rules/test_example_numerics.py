@@ -176,6 +176,7 @@ NOT_TRACED = {
     "AMP008-3": "two calls, one of a custom Function's forward on a namespace",
     "AMP008-4": "a call and the state of a GradScaler",
     "AMP008-1": "a call and the state of a GradScaler",
+    "AMP008-6": "a scaled backward(): the gradients are the output",
     "AMP015-0": "the loss and gradients from backward()",
     "AMP015-1": "outputs and gradients from backward()",
     "AMP015-3": "the output and a gradient from backward()",
