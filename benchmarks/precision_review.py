@@ -898,6 +898,15 @@ def dedup(findings: Iterable[dict[str, Any]]) -> list[Unit]:
     return [Unit(tuple(members)) for members in groups.values()]
 
 
+def conditional_units(run_data: dict[str, Any], projects: Iterable[str]) -> list[Unit]:
+    """The findings `--show-conditional` adds in `projects`, counted once each. A line text a default
+    finding of the same rule flags elsewhere in the project is counted once, as that default finding."""
+    wanted = set(projects)
+    shown = {u.key for u in dedup(run_data["findings"])}
+    added = run_data.get("conditional", [])
+    return dedup(f for f in added if f["project"] in wanted and unit_key(f) not in shown)
+
+
 @dataclass(frozen=True)
 class Verdict:
     verdict: str
@@ -1124,7 +1133,7 @@ def measure(
     more = numeric[len(in_sample) :]
     taken = [r.unit for r in (*sample[FIRST], *more)]
     extra = read_units(supplement(by_group[FIRST], taken, per_rule, seed), verdicts)
-    conditional = dedup(f for f in run_data.get("conditional", []) if groups.get(f["project"]) == FIRST)
+    conditional = conditional_units(run_data, (name for name, group in groups.items() if group == FIRST))
     hidden = read_units(draw(conditional, conditional_size, seed), verdicts)
     labels: dict[UnitKey, str] = {}
     prefixed = (
@@ -1279,7 +1288,7 @@ def render_report(
         add("| Rule | " + " | ".join(GROUPS) + " |")
         add("| --- |" + " ---: |" * len(GROUPS))
         groups = {p.name: corpus.group(p) for p in corpus.projects}
-        shown = dedup(f for f in run_data.get("conditional", []) if f["project"] in groups)
+        shown = conditional_units(run_data, groups)
         conditional_first = [u for u in shown if groups[u.project] == FIRST]
         for code in sorted({u.code for u in shown}):
             cells = [str(sum(1 for u in shown if u.code == code and groups[u.project] == g)) for g in GROUPS]

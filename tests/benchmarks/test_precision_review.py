@@ -505,6 +505,22 @@ def test_conditional_findings_are_read_apart_from_every_share(tmp_path: Path) ->
     assert "## C1: new 2.0, `pkg/m.py:40`, AMP001" in aid
 
 
+def test_a_hidden_copy_of_a_default_finding_is_counted_once_as_the_default(tmp_path: Path) -> None:
+    # The same line text under the same rule, shown in one file and hidden in another, is one finding:
+    # the default one. It keeps its label in the sample and is not read again among the hidden ones.
+    corpus_dir, corpus, verdicts = fake_corpus(tmp_path)
+    run_file = corpus_dir / review.RUN_FILE
+    run_data = json.loads(run_file.read_text(encoding="utf-8"))
+    shown = run_data["findings"][0]
+    run_data["conditional"].append({**shown, "path": "pkg/other.py", "line": 7})
+    run_file.write_text(json.dumps(run_data), encoding="utf-8")
+    loaded = review.load_verdicts(verdicts)
+    measured = review.measure(run_data, corpus, loaded, 120, 60, 20, seed=1, conditional_size=5)
+    assert [r.unit.first["source"] for r in measured.hidden] == ["x38 = 1"]
+    key = review.unit_key(shown)
+    assert measured.labels[key].startswith("F")
+
+
 def test_report_keeps_the_reviews_counts_and_the_quoted_numbers_render_from_them(tmp_path: Path) -> None:
     corpus_dir, corpus, verdicts = fake_corpus(tmp_path)
     corpus = review.Corpus(corpus.projects, [*corpus.reviews[:-1], replace(corpus.current, id="two")])
