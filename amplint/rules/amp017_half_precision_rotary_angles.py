@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import libcst as cst
 
@@ -204,37 +204,72 @@ def _nothing(node: cst.BaseExpression, flow: Flow) -> bool:
 
 # Calls that reduce tensors to one number: `torch.dot(t, s)`, `torch.norm(r)`, `x.item()`.
 _PRODUCTS = frozenset({"torch.dot", "torch.vdot"})
+# Calls that make a tensor of what they are given: one number of one (`torch.tensor(1.0)`), a vector
+# of numbers of a list of them (`torch.stack([torch.dot(t, t), torch.dot(t, s)])`).
+_WRAPPING = frozenset({"torch.tensor", "torch.as_tensor", "torch.scalar_tensor", "torch.stack"})
 _NORMS = frozenset({"torch.norm", "torch.linalg.norm", "torch.linalg.vector_norm"})
 _REDUCING_METHODS = frozenset({"dot", "vdot", "item", "norm"})
 
 
 def _scalar(ctx: FileContext, node: cst.BaseExpression, flow: Flow, depth: int) -> bool:
     """Whether the value is a single number: a literal, a reduction of tensors to one (`torch.dot`,
-    a norm without a `dim`), arithmetic on such, or a name every binding of which in this function
-    is one (BiCGSTAB's `omega = torch.dot(t, s) / t_norm2`, or `0.0`)."""
+    a norm without a `dim`), a tensor of one (`torch.tensor(1.0)`), the `.real` of one, an element
+    of a vector of such (`loc[1]` of `loc = torch.stack([torch.dot(t, t), torch.dot(t, s)])`),
+    arithmetic on these, or a name every binding of which in this function is one (BiCGSTAB's
+    `omega = torch.dot(t, s) / t_norm2`, or `0.0`)."""
     if isinstance(node, (cst.Integer, cst.Float)):
         return True
     if isinstance(node, cst.UnaryOperation):
         return _scalar(ctx, node.expression, flow, depth)
     if isinstance(node, cst.BinaryOperation):
         return _scalar(ctx, node.left, flow, depth) and _scalar(ctx, node.right, flow, depth)
+    if isinstance(node, cst.Attribute) and node.attr.value in ("real", "imag"):
+        return _scalar(ctx, node.value, flow, depth)
+    if isinstance(node, cst.Subscript):
+        index = node.slice[0].slice if len(node.slice) == 1 else None
+        integer = isinstance(index, cst.Index) and isinstance(index.value, cst.Integer)
+        return integer and _numbers(ctx, node.value, flow, depth)
     if isinstance(node, cst.Call):
         positional = sum(arg.keyword is None for arg in node.args)
         whole = not any(arg.keyword is not None and arg.keyword.value == "dim" for arg in node.args)
         qualified = ctx.qualified(node.func)
         if qualified in _PRODUCTS:
             return True
+        if qualified in _WRAPPING:
+            return (
+                bool(node.args)
+                and node.args[0].keyword is None
+                and _scalar(ctx, node.args[0].value, flow, depth)
+            )
         if qualified in _NORMS:
             return whole and positional <= 2  # `torch.norm(x, p)`; a third is the dim
         reduced = method_call(ctx, node, _REDUCING_METHODS) is not None
         method = node.func.attr.value if reduced and isinstance(node.func, cst.Attribute) else None
         return method in ("dot", "vdot", "item") or (method == "norm" and whole and positional <= 1)
-    if isinstance(node, cst.Name) and depth:
-        bound = flow.history.get(node.value, [])
-        return bool(bound) and all(
-            isinstance(value, cst.BaseExpression) and _scalar(ctx, value, flow, depth - 1) for value in bound
-        )
-    return False
+    return _every_binding(ctx, node, flow, depth, _scalar)
+
+
+def _numbers(ctx: FileContext, node: cst.BaseExpression, flow: Flow, depth: int) -> bool:
+    """Whether the value is a list of single numbers, or a tensor made of one (`torch.stack([...])`)."""
+    if isinstance(node, cst.Call) and ctx.qualified(node.func) in _WRAPPING and node.args:
+        node = node.args[0].value
+    if isinstance(node, (cst.List, cst.Tuple)):
+        return bool(node.elements) and all(_scalar(ctx, e.value, flow, depth) for e in node.elements)
+    return _every_binding(ctx, node, flow, depth, _numbers)
+
+
+def _every_binding(
+    ctx: FileContext,
+    node: cst.BaseExpression,
+    flow: Flow,
+    depth: int,
+    test: Callable[[FileContext, cst.BaseExpression, Flow, int], bool],
+) -> bool:
+    """Whether `node` is a name every binding of which in this function passes `test`."""
+    bound = flow.history.get(node.value, []) if isinstance(node, cst.Name) and depth else []
+    return bool(bound) and all(
+        isinstance(value, cst.BaseExpression) and test(ctx, value, flow, depth - 1) for value in bound
+    )
 
 
 def _half_cast(ctx: FileContext, positions: cst.BaseExpression, flow: Flow) -> cst.Call | None:
