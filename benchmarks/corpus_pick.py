@@ -200,6 +200,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--list", metavar="WORD", help="print the candidate list of names containing WORD")
     parser.add_argument("--seed", type=int, default=0, help="the shuffle's seed for --list")
     parser.add_argument("--take", type=int, help="stop once this many qualify")
+    parser.add_argument(
+        "--from-line", type=int, default=1, help="start at this line of the list (where a review stopped)"
+    )
     parser.add_argument("--review", help="the review the picked projects are first checked in")
     parser.add_argument("--log", type=Path, help="write each name read and its verdict here")
     parser.add_argument("--jobs", type=int, default=16, help="names judged at once (network-bound)")
@@ -212,7 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.names is None or args.take is None or args.review is None:
         parser.error("a candidate list, --take and --review are needed to pick")
 
-    names = [line.strip() for line in args.names.read_text().splitlines() if line.strip()]
+    lines = args.names.read_text().splitlines()[args.from_line - 1 :]
+    names = [line.strip() for line in lines if line.strip()]
     packages = {_package(p.subdir) for p in corpus if p.subdir}
     repo_text = repository_text()
     taken: list[Verdict] = []
