@@ -185,6 +185,7 @@ class _Scan:
     compared: set[int] = field(default_factory=set)
     bindings: dict[str, set[str]] = field(default_factory=dict)  # local name -> what imports bind it to
     assigned: set[str] = field(default_factory=set)
+    uses: dict[str, list[cst.Name]] = field(default_factory=dict)  # name -> where it is read (`.name` too)
 
     def __post_init__(self) -> None:
         # Names that are not references: imports, attribute names, keywords, parameters, definitions.
@@ -200,6 +201,7 @@ class _Scan:
                 skipped.update(id(n) for n in walk(node))
             elif isinstance(node, cst.Attribute):
                 skipped.add(id(node.attr))
+                self.uses.setdefault(node.attr.value, []).append(node.attr)
             elif isinstance(node, cst.Arg) and node.keyword is not None:
                 skipped.add(id(node.keyword))
             elif isinstance(node, cst.Param):
@@ -234,12 +236,20 @@ class _Scan:
                 self.guarded.update(
                     id(n) for statement in _after_compat_exit(self.ctx, node) for n in walk(statement)
                 )
+            if isinstance(node, cst.Name) and id(node) not in skipped:
+                self.uses.setdefault(node.value, []).append(node)
             if isinstance(node, (cst.Name, cst.Attribute)) and id(node) not in skipped:
                 name = dotted_name(node)
                 if name is not None and name.partition(".")[0] in aliases:
                     self.references.append(node)
                     # Where it is: a finding's position is then computed for this statement only.
                     self.ctx.index.top_of.setdefault(node, top)
+        # A function the module uses only in compatibility code (a polyfill it installs as
+        # `torch.autocast` where torch has none) runs only where that code picks it.
+        for definition in (n for n in walk(self.ctx.module) if isinstance(n, cst.FunctionDef)):
+            uses = self.uses.get(definition.name.value, [])
+            if uses and all(id(use) in self.guarded for use in uses):
+                self.guarded.update(id(n) for n in walk(definition.body))
 
 
 def _for_supported_torch(ctx: FileContext, api: _Api, finding: Finding) -> Finding:
