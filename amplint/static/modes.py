@@ -296,7 +296,9 @@ class _Project:
             # autocast regions are in the file): the mode is for the code it calls.
             words = _words(scope)
             queue.extend(
-                (*t, why, (words, words)) for t in self.targets(display, words, scope) if t[1] != owner
+                (*t, why, (words, words))
+                for t in self.targets(display, words, scope)
+                if t != (display, owner)
             )
         while queue:
             display, name, why, named = queue.popleft()  # breadth first: each chain is a shortest one

@@ -611,6 +611,34 @@ def test_an_outer_einsum_is_half_only_where_a_mode_autocasts(
     assert "under autocast-bf16" in found.message
 
 
+def test_a_subclass_named_as_its_base_reaches_the_base(tmp_path: Path) -> None:
+    # unitorch's command-line models subclass the library's model of the same name, imported under
+    # another (`from ...kolors import KolorsMPSModel as _KolorsMPSModel`), and run its `forward`
+    # under an autocast decorator: the base is another definition, though it shares the name.
+    root = _project(
+        tmp_path,
+        {
+            "pyproject.toml": '[project]\nname = "pkg"\n',
+            "pkg/__init__.py": "",
+            "pkg/models/__init__.py": "from pkg.models.modeling import Model\n",
+            "pkg/models/modeling.py": (
+                "from torch import nn\n\n\nclass Model(nn.Module):\n"
+                "    def forward(self, x):\n        return x\n"
+            ),
+            "pkg/cli.py": (
+                "import torch\nfrom torch import autocast\nfrom pkg.models import (\n    Model as _Model,\n)\n\n\n"
+                "class Model(_Model):\n"
+                '    @autocast(device_type="cuda")\n'
+                "    def forward(self, x):\n        return super().forward(x)\n"
+            ),
+        },
+    )
+    found = _index(root)
+    assert [why.describe() for why in found.definitions["pkg/models/modeling.py"]["Model"]] == [
+        'autocast-fp16: `autocast(device_type="cuda") (float16 by default)` at pkg/cli.py:9 -> Model'
+    ]
+
+
 def test_a_region_in_a_test_method_reaches_what_it_calls_not_its_base_class(tmp_path: Path) -> None:
     # A test case's autocast region runs the sampler it calls; its base class's fixtures (an
     # engine's launch) run outside it. The method's signature ends on a line of its own (`):`).
