@@ -5,7 +5,8 @@ rule applied by a script rather than by hand:
     python benchmarks/corpus_pick.py benchmarks/candidates/review-28.txt --take 150 --review review-28 \
         --log benchmarks/candidates/review-28.log >> benchmarks/precision_corpus.toml
 
-`--list` writes the names of PyPI's simple index that contain a word, the corpus's names left out,
+A later review goes on down the same list from the line after the last one the log names
+(`--from-line 1579` for review 29). `--list` writes the names of PyPI's simple index that contain a word, the corpus's names left out,
 normalized and shuffled by the seed (Python's `random.Random(seed).shuffle` of the sorted names).
 
 Names are taken in the list's order (the list is shuffled when it is made, and committed). A name
@@ -21,7 +22,9 @@ qualifies when
     nightly, a build for another CUDA or a renamed fork is the same code under another name.
 Every name read gets a line on stderr and in `--log` (its verdict or the reason it was refused);
 each qualifying one is printed as a `[[project]]` entry for the corpus, its `subdir` the package's
-top folder (the one with `__init__.py` nearest the root whose name best matches the project).
+top folder (the one with `__init__.py` nearest the root whose name best matches the project). Where
+`precision_review.py fetch` cannot prepare the sdist it takes the wheel, whose folder may differ
+(`src/pkg` becomes `pkg`): `run` names such a project, and its `subdir` is then set by hand.
 """
 
 from __future__ import annotations
