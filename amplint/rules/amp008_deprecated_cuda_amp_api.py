@@ -273,13 +273,14 @@ def _is_compat_branch(ctx: FileContext, node: cst.CSTNode) -> bool:
     if isinstance(node, (cst.If, cst.IfExp)):
         if _VERSION_TEST.search(ctx.code(node.test)):
             return True
-        # `torch.amp.X("cuda") if new_api else torch.cuda.amp.X()`: one branch is the new API
-        # (`torch.autocast` included).
+        # `torch.amp.X("cuda") if new_api else torch.cuda.amp.X()`, or the classes themselves
+        # (`torch.amp.autocast if find_spec("torch.amp") else torch.cuda.amp.autocast`): one branch
+        # is the new API (`torch.autocast` included).
         return isinstance(node, cst.IfExp) and any(
-            _NEW_API.match(ctx.qualified(n.func) or "")
+            _NEW_API.match(ctx.qualified(n) or "")
             for branch in (node.body, node.orelse)
             for n in walk(branch)
-            if isinstance(n, cst.Call)
+            if isinstance(n, (cst.Attribute, cst.Name))
         )
     if isinstance(node, cst.Try):
         for handler in node.handlers:
