@@ -18,7 +18,7 @@ qualifies when
     PyTorch code that meets reduced precision somewhere, the code amplint is for;
   - its `.py` files hold 1 to 100,000 lines;
   - fewer than five projects already taken share its author (author e-mail, else author name);
-  - its package folder (`src/` aside) is not that of a corpus project or of a project already taken: a
+  - its package folder (`src/` or `python/` aside) is not that of a corpus project or of a project already taken: a
     nightly, a build for another CUDA or a renamed fork is the same code under another name.
 Every name read gets a line on stderr and in `--log` (its verdict or the reason it was refused);
 each qualifying one is printed as a `[[project]]` entry for the corpus, its `subdir` the package's
@@ -161,8 +161,9 @@ def judge(name: str, known: set[str], repo_text: str) -> Verdict:
 
 
 def _package(subdir: str) -> str:
-    """The import path of a package folder: `src/metrik/torch` is `metrik/torch`."""
-    return subdir.removeprefix("src/")
+    """The import path of a package folder: `src/metrik/torch` is `metrik/torch`, and an sdist's
+    `python/torchburn` is its wheel's `torchburn`."""
+    return subdir.removeprefix("src/").removeprefix("python/")
 
 
 def repository_text() -> str:

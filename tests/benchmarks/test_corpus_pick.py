@@ -120,3 +120,9 @@ def test_main_caps_authors_and_repeated_packages(
     reasons = dict(line.split("\t")[::2] for line in log.read_text().splitlines())
     assert reasons["p0"] == "package p0 already in the corpus or taken"
     assert reasons["p6"] == "five projects of this author taken"
+
+
+def test_a_package_is_known_by_its_import_path() -> None:
+    # torchburn's sdist keeps its package under python/, its CUDA build's wheel at the top
+    assert corpus_pick._package("python/torchburn") == corpus_pick._package("torchburn") == "torchburn"
+    assert corpus_pick._package("src/metrik/torch") == "metrik/torch" != corpus_pick._package("torch")
