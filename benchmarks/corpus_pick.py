@@ -6,7 +6,7 @@ rule applied by a script rather than by hand:
         --log benchmarks/candidates/review-28.log >> benchmarks/precision_corpus.toml
 
 A later review goes on down the same list from the line after the last one the log names
-(`--from-line 1579` for review 29). `--list` writes the names of PyPI's simple index that contain a word, the corpus's names left out,
+(`--from-line 1579` for review 29). `--list` writes the names of PyPI's simple index that contain a word (or any of several), the corpus's names left out,
 normalized and shuffled by the seed (Python's `random.Random(seed).shuffle` of the sorted names).
 
 Names are taken in the list's order (the list is shuffled when it is made, and committed). A name
@@ -184,10 +184,14 @@ def entry(verdict: Verdict, review: str) -> str:
     return "\n".join(lines)
 
 
-def candidates(word: str, seed: int, known: set[str]) -> list[str]:
+def candidates(words: Sequence[str], seed: int, known: set[str]) -> list[str]:
     index = _get("https://pypi.org/simple/").decode("utf-8", "replace")
     names = sorted(
-        {_normalize(n) for n in re.findall(r'<a href="[^"]*">([^<]+)</a>', index) if word in n.lower()}
+        {
+            _normalize(n)
+            for n in re.findall(r'<a href="[^"]*">([^<]+)</a>', index)
+            if any(word in n.lower() for word in words)
+        }
     )
     names = [n for n in names if n not in known]
     random.Random(seed).shuffle(names)
@@ -201,7 +205,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "names", type=Path, nargs="?", help="the shuffled candidate list, one PyPI name a line"
     )
-    parser.add_argument("--list", metavar="WORD", help="print the candidate list of names containing WORD")
+    parser.add_argument(
+        "--list",
+        metavar="WORD",
+        help="print the candidate list of names containing WORD (or any of WORD,WORD,...)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="the shuffle's seed for --list")
     parser.add_argument("--take", type=int, help="stop once this many qualify")
     parser.add_argument(
@@ -214,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     corpus = load_corpus(DEFAULT_MANIFEST).projects
     known = {_normalize(p.name) for p in corpus}
     if args.list:
-        print("\n".join(candidates(args.list, args.seed, known)))
+        print("\n".join(candidates(args.list.split(","), args.seed, known)))
         return 0
     if args.names is None or args.take is None or args.review is None:
         parser.error("a candidate list, --take and --review are needed to pick")
