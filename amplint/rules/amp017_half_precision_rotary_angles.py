@@ -66,6 +66,12 @@ class HalfPrecisionRotaryAngles(Rule):
     of tensors made on the CPU (`arange` without `device=`, moved to the GPU after), which CUDA
     autocast does not reach.
 
+    Off by default (opt-in) after review 30: on public projects it was not written against it was
+    read 21 times on first contact (docs/measured.md): 2 real, 4 worth a look. Most were angles in
+    code no configuration of the project builds, frequencies the project keeps in float32 on
+    purpose, or a solver's step taken for a frequency. Turn it on with `--extend-select AMP017` or
+    `extend-select = ["AMP017"]` under `[tool.amplint]`.
+
     ## Why is this bad?
     bfloat16 has 8 significant bits: integers above 256 are rounded (257 becomes 256), float16 loses
     them above 2048, so tokens far apart get the same position. The inverse frequencies themselves
@@ -99,6 +105,7 @@ class HalfPrecisionRotaryAngles(Rule):
 
     code = "AMP017"
     name = "half-precision-rotary-angles"
+    default_on = False
     summary = "rotary position angles (positions times inverse frequencies) computed in bf16/fp16"
     rests_on_half = True
     triggers = frozenset({"inv_freq", "inv_freqs", "theta", "freq", "freqs", "inv_timescales", "omega"})
