@@ -190,6 +190,7 @@ class _Scan:
     def __post_init__(self) -> None:
         # Names that are not references: imports, attribute names, keywords, parameters, definitions.
         skipped: set[int] = set()
+        definitions: list[cst.FunctionDef] = []
         aliases = self.ctx.index.aliases
         # A module-level `def autocast(...)` beside `from torch.cuda.amp import autocast` (a wrapper in
         # `try:`, the old import in `except ImportError:`) binds the name to either.
@@ -216,6 +217,7 @@ class _Scan:
                     self.type_tests.update(id(n) for arg in node.args[1:2] for n in walk(arg.value))
             elif isinstance(node, cst.FunctionDef):
                 skipped.add(id(node.name))
+                definitions.append(node)
                 self.decorators.update(id(d.decorator) for d in node.decorators)
             elif isinstance(node, cst.Annotation):
                 self.annotations.update(id(n) for n in walk(node.annotation))
@@ -246,7 +248,7 @@ class _Scan:
                     self.ctx.index.top_of.setdefault(node, top)
         # A function the module uses only in compatibility code (a polyfill it installs as
         # `torch.autocast` where torch has none) runs only where that code picks it.
-        for definition in (n for n in walk(self.ctx.module) if isinstance(n, cst.FunctionDef)):
+        for definition in definitions:
             uses = self.uses.get(definition.name.value, [])
             if uses and all(id(use) in self.guarded for use in uses):
                 self.guarded.update(id(n) for n in walk(definition.body))
