@@ -30,7 +30,6 @@ top folder (the one with `__init__.py` nearest the root whose name best matches 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import random
 import re
@@ -42,12 +41,12 @@ import urllib.parse
 import urllib.request
 import zipfile
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from precision_review import DEFAULT_MANIFEST, REPO, _normalize, load_corpus
+from precision_review import DEFAULT_MANIFEST, REPO, _members, _normalize, load_corpus
 
 MAX_ARCHIVE = 50 << 20
 MAX_LINES = 100_000
@@ -76,21 +75,6 @@ class Verdict:
 def _get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=60) as response:
         return bytes(response.read())
-
-
-def _members(archive: bytes, filename: str) -> Iterable[tuple[str, bytes]]:
-    """(path inside the project, content) of every `.py` file; an sdist loses its top folder."""
-    if filename.endswith((".whl", ".zip")):
-        with zipfile.ZipFile(io.BytesIO(archive)) as zf:
-            for info in zf.infolist():
-                if info.filename.endswith(".py"):
-                    name = info.filename if filename.endswith(".whl") else info.filename.split("/", 1)[-1]
-                    yield name, zf.read(info)
-    else:
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tf:
-            for member in tf:
-                if member.isfile() and member.name.endswith(".py") and (handle := tf.extractfile(member)):
-                    yield member.name.split("/", 1)[-1], handle.read()
 
 
 def package_folder(name: str, paths: Sequence[str]) -> str:
@@ -139,7 +123,8 @@ def judge(name: str, known: set[str], repo_text: str) -> Verdict:
         return Verdict(name, f"archive of {chosen['size'] >> 20} MB", version)
     try:
         # A mirror of the index may give the file's address relative to the page.
-        members = dict(_members(_get(urllib.parse.urljoin(index, chosen["url"])), chosen["filename"]))
+        data = _get(urllib.parse.urljoin(index, chosen["url"]))
+        members = dict(_members(Path(chosen["filename"]), data, keep=lambda name: name.endswith(".py")))
     except (
         urllib.error.URLError,
         OSError,

@@ -353,23 +353,26 @@ def is_sdist(archive: Path) -> bool:
     return archive.suffix != ".whl"
 
 
-def _members(archive: Path) -> Iterable[tuple[str, bytes]]:
-    """(path inside the project, content) of every file; an sdist loses its top folder."""
-    if archive.suffix == ".whl":
-        with zipfile.ZipFile(archive) as zf:
+def _members(
+    archive: Path, data: bytes | None = None, keep: Callable[[str], bool] = lambda name: True
+) -> Iterable[tuple[str, bytes]]:
+    """(path inside the project, content) of every file whose path `keep` accepts (read only then);
+    an sdist loses its top folder. `data`: the archive's bytes, for one downloaded but not saved
+    (its kind still comes from the name)."""
+    source = io.BytesIO(data) if data is not None else archive
+    if archive.suffix in (".whl", ".zip"):
+        top = archive.suffix == ".zip"
+        with zipfile.ZipFile(source) as zf:
             for info in zf.infolist():
-                if not info.is_dir():
-                    yield info.filename, zf.read(info)
-    elif archive.suffix == ".zip":
-        with zipfile.ZipFile(archive) as zf:
-            for info in zf.infolist():
-                if not info.is_dir():
-                    yield info.filename.split("/", 1)[-1], zf.read(info)
+                name = info.filename.split("/", 1)[-1] if top else info.filename
+                if not info.is_dir() and keep(name):
+                    yield name, zf.read(info)
     else:
-        with tarfile.open(archive) as tf:
+        with tarfile.open(fileobj=source) if data is not None else tarfile.open(archive) as tf:
             for member in tf:
-                if member.isfile() and (handle := tf.extractfile(member)) is not None:
-                    yield member.name.split("/", 1)[-1], handle.read()
+                name = member.name.split("/", 1)[-1]
+                if member.isfile() and keep(name) and (handle := tf.extractfile(member)) is not None:
+                    yield name, handle.read()
 
 
 def archive_and_torch(corpus: Path, project: Project) -> tuple[Path | None, str]:
