@@ -55,6 +55,7 @@ class Precision:
             evidence=tuple((why.path, why.line, why.what) for why in whys),
             modes=whys,
             definitions=tuple(sorted(self.modes.definitions.get(display, {}).items())),
+            elsewhere=tuple(sorted(self.modes.elsewhere.get(display, {}).items())),
         )
 
 

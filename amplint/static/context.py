@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import bisect
 import re
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -13,8 +14,8 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
 
-from amplint.source import NEWLINE, WORD, LineIndex, python_ast
-from amplint.static.cst_compat import node_positions
+from amplint.source import NEWLINE, WORD, LineIndex, SourceError, decode_source, python_ast, read_bytes
+from amplint.static.cst_compat import node_positions, parse_module
 from amplint.static.dtypes import DtypeFacts
 from amplint.static.facts import Step
 from amplint.static.imports import ImportMap
@@ -288,6 +289,18 @@ class FileContext:
     def qualified(self, node: cst.BaseExpression) -> str | None:
         return self.imports.qualified(node)
 
+    def elsewhere(self, display: str, digest: str) -> FileContext | None:
+        """Another file of the project (by its display path), parsed, for its own dtype facts: read
+        with the caller's profile, so that no further file is read from it. None when it is not a
+        readable Python file, no longer has the bytes the project-wide pass read (`digest`), or does
+        not parse."""
+        key = (display, digest)
+        if key not in _ELSEWHERE:
+            if len(_ELSEWHERE) >= _ELSEWHERE_KEPT:
+                del _ELSEWHERE[next(iter(_ELSEWHERE))]
+            _ELSEWHERE[key] = _parsed(Path(display), digest)
+        return _ELSEWHERE[key]
+
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
 
@@ -299,6 +312,27 @@ class FileContext:
     def float32(self) -> tuple[cst.BaseExpression, bool]:
         torch, missing = self.torch_name()
         return cst.Attribute(value=torch, attr=cst.Name("float32")), missing
+
+
+# The other files read last (a sampler's callers are read once for all its parameters).
+_ELSEWHERE: dict[tuple[str, str], FileContext | None] = {}
+_ELSEWHERE_KEPT = 8
+
+
+def _parsed(path: Path, digest: str) -> FileContext | None:
+    if path.suffix != ".py":
+        return None
+    try:
+        raw = read_bytes(path, _ELSEWHERE_LIMIT)
+        if f"{zlib.crc32(raw):08x}" != digest:
+            return None
+        module = parse_module(decode_source(raw, path).text)
+    except (SourceError, cst.ParserSyntaxError, RecursionError):
+        return None
+    return FileContext(path, module)
+
+
+_ELSEWHERE_LIMIT = 4 << 20  # a caller's file larger than this is not read (its calls stay unknown)
 
 
 def _shift(mine: str, rendered: str, indent: str) -> int:

@@ -8,8 +8,9 @@ that autocast upcasts, the parameter whose dtype the caller picks. Values are fo
 assignments, tuple unpacking, comprehensions, `self` attributes, branches (joined) and loops (run
 twice); calls of the file's own functions and methods are analysed with the facts of their
 arguments, and a function's parameters hold what every call of it in the file passes (a method's,
-the calls in classes related to its own; when the file never calls it, whatever the caller picks:
-the project's precision profile).
+the calls in classes related to its own; when the file never calls it, float32 where every call in
+the project's other files passes float32, else whatever the caller picks: the project's precision
+profile).
 
 Each op's result follows PyTorch: casts and `dtype=` set it, factories make float32, type promotion
 widens (a float32 operand promotes a bfloat16 product), and under autocast the CUDA or CPU policy

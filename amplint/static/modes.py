@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import bisect
 import re
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import PurePosixPath
 
+from amplint.static.callers import call_lines, calls_of, float32_callees
 from amplint.static.profile import (
     AUTOCAST,
     CAST,
@@ -46,9 +49,11 @@ from amplint.static.profile import (
 __all__ = ["ProjectModes", "index_modes", "mode_named", "role_of"]
 
 _MAX_VIA = 6  # names kept in a chain: enough to show the way, not every hop
+_MOST_CALLS = 12  # calls of a function read in other files to settle its parameters' dtypes
 
 _DEF = re.compile(rb"^(?:async[ \t]+def|def|class)[ \t]+(\w+)", re.MULTILINE)
 _WORD = re.compile(rb"[A-Za-z_]\w*")
+_DEF_NAME = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)
 _TRIPLE = re.compile(rb"\"\"\"|'''|#")
 _FROM = re.compile(rb"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.MULTILINE)
 _IMPORT = re.compile(rb"^[ \t]*import[ \t]+([^\n]+)", re.MULTILINE)
@@ -119,6 +124,9 @@ class ProjectModes:
     definitions: dict[str, dict[str, tuple[ModeWhy, ...]]] = field(default_factory=dict)
     entries: list[ModeWhy] = field(default_factory=list)
     configured: tuple[ModeWhy, ...] = ()
+    # Per file, the functions it defines that other files call with a float32 value, and every line
+    # of the project that calls each (`Calls`): the engine reads what they pass.
+    elsewhere: dict[str, dict[str, Calls]] = field(default_factory=dict)
 
     @property
     def found(self) -> bool:
@@ -131,6 +139,8 @@ class ProjectModes:
 
 
 Loader = Callable[[], bytes]
+# (file, line, a digest of the file's bytes: a cached check of the callee is redone when it changes)
+Calls = tuple[tuple[str, int, str], ...]
 
 
 def index_modes(files: Iterable[tuple[str, str, Loader]]) -> ProjectModes:
@@ -154,6 +164,7 @@ class _Project:
         self.roles: dict[str, str] = {}
         # Per file, the names it binds to a partial of torch's autocast (`partial_autocasts`).
         self.partials: dict[str, dict[str, Partial]] = {}
+        self.callees: dict[str, set[str]] = {}  # name -> the files that call it with a float32 value
 
     def add(self, display: str, relative: str, load: Loader) -> None:
         self.loaders[display] = load
@@ -164,6 +175,8 @@ class _Project:
         code = load()
         if partials := partial_autocasts(code):
             self.partials[display] = partials
+        for name in float32_callees(code):
+            self.callees.setdefault(name, set()).add(display)
         self._scan(display, code)
 
     def _scan(self, display: str, code: bytes, bound: dict[str, Partial] | None = None) -> None:
@@ -349,7 +362,44 @@ class _Project:
             display: {name: _best_first(modes) for name, modes in names.items()}
             for display, names in by_definition.items()
         }
+        result.elsewhere = self._elsewhere(reached.keys())
         return result
+
+    def _elsewhere(self, reached: Iterable[str]) -> dict[str, dict[str, Calls]]:
+        """For each file some mode reaches, the functions it defines that another file calls with a
+        float32 value, with every call of their name in the project; none where the file calls the
+        name itself (the engine reads those calls, and a call it cannot place leaves it unknown)."""
+        defined: dict[str, list[str]] = {}
+        for display in reached:
+            for name in sorted({m.decode() for m in _DEF_NAME.findall(self.file(display).code)}):
+                if self.callees.get(name, {display}) - {display}:  # called so from another file
+                    defined.setdefault(name, []).append(display)
+        if not defined:
+            return {}
+        calls: dict[str, list[tuple[str, int, str]]] = {name: [] for name in defined}
+        pattern = calls_of(defined)
+        for display, load in self.loaders.items():
+            code = load()
+            if pattern.search(code) is None:
+                continue
+            strings = _strings(code, comments=True)
+            digest = f"{zlib.crc32(code):08x}"
+            for name, line in call_lines(code, pattern, partial(_inside, strings)):
+                calls[name].append((display, line, digest))
+            # A name called all over the project (`update`, `pad`) is too common to be this
+            # function's alone, and its calls too many files to read: no longer looked for.
+            common = {name for name in defined if len(calls[name]) > _MOST_CALLS}
+            if common:
+                defined = {name: displays for name, displays in defined.items() if name not in common}
+                if not defined:
+                    return {}
+                pattern = calls_of(defined)
+        found: dict[str, dict[str, Calls]] = {}
+        for name, displays in defined.items():
+            for display in displays:
+                if calls[name] and all(caller != display for caller, _, _ in calls[name]):
+                    found.setdefault(display, {})[name] = tuple(calls[name])
+        return found
 
 
 def _best_first(modes: dict[Mode, ModeWhy]) -> tuple[ModeWhy, ...]:

@@ -221,6 +221,9 @@ class Profile:
     # The modes of each top-level definition some entry reaches; where set, one it does not reach
     # runs in float32 (module-level code keeps the file's `modes`).
     definitions: tuple[tuple[str, tuple[ModeWhy, ...]], ...] = ()
+    # The functions of the file that other files call with a float32 value, with every call of
+    # their name in the project: (name, ((file, line, digest of the file), ...)).
+    elsewhere: tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...] = ()
     # The Python whose grammar the code follows (`target-version`, or the lower bound of
     # `requires-python`): AMP900 is where that Python would refuse the file.
     python: tuple[int, int] = NEWEST_PYTHON
@@ -262,6 +265,7 @@ class Profile:
         already known dtype re-lints only the files it reaches."""
         modes = "|".join(why.describe() for why in self.modes)
         modes += "|".join(f"{name}={','.join(w.describe() for w in whys)}" for name, whys in self.definitions)
+        modes += "|".join(f"{name}@{calls}" for name, calls in self.elsewhere)
         key = f"{self.origin}:{'+'.join(sorted(self.half)) or 'float32'}:torch{self.torch.describe()}"
         key += f":py{self.python[0]}.{self.python[1]}"
         return f"{key}:{modes}" if modes else key
@@ -271,6 +275,11 @@ class Profile:
         if definition is None or not self.definitions:
             return self.modes
         return next((whys for name, whys in self.definitions if name == definition), ())
+
+    def calls_of(self, function: str) -> tuple[tuple[str, int, str], ...]:
+        """Every call in the project of a function of this file that other files call with a float32
+        value (empty for any other function)."""
+        return next((calls for name, calls in self.elsewhere if name == function), ())
 
     def only_in(self, modes: tuple[ModeWhy, ...] | None = None) -> str | None:
         """ "tests", "benchmarks", "examples" when every mode rests on such files alone, else None."""

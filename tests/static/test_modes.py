@@ -15,6 +15,7 @@ from support import amplint_run, write
 from amplint.config import ConfigError, Settings, load_settings
 from amplint.diagnostics import Confidence
 from amplint.pipeline.check import run_check
+from amplint.static.callers import call_lines, calls_of, float32_callees
 from amplint.static.modes import index_modes, mode_named, role_of
 from amplint.static.profile import AUTOCAST, CAST, Mode
 
@@ -864,3 +865,60 @@ def test_a_module_whose_forward_turns_autocast_off_runs_outside_the_region(
     assert [(d.path, d.line) for d in found] == ([("flashdrr/rendering/raycast.py", 286)] if flagged else [])
     if flagged:
         assert 'autocast-fp16: `torch.autocast(device_type="cuda")' in found[0].message
+
+
+def test_a_parameter_every_call_in_other_files_passes_float32_is_float32(tmp_path: Path) -> None:
+    # rwkvserve's sampler: its module never calls `sample`; the scheduler, in another file, passes
+    # the model's logits upcast with `.to(torch.float32)`. Whatever the pipeline casts the model to,
+    # the sampler's `1e-10` guards are float32.
+    root = tmp_path / "project"
+    shutil.copytree(REAL_MODES / "rwkvserve_sampler_callers_upcast", root)
+
+    def flagged() -> set[int]:
+        run = amplint_run(root, "check", ".", "--select", "AMP005", "--show-conditional", "--format", "json")
+        return {d["line"] for d in json.loads(run.stdout)["diagnostics"]}
+
+    scheduler = root / "rwkvserve" / "inference" / "scheduler_core.py"
+    generator = root / "rwkvserve" / "inference" / "batch_generator.py"
+    upcast = scheduler.read_text(encoding="utf-8")
+    # A call in a docstring is no call; a comment naming it neither.
+    generator.write_text(
+        generator.read_text(encoding="utf-8")
+        + '\n\ndef usage():\n    """>>> token, _ = TokenSampler.sample(logits)"""\n    # TokenSampler.sample(logits)\n'
+    )
+    assert flagged() == set()
+    # Without the upcast, the cast model's logits reach the guards (and the cache knows the caller
+    # changed, though the sampler did not).
+    write(scheduler, upcast.replace("]).to(torch.float32)", "])"))
+    assert flagged() == {123, 129}
+    # Every call must pass float32: one more caller, in a third file, that passes the logits as
+    # they come is enough to keep the finding.
+    write(scheduler, upcast)
+    assert flagged() == set()
+    write(
+        root / "rwkvserve" / "inference" / "engine.py",
+        "from rwkvserve.inference.core import TokenSampler\n\n\n"
+        "def step(model, x):\n    return TokenSampler.sample(model.head(x)[-1])\n",
+    )
+    assert flagged() == {123, 129}
+
+
+def test_names_called_with_float32_values_and_their_calls_by_text() -> None:
+    code = b"""\
+logits = self.model.head(x[:, -1, :]).to(torch.float32)
+token = self.sampler.sample(
+    logits[i],
+    temperature=t,
+)
+probs = scores(h.float(), dim=-1)
+mixed = x.float() * 2
+blend(mixed)
+loss = module.training_step(batch.float())
+out = Fn.backward(ctx, grad.to(dtype=torch.float32))
+"""
+    # `mixed` is no cast (the product is what it holds); hooks a framework calls are left out.
+    assert float32_callees(code) == {"sample", "scores"}
+    text = b'def sample(x):\n    """sample(x)"""\n    return sample(x)  # sample(y)\n'
+    hidden = [(text.index(b'"""'), text.rindex(b'"""')), (text.index(b"#"), len(text))]
+    lines = call_lines(text, calls_of(["sample"]), lambda at: any(a <= at < b for a, b in hidden))
+    assert list(lines) == [("sample", 3)]

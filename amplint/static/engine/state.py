@@ -275,7 +275,52 @@ class EngineState(ABC):
                     fact = join([fact for fact in passed if fact is not None])
                     if name not in numbers or fact.kind in (SCALAR, INTEGER):
                         env[name] = fact
+        elif calls := self.profile.calls_of(function.name.value):
+            env.update(self._float32_elsewhere(function, params[1 if method else 0 :], calls))
         return env
+
+    def _float32_elsewhere(
+        self, function: cst.FunctionDef, params: list[cst.Param], calls: tuple[tuple[str, int, str], ...]
+    ) -> dict[str, Fact]:
+        """The parameters of `function` (which this file never calls) that every call of its name in
+        the project passes a float32 tensor: each call read in its own file's facts (with the caller's
+        profile, so a value is float32 there only by a cast or an op that makes it so)."""
+        name = function.name.value
+        positional = [p.name.value for p in params]
+        wanted = {p.name.value: p for p in [*params, *function.params.kwonly_params]}
+        seen: dict[str, tuple[str, str]] = {}  # parameter -> the first call's argument and place
+        for display, line, digest in calls:
+            other = self.ctx.elsewhere(display, digest)
+            found = [] if other is None else _calls_at(other, name, line)
+            if not found:
+                return {}  # a call this pass cannot place (a comment, a string, an unread file)
+            assert other is not None
+            facts = type(self)(other)
+            for call in found:
+                for param in list(wanted):
+                    passed = _passed(call, positional, param)
+                    fact = UNKNOWN_FACT if passed is None else facts.of(passed)
+                    if passed is None or fact.kind != TENSOR or fact.dtypes != frozenset({F32}):
+                        del wanted[param]
+                    else:
+                        seen.setdefault(param, (other.code(passed), f"{display}:{line}"))
+            if not wanted:
+                return {}
+        more = f" and {len(calls) - 1} more" if len(calls) > 1 else ""
+        return {
+            param: Fact(
+                TENSOR,
+                frozenset({F32}),
+                (
+                    Step(
+                        node,
+                        f"`{param}` is float32 at every call of `{name}` in the project: "
+                        f"`{seen[param][0]}` at {seen[param][1]}{more}",
+                    ),
+                ),
+            )
+            for param, node in wanted.items()
+        }
 
     def _param_default(self, function: cst.FunctionDef, param: cst.Param, upcast: bool) -> Fact:
         name = param.name.value
@@ -358,19 +403,8 @@ class EngineState(ABC):
         """The fact of what `call` passes for parameter `name`; None when it passes nothing seen."""
         if scope not in self._done and (not isinstance(scope, cst.FunctionDef) or scope not in self._active):
             self._analyse(scope)
-        index = positional.index(name) if name in positional else None
-        at = 0
-        for arg in call.args:
-            if arg.star:
-                return None
-            if arg.keyword is not None:
-                if arg.keyword.value == name:
-                    return self._facts.get(arg.value)
-            else:
-                if at == index:
-                    return self._facts.get(arg.value)
-                at += 1
-        return None
+        passed = _passed(call, positional, name)
+        return None if passed is None else self._facts.get(passed)
 
     def _sites(self, function: cst.FunctionDef) -> list[tuple[cst.Call, cst.FunctionDef | cst.Module]]:
         """The calls of `function` in this file: `name(...)`, or `self.name(...)` for a method; for a
@@ -547,6 +581,35 @@ class EngineState(ABC):
 
 # Method names that objects of other libraries have too (modules, tensors, optimizers, models,
 # tokenizers): `obj.name(...)` with one of them may call something other than the file's method.
+def _passed(call: cst.Call, positional: list[str], name: str) -> cst.BaseExpression | None:
+    """What `call` passes for parameter `name` (`positional`: the parameters a position fills, in
+    order); None when it passes nothing, or passes `*args` or `**kwargs`, which may hold it."""
+    index = positional.index(name) if name in positional else None
+    at = 0
+    for arg in call.args:
+        if arg.star:
+            return None
+        if arg.keyword is not None:
+            if arg.keyword.value == name:
+                return arg.value
+        else:
+            if at == index:
+                return arg.value
+            at += 1
+    return None
+
+
+def _calls_at(ctx: ParsedFile, name: str, line: int) -> list[cst.Call]:
+    """The calls of `name` (`name(...)` or `obj.name(...)`) whose name is on `line` of `ctx`'s file."""
+    found = []
+    for call in ctx.index.calls:
+        func = call.func
+        named = func if isinstance(func, cst.Name) else func.attr if isinstance(func, cst.Attribute) else None
+        if named is not None and named.value == name and ctx.position(named).start.line == line:
+            found.append(call)
+    return found
+
+
 _COMMON_METHOD = re.compile(
     r"^(forward|step|update|reset|train|eval|to|cuda|cpu|float|half|double|type|get|set|apply|run"
     r"|load|save|sample|generate|encode|decode|backward|zero_grad|state_dict|load_state_dict|add"
