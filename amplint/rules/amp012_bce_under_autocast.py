@@ -206,6 +206,11 @@ def _autocast_refuses(ctx: FileContext, places: list[cst.Call]) -> tuple[str, tu
     return None
 
 
+def _message(what: str, fused: str, why: str, *, fixed: bool) -> str:
+    """The finding's message; without a fix, it names the float32 way out too."""
+    return _MESSAGE.format(what=what, fused=fused, why=why, otherwise="" if fixed else _OTHERWISE)
+
+
 def _functional(ctx: FileContext, call: cst.Call, scans: list[_ScopeScan]) -> Finding | None:
     refused = _autocast_refuses(ctx, [call])
     if refused is None:
@@ -214,11 +219,9 @@ def _functional(ctx: FileContext, call: cst.Call, scans: list[_ScopeScan]) -> Fi
     logits = _logits(call, scans)
     data = argument(call, 0, "input")
     if logits is None or data is None:
-        message = _MESSAGE.format(
-            what="`binary_cross_entropy`", fused=fused, why=refused[0], otherwise=_OTHERWISE
-        )
+        message = _message("`binary_cross_entropy`", fused, refused[0], fixed=False)
         return Finding(call, message, help=_HELP.format(fused=fused), evidence=refused[1])
-    message = _MESSAGE.format(what="`binary_cross_entropy`", fused=fused, why=refused[0], otherwise="")
+    message = _message("`binary_cross_entropy`", fused, refused[0], fixed=True)
     func, missing = _renamed(ctx, call.func, ("nn", "functional", "binary_cross_entropy_with_logits"))
     fixed = call.with_changes(func=func, args=_replace_input(call, data, logits))
     return Finding(
@@ -238,7 +241,7 @@ def _module(ctx: FileContext, constructor: cst.Call, scans: list[_ScopeScan]) ->
     fused = "`nn.BCEWithLogitsLoss`"
     unfixed = Finding(
         constructor,
-        _MESSAGE.format(what="`nn.BCELoss`", fused=fused, why=refused[0], otherwise=_OTHERWISE),
+        _message("`nn.BCELoss`", fused, refused[0], fixed=False),
         help=_HELP.format(fused=fused),
         evidence=refused[1],
     )
@@ -265,7 +268,7 @@ def _module(ctx: FileContext, constructor: cst.Call, scans: list[_ScopeScan]) ->
         shown = new_constructor
     return Finding(
         constructor,
-        _MESSAGE.format(what="`nn.BCELoss`", fused=fused, why=refused[0], otherwise=""),
+        _message("`nn.BCELoss`", fused, refused[0], fixed=True),
         fix=FixPlan("Use `nn.BCEWithLogitsLoss` on the logits", plan, missing),
         help=f"`{' '.join(ctx.code(shown).split())}` fed the logits",
         evidence=refused[1],
