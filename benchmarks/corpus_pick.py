@@ -19,7 +19,8 @@ qualifies when
   - its `.py` files hold 1 to 100,000 lines;
   - fewer than five projects already taken share its author (author e-mail, else author name);
   - its package folder (`src/` or `python/` aside) is not that of a corpus project or of a project already taken: a
-    nightly, a build for another CUDA or a renamed fork is the same code under another name.
+    nightly, a build for another CUDA or a renamed fork is the same code under another name. A folder
+    with a name any project may give its code (`src`, `app`, `benchmark`) tells nothing of whose it is.
 Every name read gets a line on stderr and in `--log` (its verdict or the reason it was refused);
 each qualifying one is printed as a `[[project]]` entry for the corpus, its `subdir` the package's
 top folder (the one with `__init__.py` nearest the root whose name best matches the project). Where
@@ -147,8 +148,33 @@ def judge(name: str, known: set[str], repo_text: str) -> Verdict:
 
 def _package(subdir: str) -> str:
     """The import path of a package folder: `src/metrik/torch` is `metrik/torch`, and an sdist's
-    `python/torchburn` is its wheel's `torchburn`."""
-    return subdir.removeprefix("src/").removeprefix("python/")
+    `python/torchburn` is its wheel's `torchburn`; none (empty) for a name any project may give
+    its code."""
+    package = subdir.removeprefix("src/").removeprefix("python/")
+    return "" if package in _GENERIC else package
+
+
+# Package folders named for what they hold, not whose they are (unrelated projects in the logs of
+# reviews 28 to 34 refused each other on `src` and `benchmark`).
+_GENERIC = frozenset(
+    {
+        "src",
+        "app",
+        "apps",
+        "lib",
+        "core",
+        "utils",
+        "model",
+        "models",
+        "benchmark",
+        "benchmarks",
+        "scripts",
+        "demo",
+        "examples",
+        "tests",
+        "python",
+    }
+)
 
 
 def repository_text() -> str:
@@ -162,9 +188,11 @@ def repository_text() -> str:
 
 
 def entry(verdict: Verdict, review: str) -> str:
-    lines = ["[[project]]", f'name = "{verdict.name}"', f'version = "{verdict.version}"']
+    # A JSON string is a TOML basic string: a folder named with a control character (cookienlp's
+    # sdist has one) is written escaped.
+    lines = ["[[project]]", f"name = {json.dumps(verdict.name)}", f"version = {json.dumps(verdict.version)}"]
     if verdict.subdir:
-        lines.append(f'subdir = "{verdict.subdir}"')
+        lines.append(f"subdir = {json.dumps(verdict.subdir)}")
     lines += [f"sdist = {str(verdict.sdist).lower()}", f'first_checked = "{review}"', ""]
     return "\n".join(lines)
 

@@ -11,6 +11,11 @@ from typing import Any
 import corpus_pick  # benchmarks/ is on the path (pyproject)
 import pytest
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 TORCH_FP16 = b"import torch\n\n\ndef f(x):\n    return x.half()\n"
 TORCH_ONLY = b"import torch\n\n\ndef f(x):\n    return x + 1\n"
 
@@ -126,3 +131,19 @@ def test_a_package_is_known_by_its_import_path() -> None:
     # torchburn's sdist keeps its package under python/, its CUDA build's wheel at the top
     assert corpus_pick._package("python/torchburn") == corpus_pick._package("torchburn") == "torchburn"
     assert corpus_pick._package("src/metrik/torch") == "metrik/torch" != corpus_pick._package("torch")
+    # A folder named for what it holds is nobody's: two unrelated projects may both ship `src`.
+    assert corpus_pick._package("src") == corpus_pick._package("benchmark") == ""
+
+
+def test_an_entry_is_toml_whatever_its_folder_is_named() -> None:
+    # cookienlp's sdist names its package folder with a backspace: written unescaped, the corpus
+    # would no longer parse.
+    verdict = corpus_pick.Verdict("cookienlp", "qualifies", "1.0.2", "a@x", "\bcookienlp", True, 10)
+    (project,) = tomllib.loads(corpus_pick.entry(verdict, "r9"))["project"]
+    assert project == {
+        "name": "cookienlp",
+        "version": "1.0.2",
+        "subdir": "\bcookienlp",
+        "sdist": True,
+        "first_checked": "r9",
+    }
