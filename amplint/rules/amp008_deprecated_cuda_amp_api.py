@@ -43,9 +43,11 @@ _DEPRECATED = {
 _AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
 # Exception types that a compatibility `try:`/`except` around an import catches.
 _COMPAT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "TypeError", "Exception"})
-# A test that picks an API by PyTorch version or by what the module offers.
+# A test that picks an API by PyTorch version or by what the module offers (a helper named for
+# it too: `is_torch_greater_or_equal("2.3")`, `is_pytorch_at_least_2_3()`).
 _VERSION_TEST = re.compile(
-    r"version|release|hasattr|getattr|is_torch|torch_(?:ge|gt|lt|le|ver|greater|less)", re.I
+    r"version|release|hasattr|getattr|is_(?:py)?torch|(?:py)?torch_(?:ge|gt|lt|le|ver|greater|less)|at_least",
+    re.I,
 )
 # The device-generic APIs: `torch.amp.*`, and `torch.autocast` and `torch.GradScaler` (2.3), which
 # the deprecated ones forward to.
