@@ -24,7 +24,7 @@ import re
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import PurePosixPath
 
@@ -53,6 +53,7 @@ _MOST_CALLS = 12  # calls of a function read in other files to settle its parame
 
 _DEF = re.compile(rb"^(?:async[ \t]+def|def|class)[ \t]+(\w+)", re.MULTILINE)
 _WORD = re.compile(rb"[A-Za-z_]\w*")
+_MAIN = re.compile(rb"^if[ \t]+__name__[ \t]*==[ \t]*[\"']__main__[\"'][ \t]*:", re.MULTILINE)
 _DEF_NAME = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)
 _TRIPLE = re.compile(rb"\"\"\"|'''|#")
 _FROM = re.compile(rb"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.MULTILINE)
@@ -287,6 +288,7 @@ class _Project:
     def solve(self) -> ProjectModes:
         if self.partials:
             self._bind_partials()
+        self._demote_demos()
         if any(
             why.mode == Mode(AUTOCAST, FLOAT16, "cuda")
             and why.role == "code"
@@ -364,6 +366,34 @@ class _Project:
         }
         result.elsewhere = self._elsewhere(reached.keys())
         return result
+
+    def _demote_demos(self) -> None:
+        """A setting in the `if __name__ == "__main__":` block of a module that another file of the
+        project imports is the module's demo (transformers-stream-generator's bloom-560m load in
+        float16): it says how its author tried the module, not how the project runs it, so it
+        counts as an example's."""
+        demos: dict[str, list[int]] = {}  # module name -> the indices of its entries in a demo
+        for i, (display, offset, why) in enumerate(self.entries):
+            if why.role != "code" or b"__main__" not in self.loaders[display]():
+                continue
+            index = self.file(display)
+            for main in _MAIN.finditer(index.code):
+                if (
+                    not _inside(index.strings, main.start())
+                    and main.start() <= offset < _block(index, main.start())[1]
+                ):
+                    demos.setdefault(self.names[display].rpartition(".")[2], []).append(i)
+        if not demos:
+            return
+        names = b"|".join(re.escape(name.encode()) for name in demos)
+        imports = re.compile(rb"^[ \t]*(?:from|import)[ \t][^\n]*\b(" + names + rb")\b", re.MULTILINE)
+        for importer, load in self.loaders.items():
+            for match in imports.finditer(load()):
+                indices = demos.get(match[1].decode(), [])
+                if any(self.entries[i][0] != importer for i in indices):  # not the module itself
+                    for i in demos.pop(match[1].decode()):
+                        display, offset, why = self.entries[i]
+                        self.entries[i] = (display, offset, replace(why, role="example"))
 
     def _elsewhere(self, reached: Iterable[str]) -> dict[str, dict[str, Calls]]:
         """For each file some mode reaches, the functions it defines that another file calls with a

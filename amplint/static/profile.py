@@ -263,8 +263,11 @@ class Profile:
         """What the result cache keys on: the dtypes, the origin and the Python, and a file's modes
         with their evidence (its messages name them), not the project's evidence, so a new cast of an
         already known dtype re-lints only the files it reaches."""
-        modes = "|".join(why.describe() for why in self.modes)
-        modes += "|".join(f"{name}={','.join(w.describe() for w in whys)}" for name, whys in self.definitions)
+        # With each mode's role: a module's demo is an example's, though its path is the code's.
+        modes = "|".join(f"{why.describe()}({why.role})" for why in self.modes)
+        modes += "|".join(
+            f"{name}={','.join(f'{w.describe()}({w.role})' for w in whys)}" for name, whys in self.definitions
+        )
         modes += "|".join(f"{name}@{calls}" for name, calls in self.elsewhere)
         key = f"{self.origin}:{'+'.join(sorted(self.half)) or 'float32'}:torch{self.torch.describe()}"
         key += f":py{self.python[0]}.{self.python[1]}"

@@ -922,3 +922,43 @@ out = Fn.backward(ctx, grad.to(dtype=torch.float32))
     hidden = [(text.index(b'"""'), text.rindex(b'"""')), (text.index(b"#"), len(text))]
     lines = call_lines(text, calls_of(["sample"]), lambda at: any(a <= at < b for a, b in hidden))
     assert list(lines) == [("sample", 3)]
+
+
+def test_a_demo_under_main_in_an_imported_module_is_an_example(tmp_path: Path) -> None:
+    # transformers-stream-generator's module ends with a demo that loads bloom-560m in float16; the
+    # package imports the module and runs it otherwise. A script nothing imports is the project's.
+    sampler = """\
+import torch
+
+
+class Streamer:
+    def sample(self, model, input_ids):
+        probs = torch.softmax(model(input_ids).logits[:, -1], dim=-1)
+        return torch.multinomial(probs, 1)
+
+
+if __name__ == "__main__":
+    from transformers import AutoModelForCausalLM
+
+    lm = AutoModelForCausalLM.from_pretrained("bigscience/bloom-560m", torch_dtype=torch.float16)
+    print(Streamer().sample(lm, torch.ones(1, 4, dtype=torch.long)))
+"""
+    root = _project(
+        tmp_path,
+        {
+            "pyproject.toml": "[project]\nname = 'pkg'\n",
+            "pkg/__init__.py": "",
+            "pkg/generator.py": sampler,
+            "pkg/api.py": "from .generator import Streamer\n\n\ndef speak(model, ids):\n    return Streamer().sample(model, ids)\n",
+        },
+    )
+    (entry,) = _index(root).entries
+    assert (entry.path, entry.line, entry.role) == ("pkg/generator.py", 13, "example")
+    run = amplint_run(root, "check", ".", "--select", "AMP013", "--format", "json")
+    assert json.loads(run.stdout)["diagnostics"] == []
+    # Nothing imports it: the same file is a script, and its cast is how the project runs.
+    (root / "pkg" / "api.py").unlink()
+    (entry,) = _index(root).entries
+    assert entry.role == "code"
+    run = amplint_run(root, "check", ".", "--select", "AMP013", "--format", "json")
+    assert [d["line"] for d in json.loads(run.stdout)["diagnostics"]] == [7]
