@@ -317,6 +317,7 @@ class FileContext:
 # The other files read last (a sampler's callers are read once for all its parameters).
 _ELSEWHERE: dict[tuple[str, str], FileContext | None] = {}
 _ELSEWHERE_KEPT = 8
+_ELSEWHERE_LIMIT = 4 << 20  # a caller's file larger than this is not read (its calls stay unknown)
 
 
 def _parsed(path: Path, digest: str) -> FileContext | None:
@@ -330,9 +331,6 @@ def _parsed(path: Path, digest: str) -> FileContext | None:
     except (SourceError, cst.ParserSyntaxError, RecursionError):
         return None
     return FileContext(path, module)
-
-
-_ELSEWHERE_LIMIT = 4 << 20  # a caller's file larger than this is not read (its calls stay unknown)
 
 
 def _shift(mine: str, rendered: str, indent: str) -> int:

@@ -9,7 +9,10 @@ their definitions across the project's imports, and from each definition reached
 uses in turn (of a class without bases, only the methods its callers name; an autocast region in a
 method reaches what that method does). A file's modes are those of its definitions that some entry
 reaches, each with the entry and the chain of names as evidence. A file that no entry reaches runs
-in float32 only, when the project sets a precision anywhere.
+in float32 only, when the project sets a precision anywhere. A setting in a module's `__main__`
+demo (a module other files import) counts as an example's. The pass also lists, for the functions
+of reached files that another file calls with a float32 value, every call of their name in the
+project (`amplint.static.callers`), for the engine to read what each passes.
 
 The index is text, not a parse (top-level `def`/`class` spans, imports, the words of a span): it
 runs before the per-file checks on every file of the project, and a parse of each would cost more
@@ -374,9 +377,9 @@ class _Project:
         counts as an example's."""
         demos: dict[str, list[int]] = {}  # module name -> the indices of its entries in a demo
         for i, (display, offset, why) in enumerate(self.entries):
-            if why.role != "code" or b"__main__" not in self.loaders[display]():
+            index = self.file(display)  # indexed for every entry's file anyway, by `solve`
+            if why.role != "code" or b"__main__" not in index.code:
                 continue
-            index = self.file(display)
             for main in _MAIN.finditer(index.code):
                 if (
                     not _inside(index.strings, main.start())

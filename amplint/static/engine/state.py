@@ -579,8 +579,6 @@ class EngineState(ABC):
     def _custom_fwd_float32(self, decorator: cst.BaseExpression) -> bool: ...
 
 
-# Method names that objects of other libraries have too (modules, tensors, optimizers, models,
-# tokenizers): `obj.name(...)` with one of them may call something other than the file's method.
 def _passed(call: cst.Call, positional: list[str], name: str) -> cst.BaseExpression | None:
     """What `call` passes for parameter `name` (`positional`: the parameters a position fills, in
     order); None when it passes nothing, or passes `*args` or `**kwargs`, which may hold it."""
@@ -610,6 +608,8 @@ def _calls_at(ctx: ParsedFile, name: str, line: int) -> list[cst.Call]:
     return found
 
 
+# Method names that objects of other libraries have too (modules, tensors, optimizers, models,
+# tokenizers): `obj.name(...)` with one of them may call something other than the file's method.
 _COMMON_METHOD = re.compile(
     r"^(forward|step|update|reset|train|eval|to|cuda|cpu|float|half|double|type|get|set|apply|run"
     r"|load|save|sample|generate|encode|decode|backward|zero_grad|state_dict|load_state_dict|add"
