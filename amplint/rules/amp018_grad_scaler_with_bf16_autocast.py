@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import libcst as cst
@@ -9,10 +10,13 @@ import libcst as cst
 from amplint.rule import Rule
 from amplint.static.context import FileContext, Finding
 from amplint.static.facts import Autocast, Step, shorten
+from amplint.static.imports import dotted_name
 from amplint.static.ops import BF16
 from amplint.static.patterns import argument, method_call
 from amplint.static.scopes import suite_body, walk
 
+# A flag named for float16 (`enabled=args.fp16`, `enabled=use_half`): the scaler is on for it alone.
+_FLOAT16_FLAG = re.compile(r"(?:^|_)(?:fp16|float16|half)(?:$|_)", re.IGNORECASE)
 # torch's loss scalers, with the position of `enabled` in each signature.
 _SCALERS = {
     "torch.amp.GradScaler": 5,
@@ -47,8 +51,8 @@ class GradScalerWithBf16Autocast(Rule):
     `ShardedGradScaler`) the file creates and the dtype-facts engine says every autocast region
     `loss` was computed under is bfloat16 (entered directly, or through a variable or a `self`
     attribute holding it). Not flagged: a region whose dtype is chosen at run time, or a scaler
-    created with `enabled=False`, with an `enabled=` that follows the dtype, or only in a branch on
-    the dtype (`if amp_dtype == torch.float16: scaler = GradScaler()`).
+    created with `enabled=False`, with an `enabled=` that follows the dtype or a float16 flag
+    (`enabled=args.fp16`), or only in a branch on the dtype (`if amp_dtype == torch.float16:`).
 
     ## Why is this bad?
     Loss scaling exists for float16, whose 5 exponent bits flush gradients below 6e-8 to zero;
@@ -132,13 +136,9 @@ def _key(
     function = scope if isinstance(scope, cst.FunctionDef) else None
     if isinstance(target, cst.Name):
         return (scope, target.value)
-    if (
-        isinstance(target, cst.Attribute)
-        and isinstance(target.value, cst.Name)
-        and target.value.value == "self"
-        and function in classes
-    ):
-        return (classes[function], target.attr.value)
+    name = dotted_name(target)  # `self.scaler`
+    if name is not None and name.count(".") == 1 and name.startswith("self.") and function in classes:
+        return (classes[function], name.removeprefix("self."))
     return None
 
 
@@ -178,14 +178,14 @@ def _created_for_a_dtype(ctx: FileContext) -> set[cst.Call]:
 
 
 def _may_be_off(ctx: FileContext, scaler: cst.Call) -> bool:
-    """A scaler that may be off: `enabled=False`, an `enabled=` that follows the dtype, or keywords
-    passed as `**kwargs` (which may hold either)."""
+    """A scaler that may be off: `enabled=False`, or following the dtype or a float16 flag, or `**kwargs`."""
     if any(arg.star == "**" for arg in scaler.args):
         return True
     enabled = argument(scaler, _SCALERS[ctx.qualified(scaler.func) or ""], "enabled")
     if enabled is None:
         return False
-    return (isinstance(enabled, cst.Name) and enabled.value == "False") or ctx.facts.mentions_dtype(enabled)
+    names = [n.value for n in walk(enabled) if isinstance(n, cst.Name)]
+    return names == ["False"] or ctx.facts.mentions_dtype(enabled) or any(map(_FLOAT16_FLAG.search, names))
 
 
 def _finding(ctx: FileContext, call: cst.Call, scaler: cst.Call, regions: list[Autocast]) -> Finding:
