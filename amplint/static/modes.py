@@ -150,7 +150,9 @@ Calls = tuple[tuple[str, int, str], ...]
 def index_modes(files: Iterable[tuple[str, str, Loader]]) -> ProjectModes:
     """The modes of every file of a project, from `files`: (display path, path from the project's
     root, a function that reads its bytes) for every file of the project, in any order. Each file is
-    read once for its settings, and again only if a chain of names reaches it."""
+    read once for its settings, again if a chain of names reaches it, and once more each for a
+    project with a `__main__` demo holding a setting and one whose files call a function of another
+    with a float32 value (to find who imports the demo, and every call of those functions)."""
     project = _Project()
     for display, relative, load in files:
         project.add(display, relative, load)

@@ -289,13 +289,16 @@ class EngineState(ABC):
         positional = [p.name.value for p in params]
         wanted = {p.name.value: p for p in [*params, *function.params.kwonly_params]}
         seen: dict[str, tuple[str, str]] = {}  # parameter -> the first call's argument and place
+        engines: dict[str, EngineState] = {}  # one per caller's file, for all its calls
         for display, line, digest in calls:
             other = self.ctx.elsewhere(display, digest)
             found = [] if other is None else _calls_at(other, name, line)
             if not found:
                 return {}  # a call this pass cannot place (a comment, a string, an unread file)
             assert other is not None
-            facts = type(self)(other)
+            if display not in engines:
+                engines[display] = type(self)(other)
+            facts = engines[display]
             for call in found:
                 for param in list(wanted):
                     passed = _passed(call, positional, param)
