@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from amplint.config import Settings
@@ -111,14 +112,48 @@ def project_precision(
     given = {os.path.abspath(path): raw for path, raw in (overrides or {}).items()}
     prefix = str(root).rstrip(os.sep) + os.sep
     found = index_modes(
-        entry
-        for full in sorted(project | own | given.keys())
-        for entry in _files(
-            full, full.removeprefix(prefix).replace(os.sep, "/"), given, settings.max_file_size
-        )
+        (
+            entry
+            for full in sorted(project | own | given.keys())
+            for entry in _files(
+                full, full.removeprefix(prefix).replace(os.sep, "/"), given, settings.max_file_size
+            )
+        ),
+        partial(_texts, root) if _marked(root) else None,
     )
     # A file no entry point reaches is its caller's, as in a project that sets no precision.
     return Precision(settings.for_project(CALLER), found, root)
+
+
+# The project's other files that may run its code or set its flags: shell scripts, configs, docs.
+_TEXT_SUFFIXES = frozenset(
+    {".sh", ".bash", ".md", ".rst", ".txt", ".yaml", ".yml", ".json", ".cfg", ".toml", ".ini"}
+)
+_SKIPPED = frozenset({"node_modules", "__pycache__", "site-packages", "venv", "env", "build", "dist"})
+_MOST_TEXTS, _LARGEST_TEXT = 2000, 1 << 20
+
+
+def _texts(root: Path) -> Iterator[tuple[str, bytes]]:
+    """(display path, bytes) of the project's text files (at most 2000, each under 1 MiB): a
+    command line in a script or a `fp16: true` in a config turns a flag on."""
+    count = 0
+    for folder, folders, names in os.walk(root):
+        folders[:] = sorted(f for f in folders if not f.startswith(".") and f not in _SKIPPED)
+        for name in sorted(names):
+            if os.path.splitext(name)[1].lower() not in _TEXT_SUFFIXES:
+                continue
+            path = os.path.join(folder, name)
+            try:
+                if os.path.getsize(path) > _LARGEST_TEXT:
+                    continue
+                with open(path, "rb") as handle:
+                    raw = handle.read()
+            except OSError:
+                continue
+            yield display_path(path), raw
+            count += 1
+            if count >= _MOST_TEXTS:
+                return
 
 
 def _files(

@@ -10,7 +10,8 @@ uses in turn (of a class without bases, only the methods its callers name; an au
 method reaches what that method does). A file's modes are those of its definitions that some entry
 reaches, each with the entry and the chain of names as evidence. A file that no entry reaches runs
 in float32 only, when the project sets a precision anywhere. A setting in a module's `__main__`
-demo (a module other files import) counts as an example's. The pass also lists, for the functions
+demo (a module other files import) counts as an example's, and one that only a flag the project
+leaves off turns on as an option's (`amplint.static.gates`). The pass also lists, for the functions
 of reached files that another file calls with a float32 value, every call of their name in the
 project (`amplint.static.callers`), for the engine to read what each passes.
 
@@ -32,6 +33,7 @@ from functools import partial
 from pathlib import PurePosixPath
 
 from amplint.static.callers import call_lines, calls_of, float32_callees
+from amplint.static.gates import Flag, flag_values, guards
 from amplint.static.profile import (
     AUTOCAST,
     CAST,
@@ -147,20 +149,25 @@ Loader = Callable[[], bytes]
 Calls = tuple[tuple[str, int, str], ...]
 
 
-def index_modes(files: Iterable[tuple[str, str, Loader]]) -> ProjectModes:
+def index_modes(
+    files: Iterable[tuple[str, str, Loader]], texts: Callable[[], Iterable[tuple[str, bytes]]] | None = None
+) -> ProjectModes:
     """The modes of every file of a project, from `files`: (display path, path from the project's
     root, a function that reads its bytes) for every file of the project, in any order. Each file is
     read once for its settings, again if a chain of names reaches it, and once more each for a
-    project with a `__main__` demo holding a setting and one whose files call a function of another
-    with a float32 value (to find who imports the demo, and every call of those functions)."""
-    project = _Project()
+    project with a `__main__` demo holding a setting, one with a setting a flag guards, and one
+    whose files call a function of another with a float32 value (to find who imports the demo, what
+    the project says of the flags, and every call of those functions). `texts`: the project's other
+    files (scripts, configs, docs), read only where a flag guards a setting."""
+    project = _Project(texts)
     for display, relative, load in files:
         project.add(display, relative, load)
     return project.solve()
 
 
 class _Project:
-    def __init__(self) -> None:
+    def __init__(self, texts: Callable[[], Iterable[tuple[str, bytes]]] | None = None) -> None:
+        self.texts = texts
         self.loaders: dict[str, Loader] = {}
         self.names: dict[str, str] = {}  # display -> dotted module name
         self.modules: dict[str, list[str]] = {}  # a dotted suffix -> the files it may name
@@ -294,6 +301,7 @@ class _Project:
         if self.partials:
             self._bind_partials()
         self._demote_demos()
+        self._demote_options()
         if any(
             why.mode == Mode(AUTOCAST, FLOAT16, "cuda")
             and why.role == "code"
@@ -399,6 +407,36 @@ class _Project:
                     for i in demos.pop(match[1].decode()):
                         display, offset, why = self.entries[i]
                         self.entries[i] = (display, offset, replace(why, role="example"))
+
+    def _demote_options(self) -> None:
+        """A setting that runs only under a flag the project leaves off by default (`if args.fp16:`
+        with a `store_true` option nothing passes) is an option's: it says what a user may ask for,
+        not how the project runs (`amplint.static.gates`)."""
+        guarded: dict[int, list[Flag]] = {}
+        for i, (display, offset, why) in enumerate(self.entries):
+            if why.role == "code":
+                index = self.file(display)
+                flags = guards(index.code, offset, partial(_inside, _strings(index.code, comments=True)))
+                if flags:
+                    guarded[i] = flags
+        if not guarded:
+            return
+        # A test sets a flag for what it tests, not for how the project runs.
+        code = (
+            (display, code, partial(_inside, _strings(code, comments=True)))
+            for display, load in self.loaders.items()
+            if self.roles[display] != "test" and (code := load())
+        )
+        texts = (text for text in (self.texts() if self.texts else ()) if role_of(text[0]) != "test")
+        values = flag_values({flag.name for flags in guarded.values() for flag in flags}, code, texts)
+        for i, flags in guarded.items():
+            for flag in flags:
+                where = values.is_off(flag)
+                if where is not None:
+                    display, offset, why = self.entries[i]
+                    gate = f"`{flag.written}` ({where})"
+                    self.entries[i] = (display, offset, replace(why, role="option", flag=gate))
+                    break
 
     def _elsewhere(self, reached: Iterable[str]) -> dict[str, dict[str, Calls]]:
         """For each file some mode reaches, the functions it defines that another file calls with a

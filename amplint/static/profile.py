@@ -134,7 +134,8 @@ NEWEST_PYTHON = (3, 15)
 
 
 _SHORT = {BFLOAT16: "bf16", FLOAT16: "fp16"}
-_ROLES = ("configured", "code", "config", "example", "benchmark", "test")
+_ROLES = ("configured", "code", "config", "option", "example", "benchmark", "test")
+_ROLE_PLURAL = {"option": "opt-in flags"}
 
 
 @dataclass(frozen=True)
@@ -165,8 +166,8 @@ MODE_NAMES = {
 @dataclass(frozen=True)
 class ModeWhy:
     """A mode and its evidence: the setting that makes it (`path:line`, what was seen, the kind of
-    file it is in: "code", "test", "benchmark", "example", "config", "configured") and the names
-    followed from it to the code at hand."""
+    file it is in: "code", "test", "benchmark", "example", "config", "configured"; "option" for a
+    setting only a flag off by default runs) and the names followed from it to the code at hand."""
 
     mode: Mode
     path: str
@@ -174,6 +175,9 @@ class ModeWhy:
     what: str
     via: tuple[str, ...] = ()
     role: str = "code"
+    # For an option's setting: the flag it runs under and where the project leaves it off,
+    # "`args.fp16` (False by default at train.py:12)".
+    flag: str = ""
 
     def through(self, name: str, most: int) -> ModeWhy:
         """The same evidence, one name further (at most `most` names kept: the first and the last)."""
@@ -200,6 +204,8 @@ class ModeWhy:
         if self.role == "configured":
             return f"{self.mode.name}: `modes` in the configuration"
         where = f"{self.mode.name}: `{self.what}` at {self.path}:{self.line}"
+        if self.flag:
+            where += f", only with {self.flag}"
         chain = " -> ".join(self.via)
         return where + (f" -> {chain}" if chain else "")
 
@@ -285,11 +291,12 @@ class Profile:
         return next((calls for name, calls in self.elsewhere if name == function), ())
 
     def only_in(self, modes: tuple[ModeWhy, ...] | None = None) -> str | None:
-        """ "tests", "benchmarks", "examples" when every mode rests on such files alone, else None."""
+        """ "tests", "benchmarks", "examples" ("opt-in flags": settings that a flag the project
+        leaves off guards) when every mode rests on such alone, else None."""
         roles = {why.role for why in (self.modes if modes is None else modes)}
-        if not roles or not roles <= {"test", "benchmark", "example"}:
+        if not roles or not roles <= {"test", "benchmark", "example", "option"}:
             return None
-        return " and ".join(f"{role}s" for role in sorted(roles))
+        return " and ".join(_ROLE_PLURAL.get(role, f"{role}s") for role in sorted(roles))
 
 
 CALLER = Profile(BOTH, "caller")

@@ -1,0 +1,1 @@
+from starlight_vision.model import Starlight
