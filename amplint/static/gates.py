@@ -128,16 +128,17 @@ class FlagValues:
     """What the project says of each flag name: where it is set off, and whether anything may turn
     it on."""
 
+    # By name, lower-cased (a config spells `AMP` what the code reads as `amp`).
     off: dict[str, str] = field(default_factory=dict)  # name -> the first place that sets it off
     on: set[str] = field(default_factory=set)
 
     def is_off(self, flag: Flag) -> str | None:
         """Where the project leaves `flag` off, when nothing may turn it on; else None."""
-        if flag.name in self.on or flag.default is True:
+        if flag.name.lower() in self.on or flag.default is True:
             return None
         if flag.default is False:
             return "a parameter that defaults to off"
-        where = self.off.get(flag.name)
+        where = self.off.get(flag.name.lower())
         return f"off by default at {where}" if where is not None else None
 
 
@@ -177,7 +178,7 @@ def flag_values(
                 if not hidden(match.start()) and (pattern is keyed or not _in_string(raw, match.start())):
                     _record(values, match, display, raw)
     for display, raw in text:
-        values.on.update(match["name"].decode().replace("-", "_") for match in option.finditer(raw))
+        values.on.update(match["name"].decode().replace("-", "_").lower() for match in option.finditer(raw))
         for match in config.finditer(raw):
             _record(values, match, display, raw)
     return values
@@ -185,7 +186,7 @@ def flag_values(
 
 def _option(values: FlagValues, match: re.Match[bytes], display: str, raw: bytes) -> None:
     """An argparse option declares the flag's default; any other `--fp16` is a command line."""
-    name = match["name"].decode().replace("-", "_")
+    name = match["name"].decode().replace("-", "_").lower()
     declaration = raw.rfind(b"add_argument", max(match.start() - 300, 0), match.start())
     if declaration < 0 or b")" in raw[declaration : match.start()]:
         values.on.add(name)  # `["--fp16"]`, a command line the project runs
@@ -207,7 +208,7 @@ _FIELD = re.compile(rb"field\([^)\n]*?\bdefault[ \t]*=[ \t]*(\w+)")
 
 
 def _record(values: FlagValues, match: re.Match[bytes], display: str, raw: bytes) -> None:
-    name, value = match["name"].decode(), match["value"].strip()
+    name, value = match["name"].decode().lower(), match["value"].strip()  # a config's `AMP: true`
     if (found := _FIELD.match(value)) is not None:
         value = found[1]
     if not value or value.lower() in _OFF:

@@ -74,7 +74,7 @@ def test_what_the_project_says_of_a_flag() -> None:
     }
     # A command line in a script, a config's `true`, a value the code computes: maybe on.
     assert _values({"train.py": parser}, {"run.sh": "python train.py --fp16\n"})["fp16"] is None
-    assert _values({"train.py": parser}, {"cfg.yaml": "use_amp: true\n"})["use_amp"] is None
+    assert _values({"train.py": parser}, {"cfg.yaml": "USE_AMP: true\n"})["use_amp"] is None
     assert _values({"train.py": parser, "t.py": "Trainer(fp16=not args.fp32)\n"})["fp16"] is None
     assert _values({"train.py": parser, "t.py": 'run(["--use_amp"])\n'})["use_amp"] is None
     # Passing it along (`fp16=fp16`, `self.fp16 = args.fp16`), or naming it in a message, is no use.
