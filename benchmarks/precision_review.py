@@ -112,7 +112,10 @@ NOT_SAMPLED = frozenset({"AMP900"})
 KEPT_SUFFIXES = (".py", ".ipynb")
 # Configuration files name dtypes and precision (a YAML recipe, a DeepSpeed JSON); data files that
 # happen to share a suffix are left out by size.
-CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".cfg")
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".cfg", ".ini")
+# Scripts and docs: a command line's `--fp16` or a README's usage turns on a flag amplint would
+# otherwise take as off (`amplint.static.gates`), so they are kept from review 40 on.
+TEXT_SUFFIXES = (".sh", ".bash", ".md", ".rst", ".txt")
 MAX_CONFIG_BYTES = 1 << 20
 # Directory names amplint skips by default; the line counts skip them too.
 SKIPPED_DIRS = frozenset(
@@ -395,10 +398,11 @@ def declared_torch(archive: Path) -> str:
 
 
 def kept(name: str, size: int) -> bool:
-    """Whether `fetch` unpacks this file: source, notebooks, .gitignore and configuration files."""
+    """Whether `fetch` unpacks this file: source, notebooks, .gitignore, configuration files, scripts
+    and docs."""
     if name.endswith(KEPT_SUFFIXES) or PurePosixPath(name).name == ".gitignore":
         return True
-    return name.endswith(CONFIG_SUFFIXES) and size <= MAX_CONFIG_BYTES
+    return name.endswith(CONFIG_SUFFIXES + TEXT_SUFFIXES) and size <= MAX_CONFIG_BYTES
 
 
 def unpack(archive: Path, target: Path) -> int:

@@ -26,9 +26,14 @@ _CLOSES = re.compile(rb"[ \t\r\n]*[,)]")
 _CALLEE = re.compile(rb"(?:^|[^\w])(\w+)[ \t]*$", re.MULTILINE)
 _KEYWORDS = {b"if", b"elif", b"while", b"return", b"and", b"or", b"not", b"in", b"yield", b"assert"}
 # Methods a framework or Python calls without naming them in the project (a module's `forward`
-# through `__call__`, an autograd function's `backward`, Lightning's and Hugging Face's steps and losses):
+# through `__call__`, an autograd function's `backward` and `setup_context`, Lightning's steps, hooks
+# and `configure_optimizers`, Hugging Face's losses, weight initialisation and generation inputs):
 # their calls are not all seen.
-_HOOK = re.compile(r"^(__\w+__|forward|backward|\w*_step|compute_loss)$")
+_HOOK = re.compile(
+    r"^(__\w+__|forward|backward|setup_context|jvp|vjp|\w*_step|compute_loss|on_\w+|configure_\w+|"
+    r"\w+_epoch_(?:start|end)|\w+_dataloader|setup|teardown|prepare_data|_init_weights|reset_parameters|"
+    r"extra_repr|prepare_inputs_for_generation)$"
+)
 
 
 def framework_hook(name: str) -> bool:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import PurePosixPath
 
-from amplint.static.callers import call_lines, calls_of, float32_callees
+from amplint.static.callers import call_lines, calls_of, float32_callees, framework_hook
 from amplint.static.gates import Flag, flag_values, guards
 from amplint.static.profile import (
     AUTOCAST,
@@ -178,6 +178,7 @@ class _Project:
         # Per file, the names it binds to a partial of torch's autocast (`partial_autocasts`).
         self.partials: dict[str, dict[str, Partial]] = {}
         self.callees: dict[str, set[str]] = {}  # name -> the files that call it with a float32 value
+        self._attributes: set[bytes] | None = None
 
     def add(self, display: str, relative: str, load: Loader) -> None:
         self.loaders[display] = load
@@ -252,6 +253,16 @@ class _Project:
         # Several files end so (a `utils.py` in each package): the one nearest the importer.
         return max(candidates, key=lambda other: _shared(other, importer))
 
+    def attributes(self) -> set[bytes]:
+        """Every name the project reads as an attribute (`.infer`), comment lines left out: a method
+        of a class with bases runs only if one of them names it (or its framework calls it)."""
+        if self._attributes is None:
+            self._attributes = set()
+            for load in self.loaders.values():
+                self._attributes.update(_ATTRIBUTE.findall(load()))
+            self._attributes.discard(b"")
+        return self._attributes
+
     # -- following names ---------------------------------------------------------------------------
     def targets(self, display: str, words: set[bytes], code: bytes) -> Iterator[tuple[str, str]]:
         """(file, top-level name) for each name of `words` that `display` defines or imports from the
@@ -314,6 +325,7 @@ class _Project:
             self.entries = [entry for entry in self.entries if not entry[2].what.endswith(SCALER)]
         result = ProjectModes(entries=[why for _, _, why in self.entries])
         seen: set[tuple[str, str, Mode, frozenset[bytes] | None]] = set()
+        unrun: dict[tuple[str, str], set[bytes]] = {}  # the methods of reached classes none calls
         reached: dict[str, dict[Mode, ModeWhy]] = {}
         by_definition: dict[str, dict[str, dict[Mode, ModeWhy]]] = {}
         # (file, name, why, the words of the entry's scope and of the one that named it)
@@ -354,6 +366,13 @@ class _Project:
                 called = frozenset(
                     m for m in methods if m.startswith(b"__") or m in named[0] or m in named[1]
                 )
+            elif index.code.startswith(b"class", start):
+                # A class with bases: its framework runs its hooks, and a method the project names
+                # nowhere (`Text2SemanticDecoder.infer`, whose one call is commented out) runs
+                # nowhere; the rest may run wherever an instance goes.
+                methods = _methods(index, start, end)
+                called = frozenset(m for m in methods if framework_hook(m.decode()) or m in self.attributes())
+                unrun.setdefault((display, name), set(methods)).intersection_update(methods.keys() - called)
             if (display, name, why.mode, called) in seen:
                 continue
             seen.add((display, name, why.mode, called))
@@ -377,6 +396,8 @@ class _Project:
             display: {name: _best_first(modes) for name, modes in names.items()}
             for display, names in by_definition.items()
         }
+        for (display, name), idle in unrun.items():  # no mode reaches them: the caller's
+            result.definitions[display].update((f"{name}.{m.decode()}", ()) for m in sorted(idle))
         result.elsewhere = self._elsewhere(reached.keys())
         return result
 
@@ -658,6 +679,8 @@ _METHOD = re.compile(rb"^([ \t]+)(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)
 # A line that starts a statement (not a comment, nor the closing bracket of a signature), its indentation.
 _INDENTED = re.compile(rb"^([ \t]*)(?=[^\s#)\]}])", re.MULTILINE)
 _SELF_CALL = re.compile(rb"\bself\.(\w+)[ \t]*\(")
+# An attribute's name, or (matching nothing) a comment line: `# self.model.infer(...)` names nothing.
+_ATTRIBUTE = re.compile(rb"^[ \t]*#[^\n]*|\.([A-Za-z_]\w*)", re.MULTILINE)
 _SELF_READ = re.compile(rb"\bself\.(\w+)")
 _SELF_SET = re.compile(rb"\bself\.(\w+)[ \t]*(?::[^=\n]*)?=(?!=)([^\n]*)")
 _LOCAL_SET = re.compile(rb"^[ \t]*(\w+)[ \t]*(?::[^=\n]*)?=(?!=)([^\n]*)", re.MULTILINE)

@@ -19,6 +19,7 @@ import bisect
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Literal
 
 __all__ = [
@@ -224,8 +225,9 @@ class Profile:
     # The execution modes of one file, with their evidence (`amplint.static.modes`), best first;
     # empty where none is known (then `half` alone says what the caller may pick).
     modes: tuple[ModeWhy, ...] = ()
-    # The modes of each top-level definition some entry reaches; where set, one it does not reach
-    # runs in float32 (module-level code keeps the file's `modes`).
+    # The modes of each top-level definition some entry reaches (and no modes for the methods of a
+    # reached class that nothing runs, `Class.method`); where set, one it does not reach runs in
+    # float32 (module-level code keeps the file's `modes`).
     definitions: tuple[tuple[str, tuple[ModeWhy, ...]], ...] = ()
     # The functions of the file that other files call with a float32 value, with every call of
     # their name in the project: (name, ((file, line, digest of the file), ...)).
@@ -280,10 +282,21 @@ class Profile:
         return f"{key}:{modes}" if modes else key
 
     def modes_of(self, definition: str | None) -> tuple[ModeWhy, ...]:
-        """The modes of the top-level `definition` (None: module-level code)."""
+        """The modes of the top-level `definition` (None: module-level code), or of a method
+        (`Class.method`): its class's, unless no mode runs it."""
         if definition is None or not self.definitions:
             return self.modes
-        return next((whys for name, whys in self.definitions if name == definition), ())
+        if definition not in self._by_definition:
+            definition = definition.partition(".")[0]
+        return self._by_definition.get(definition, ())
+
+    def idle(self, definition: str | None) -> bool:
+        """Whether `definition` is a method of a reached class that no mode runs (`Class.method`)."""
+        return definition is not None and "." in definition and self._by_definition.get(definition) == ()
+
+    @cached_property
+    def _by_definition(self) -> dict[str, tuple[ModeWhy, ...]]:
+        return dict(self.definitions)
 
     def calls_of(self, function: str) -> tuple[tuple[str, int, str], ...]:
         """Every call in the project of a function of this file that other files call with a float32

@@ -185,7 +185,7 @@ def test_a_run_from_another_commit_than_the_review_reads_is_not_first_contact() 
     assert "names no amplint commit" in review.first_contact_warning(review.Review(None, 2), run)
 
 
-def test_fetch_keeps_source_and_configuration_files_only(tmp_path: Path) -> None:
+def test_fetch_keeps_source_configuration_scripts_and_docs_only(tmp_path: Path) -> None:
     archive = tmp_path / "demo-1.0.tar.gz"
     files = {
         "demo-1.0/pkg/model.py": b"import torch\n",
@@ -193,6 +193,9 @@ def test_fetch_keeps_source_and_configuration_files_only(tmp_path: Path) -> None
         "demo-1.0/ds_config.json": b'{"bf16": {"enabled": true}}',
         "demo-1.0/data/big.json": b"[" + b"0," * review.MAX_CONFIG_BYTES + b"0]",
         "demo-1.0/README.md": b"# demo\n",
+        # A script or a README may turn a flag on (`python train.py --fp16`).
+        "demo-1.0/scripts/run.sh": b"python train.py --fp16\n",
+        "demo-1.0/assets/logo.png": b"\x89PNG",
     }
     with tarfile.open(archive, "w:gz") as tf:
         for name, content in files.items():
@@ -201,8 +204,8 @@ def test_fetch_keeps_source_and_configuration_files_only(tmp_path: Path) -> None
             tf.addfile(info, io.BytesIO(content))
     review.unpack(archive, tmp_path / "demo-1.0")
     unpacked = {p.relative_to(tmp_path / "demo-1.0").as_posix() for p in (tmp_path / "demo-1.0").rglob("*")}
-    assert {"pkg/model.py", "configs/train.yaml", "ds_config.json"} <= unpacked
-    assert not {"data/big.json", "README.md"} & unpacked
+    assert {"pkg/model.py", "configs/train.yaml", "ds_config.json", "README.md", "scripts/run.sh"} <= unpacked
+    assert not {"data/big.json", "assets/logo.png"} & unpacked
 
 
 # --- counting once, sampling ----------------------------------------------------------------------

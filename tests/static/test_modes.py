@@ -378,7 +378,8 @@ def test_float32_buffers_are_half_only_where_the_built_module_is_converted(
     script = (
         "import torch\nfrom transformers import AutoModelForCausalLM\n"
         "from pkg.llama import LongRopeRotaryEmbedding\n\n\n"
-        f"def main(name, f):\n    model = {run}\n    return model, LongRopeRotaryEmbedding\n"
+        # The cache method runs where the project names it (unsloth calls it as its rope grows).
+        f"def main(name, f):\n    model = {run}\n    return model, LongRopeRotaryEmbedding._set_cos_sin_cache\n"
     )
     root = _project(
         tmp_path,
@@ -962,3 +963,54 @@ if __name__ == "__main__":
     assert entry.role == "code"
     run = amplint_run(root, "check", ".", "--select", "AMP013", "--format", "json")
     assert [d["line"] for d in json.loads(run.stdout)["diagnostics"]] == [7]
+
+
+def test_a_method_the_project_never_names_runs_in_no_mode(tmp_path: Path) -> None:
+    # A class with bases: its framework calls its hooks, and the project calls the methods it names
+    # (`.generate(`, wherever an instance went); one named nowhere else, or only in a comment, runs
+    # nowhere, nor does what only it calls.
+    root = _project(
+        tmp_path,
+        {
+            "pkg/model.py": (
+                "from torch import nn\nfrom pkg.util import sampler, helper\n\n\n"
+                "class GPT(nn.Module):\n    def forward(self, x):\n        return x\n\n"
+                "    def on_train_start(self):\n        pass\n\n"
+                "    def generate(self, x):\n        return helper(x)\n\n"
+                "    def infer(self, x):\n        return sampler(x)\n"
+            ),
+            "pkg/util.py": "def sampler(x):\n    return x\n\n\ndef helper(x):\n    return x\n",
+            "scripts/run.py": (
+                "from pkg.model import GPT\n\n\ndef main():\n    model = GPT().half()\n    go(model)\n\n\n"
+                "def go(model):\n    # model.infer(x)\n    return model.generate(1)\n"
+            ),
+        },
+    )
+    found = _index(root)
+    reached = {name for name, whys in found.definitions["pkg/util.py"].items() if whys}
+    assert reached == {"helper"}
+    assert found.definitions["pkg/model.py"]["GPT.infer"] == ()
+    assert "GPT.generate" not in found.definitions["pkg/model.py"]  # its class's modes
+    assert "GPT.on_train_start" not in found.definitions["pkg/model.py"]  # a Lightning hook
+    write(root / "scripts" / "run.py", (root / "scripts" / "run.py").read_text().replace("# model", "model"))
+    assert {name for name, whys in _index(root).definitions["pkg/util.py"].items() if whys} == {
+        "helper",
+        "sampler",
+    }
+
+
+def test_a_sampler_only_an_uncalled_method_reaches(tmp_path: Path) -> None:
+    # gpt-sovits-python casts its text-to-semantic model to float16 and samples through
+    # `infer_panel`; `topk_sampling` is called only by `infer`, whose one call is commented out.
+    root = tmp_path / "project"
+    shutil.copytree(REAL_MODES / "gpt_sovits_infer_never_called", root)
+
+    def shown(*options: str) -> set[tuple[str, int]]:
+        run = amplint_run(root, "check", ".", "--select", "AMP013", "--format", "json", *options)
+        return {(d["path"], d["line"]) for d in json.loads(run.stdout)["diagnostics"]}
+
+    assert shown() == set()
+    assert shown("--show-conditional") == {("gpt_sovits_python/AR/models/utils.py", 24)}
+    module = root / "gpt_sovits_python" / "AR" / "models" / "t2s_lightning_module.py"
+    write(module, module.read_text().replace("        return\n", "        return self.model.infer(batch)\n"))
+    assert shown() == {("gpt_sovits_python/AR/models/utils.py", 24)}

@@ -56,7 +56,7 @@ class EngineState(ABC):
         self._facts: dict[cst.CSTNode, Fact] = {}
         self._states: dict[cst.CSTNode, frozenset[Autocast]] = {}
         self._done: set[cst.CSTNode] = set()
-        self._definition_of: dict[cst.CSTNode, str] | None = None  # node -> its top-level definition
+        self._definition_of: dict[cst.CSTNode, str] | None = None  # node -> its definition
         self._module_env: dict[str, Fact] | None = None
         self._classes: dict[str, cst.ClassDef] = {}
         self._class_of: dict[cst.FunctionDef, cst.ClassDef] = {}
@@ -107,6 +107,8 @@ class EngineState(ABC):
         if not self.caller_autocast:
             return frozenset({OFF})
         whys = self._modes_at(node)
+        if not whys and node is not None and self.profile.idle(self._definition(node)):
+            return frozenset({OFF})  # a method nothing runs: what it calls gets no autocast from it
         if whys:
             states = {
                 Autocast(why.mode.device or "cuda", why.mode.dtype, mode=why)
@@ -122,17 +124,25 @@ class EngineState(ABC):
         return self.profile.half if not self.profile.modes else HALF
 
     def _modes_at(self, node: cst.CSTNode | None) -> tuple[ModeWhy, ...]:
-        """The execution modes of the top-level definition that holds `node`."""
+        """The execution modes of the definition that holds `node`: its top-level one's, or none
+        for a method nothing runs."""
         if node is None or not self.profile.definitions:
             return self.profile.modes
+        return self.profile.modes_of(self._definition(node))
+
+    def _definition(self, node: cst.CSTNode) -> str | None:
+        """The top-level definition that holds `node`, or its method (`Class.method`)."""
         if self._definition_of is None:
-            self._definition_of = {
-                inner: top.name.value
-                for top in self.ctx.module.body
-                if isinstance(top, (cst.ClassDef, cst.FunctionDef))
-                for inner in walk(top)
-            }
-        return self.profile.modes_of(self._definition_of.get(node))
+            self._definition_of = {}
+            for top in self.ctx.module.body:
+                if isinstance(top, (cst.ClassDef, cst.FunctionDef)):
+                    self._definition_of.update((inner, top.name.value) for inner in walk(top))
+                if isinstance(top, cst.ClassDef):
+                    for method in top.body.body:
+                        if isinstance(method, cst.FunctionDef):
+                            name = f"{top.name.value}.{method.name.value}"
+                            self._definition_of.update((inner, name) for inner in walk(method))
+        return self._definition_of.get(node)
 
     def _caller_tensor(
         self, node: cst.CSTNode, what: str, *, weights: bool = False, kept: bool = False
