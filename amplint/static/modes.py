@@ -6,8 +6,9 @@ pass reads the whole project once, before any file is checked. Every setting the
 `amplint.static.profile` finds is an entry point with a mode (autocast on a device in a dtype, or a
 cast to a dtype); from the function (or script body) that holds it, the names it uses are followed to
 their definitions across the project's imports, and from each definition reached to the names it
-uses in turn (of a class without bases, only the methods its callers name; an autocast region in a
-method reaches what that method does). A file's modes are those of its definitions that some entry
+uses in turn (of a class without bases, only the methods its callers name; of one with bases, its
+framework's hooks and the methods the project names anywhere; an autocast region in a method
+reaches what that method does). A file's modes are those of its definitions that some entry
 reaches, each with the entry and the chain of names as evidence. A file that no entry reaches runs
 in float32 only, when the project sets a precision anywhere. A setting in a module's `__main__`
 demo (a module other files import) counts as an example's, and one that only a flag the project
@@ -33,6 +34,7 @@ from functools import partial
 from pathlib import PurePosixPath
 
 from amplint.static.callers import call_lines, calls_of, float32_callees, framework_hook
+from amplint.static.codetext import BRACKETS, code_words, inside, string_spans
 from amplint.static.gates import Flag, flag_values, guards
 from amplint.static.profile import (
     AUTOCAST,
@@ -60,7 +62,6 @@ _DEF = re.compile(rb"^(?:async[ \t]+def|def|class)[ \t]+(\w+)", re.MULTILINE)
 _WORD = re.compile(rb"[A-Za-z_]\w*")
 _MAIN = re.compile(rb"^if[ \t]+__name__[ \t]*==[ \t]*[\"']__main__[\"'][ \t]*:", re.MULTILINE)
 _DEF_NAME = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)
-_TRIPLE = re.compile(rb"\"\"\"|'''|#")
 _FROM = re.compile(rb"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.MULTILINE)
 _IMPORT = re.compile(rb"^[ \t]*import[ \t]+([^\n]+)", re.MULTILINE)
 
@@ -117,7 +118,7 @@ class _File:
     spans: dict[str, tuple[int, int]]  # top-level name -> (start, end) offsets
     imports: dict[str, tuple[str, str | None]]  # local name -> (module, name in it; None: the module)
     star: list[str]  # modules whose names `from M import *` binds
-    strings: list[tuple[int, int]]  # the triple-quoted strings' spans (`_strings`)
+    strings: list[tuple[int, int]]  # the triple-quoted strings' spans (`string_spans`)
 
 
 @dataclass
@@ -253,6 +254,25 @@ class _Project:
         # Several files end so (a `utils.py` in each package): the one nearest the importer.
         return max(candidates, key=lambda other: _shared(other, importer))
 
+    def _own_bases(self, display: str, start: int, end: int) -> bool:
+        """Whether the class at `start` derives only from `nn.Module`, an abstract base or classes
+        of the project: no framework of its own (a Trainer, a LightningModule) calls its methods by
+        names the project never writes."""
+        index = self.file(display)
+        header = index.code[start : _header_end(index.code, start, end)]
+        opened = header.find(b"(")
+        for base in header[opened + 1 : header.rfind(b")")].split(b",") if opened >= 0 else ():
+            name = base.split(b"[")[0].strip()
+            if not name or b"=" in name or name.rpartition(b".")[2] in _PLAIN_BASES:
+                continue
+            local = name.decode("ascii", "replace")
+            if local in index.spans:
+                continue
+            imported = index.imports.get(local)
+            if imported is None or self.resolve(display, imported[0]) is None:
+                return False
+        return True
+
     def attributes(self) -> set[bytes]:
         """Every name the project reads as an attribute (`.infer`), comment lines left out: a method
         of a class with bases runs only if one of them names it (or its framework calls it)."""
@@ -334,7 +354,7 @@ class _Project:
             owner, scope = _scope(self.file(display), offset, region=why.mode.kind == AUTOCAST)
             # The function that holds the setting is the engine's to read (its own casts and
             # autocast regions are in the file): the mode is for the code it calls.
-            words = _words(scope)
+            words = code_words(scope)
             queue.extend(
                 (*t, why, (words, words))
                 for t in self.targets(display, words, scope)
@@ -366,10 +386,10 @@ class _Project:
                 called = frozenset(
                     m for m in methods if m.startswith(b"__") or m in named[0] or m in named[1]
                 )
-            elif index.code.startswith(b"class", start):
-                # A class with bases: its framework runs its hooks, and a method the project names
-                # nowhere (`Text2SemanticDecoder.infer`, whose one call is commented out) runs
-                # nowhere; the rest may run wherever an instance goes.
+            elif index.code.startswith(b"class", start) and self._own_bases(display, start, end):
+                # A module (or a subclass of the project's own classes): torch runs its hooks, and a
+                # method the project names nowhere (`Text2SemanticDecoder.infer`, whose one call is
+                # commented out) runs nowhere; the rest may run wherever an instance goes.
                 methods = _methods(index, start, end)
                 called = frozenset(m for m in methods if framework_hook(m.decode()) or m in self.attributes())
                 unrun.setdefault((display, name), set(methods)).intersection_update(methods.keys() - called)
@@ -387,7 +407,7 @@ class _Project:
                 body = index.code[start:end]
             else:
                 body = _class_scope(index.code, start, end, methods, called)
-            words = _words(body)
+            words = code_words(body)
             for target in self.targets(display, words, body):
                 if target != (display, name):
                     queue.append((*target, step, (named[0], words)))
@@ -413,7 +433,7 @@ class _Project:
                 continue
             for main in _MAIN.finditer(index.code):
                 if (
-                    not _inside(index.strings, main.start())
+                    not inside(index.strings, main.start())
                     and main.start() <= offset < _block(index, main.start())[1]
                 ):
                     demos.setdefault(self.names[display].rpartition(".")[2], []).append(i)
@@ -437,14 +457,14 @@ class _Project:
         for i, (display, offset, why) in enumerate(self.entries):
             if why.role == "code":
                 index = self.file(display)
-                flags = guards(index.code, offset, partial(_inside, _strings(index.code, comments=True)))
+                flags = guards(index.code, offset, partial(inside, string_spans(index.code, comments=True)))
                 if flags:
                     guarded[i] = flags
         if not guarded:
             return
         # A test sets a flag for what it tests, not for how the project runs.
         code = (
-            (display, code, partial(_inside, _strings(code, comments=True)))
+            (display, code, partial(inside, string_spans(code, comments=True)))
             for display, load in self.loaders.items()
             if self.roles[display] != "test" and (code := load())
         )
@@ -476,9 +496,9 @@ class _Project:
             code = load()
             if pattern.search(code) is None:
                 continue
-            strings = _strings(code, comments=True)
+            strings = string_spans(code, comments=True)
             digest = f"{zlib.crc32(code):08x}"
-            for name, line in call_lines(code, pattern, partial(_inside, strings)):
+            for name, line in call_lines(code, pattern, partial(inside, strings)):
                 calls[name].append((display, line, digest))
             # A name called all over the project (`update`, `pad`) is too common to be this
             # function's alone, and its calls too many files to read: no longer looked for.
@@ -501,24 +521,22 @@ def _best_first(modes: dict[Mode, ModeWhy]) -> tuple[ModeWhy, ...]:
 
 
 def _index(display: str, code: bytes) -> _File:
-    strings = _strings(code)
+    strings = string_spans(code)
     # A definition ends where the next statement at column 0 starts (a decorator belongs to the next).
     tops = [
-        m.start()
-        for m in TOP_LINE.finditer(code)
-        if not _inside(strings, m.start()) and code[m.start()] != 64
+        m.start() for m in TOP_LINE.finditer(code) if not inside(strings, m.start()) and code[m.start()] != 64
     ]
     spans: dict[str, tuple[int, int]] = {}
     for match in _DEF.finditer(code):
         start = match.start()
-        if _inside(strings, start):
+        if inside(strings, start):
             continue
         after = bisect.bisect_right(tops, start)
         spans.setdefault(match[1].decode(), (start, tops[after] if after < len(tops) else len(code)))
     imports: dict[str, tuple[str, str | None]] = {}
     star: list[str] = []
     for match in _FROM.finditer(code):
-        if _inside(strings, match.start()):
+        if inside(strings, match.start()):
             continue
         module = (match[1] + match[2]).decode()
         names = match[3].decode().replace("(", " ").replace(")", " ").replace("\\", " ")
@@ -533,7 +551,7 @@ def _index(display: str, code: bytes) -> _File:
             if local.isidentifier():
                 imports[local] = (module, parts[0])
     for match in _IMPORT.finditer(code):
-        if _inside(strings, match.start()):
+        if inside(strings, match.start()):
             continue
         for item in match[1].decode().split("#")[0].split(","):
             parts = item.split()
@@ -548,29 +566,6 @@ def _index(display: str, code: bytes) -> _File:
 
 def _uncomment(text: str) -> str:
     return "\n".join(line.split("#")[0] for line in text.splitlines())
-
-
-def _strings(code: bytes, comments: bool = False) -> list[tuple[int, int]]:
-    """The (start, end) offsets of the triple-quoted strings (their lines are no code), and with
-    `comments`, of the comments."""
-    spans: list[tuple[int, int]] = []
-    at = 0
-    while (match := _TRIPLE.search(code, at)) is not None:
-        if match.group() == b"#":
-            end = code.find(b"\n", match.end())
-            at = len(code) if end < 0 else end
-            if comments:
-                spans.append((match.start(), at))
-            continue
-        close = code.find(match.group(), match.end())
-        at = len(code) if close < 0 else close + 3
-        spans.append((match.start(), at))
-    return spans
-
-
-def _inside(spans: list[tuple[int, int]], offset: int) -> bool:
-    index = bisect.bisect_right(spans, (offset, 1 << 62)) - 1
-    return index >= 0 and spans[index][0] < offset < spans[index][1]
 
 
 def _scope(index: _File, offset: int, region: bool = False) -> tuple[str | None, bytes]:
@@ -619,7 +614,7 @@ def _region_blocks(index: _File, offset: int, holder: tuple[str, int, int] | Non
     return [
         _block(index, m.start())
         for m in enters.finditer(code, offset, end)
-        if not _inside(index.strings, m.start())
+        if not inside(index.strings, m.start())
     ]
 
 
@@ -652,9 +647,9 @@ def _header_end(code: bytes, start: int, end: int) -> int:
     depth = 0
     for at in range(start, end):
         char = code[at]
-        if char in _OPEN:
+        if char in BRACKETS[0]:
             depth += 1
-        elif char in _CLOSE:
+        elif char in BRACKETS[1]:
             depth -= 1
         elif char == 58 and depth == 0:  # ":"
             return at + 1
@@ -667,7 +662,7 @@ def _block(index: _File, offset: int) -> tuple[int, int]:
     code = index.code
     indent = len(code[offset:]) - len(code[offset:].lstrip(b" \t"))
     for line in _INDENTED.finditer(code, code.find(b"\n", offset) + 1 or len(code)):
-        if len(line[1]) <= indent and not _inside(index.strings, line.start()):
+        if len(line[1]) <= indent and not inside(index.strings, line.start()):
             return offset, line.start()
     return offset, len(code)
 
@@ -679,6 +674,7 @@ _METHOD = re.compile(rb"^([ \t]+)(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)
 # A line that starts a statement (not a comment, nor the closing bracket of a signature), its indentation.
 _INDENTED = re.compile(rb"^([ \t]*)(?=[^\s#)\]}])", re.MULTILINE)
 _SELF_CALL = re.compile(rb"\bself\.(\w+)[ \t]*\(")
+_PLAIN_BASES = frozenset({b"Module", b"ABC", b"object", b"Generic", b"Protocol"})
 # An attribute's name, or (matching nothing) a comment line: `# self.model.infer(...)` names nothing.
 _ATTRIBUTE = re.compile(rb"^[ \t]*#[^\n]*|\.([A-Za-z_]\w*)", re.MULTILINE)
 _SELF_READ = re.compile(rb"\bself\.(\w+)")
@@ -693,12 +689,12 @@ def _methods(index: _File, start: int, end: int) -> dict[bytes, tuple[int, int]]
     """The spans of the methods of the class at `index.code[start:end]` (those at its body's
     indentation, each up to the next line of code as far out as its `def`), by name."""
     code, strings = index.code, index.strings
-    found = [m for m in _METHOD.finditer(code, start, end) if not _inside(strings, m.start())]
+    found = [m for m in _METHOD.finditer(code, start, end) if not inside(strings, m.start())]
     if not found:
         return {}
     indent = min(len(m[1]) for m in found)
     lines = [m.start() for m in _INDENTED.finditer(code, start, end) if len(m[1]) <= indent]
-    lines = [line for line in lines if not _inside(strings, line)]
+    lines = [line for line in lines if not inside(strings, line)]
     spans: dict[bytes, tuple[int, int]] = {}
     for method in (m for m in found if len(m[1]) == indent):
         after = bisect.bisect_right(lines, method.start())
@@ -733,7 +729,7 @@ def _forward_without_autocast(index: _File, start: int, end: int) -> bool:
     at = _header_end(code, span[0], span[1])
     for match in _INDENTED.finditer(code, at, span[1]):
         line_start = match.end()
-        if _inside(index.strings, line_start) or code.startswith((b'"""', b"'''", b"#"), line_start):
+        if inside(index.strings, line_start) or code.startswith((b'"""', b"'''", b"#"), line_start):
             continue
         return _AUTOCAST_OFF.match(code, match.start()) is not None
     return False
@@ -803,58 +799,6 @@ def _method_scope(index: _File, start: int, end: int, block: tuple[int, int]) ->
     scope = _class_scope(index.code, start, end, methods, (entry,), bases=False, region=body)
     bound = _bound_before(index.code, methods[entry][0], block[0], index.code[body[0] : body[1]])
     return b"\n".join([scope, *bound])
-
-
-def _words(code: bytes) -> set[bytes]:
-    """The names `code` uses, less those only its docstrings, comments and signatures' annotations
-    name: a type named for a parameter or a return (`def convert(model: GPT2LLM) -> GPT2Config`) is
-    not run by the function."""
-    kept, at = [], 0
-    for start, end in _strings(code, comments=True):  # docstrings and comments name what they like
-        kept.append(code[at:start])
-        at = end
-    kept.append(code[at:])
-    return set(_WORD.findall(_unannotated(b" ".join(kept))))
-
-
-_DEF_HEAD = re.compile(rb"\bdef[ \t]+\w+[ \t]*\(")
-_OPEN, _CLOSE, _QUOTES = b"([{", b")]}", b"\"'"
-
-
-def _unannotated(code: bytes) -> bytes:
-    """`code` with the annotations of each `def`'s parameters and return left out (defaults kept)."""
-    pieces: list[bytes] = []
-    at = 0
-    for match in _DEF_HEAD.finditer(code):
-        if match.start() < at:
-            continue  # inside a signature already read (a `def` in a default's string)
-        pieces.append(code[at : match.end()])
-        i, depth, keep, default = match.end(), 1, match.end(), False
-        while i < len(code) and depth:
-            c = code[i]
-            if c in _QUOTES:  # a string in a default: skipped whole
-                end = code.find(code[i : i + 1], i + 1)
-                i = len(code) if end < 0 else end
-            elif c in _OPEN:
-                depth += 1
-            elif c in _CLOSE:
-                depth -= 1
-            elif depth == 1 and c == 58 and not default and keep >= 0:  # `:` starts an annotation
-                pieces.append(code[keep:i])
-                keep = -1
-            elif depth == 1 and c in b",=":  # the next parameter, or a default: kept
-                default = c == 61
-                keep = i if keep < 0 else keep
-            if not depth and keep < 0:
-                keep = i  # the closing parenthesis
-            i += 1
-        if keep >= 0:
-            pieces.append(code[keep:i])
-        # `-> Returns:` after the parameters: left out up to the header's colon.
-        arrow = re.match(rb"[ \t]*->[^:]*", code[i : i + 400])
-        at = i + (arrow.end() if arrow else 0)
-    pieces.append(code[at:])
-    return b"".join(pieces)
 
 
 def _line_offset(code: bytes, line: int, offset: int, at_line: int) -> int:
