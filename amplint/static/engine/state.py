@@ -436,6 +436,8 @@ class EngineState(ABC):
             self._call_sites = {}
             for call in self.ctx.index.calls:
                 func = call.func
+                if self.profile.definitions and self.profile.idle(self._definition(call)):
+                    continue  # a call in a method nothing runs passes nothing
                 if (
                     isinstance(func, cst.Name)
                     and func.value in self._functions
