@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from amplint.rule import Rule
+from amplint.static.branches import Branches
 from amplint.static.context import FileContext, Finding
 from amplint.static.engine.interpret import FLOAT16_WORDS
 from amplint.static.facts import Float16
@@ -102,10 +103,17 @@ class EagerAttentionInFp16(Rule):
         for nodes in regions:
             eager = [node for node in (_eager(node) for node in nodes) if node is not None]
             eager = [node for node in eager if node not in reported]
-            float16 = _float16_in(ctx, nodes) if eager else None
-            if float16 is not None:
-                reported.update(eager)
-                yield from (_finding(ctx, node, float16) for node in eager)
+            settings = _float16_in(ctx, nodes) if eager else []
+            if not settings:
+                continue
+            branches = Branches(ctx, nodes)
+            for node in eager:
+                # A float16 load in another arm of an `if` is another model's (sendnn-inference
+                # loads its embedding model in float16, its classifier in the checkpoint's dtype).
+                float16 = next((f for f in settings if not branches.apart(f.node, node)), None)
+                if float16 is not None:
+                    reported.add(node)
+                    yield _finding(ctx, node, float16)
 
 
 def _is_eager(node: cst.BaseExpression) -> bool:
@@ -144,11 +152,11 @@ def _string(node: cst.BaseExpression) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _float16_in(ctx: FileContext, nodes: list[cst.CSTNode]) -> Float16 | None:
+def _float16_in(ctx: FileContext, nodes: list[cst.CSTNode]) -> list[Float16]:
     """How the region surely runs a model in float16 (not one branch of a choice made at run time):
     a cast, a loader's dtype, the dtype entry of a keyword dict, or float16 autocast."""
     settings = (ctx.facts.float16_setting(node) for node in nodes)
-    return next((found for found in settings if found is not None and found.surely), None)
+    return [found for found in settings if found is not None and found.surely]
 
 
 def _finding(ctx: FileContext, node: cst.BaseExpression, float16: Float16) -> Finding:
