@@ -13,13 +13,17 @@ declarations and uses of the flags' names across the project in one search per f
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-__all__ = ["Flag", "FlagValues", "flag_values", "guards"]
+__all__ = ["Blocks", "Flag", "FlagValues", "flag_values", "guards"]
 
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\Z")
+_COMPOUND = re.compile(
+    rb"^([ \t]*)(?:if|elif|else|def|async|class|for|while|with|try|except|finally)\b", re.MULTILINE
+)
 _HEADER = re.compile(rb"[ \t]*(?:(el)?if[ \t]+(?P<test>[^\n]+?):|(?P<stop>else|def|async|class)\b)")
 _IF_INLINE = re.compile(rb"[ \t]*if[ \t]+(?P<test>[^\n]+?):[ \t]*(?=\S)")
 _TERNARY = re.compile(rb"\bif[ \t]+(?P<test>[\w.]+)[ \t]+else\b(?P<other>[^\n]*)")
@@ -39,11 +43,44 @@ class Flag:
     default: bool | None = None
 
 
-def guards(code: bytes, offset: int, hidden: Callable[[int], bool]) -> list[Flag]:
+class Blocks:
+    """The header lines of a file's compound statements (`if`, `for`, `def`, ...), each with its
+    indentation and the header whose block holds it: found once per file, so that each setting finds
+    the blocks around it in as many steps as they are deep, not as many lines as precede it."""
+
+    def __init__(self, code: bytes, hidden: Callable[[int], bool]) -> None:
+        self.code = code
+        self.starts: list[int] = []
+        self.indents: list[int] = []
+        self.parents: list[int] = []
+        open_: list[int] = []  # the headers whose blocks the next line may be in, outermost first
+        for match in _COMPOUND.finditer(code):
+            if hidden(match.end(1)):
+                continue
+            width = len(match[1])
+            while open_ and self.indents[open_[-1]] >= width:
+                open_.pop()
+            self.parents.append(open_[-1] if open_ else -1)
+            self.starts.append(match.start())
+            self.indents.append(width)
+            open_.append(len(self.starts) - 1)
+
+    def around(self, line_start: int) -> Iterator[int]:
+        """The starts of the header lines whose blocks hold the line at `line_start`, innermost first
+        (the nearest header above it with less indentation, then that one's, ...)."""
+        indent = _indent(self.code, line_start)
+        at = bisect.bisect_left(self.starts, line_start) - 1
+        while at >= 0:
+            if self.indents[at] < indent:
+                yield self.starts[at]
+                indent = self.indents[at]
+            at = self.parents[at]
+
+
+def guards(code: bytes, offset: int, blocks: Blocks) -> list[Flag]:
     """The flags the setting at `offset` (in a statement of `code`) runs only under: an `enabled=`
     argument of its call, the test of a conditional expression whose other branch names no half
-    dtype, and the tests of the `if` blocks around it in its function. `hidden`: whether an offset is
-    in a docstring or comment."""
+    dtype, and the tests of the `if` blocks around it in its function (`blocks`, the file's)."""
     line_start = code.rfind(b"\n", 0, offset) + 1
     line_end = _end(code, offset)
     tests: list[bytes] = []
@@ -61,17 +98,8 @@ def guards(code: bytes, offset: int, hidden: Callable[[int], bool]) -> list[Flag
     inline = _IF_INLINE.match(code, line_start)
     if inline is not None and inline.end() <= offset:
         tests.append(inline["test"])
-    indent = _indent(code, line_start)
     signature = b""
-    at = line_start
-    while indent and at > 0:
-        at = code.rfind(b"\n", 0, at - 1) + 1
-        width = _indent(code, at)
-        first = code[at + width : at + width + 1]
-        # Blank lines, comments and a signature's closing `):` (it ends a statement) are no header.
-        if width >= indent or first in (b"\n", b"\r", b"#", b"", b")", b"]", b"}") or hidden(at + width):
-            continue
-        indent = width
+    for at in blocks.around(line_start):
         header = _HEADER.match(code, at)
         if header is None:
             continue  # `for`, `with`, `try`: the body runs whatever the flag
@@ -99,11 +127,10 @@ def _resolve(code: bytes, written: str, before: int, signature: bytes, depth: in
     name = re.escape(written.encode())
     if signature:
         start = max(code.rfind(signature, 0, before), 0) + len(signature)  # defaults bind nothing
-        if re.search(
-            rb"^[ \t]+(?:" + name + rb"[ \t]*[-+&|^]=|[\w, \t]*,[ \t]*" + name + rb"\b[\w, \t]*=)",
-            code[start:before],
-            re.M,
-        ):
+        computed = re.compile(
+            rb"^[ \t]+(?:" + name + rb"[ \t]*[-+&|^]=|[\w, \t]*,[ \t]*" + name + rb"\b[\w, \t]*=)", re.M
+        )
+        if computed.search(code, start, before):
             return None
         pattern = re.compile(rb"^[ \t]+" + name + rb"[ \t]*=(?!=)[ \t]*([^\n#]*\S)", re.M)
         bound = next(reversed(list(pattern.finditer(code, start, before))), None)  # the last binding

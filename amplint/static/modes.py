@@ -35,7 +35,7 @@ from pathlib import PurePosixPath
 
 from amplint.static.callers import call_lines, calls_of, float32_callees, framework_hook
 from amplint.static.codetext import BRACKETS, code_words, inside, string_spans
-from amplint.static.gates import Flag, flag_values, guards
+from amplint.static.gates import Blocks, Flag, flag_values, guards
 from amplint.static.profile import (
     AUTOCAST,
     CAST,
@@ -350,16 +350,18 @@ class _Project:
         by_definition: dict[str, dict[str, dict[Mode, ModeWhy]]] = {}
         # (file, name, why, the words of the entry's scope and of the one that named it)
         queue: deque[tuple[str, str, ModeWhy, tuple[set[bytes], set[bytes]]]] = deque()
+        # Many settings share a scope (a script's every `.half()`): its names are read once.
+        scopes: dict[tuple[str, bytes], tuple[set[bytes], list[tuple[str, str]]]] = {}
         for display, offset, why in self.entries:
             owner, scope = _scope(self.file(display), offset, region=why.mode.kind == AUTOCAST)
-            # The function that holds the setting is the engine's to read (its own casts and
-            # autocast regions are in the file): the mode is for the code it calls.
-            words = code_words(scope)
-            queue.extend(
-                (*t, why, (words, words))
-                for t in self.targets(display, words, scope)
-                if t != (display, owner)
-            )
+            if (display, scope) not in scopes:
+                # The function that holds the setting is the engine's to read (its own casts and
+                # autocast regions are in the file): the mode is for the code it calls.
+                words = code_words(scope)
+                found = [t for t in self.targets(display, words, scope) if t != (display, owner)]
+                scopes[display, scope] = (words, found)
+            words, found = scopes[display, scope]
+            queue.extend((*t, why, (words, words)) for t in found)
         while queue:
             display, name, why, named = queue.popleft()  # breadth first: each chain is a shortest one
             index = self.file(display)
@@ -454,10 +456,13 @@ class _Project:
         with a `store_true` option nothing passes) is an option's: it says what a user may ask for,
         not how the project runs (`amplint.static.gates`)."""
         guarded: dict[int, list[Flag]] = {}
+        blocks: dict[str, Blocks] = {}
         for i, (display, offset, why) in enumerate(self.entries):
             if why.role == "code":
-                index = self.file(display)
-                flags = guards(index.code, offset, partial(inside, string_spans(index.code, comments=True)))
+                text = self.file(display).code
+                if display not in blocks:
+                    blocks[display] = Blocks(text, partial(inside, string_spans(text, comments=True)))
+                flags = guards(text, offset, blocks[display])
                 if flags:
                     guarded[i] = flags
         if not guarded:

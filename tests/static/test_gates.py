@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 from support import amplint_run, write
 
-from amplint.static.gates import Flag, flag_values, guards
+from amplint.static.gates import Blocks, Flag, flag_values, guards
 from amplint.static.modes import index_modes
 
 
 def _guards(code: str, setting: str) -> list[Flag]:
     raw = code.encode()
     comments = [(i, raw.index(b"\n", i)) for i in range(len(raw)) if raw[i : i + 1] == b"#"]
-    return guards(raw, raw.index(setting.encode()), lambda at: any(a <= at < b for a, b in comments))
+    blocks = Blocks(raw, lambda at: any(a <= at < b for a, b in comments))
+    return guards(raw, raw.index(setting.encode()), blocks)
 
 
 @pytest.mark.parametrize(
