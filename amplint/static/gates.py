@@ -99,7 +99,7 @@ def guards(code: bytes, offset: int, blocks: Blocks) -> list[Flag]:
     if inline is not None and inline.end() <= offset:
         tests.append(inline["test"])
     signature = b""
-    for at in blocks.around(line_start):
+    for at in blocks.around(_statement_start(code, line_start)):
         header = _HEADER.match(code, at)
         if header is None:
             continue  # `for`, `with`, `try`: the body runs whatever the flag
@@ -115,6 +115,25 @@ def guards(code: bytes, offset: int, blocks: Blocks) -> list[Flag]:
             if _DOTTED.match(written):
                 flags.append(_resolve(code, written, line_start, signature))
     return [flag for flag in flags if flag is not None]
+
+
+def _statement_start(code: bytes, line_start: int) -> int:
+    """Where the statement holding the line at `line_start` starts: a setting on a line of its own
+    inside a call (`Accelerator(\n    mixed_precision="fp16",\n)`) belongs to the call's statement
+    and its indentation. The nearest line above with less indentation is the block's header for a
+    statement's first line, and for a later line of a statement (up to 30 lines on) its first line."""
+    start, indent, at = line_start, _indent(code, line_start), line_start
+    for _ in range(30):
+        if at == 0 or not indent:
+            break
+        at = code.rfind(b"\n", 0, at - 1) + 1
+        width = _indent(code, at)
+        if width >= indent or code[at + width : at + width + 1] in (b"\n", b"\r", b"#", b")", b"]", b"}"):
+            continue
+        if _COMPOUND.match(code, at):
+            break
+        start, indent = at, width
+    return start
 
 
 def _resolve(code: bytes, written: str, before: int, signature: bytes, depth: int = 2) -> Flag | None:

@@ -46,6 +46,13 @@ def _guards(code: str, setting: str) -> list[Flag]:
         ('mp = "fp16" if self.amp else "no"\n', '"fp16"', [Flag("self.amp", "amp")]),
         ('a = "bf16" if bf16 else "fp16"\nBF = 1\n', '"bf16"', []),
         ('with autocast("cuda" if cfg.cuda else "cpu", dtype=torch.float16):\n', "autocast(", []),
+        # A line of a call is in the call's statement, not in the `if` above it (phi-torch).
+        (
+            "def train(args):\n    if args.use_ddp:\n        init()\n\n"
+            '    accelerator = Accelerator(\n        mixed_precision="fp16",\n    )\n',
+            "mixed_precision",
+            [],
+        ),
         # A name the function computes (a tuple unpacked, `&=`) is the code's to decide.
         (
             "def load(w, fp16=False):\n    pt, jit = kind(w)\n    if pt:\n        model.half()\n",
