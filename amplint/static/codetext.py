@@ -7,10 +7,12 @@ from __future__ import annotations
 import bisect
 import re
 
-__all__ = ["BRACKETS", "code_words", "inside", "string_spans"]
+__all__ = ["BRACKETS", "code_words", "indent_at", "inside", "is_code", "string_spans"]
 
 _WORD = re.compile(rb"[A-Za-z_]\w*")
 _TRIPLE = re.compile(rb"\"\"\"|'''|#")
+# On one line: a comment, or a string (its closing quote missing when it is still open at the end).
+_LINE_NOISE = re.compile(rb"#|\"(?:[^\"\\]|\\.)*(?P<double>\")?|'(?:[^'\\]|\\.)*(?P<single>')?")
 
 
 def string_spans(code: bytes, comments: bool = False) -> list[tuple[int, int]]:
@@ -34,6 +36,29 @@ def string_spans(code: bytes, comments: bool = False) -> list[tuple[int, int]]:
 def inside(spans: list[tuple[int, int]], offset: int) -> bool:
     index = bisect.bisect_right(spans, (offset, 1 << 62)) - 1
     return index >= 0 and spans[index][0] < offset < spans[index][1]
+
+
+def is_code(code: bytes, start: int, line_start: int, docstrings: list[tuple[int, int]]) -> bool:
+    """Whether offset `start` is code: in none of `docstrings` (`string_spans`), and on its line in
+    no comment or string."""
+    index = bisect.bisect_right(docstrings, (start, len(code))) - 1
+    if index >= 0:
+        _, end = docstrings[index]
+        if start < end:
+            return False
+        line_start = max(line_start, end)  # a docstring closed earlier on this line
+    for token in _LINE_NOISE.finditer(code, line_start, start):
+        if token.group() == b"#" or token.lastgroup is None:
+            return False  # a comment, or a string still open at `start`
+    return True
+
+
+def indent_at(code: bytes, line_start: int) -> int:
+    """How many spaces and tabs the line at `line_start` starts with."""
+    at = line_start
+    while at < len(code) and code[at] in b" \t":
+        at += 1
+    return at - line_start
 
 
 def code_words(code: bytes) -> set[bytes]:

@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from amplint.static.codetext import indent_at, is_code
+
 __all__ = ["Blocks", "Flag", "FlagValues", "flag_values", "guards"]
 
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\Z")
@@ -68,7 +70,7 @@ class Blocks:
     def around(self, line_start: int) -> Iterator[int]:
         """The starts of the header lines whose blocks hold the line at `line_start`, innermost first
         (the nearest header above it with less indentation, then that one's, ...)."""
-        indent = _indent(self.code, line_start)
+        indent = indent_at(self.code, line_start)
         at = bisect.bisect_left(self.starts, line_start) - 1
         while at >= 0:
             if self.indents[at] < indent:
@@ -122,12 +124,12 @@ def _statement_start(code: bytes, line_start: int) -> int:
     inside a call (`Accelerator(\n    mixed_precision="fp16",\n)`) belongs to the call's statement
     and its indentation. The nearest line above with less indentation is the block's header for a
     statement's first line, and for a later line of a statement (up to 30 lines on) its first line."""
-    start, indent, at = line_start, _indent(code, line_start), line_start
+    start, indent, at = line_start, indent_at(code, line_start), line_start
     for _ in range(30):
         if at == 0 or not indent:
             break
         at = code.rfind(b"\n", 0, at - 1) + 1
-        width = _indent(code, at)
+        width = indent_at(code, at)
         if width >= indent or code[at + width : at + width + 1] in (b"\n", b"\r", b"#", b")", b"]", b"}"):
             continue
         if _COMPOUND.match(code, at):
@@ -221,7 +223,10 @@ def flag_values(
                 _option(values, match, display, raw)
         for pattern in (assigned, keyed):
             for match in pattern.finditer(raw):
-                if not hidden(match.start()) and (pattern is keyed or not _in_string(raw, match.start())):
+                start = match.start()
+                # `raise ValueError("set fp16 = True")` sets nothing; a dict's key is a string.
+                line_start = raw.rfind(b"\n", 0, start) + 1
+                if not hidden(start) and (pattern is keyed or is_code(raw, start, line_start, [])):
                     _record(values, match, display, raw)
     for display, raw in text:
         values.on.update(match["name"].decode().replace("-", "_").lower() for match in option.finditer(raw))
@@ -273,13 +278,6 @@ def _boolean(value: bytes) -> bool | None:
     return True if value in _TRUE else False if value in _FALSE else None
 
 
-def _indent(code: bytes, line_start: int) -> int:
-    at = line_start
-    while at < len(code) and code[at] in b" \t":
-        at += 1
-    return at - line_start
-
-
 def _end(code: bytes, start: int) -> int:
     """The end of the statement at `start`: its line, and the lines that continue it while a bracket
     stays open (at most 20)."""
@@ -297,9 +295,3 @@ def _end(code: bytes, start: int) -> int:
             break
         end += 1
     return end
-
-
-def _in_string(raw: bytes, offset: int) -> bool:
-    """Whether `offset` is inside a one-line string literal (an odd count of quotes before it)."""
-    line = raw[raw.rfind(b"\n", 0, offset) + 1 : offset]
-    return line.count(b'"') % 2 == 1 or line.count(b"'") % 2 == 1

@@ -34,7 +34,7 @@ from functools import partial
 from pathlib import PurePosixPath
 
 from amplint.static.callers import call_lines, calls_of, float32_callees, framework_hook
-from amplint.static.codetext import BRACKETS, code_words, inside, string_spans
+from amplint.static.codetext import BRACKETS, code_words, indent_at, inside, string_spans
 from amplint.static.gates import Blocks, Flag, flag_values, guards
 from amplint.static.profile import (
     AUTOCAST,
@@ -665,7 +665,7 @@ def _block(index: _File, offset: int) -> tuple[int, int]:
     """The span of the `with` statement whose line starts at `offset`: up to the next line of code
     indented no deeper than it."""
     code = index.code
-    indent = len(code[offset:]) - len(code[offset:].lstrip(b" \t"))
+    indent = indent_at(code, offset)
     for line in _INDENTED.finditer(code, code.find(b"\n", offset) + 1 or len(code)):
         if len(line[1]) <= indent and not inside(index.strings, line.start()):
             return offset, line.start()

@@ -15,12 +15,13 @@ nothing from amplint, so a run answered from the cache loads no parser for it.
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Literal
+
+from amplint.static.codetext import is_code, string_spans
 
 __all__ = [
     "ANY_TORCH",
@@ -357,12 +358,9 @@ def may_set_precision(raw: bytes) -> bool:
     return any(word in raw for word in _WORD_BYTES)
 
 
-# What hides code from the scan: docstrings (any triple-quoted string) from a search for their
-# delimiters, with a `#` skipping the rest of its line so that a quote in a comment opens nothing;
+# What hides code from the scan (`amplint.static.codetext`): docstrings (any triple-quoted string),
 # then, on the line of a match only, comments and strings (a message that mentions `.half()` sets
 # nothing). Tokenizing every string of every file would cost more than the rest of the scan.
-_TRIPLE = re.compile(rb"\"\"\"|'''|#")
-_LINE_NOISE = re.compile(rb"#|\"(?:[^\"\\]|\\.)*(?P<double>\")?|'(?:[^'\\]|\\.)*(?P<single>')?")
 
 _HALF_NAME = {"float16": FLOAT16, "half": FLOAT16, "bfloat16": BFLOAT16, "fp16": FLOAT16, "bf16": BFLOAT16}
 _TORCH_HALF = rb"torch\.(?P<dtype>float16|bfloat16|half)\b"
@@ -431,40 +429,11 @@ def settings_with_kinds(
         if (line_start, dtypes) in found or _in_def(code, line_start) or line_start in own_lines:
             continue
         if docstrings is None:
-            docstrings = _docstrings(code)
-        if _is_code(code, start, line_start, docstrings):
+            docstrings = string_spans(code)
+        if is_code(code, start, line_start, docstrings):
             found[line_start, dtypes] = (start, what, kind)
     for (_, dtypes), (start, what, kind) in sorted(found.items(), key=lambda item: item[1][0]):
         yield code.count(b"\n", 0, start) + 1, what, dtypes, kind
-
-
-def _docstrings(code: bytes) -> list[tuple[int, int]]:
-    """The (start, end) offsets of the triple-quoted strings, in order."""
-    spans: list[tuple[int, int]] = []
-    at = 0
-    while (match := _TRIPLE.search(code, at)) is not None:
-        delimiter = match.group()
-        if delimiter == b"#":
-            at = _line_end(code, match.end())
-            continue
-        close = code.find(delimiter, match.end())
-        at = len(code) if close < 0 else close + 3
-        spans.append((match.start(), at))
-    return spans
-
-
-def _is_code(code: bytes, start: int, line_start: int, docstrings: list[tuple[int, int]]) -> bool:
-    """Whether offset `start` is code: in no docstring, and on its line in no comment or string."""
-    index = bisect.bisect_right(docstrings, (start, len(code))) - 1
-    if index >= 0:
-        _, end = docstrings[index]
-        if start < end:
-            return False
-        line_start = max(line_start, end)  # a docstring closed earlier on this line
-    for token in _LINE_NOISE.finditer(code, line_start, start):
-        if token.group() == b"#" or token.lastgroup is None:
-            return False  # a comment, or a string still open at `start`
-    return True
 
 
 def _in_def(code: bytes, line_start: int) -> bool:
