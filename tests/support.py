@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -52,6 +53,13 @@ def amplint_run(
         text=True,
         env={**os.environ, **env} if env is not None else None,
     )
+
+
+def flagged_places(root: Path, code: str, *options: str) -> set[tuple[str, int]]:
+    """(path, line) of each finding `amplint check . --select CODE OPTIONS` shows in `root`, run as
+    `amplint_run` runs it."""
+    run = amplint_run(root, "check", ".", "--select", code, "--format", "json", *options)
+    return {(d["path"], d["line"]) for d in json.loads(run.stdout)["diagnostics"]}
 
 
 def amplint_call(

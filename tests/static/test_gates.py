@@ -3,12 +3,12 @@ options alone are conditional."""
 
 from __future__ import annotations
 
-import json
 import shutil
+from functools import partial
 from pathlib import Path
 
 import pytest
-from support import amplint_run, write
+from support import amplint_run, flagged_places, write
 
 from amplint.static.gates import Blocks, Flag, flag_values, guards
 from amplint.static.modes import index_modes
@@ -132,9 +132,7 @@ def test_a_scaler_only_a_parameter_off_by_default_enables(tmp_path: Path) -> Non
     root = tmp_path / "project"
     shutil.copytree(REAL_MODES / "starlight_trainer_fp16_off_by_default", root)
 
-    def shown(*options: str) -> set[tuple[str, int]]:
-        run = amplint_run(root, "check", ".", "--select", "AMP006", "--format", "json", *options)
-        return {(d["path"], d["line"]) for d in json.loads(run.stdout)["diagnostics"]}
+    shown = partial(flagged_places, root, "AMP006")
 
     assert shown() == set()
     conditional = amplint_run(root, "check", ".", "--select", "AMP006", "--show-conditional")

@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from functools import partial
 from pathlib import Path
 
 import pytest
-from support import amplint_run, write
+from support import amplint_run, flagged_places, write
 
 from amplint.config import ConfigError, Settings, load_settings
 from amplint.diagnostics import Confidence
@@ -1005,9 +1006,7 @@ def test_a_sampler_only_an_uncalled_method_reaches(tmp_path: Path) -> None:
     root = tmp_path / "project"
     shutil.copytree(REAL_MODES / "gpt_sovits_infer_never_called", root)
 
-    def shown(*options: str) -> set[tuple[str, int]]:
-        run = amplint_run(root, "check", ".", "--select", "AMP013", "--format", "json", *options)
-        return {(d["path"], d["line"]) for d in json.loads(run.stdout)["diagnostics"]}
+    shown = partial(flagged_places, root, "AMP013")
 
     assert shown() == set()
     assert shown("--show-conditional") == {("gpt_sovits_python/AR/models/utils.py", 24)}
