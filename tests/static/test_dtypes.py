@@ -669,6 +669,40 @@ def test_a_method_gets_the_arguments_of_its_own_class_only() -> None:
     assert other.may_be_half
 
 
+def test_a_call_on_self_returns_what_its_class_method_returns() -> None:
+    # Three classes define `_prep`: `self._prep(x)` is no layer of the model but the method of the
+    # caller's class, or, from a base whose own is abstract, its subclasses' overrides.
+    code = """\
+        from abc import abstractmethod
+        import torch
+
+        class Base(torch.nn.Module):
+            def forward(self, x):
+                return self._prep(x)
+
+            @abstractmethod
+            def _prep(self, x):
+                \"\"\"Made ready for the model.\"\"\"
+
+        class Wide(Base):
+            def _prep(self, x):
+                return x.float()
+
+            def run(self, x):
+                return self._prep(x)
+
+        class Other(torch.nn.Module):
+            def _prep(self, x):
+                return x.half()
+
+            def run(self, x):
+                return self._prep(x)
+        """
+    assert fact(code, 6, "self._prep(x)").dtypes == {"float32"}
+    assert fact(code, 17, "self._prep(x)").dtypes == {"float32"}
+    assert fact(code, 24, "self._prep(x)").dtypes == {"float16"}
+
+
 def test_promote_types_with_float32_is_wide_whatever_the_other_dtype() -> None:
     # `dtype` is a parameter (the caller's, any dtype): promoted with float32 it is float32 still.
     code = """\

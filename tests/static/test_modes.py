@@ -1013,3 +1013,21 @@ def test_a_sampler_only_an_uncalled_method_reaches(tmp_path: Path) -> None:
     module = root / "gpt_sovits_python" / "AR" / "models" / "t2s_lightning_module.py"
     write(module, module.read_text().replace("        return\n", "        return self.model.infer(batch)\n"))
     assert shown() == {("gpt_sovits_python/AR/models/utils.py", 24)}
+
+
+def test_each_handler_calls_its_own_sampling_method(tmp_path: Path) -> None:
+    # p3gpt's two handlers each define `_load_model` and `_apply_sampling`. `self._apply_sampling`
+    # in the SMILES handler is its own method, which filters the bfloat16 model's logits: no layer
+    # whose output a guessed float16 autocast would make half, so nothing samples in float16.
+    root = tmp_path / "project"
+    shutil.copytree(REAL_MODES / "p3gpt_handlers_own_methods", root)
+    handler = "p3gpt/handlers/p3_multimodal_handler.py"
+
+    assert flagged_places(root, "AMP013", "--show-conditional") == set()
+    assert flagged_places(root, "AMP007") == {(handler, 83)}  # the bfloat16 top-p `cumsum` stays
+    # Its own method decides: where it returns float16, the sampler samples float16.
+    path = root / handler
+    text = path.read_text()
+    own = text.index("    def _apply_sampling", text.index("class SMILESHandler"))
+    write(path, text[:own] + text[own:].replace("inf_tensor)\n", "inf_tensor).half()\n", 1))
+    assert flagged_places(root, "AMP013") == {(handler, 76)}

@@ -197,6 +197,8 @@ class CallFacts(Interpreter):
         candidates = [
             f for f in self._functions.get(bare, []) if (f in self._class_of) == name.startswith("self.")
         ]
+        if len(candidates) > 1 and name.startswith("self."):
+            candidates = self._method_of_self(candidates, node)
         if len(candidates) != 1 or _skipped(candidates[0]):
             return None  # a body the parser skipped (`amplint.static.regions`): as an opaque call
         function = candidates[0]
@@ -234,6 +236,31 @@ class CallFacts(Interpreter):
             result = replace(result, why=(*result.why[-(MAX_WHY - 1) :], Step(node, f"returned by `{bare}`")))
         self._returns[signature] = result  # type: ignore[index]
         return result
+
+    def _method_of_self(self, candidates: list[cst.FunctionDef], call: cst.Call) -> list[cst.FunctionDef]:
+        """Of the file's methods named alike, those `self.name(...)` may reach from the class that
+        holds `call`: its own or its nearest in-file base's (unless a stub), and the overrides of
+        its in-file subclasses (two handlers that each define `_apply_sampling` call their own; a
+        base's `self._load_model()` reaches every subclass's)."""
+        klass = self.ctx.index.top_of.get(call)
+        if not isinstance(klass, cst.ClassDef):
+            return candidates
+        defined = ([f for f in candidates if self._class_of[f] is k] for k in self._lineage(klass))
+        nearest = next((own for own in defined if own), [])
+        below = [f for f in candidates if klass in self._lineage(self._class_of[f])[1:]]
+        return [f for f in nearest if not _stub(f)] + below
+
+    def _lineage(self, klass: cst.ClassDef) -> list[cst.ClassDef]:
+        """`klass` and its bases defined in this file, nearest first (first bases first)."""
+        found: list[cst.ClassDef] = []
+        todo = [klass]
+        while todo:
+            current = todo.pop(0)
+            if current not in found:
+                found.append(current)
+                names = [b.value.value for b in current.bases if isinstance(b.value, cst.Name)]
+                todo.extend(self._classes[n] for n in names if n in self._classes)
+        return found
 
     def _module_call(
         self, constructor: str, node: cst.Call, positional: list[Fact], frame: Frame, *, plain: bool = False
@@ -531,6 +558,26 @@ def _skipped(function: cst.FunctionDef) -> bool:
         and isinstance(body[0], cst.SimpleStatementLine)
         and all(isinstance(small, cst.Pass) for small in body[0].body)
     )
+
+
+def _stub(function: cst.FunctionDef) -> bool:
+    """An abstract method: `@abstractmethod`, or a body of a docstring and `pass`, `...` or `raise
+    NotImplementedError` (a lone `pass` may be a body `amplint.static.regions` skipped)."""
+    if any(
+        (dotted_name(d.decorator) or "").rsplit(".", 1)[-1] == "abstractmethod" for d in function.decorators
+    ):
+        return True
+    body = list(suite_body(function.body))
+    docstring = function.get_docstring() is not None
+    rest = body[1:] if docstring else body
+    if len(rest) != 1 or not isinstance(rest[0], cst.SimpleStatementLine) or len(rest[0].body) != 1:
+        return False
+    small = rest[0].body[0]
+    if isinstance(small, cst.Raise):
+        raised = small.exc.func if isinstance(small.exc, cst.Call) else small.exc
+        return raised is not None and dotted_name(raised) == "NotImplementedError"
+    ellipsis = isinstance(small, cst.Expr) and isinstance(small.value, cst.Ellipsis)
+    return ellipsis or (docstring and isinstance(small, cst.Pass))
 
 
 def _cast_module(node: cst.BaseExpression) -> cst.Name | cst.Attribute | None:
