@@ -457,11 +457,13 @@ class _Project:
         not how the project runs (`amplint.static.gates`)."""
         guarded: dict[int, list[Flag]] = {}
         blocks: dict[str, Blocks] = {}
+        skipped: dict[str, Callable[[int], bool]] = {}  # in a string or a comment, per file
         for i, (display, offset, why) in enumerate(self.entries):
             if why.role == "code":
                 text = self.file(display).code
                 if display not in blocks:
-                    blocks[display] = Blocks(text, partial(inside, string_spans(text, comments=True)))
+                    skipped[display] = partial(inside, string_spans(text, comments=True))
+                    blocks[display] = Blocks(text, skipped[display])
                 flags = guards(text, offset, blocks[display])
                 if flags:
                     guarded[i] = flags
@@ -469,7 +471,7 @@ class _Project:
             return
         # A test sets a flag for what it tests, not for how the project runs.
         code = (
-            (display, code, partial(inside, string_spans(code, comments=True)))
+            (display, code, skipped.get(display) or partial(inside, string_spans(code, comments=True)))
             for display, load in self.loaders.items()
             if self.roles[display] != "test" and (code := load())
         )
