@@ -100,7 +100,6 @@ SCALAR_FACT = Fact(SCALAR)
 INTEGER_FACT = Fact(INTEGER)
 OTHER_FACT = Fact(OTHER)
 MAX_WHY = 4
-_MAX_DEPTH = 3  # calls of the file's own functions followed inside each other
 
 
 def steps_text(why: Iterable[Step]) -> str:
