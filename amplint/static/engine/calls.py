@@ -245,22 +245,11 @@ class CallFacts(Interpreter):
         klass = self.ctx.index.top_of.get(call)
         if not isinstance(klass, cst.ClassDef):
             return candidates
-        defined = ([f for f in candidates if self._class_of[f] is k] for k in self._lineage(klass))
+        lineage = (klass, *self._ancestors(klass))
+        defined = ([f for f in candidates if self._class_of[f] is k] for k in lineage)
         nearest = next((own for own in defined if own), [])
-        below = [f for f in candidates if klass in self._lineage(self._class_of[f])[1:]]
+        below = [f for f in candidates if klass in self._ancestors(self._class_of[f])]
         return [f for f in nearest if not _stub(f)] + below
-
-    def _lineage(self, klass: cst.ClassDef) -> list[cst.ClassDef]:
-        """`klass` and its bases defined in this file, nearest first (first bases first)."""
-        found: list[cst.ClassDef] = []
-        todo = [klass]
-        while todo:
-            current = todo.pop(0)
-            if current not in found:
-                found.append(current)
-                names = [b.value.value for b in current.bases if isinstance(b.value, cst.Name)]
-                todo.extend(self._classes[n] for n in names if n in self._classes)
-        return found
 
     def _module_call(
         self, constructor: str, node: cst.Call, positional: list[Fact], frame: Frame, *, plain: bool = False
